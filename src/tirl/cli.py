@@ -1,0 +1,79 @@
+"""The ``tirl`` command line: a table of thin subcommands.
+
+Each subcommand lives in ``tirl.commands.<module>`` and provides
+``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only
+when their command runs, so ``tirl filter`` never imports torch.
+A :class:`~tirl.errors.TirlError` becomes one ``error: ...`` line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from tirl import __version__
+from tirl.errors import TirlError
+
+# name -> (module under tirl.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("train", "train a policy with GRPO/PPO (no arguments: the built-in CPU job)"),
+    "sft": ("sft", "warm-start the built-in tiny model on generated demonstrations"),
+    "eval": ("evaluate", "measure the accuracy of a checkpoint on a fixed evaluation set"),
+    "filter": ("filter", "judge trajectories with the void-turn rule; write verdicts and kept ones"),
+    "audit": ("audit", "void-turn statistics, detector-too-eager rate, turn and tool-error stats"),
+    "diagnose": ("diagnose", "verdicts from a training log or a pipeline trace"),
+    "report": ("report", "write a self-contained HTML report of a run directory"),
+    "review": ("review", "send an evidence bundle to an OpenAI-compatible endpoint"),
+    "serve": ("serve", "serve a checkpoint with an OpenAI-compatible HTTP API"),
+    "sandbox": ("sandbox", "run code in the sandbox (tirl sandbox exec FILE)"),
+}
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tirl",
+        description="RL for multi-turn, tool-using LLM agents.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="commands:\n" + "\n".join(f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items()),
+    )
+    parser.add_argument("--version", action="version", version=f"tirl {__version__}")
+    parser.add_argument("command", nargs="?", help="one of the commands below")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``tirl`` command line; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    top = _top_parser()
+    if not args or args[0] in ("-h", "--help") or args[0] == "--version":
+        top.parse_args(args)
+        top.print_help()
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        top.error(f"unknown command {name!r}; choose one of {', '.join(COMMANDS)}")
+    module_name, help_text = COMMANDS[name]
+    try:
+        module = importlib.import_module(f"tirl.commands.{module_name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"tirl.commands.{module_name}":
+            print(f"error: the command {name!r} is not available in this build", file=sys.stderr)
+            return 2
+        raise
+    parser = argparse.ArgumentParser(prog=f"tirl {name}", description=help_text)
+    module.add_arguments(parser)
+    ns = parser.parse_args(rest)
+    try:
+        return int(module.run(ns) or 0)
+    except TirlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the tirl CLI, one module each (see ``tirl.cli.COMMANDS``)."""

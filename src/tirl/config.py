@@ -1,0 +1,343 @@
+"""Configuration: dataclasses, loaded from TOML, overridden with dotted ``key=value`` pairs.
+
+>>> cfg = load_config(None, ["algo.clip_high=0.3", "trainer.steps=5"])
+>>> (cfg.algo.clip_high, cfg.trainer.steps)
+(0.3, 5)
+
+Every section validates itself in ``__post_init__`` and raises
+:class:`~tirl.errors.ConfigError` naming the key, the bad value and the fix.
+Unknown keys are errors (with the closest valid key suggested), never
+silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tirl.errors import ConfigError
+
+
+def _check(cond: bool, key: str, value: Any, fix: str) -> None:
+    if not cond:
+        raise ConfigError(f"config {key}={value!r} is invalid: {fix}")
+
+
+@dataclass
+class ModelConfig:
+    """Which policy to train and where its tokens come from."""
+
+    path: str | None = None  # a local Hugging Face directory; None = the built-in warm-started tiny model
+    generator: Literal["hf", "openai", "vllm"] = "hf"
+    base_url: str | None = None  # for generator=openai
+    model_id: str | None = None  # served model name for generator=openai (default: ask /v1/models)
+    api_key_env: str = "OPENAI_API_KEY"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        _check(
+            self.generator != "openai" or bool(self.base_url),
+            "model.base_url",
+            self.base_url,
+            "generator=openai needs a server, e.g. --base-url http://127.0.0.1:8000/v1",
+        )
+
+
+@dataclass
+class GenerationConfig:
+    """Sampling and token caps of one episode."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 96  # per assistant turn
+    max_total_tokens: int = 512  # whole episode, prompt included
+
+    def __post_init__(self) -> None:
+        _check(self.temperature >= 0, "generation.temperature", self.temperature, "use a value >= 0")
+        _check(0 < self.top_p <= 1, "generation.top_p", self.top_p, "use a value in (0, 1]")
+        _check(self.max_new_tokens > 0, "generation.max_new_tokens", self.max_new_tokens, "use a positive integer")
+        _check(
+            self.max_total_tokens > self.max_new_tokens,
+            "generation.max_total_tokens",
+            self.max_total_tokens,
+            "must exceed generation.max_new_tokens",
+        )
+
+
+@dataclass
+class EnvConfig:
+    """The task environment."""
+
+    name: str = "tir-math"  # tir-math | swe-lite | a registered name
+    tasks_file: str | None = None  # JSONL of tasks; None = the built-in generator
+    difficulty: int = 1
+    max_turns: int = 4
+    eval_size: int = 200
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")
+        _check(1 <= self.difficulty <= 5, "env.difficulty", self.difficulty, "use a level from 1 to 5")
+        _check(self.eval_size >= 1, "env.eval_size", self.eval_size, "use at least 1")
+
+
+@dataclass
+class SandboxConfig:
+    """Where model-written code runs."""
+
+    backend: Literal["auto", "bwrap", "process"] = "auto"
+    timeout_s: float = 5.0
+    memory_mb: int = 1024
+    max_output_chars: int = 2000
+    warm_pool: bool = True
+    pool_size: int = 4
+
+    def __post_init__(self) -> None:
+        _check(self.timeout_s > 0, "sandbox.timeout_s", self.timeout_s, "use a positive number of seconds")
+        _check(self.memory_mb >= 64, "sandbox.memory_mb", self.memory_mb, "use at least 64 MB")
+        _check(self.max_output_chars >= 64, "sandbox.max_output_chars", self.max_output_chars, "use at least 64")
+        _check(self.pool_size >= 1, "sandbox.pool_size", self.pool_size, "use at least 1")
+
+
+@dataclass
+class FilterConfig:
+    """Void-turn filtering (see ``tirl.parsing`` for the rule)."""
+
+    mode: Literal["drop", "mask", "off"] = "drop"
+    exec_langs: list[str] = field(default_factory=lambda: ["python", "py", "python3", "bash", "sh", "shell"])
+    boxed: bool = True
+    answer_tags: bool = True
+    min_valid_per_group: int = 2
+    max_resample_rounds: int = 2
+
+    def __post_init__(self) -> None:
+        _check(bool(self.exec_langs), "filter.exec_langs", self.exec_langs, "list at least one language")
+        _check(self.min_valid_per_group >= 1, "filter.min_valid_per_group", self.min_valid_per_group, "use >= 1")
+        _check(self.max_resample_rounds >= 0, "filter.max_resample_rounds", self.max_resample_rounds, "use >= 0")
+
+
+@dataclass
+class AlgoConfig:
+    """Advantage estimator and policy loss."""
+
+    advantage: Literal["grpo", "rloo"] = "grpo"
+    group_size: int = 8
+    std_normalize: bool = True
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float | None = 3.0
+    loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    tis_cap: float | None = 2.0  # truncated importance sampling cap for generator/trainer log-prob gaps
+    lr: float = 1e-4
+    grad_clip: float = 1.0
+    minibatches: int = 2
+    epochs: int = 1
+
+    def __post_init__(self) -> None:
+        _check(self.group_size >= 2, "algo.group_size", self.group_size, "group-relative advantages need >= 2")
+        _check(0 < self.clip_low < 1, "algo.clip_low", self.clip_low, "use a value in (0, 1)")
+        _check(self.clip_high > 0, "algo.clip_high", self.clip_high, "use a positive value")
+        _check(
+            self.dual_clip is None or self.dual_clip > 1,
+            "algo.dual_clip",
+            self.dual_clip,
+            "dual clip must be > 1 (typically 3), or unset it",
+        )
+        _check(self.kl_coef >= 0, "algo.kl_coef", self.kl_coef, "use >= 0 (0 disables the KL term)")
+        _check(self.tis_cap is None or self.tis_cap >= 1, "algo.tis_cap", self.tis_cap, "use >= 1, or unset it")
+        _check(self.lr > 0, "algo.lr", self.lr, "use a positive learning rate")
+        _check(self.minibatches >= 1, "algo.minibatches", self.minibatches, "use >= 1")
+        _check(self.epochs >= 1, "algo.epochs", self.epochs, "use >= 1")
+
+
+@dataclass
+class RolloutConfig:
+    """How rollouts are dispatched (see ``tirl.rollout``)."""
+
+    strategy: Literal["pipeline", "async_batch", "sync_batch"] = "pipeline"
+    init_workers: int = 4
+    run_workers: int = 16
+    eval_workers: int = 4
+    run_queue_size: int = 32
+    eval_queue_size: int = 32
+    trace_interval_s: float = 0.25
+    init_timeout_s: float = 60.0
+    run_timeout_s: float = 600.0
+    eval_timeout_s: float = 120.0
+    retries: int = 1
+
+    def __post_init__(self) -> None:
+        for key in ("init_workers", "run_workers", "eval_workers", "run_queue_size", "eval_queue_size"):
+            value = getattr(self, key)
+            _check(value >= 1, f"rollout.{key}", value, "use at least 1")
+        _check(self.trace_interval_s > 0, "rollout.trace_interval_s", self.trace_interval_s, "use > 0")
+        _check(self.retries >= 0, "rollout.retries", self.retries, "use >= 0")
+
+
+@dataclass
+class TrainerConfig:
+    """The training loop."""
+
+    steps: int = 30
+    prompts_per_step: int = 8
+    seed: int = 0
+    run_dir: str = "runs"
+    run_name: str | None = None
+    checkpoint_every: int = 5
+    eval_before_after: bool = True
+    samples_per_step: int = 4
+    backend: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    threads: int = 2
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 1, "trainer.steps", self.steps, "use at least 1")
+        _check(self.prompts_per_step >= 1, "trainer.prompts_per_step", self.prompts_per_step, "use at least 1")
+        _check(self.checkpoint_every >= 1, "trainer.checkpoint_every", self.checkpoint_every, "use at least 1")
+
+
+@dataclass
+class TirlConfig:
+    """The whole configuration of a run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Convert a TOML or command-line value to the annotated type, or raise ConfigError."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in args:
+                return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"config {key}={value!r} is invalid")
+    if origin is Literal:
+        if value in args:
+            return value
+        raise ConfigError(f"config {key}={value!r} is invalid: choose one of {', '.join(map(str, args))}")
+    if origin is list:
+        (item,) = args
+        if isinstance(value, str):
+            value = [v for v in (p.strip() for p in value.split(",")) if v]
+        if not isinstance(value, list):
+            raise ConfigError(f"config {key}={value!r} is invalid: give a list (comma-separated on the command line)")
+        return [_coerce(v, item, key) for v in value]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+            return value.lower() in ("true", "1", "yes", "on")
+        raise ConfigError(f"config {key}={value!r} is invalid: use true or false")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"config {key}={value!r} is invalid: use an integer")
+        try:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"config {key}={value!r} is invalid: use an integer") from None
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"config {key}={value!r} is invalid: use a number")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"config {key}={value!r} is invalid: use a number") from None
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"config {key}={value!r} is invalid: use a string")
+    return value
+
+
+def _unknown(key: str, valid: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=1)
+    hint = f" — did you mean '{close[0]}'?" if close else f" — valid keys: {', '.join(sorted(valid))}"
+    return ConfigError(f"unknown config key '{key}'{hint}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    hints = _hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if key not in names:
+            raise _unknown(full, names)
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config section [{full}] must be a table of keys")
+            kwargs[key] = _build(tp, value, f"{full}.")  # type: ignore[arg-type]
+        else:
+            kwargs[key] = _coerce(value, tp, full)
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[list[str], str]:
+    """Split ``"algo.clip_high=0.3"`` into (["algo", "clip_high"], "0.3")."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} is not key=value — write e.g. algo.clip_high=0.3")
+    key, value = text.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"override {text!r} has an empty key — write e.g. algo.clip_high=0.3")
+    return parts, value.strip()
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TirlConfig:
+    """Load a :class:`TirlConfig` from an optional TOML file, then apply dotted overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist — check the path given to --config")
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    for item in overrides or []:
+        parts, value = parse_override(item)
+        node = data
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: '{part}' is a value, not a section")
+            node = child
+        node[parts[-1]] = value
+    return _build(TirlConfig, data, "")  # type: ignore[no-any-return]
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain dict (for summary.json and the evidence bundle)."""
+    return dataclasses.asdict(cfg)

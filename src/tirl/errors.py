@@ -1,0 +1,37 @@
+"""The error hierarchy of tirl.
+
+Every error a user can cause says *what* input is wrong, *where* (file, line,
+field or config key) and *how to fix it*. The CLI turns a :class:`TirlError`
+into one readable line and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class TirlError(Exception):
+    """Base class for errors that are reported to the user without a traceback."""
+
+    exit_code = 2
+
+
+class ConfigError(TirlError):
+    """A configuration value is invalid; the message names the key and the fix."""
+
+
+class InputError(TirlError):
+    """An input file is malformed; the message names the file, the line and the fix."""
+
+    def __init__(self, path: str, line: int | None, problem: str, fix: str = "") -> None:
+        self.path = path
+        self.line = line
+        self.problem = problem
+        self.fix = fix
+        where = f"{path}:{line}" if line is not None else path
+        text = f"{where}: {problem}"
+        if fix:
+            text += f" — {fix}"
+        super().__init__(text)
+
+
+class SetupError(TirlError):
+    """The environment is not set up as needed (missing binary, server, credential)."""

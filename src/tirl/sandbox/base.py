@@ -1,0 +1,86 @@
+"""The sandbox contract: run one piece of code, get an :class:`ExecResult`.
+
+Backends (``bwrap``, ``process``) and the warm pool implement :class:`Sandbox`.
+Each backend's docstring lists what it covers and what it does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Lang = Literal["python", "bash"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """The outcome of one execution.
+
+    ``stdout``/``stderr`` are decoded with replacement characters and cut to
+    head + marker + tail when longer than the cap (``truncated`` is then True).
+    ``exit_code`` is the process status (negative: killed by that signal;
+    None: it never started).
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    timed_out: bool = False
+    memory_exceeded: bool = False
+    truncated: bool = False
+    wall_s: float = 0.0
+    error: str | None = None  # infrastructure failure (the sandbox itself broke), not a failing program
+
+    @property
+    def ok(self) -> bool:
+        """The program ran to completion with status 0."""
+        return self.exit_code == 0 and not self.timed_out and not self.memory_exceeded and self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (``tirl sandbox exec --json``)."""
+        return asdict(self)
+
+    def observation(self) -> str:
+        """The text shown to the model as the tool output."""
+        parts = []
+        if self.stdout:
+            parts.append(self.stdout.rstrip("\n"))
+        if self.stderr:
+            parts.append(self.stderr.rstrip("\n"))
+        if self.timed_out:
+            parts.append("[timed out]")
+        if self.memory_exceeded:
+            parts.append("[memory limit exceeded]")
+        if self.error:
+            parts.append(f"[sandbox error: {self.error}]")
+        return "\n".join(parts)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Runs untrusted code. Implementations must be safe to call concurrently."""
+
+    name: str
+
+    async def run(
+        self,
+        code: str,
+        *,
+        lang: Lang = "python",
+        timeout_s: float | None = None,
+        memory_mb: int | None = None,
+        workdir: Path | None = None,
+        session: str | None = None,
+    ) -> ExecResult:
+        """Run ``code``; ``workdir`` is mounted writable (else a fresh private one);
+        ``session`` keeps Python state across calls with the same key (notebook-style)."""
+        ...
+
+    async def end_session(self, session: str) -> None:
+        """Forget the state kept for ``session`` (no-op if none)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop every process and remove every temporary directory this sandbox made."""
+        ...
