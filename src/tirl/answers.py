@@ -32,7 +32,7 @@ def normalize_answer(text: str) -> str:
 
 
 def parse_number(text: str) -> Fraction | None:
-    """Parse ``-12``, ``1,234``, ``0.25``, ``3/4``, ``\\frac{3}{4}``, ``1e3`` exactly; ``None`` otherwise."""
+    r"""Parse ``-12``, ``1,234``, ``0.25``, ``3/4``, ``\frac{3}{4}``, ``1e3`` exactly; ``None`` otherwise."""
     s = text.strip().replace(" ", "")
     m = _FRAC.match(s)
     if m:

@@ -228,9 +228,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            if type(None) in args:
-                return None
+        is_null = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
+        if is_null and type(None) in args:
+            return None
         errors = []
         for arg in args:
             if arg is type(None):

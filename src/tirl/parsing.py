@@ -349,9 +349,7 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
         kind = ActionKind.TOOL_CALL
     else:
         kind = ActionKind.VOID
-    return TurnVerdict(
-        kind=kind, code=code, answer=answer, tool_calls=message.tool_calls if calls_ok else ()
-    )
+    return TurnVerdict(kind=kind, code=code, answer=answer, tool_calls=message.tool_calls if calls_ok else ())
 
 
 def judge_messages(messages: Sequence[Message], rules: ParseRules = DEFAULT_RULES) -> TrajectoryVerdict:

@@ -109,11 +109,9 @@ class Message:
         if not isinstance(data, dict):
             raise ValueError(f"a message must be an object, got {type(data).__name__}")
         try:
-            role = Role(data.get("role"))
+            role = Role(str(data.get("role")))
         except ValueError:
-            raise ValueError(
-                f"message role {data.get('role')!r} is not one of system, user, assistant, tool"
-            ) from None
+            raise ValueError(f"message role {data.get('role')!r} is not one of system, user, assistant, tool") from None
         content = data.get("content")
         if content is not None and not isinstance(content, str):
             raise ValueError(f"message content must be a string or null, got {type(content).__name__}")
@@ -266,7 +264,7 @@ class Trajectory:
             messages=messages,
             reward=None if reward is None else float(reward),
             answer=None if answer is None else str(answer),
-            termination=TerminationReason(term) if term in TerminationReason._value2member_map_ else None,
+            termination=TerminationReason(str(term)) if term in TerminationReason._value2member_map_ else None,
             error=data.get("error"),
             info=data.get("info") or {},
         )

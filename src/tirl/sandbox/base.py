@@ -73,8 +73,11 @@ class Sandbox(Protocol):
         workdir: Path | None = None,
         session: str | None = None,
     ) -> ExecResult:
-        """Run ``code``; ``workdir`` is mounted writable (else a fresh private one);
-        ``session`` keeps Python state across calls with the same key (notebook-style)."""
+        """Run ``code`` and return its :class:`ExecResult`.
+
+        ``workdir`` is mounted writable (else a fresh private one); ``session``
+        keeps Python state across calls with the same key (notebook-style).
+        """
         ...
 
     async def end_session(self, session: str) -> None:

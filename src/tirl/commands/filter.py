@@ -1,0 +1,102 @@
+"""``tirl filter``: judge a trajectory JSONL file with the void-turn rule.
+
+Writes one verdict line per input trajectory (input order), optionally the
+kept (non-void) trajectories unchanged, and prints a summary with the audit
+of void trajectories that nevertheless ended with the correct answer.
+Nothing is written unless the whole input is valid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from contextlib import ExitStack
+from pathlib import Path
+
+from tirl.answers import answers_match
+from tirl.config import load_config
+from tirl.errors import ConfigError
+from tirl.filters.void_turn import judge_trajectory
+from tirl.jsonl import atomic_write, read_jsonl, read_trajectories
+from tirl.parsing import ParseRules
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of ``tirl filter``."""
+    parser.add_argument("input", type=Path, help="trajectory JSONL (one object with 'messages' per line)")
+    parser.add_argument("--verdicts", type=Path, required=True, help="where to write the verdict JSONL")
+    parser.add_argument("--kept", type=Path, help="where to write the non-void trajectories, unchanged")
+    parser.add_argument(
+        "--exec-langs", help="comma-separated executable fence languages (default: python,py,python3,bash,sh,shell)"
+    )
+    parser.add_argument("--no-boxed", action="store_true", help="do not accept \\boxed{...} as a final answer")
+    parser.add_argument("--no-answer-tags", action="store_true", help="do not accept <answer>...</answer>")
+    parser.add_argument("--config", type=Path, help="a tirl TOML config; its [filter] section is used")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _rules(args: argparse.Namespace) -> ParseRules:
+    cfg = load_config(args.config).filter
+    langs = cfg.exec_langs
+    if args.exec_langs is not None:
+        langs = [x.strip() for x in args.exec_langs.split(",") if x.strip()]
+        if not langs:
+            raise ConfigError("--exec-langs is empty — give at least one language, e.g. --exec-langs python,bash")
+    return ParseRules(
+        exec_langs=frozenset(langs),
+        boxed=cfg.boxed and not args.no_boxed,
+        answer_tags=cfg.answer_tags and not args.no_answer_tags,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the whole input first, then write verdicts (and kept lines) atomically."""
+    rules = _rules(args)
+    trajectories = list(read_trajectories(args.input))  # raises InputError before anything is written
+    raw_lines = {n: obj for n, obj in read_jsonl(args.input)} if args.kept else {}
+    total = void = with_answer = 0
+    void_correct: list[str] = []
+    with ExitStack() as stack:
+        verdict_fh = stack.enter_context(atomic_write(args.verdicts))
+        kept_fh = stack.enter_context(atomic_write(args.kept)) if args.kept else None
+        for number, traj in trajectories:
+            verdict = judge_trajectory(traj, rules)
+            total += 1
+            verdict_fh.write(
+                json.dumps({"id": traj.id, "void": verdict.void, "void_turns": list(verdict.void_turns)}) + "\n"
+            )
+            if traj.answer is not None:
+                with_answer += 1
+            if verdict.void:
+                void += 1
+                if answers_match(verdict.final_answer, traj.answer):
+                    void_correct.append(traj.id)
+            elif kept_fh is not None:
+                kept_fh.write(json.dumps(raw_lines[number], ensure_ascii=False) + "\n")
+    summary = {
+        "trajectories": total,
+        "void": void,
+        "valid": total - void,
+        "void_ratio": void / total if total else 0.0,
+        "with_answer": with_answer,
+        "void_but_correct": len(void_correct),
+        "void_but_correct_rate": len(void_correct) / void if void else 0.0,
+        "void_but_correct_ids": void_correct,
+    }
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"{total} trajectories: {total - void} valid, {void} void (void ratio {summary['void_ratio']:.1%})")
+    print(f"verdicts written to {args.verdicts}" + (f"; kept trajectories written to {args.kept}" if args.kept else ""))
+    if with_answer:
+        rate = summary["void_but_correct_rate"]
+        print(
+            f"audit: {len(void_correct)} of {void} void trajectories still ended with the correct answer ({rate:.1%})"
+            + (" — a high rate means the detector is too eager" if void_correct else "")
+        )
+        if void_correct:
+            shown = ", ".join(void_correct[:20]) + (" …" if len(void_correct) > 20 else "")
+            print(f"  ids: {shown}")
+    else:
+        print("audit: no trajectory carries 'answer', so the void-but-correct check was not run")
+    return 0

@@ -1,0 +1,114 @@
+"""`tirl filter` as a user runs it: real files, real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+TIRL = [sys.executable, "-m", "tirl.cli"]
+
+LINES = [
+    {
+        "id": "ok",
+        "answer": "42",
+        "messages": [
+            {"role": "user", "content": "6*7?"},
+            {"role": "assistant", "content": "```python\nprint(6*7)\n```"},
+            {"role": "tool", "content": "42"},
+            {"role": "assistant", "content": "\\boxed{42}"},
+        ],
+    },
+    {
+        "id": "void-correct",
+        "answer": "42",
+        "messages": [
+            {"role": "assistant", "content": "Let me double-check."},
+            {"role": "assistant", "content": "<answer>42</answer>"},
+        ],
+    },
+    {
+        "id": "tool-void",
+        "messages": [
+            {"role": "tool", "content": "```python\nprint(1)\n```"},
+            {"role": "assistant", "content": "```output\n1\n```"},
+        ],
+    },
+]
+
+
+def write(path: Path, lines: list[object]) -> None:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TIRL, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_filter_writes_verdicts_kept_and_audit(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    write(src, LINES)
+    out, kept = tmp_path / "v.jsonl", tmp_path / "k.jsonl"
+    res = run("filter", str(src), "--verdicts", str(out), "--kept", str(kept))
+    assert res.returncode == 0, res.stderr
+    verdicts = [json.loads(x) for x in out.read_text().splitlines()]
+    assert verdicts == [
+        {"id": "ok", "void": False, "void_turns": []},
+        {"id": "void-correct", "void": True, "void_turns": [0]},
+        {"id": "tool-void", "void": True, "void_turns": [0]},
+    ]
+    assert [json.loads(x) for x in kept.read_text().splitlines()] == [LINES[0]]
+    assert "3 trajectories: 1 valid, 2 void" in res.stdout
+    assert "1 of 2 void trajectories still ended with the correct answer" in res.stdout
+    assert "void-correct" in res.stdout
+
+
+def test_filter_json_summary_and_exec_langs_flag(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    write(src, LINES)
+    res = run("filter", str(src), "--verdicts", str(tmp_path / "v.jsonl"), "--exec-langs", "bash", "--json")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["void"] == 3  # python is no longer executable
+    assert summary["void_but_correct_ids"] == ["ok", "void-correct"]
+
+
+def test_filter_config_file_sets_languages(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    write(src, LINES)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[filter]\nexec_langs = ["output"]\n')
+    res = run("filter", str(src), "--verdicts", str(tmp_path / "v.jsonl"), "--config", str(cfg), "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["void"] == 2  # the ```output turn now counts as code
+
+
+def test_bad_json_line_names_file_and_line_and_writes_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps(LINES[0]) + "\n{not json\n")
+    out = tmp_path / "v.jsonl"
+    res = run("filter", str(src), "--verdicts", str(out), "--kept", str(tmp_path / "k.jsonl"))
+    assert res.returncode == 2
+    assert f"{src}:2: not valid JSON" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_missing_messages_names_line(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    write(src, [LINES[0], {"id": "x"}])
+    res = run("filter", str(src), "--verdicts", str(tmp_path / "v.jsonl"))
+    assert res.returncode == 2
+    assert f"{src}:2: missing the required field 'messages'" in res.stderr
+    assert not (tmp_path / "v.jsonl").exists()
+
+
+def test_unknown_config_key_is_a_clear_error(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    write(src, LINES)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[filter]\nexec_lang = ['python']\n")
+    res = run("filter", str(src), "--verdicts", str(tmp_path / "v.jsonl"), "--config", str(cfg))
+    assert res.returncode == 2
+    assert "unknown config key 'filter.exec_lang'" in res.stderr and "exec_langs" in res.stderr

@@ -1,0 +1,52 @@
+"""Config loading, overrides and validation messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tirl.config import TirlConfig, load_config
+from tirl.errors import ConfigError
+
+
+def test_defaults_load() -> None:
+    cfg = load_config()
+    assert isinstance(cfg, TirlConfig)
+    assert cfg.filter.mode == "drop" and cfg.algo.advantage == "grpo"
+
+
+def test_toml_then_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('[algo]\nclip_high = 0.3\ngroup_size = 4\n[filter]\nmode = "mask"\n')
+    cfg = load_config(f, ["algo.group_size=6", "algo.dual_clip=none", "filter.exec_langs=python,bash"])
+    assert cfg.algo.clip_high == 0.3 and cfg.algo.group_size == 6 and cfg.algo.dual_clip is None
+    assert cfg.filter.mode == "mask" and cfg.filter.exec_langs == ["python", "bash"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("algo.group_size=1", "algo.group_size=1 is invalid: group-relative advantages need >= 2"),
+        ("filter.mode=sometimes", "choose one of drop, mask, off"),
+        ("algo.lr=fast", "algo.lr='fast' is invalid: use a number"),
+        ("algo.clip_hi=0.3", "did you mean 'clip_high'"),
+        ("trainer.steps=2.5", "use an integer"),
+        ("nosuch.key=1", "unknown config key 'nosuch'"),
+        ("algo", "is not key=value"),
+        ("model.generator=openai", "needs a server"),
+    ],
+)
+def test_errors_name_key_and_fix(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=None) as exc:
+        load_config(None, [override])
+    assert message in str(exc.value)
+
+
+def test_missing_and_bad_toml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[algo\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
