@@ -1,0 +1,156 @@
+import math
+import random
+
+import pytest
+import torch
+
+from tirl.algorithms.losses import (
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    LossConfig,
+    entropy_from_logits,
+    gather_logprobs,
+    policy_loss,
+    tis_weights,
+)
+
+
+def _ref_token_loss(lp: float, old: float, a: float, lo: float, hi: float, dual: float | None) -> tuple[float, bool]:
+    r = math.exp(lp - old)
+    unclipped = -a * r
+    clipped = -a * min(max(r, 1 - lo), 1 + hi)
+    loss = max(unclipped, clipped)
+    if dual is not None and a < 0:
+        loss = min(loss, -a * dual)
+    return loss, clipped > unclipped
+
+
+def _ref_kl(lp: float, ref: float, kind: str) -> float:
+    if kind == "k1":
+        return lp - ref
+    return math.exp(ref - lp) - (ref - lp) - 1
+
+
+def _reference(lp, old, adv, mask, cfg: LossConfig, tis=None, ref=None):
+    """Plain loops over sequences and tokens."""
+    per_seq: list[list[tuple[float, float, bool]]] = []
+    for b in range(len(lp)):
+        row = []
+        for t in range(len(lp[b])):
+            if not mask[b][t]:
+                continue
+            loss, clipped = _ref_token_loss(lp[b][t], old[b][t], adv[b], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+            if tis is not None:
+                loss *= tis[b][t]
+            kl = _ref_kl(lp[b][t], ref[b][t], cfg.kl_estimator) if ref is not None else 0.0
+            row.append((loss, kl, clipped))
+        per_seq.append(row)
+    if cfg.loss_agg == "token_mean":
+        flat = [x for row in per_seq for x in row]
+        pg = sum(x[0] for x in flat) / len(flat)
+        kl = sum(x[1] for x in flat) / len(flat)
+    else:
+        rows = [row for row in per_seq if row]
+        pg = sum(sum(x[0] for x in row) / len(row) for row in rows) / len(rows)
+        kl = sum(sum(x[1] for x in row) / len(row) for row in rows) / len(rows)
+    flat = [x for row in per_seq for x in row]
+    clip_frac = sum(x[2] for x in flat) / len(flat)
+    return pg + cfg.kl_coef * kl, clip_frac
+
+
+def _random_batch(rng: random.Random, b: int = 3, t: int = 5):
+    lp = [[rng.uniform(-3, -0.1) for _ in range(t)] for _ in range(b)]
+    old = [[x + rng.uniform(-0.6, 0.6) for x in row] for row in lp]
+    adv = [rng.uniform(-2, 2) for _ in range(b)]
+    mask = [[int(rng.random() < 0.7) for _ in range(t)] for _ in range(b)]
+    mask[0][0] = 1
+    mask[-1] = [0] * t  # a fully masked sequence must not count in seq_mean
+    ref = [[x + rng.uniform(-0.5, 0.5) for x in row] for row in lp]
+    tis = [[rng.uniform(0.5, 2.0) for _ in range(t)] for _ in range(b)]
+    return lp, old, adv, mask, ref, tis
+
+
+@pytest.mark.parametrize("agg", sorted(AGGREGATIONS))
+@pytest.mark.parametrize("kl", sorted(KL_ESTIMATORS))
+@pytest.mark.parametrize("dual", [None, 3.0])
+@pytest.mark.parametrize("with_tis", [False, True])
+def test_policy_loss_matches_reference_loop(agg: str, kl: str, dual: float | None, with_tis: bool) -> None:
+    rng = random.Random(hash((agg, kl, dual, with_tis)) % 1000)
+    cfg = LossConfig(clip_low=0.2, clip_high=0.28, dual_clip=dual, loss_agg=agg, kl_coef=0.1, kl_estimator=kl)
+    for _ in range(5):
+        lp, old, adv, mask, ref, tis = _random_batch(rng)
+        out = policy_loss(
+            torch.tensor(lp, dtype=torch.float64),
+            torch.tensor(old, dtype=torch.float64),
+            torch.tensor(adv, dtype=torch.float64),
+            torch.tensor(mask),
+            cfg,
+            tis=torch.tensor(tis, dtype=torch.float64) if with_tis else None,
+            ref_logprobs=torch.tensor(ref, dtype=torch.float64),
+        )
+        want_loss, want_clip = _reference(lp, old, adv, mask, cfg, tis if with_tis else None, ref)
+        assert out.loss.item() == pytest.approx(want_loss, rel=1e-9, abs=1e-12)
+        assert out.clip_frac.item() == pytest.approx(want_clip)
+
+
+def test_clip_higher_is_asymmetric() -> None:
+    cfg = LossConfig(clip_low=0.2, clip_high=0.28, dual_clip=None)
+    old = torch.zeros(1, 1)
+    pos = torch.ones(1)
+    # ratio 1.25 with positive advantage: inside clip-high (0.28) so not clipped
+    out = policy_loss(torch.tensor([[math.log(1.25)]]), old, pos, torch.ones(1, 1), cfg)
+    assert out.clip_frac.item() == 0.0
+    # ratio 0.75 with negative advantage: outside clip-low (0.2), clipped
+    out = policy_loss(torch.tensor([[math.log(0.75)]]), old, -pos, torch.ones(1, 1), cfg)
+    assert out.clip_frac.item() == 1.0
+    assert out.loss.item() == pytest.approx(0.8)
+
+
+def test_dual_clip_bounds_negative_advantage_loss() -> None:
+    lp = torch.tensor([[math.log(10.0)]], requires_grad=True)
+    out = policy_loss(lp, torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1), LossConfig(dual_clip=3.0))
+    assert out.loss.item() == pytest.approx(3.0)
+    assert out.dual_clip_frac.item() == 1.0
+    out.loss.backward()
+    assert lp.grad is not None and lp.grad.abs().item() == 0.0  # bounded: no gradient through the huge ratio
+
+
+def test_gradient_at_ratio_one_is_minus_advantage_over_tokens() -> None:
+    lp = torch.tensor([[-1.0, -2.0], [-0.5, -0.7]], requires_grad=True)
+    out = policy_loss(lp, lp.detach().clone(), torch.tensor([1.0, -2.0]), torch.ones(2, 2), LossConfig())
+    out.loss.backward()
+    assert lp.grad is not None
+    assert lp.grad.flatten().tolist() == pytest.approx([-0.25, -0.25, 0.5, 0.5])
+
+
+def test_tis_weights_truncated_and_detached() -> None:
+    old = torch.tensor([[0.0, -1.0, -5.0]], requires_grad=True)
+    gen = torch.tensor([[0.0, 0.0, -1.0]])
+    w = tis_weights(old, gen, cap=2.0)
+    want = [min(math.exp(o - g), 2.0) for o, g in zip([0.0, -1.0, -5.0], [0.0, 0.0, -1.0], strict=True)]
+    assert w.tolist()[0] == pytest.approx(want)
+    assert not w.requires_grad
+    assert tis_weights(old, gen, cap=None).tolist() == [[1.0, 1.0, 1.0]]
+    assert tis_weights(torch.tensor([[10.0]]), torch.tensor([[0.0]]), cap=2.0).item() == 2.0
+
+
+def test_gather_logprobs_and_entropy_match_loops() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5, dtype=torch.float64)
+    targets = torch.randint(0, 5, (2, 3))
+    lp = gather_logprobs(logits, targets)
+    ent = entropy_from_logits(logits)
+    for b in range(2):
+        for t in range(3):
+            row = logits[b, t].tolist()
+            z = math.log(sum(math.exp(x) for x in row))
+            assert lp[b, t].item() == pytest.approx(row[targets[b, t]] - z, abs=1e-6)
+            probs = [math.exp(x - z) for x in row]
+            assert ent[b, t].item() == pytest.approx(-sum(p * math.log(p) for p in probs), abs=1e-6)
+
+
+def test_bad_names_rejected() -> None:
+    with pytest.raises(ValueError, match="loss_agg"):
+        LossConfig(loss_agg="sum")
+    with pytest.raises(ValueError, match="kl_estimator"):
+        LossConfig(kl_estimator="k2")
