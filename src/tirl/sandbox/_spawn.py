@@ -1,0 +1,98 @@
+"""Run one command as a child process group: capped output, rlimits, a wall-clock kill."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tirl.sandbox._common import CappedBuffer, Limits, apply_rlimits, build_result
+from tirl.sandbox.base import ExecResult
+
+# After the main process exits, how long a background child may keep the pipes open.
+_DRAIN_GRACE_S = 0.2
+
+
+async def _pump(stream: asyncio.StreamReader | None, buf: CappedBuffer) -> None:
+    if stream is None:
+        return
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            return
+        buf.feed(chunk)
+
+
+def _killpg(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def spawn(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    limits: Limits | None,
+    max_chars: int,
+    user: int | None = None,
+    pass_fds: Sequence[int] = (),
+    kill_grace_s: float = _DRAIN_GRACE_S,
+) -> ExecResult:
+    """Start ``argv`` in a new session, collect its output, kill its process group at the deadline.
+
+    ``limits`` become rlimits of the child (inherited by all it starts);
+    ``user`` (only when we are root) switches the child to that uid/gid first.
+    """
+    timeout_s = limits.timeout_s if limits else 30.0
+    out, err = CappedBuffer(max_chars * 4), CappedBuffer(max_chars * 4)
+
+    def _pre() -> None:
+        if limits is not None:
+            apply_rlimits(limits)
+
+    start = time.monotonic()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=str(cwd),
+            env=env,
+            start_new_session=True,
+            preexec_fn=_pre,
+            user=user,
+            group=user,
+            extra_groups=[] if user is not None else None,
+            pass_fds=tuple(pass_fds),
+        )
+    except OSError as exc:
+        return build_result(
+            out, err, None, timed_out=False, wall_s=0.0, max_chars=max_chars, error=f"could not start: {exc}"
+        )
+    pumps = asyncio.gather(_pump(proc.stdout, out), _pump(proc.stderr, err))
+    timed_out = False
+    try:
+        await asyncio.wait_for(proc.wait(), timeout_s)
+    except TimeoutError:
+        timed_out = True
+    finally:
+        # Whatever happened, nothing of the group may outlive the call.
+        _killpg(proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    await proc.wait()
+    try:
+        await asyncio.wait_for(asyncio.shield(pumps), kill_grace_s)
+    except TimeoutError:
+        # A child that left the process group still holds the pipes; stop listening.
+        pumps.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pumps
+    wall = time.monotonic() - start
+    return build_result(out, err, proc.returncode, timed_out=timed_out, wall_s=wall, max_chars=max_chars)

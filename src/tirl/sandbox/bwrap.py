@@ -1,0 +1,225 @@
+"""The bubblewrap backend: one fresh, isolated interpreter per execution.
+
+Each run starts ``bwrap`` with new user, PID, network, IPC, UTS and cgroup
+namespaces and a root file system built from scratch. When tirl runs as root,
+``bwrap`` itself is started under an unprivileged uid (a fresh one per run),
+so the sandboxed code is an ordinary user on the host, and the kernel's
+process-count limit applies to it.
+
+Covered:
+    - **network**: a new, empty network namespace (``--unshare-net``): no
+      interface but a down loopback, no DNS (no ``/etc/resolv.conf``);
+      listeners on the host's 127.0.0.1 are unreachable;
+    - **file system**: ``/usr`` (and the ``/bin``, ``/lib`` links) read-only;
+      no ``/home``, ``/root``, project directory or host ``/tmp``; a private,
+      size-limited writable workspace ``/work`` (or the caller's ``workdir``,
+      bound there) and a private size-limited ``/tmp``; nothing is left on the
+      host after the run (both are tmpfs);
+    - **processes**: a new PID namespace, so the parent and other host
+      processes are invisible; ``--die-with-parent``; at the deadline the
+      whole namespace is killed, which takes every child with it, including
+      ``setsid`` double-forked daemons; nested user namespaces are disabled;
+    - **resources**: rlimits on CPU time, address space, process count, file
+      size and open files; a wall-clock timeout;
+    - **environment**: cleared; only ``PATH``, ``HOME``, ``TMPDIR``, locale and
+      Python I/O settings are set;
+    - **output**: cut to head + marker + tail; invalid UTF-8 becomes U+FFFD.
+
+Not covered:
+    - kernel exploits (there is no seccomp filter and no VM boundary);
+    - memory as a whole: the address-space limit is per process, so N
+      processes may use N times the limit (the process-count limit bounds N);
+    - CPU share and I/O bandwidth (no cgroup limits): a run can slow its
+      neighbours down until its deadline;
+    - when tirl does *not* run as root, all runs share the user's uid, so the
+      process-count limit counts the user's processes together;
+    - reading world-readable files under ``/usr`` (that is the point of a
+      read-only system).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from tirl.sandbox._common import CLEAN_ENV, Limits
+from tirl.sandbox._spawn import spawn
+from tirl.sandbox.base import ExecResult, Lang
+
+WORK = "/work"
+_UID_BASE = 200_000
+_UID_SPAN = 100_000
+
+
+def sandbox_uid() -> int | None:
+    """A fresh unprivileged uid for one sandbox when we are root, else None (keep our own)."""
+    if os.geteuid() != 0:
+        return None
+    return _UID_BASE + random.randrange(_UID_SPAN)
+
+
+def _world_reachable(path: Path) -> bool:
+    """Whether every directory above ``path`` can be traversed by any user."""
+    for parent in path.parents:
+        try:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+@functools.cache
+def sandbox_python() -> str:
+    """The interpreter used inside the sandbox: the base (non-venv) one we run on, if reachable.
+
+    A virtual environment lives in the project directory, which the sandbox
+    hides, so the base installation is used; when it is not reachable by an
+    unprivileged uid (e.g. pyenv under ``/root``), ``/usr/bin/python3``.
+    """
+    base = Path(os.path.realpath(sys._base_executable if hasattr(sys, "_base_executable") else sys.executable))
+    if os.geteuid() != 0 or _world_reachable(base):
+        return str(base)
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(candidate):
+            return os.path.realpath(candidate)
+    return str(base)
+
+
+def _python_prefix(python: str) -> Path | None:
+    """The installation directory to bind for ``python`` (None when it lives in /usr)."""
+    prefix = Path(python).parent.parent
+    if prefix == Path("/usr") or Path("/usr") in prefix.parents:
+        return None
+    return prefix
+
+
+def bwrap_argv(
+    *,
+    python: str,
+    workdir: Path | None = None,
+    tmp_mb: int = 64,
+    hostname: str = "sandbox",
+) -> list[str]:
+    """The ``bwrap ... --`` prefix that builds the sandbox described in the module docstring."""
+    size = str(tmp_mb * 1024 * 1024)
+    argv = [
+        shutil.which("bwrap") or "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+    ]
+    argv += ["--new-session", "--hostname", hostname, "--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "lib", "lib32", "lib64", "sbin"):
+        host = Path("/") / name
+        if host.is_symlink():
+            argv += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            argv += ["--ro-bind", str(host), str(host)]
+    for etc in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"):
+        argv += ["--ro-bind-try", f"/etc/{etc}", f"/etc/{etc}"]
+    prefix = _python_prefix(python)
+    if prefix is not None:
+        argv += ["--ro-bind", str(prefix), str(prefix)]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp"]
+    if workdir is not None:
+        argv += ["--bind", str(workdir), WORK]
+    else:
+        argv += ["--size", size, "--tmpfs", WORK]
+    argv += ["--chdir", WORK, "--clearenv"]
+    for key, value in dict(CLEAN_ENV, HOME=WORK, TMPDIR="/tmp").items():
+        argv += ["--setenv", key, value]
+    return [*argv, "--"]
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """None when bubblewrap can build the sandbox here, else why not (cached)."""
+    if shutil.which("bwrap") is None:
+        return "the bwrap binary is not installed (apt-get install bubblewrap)"
+    argv = [*bwrap_argv(python=sandbox_python()), sandbox_python(), "-I", "-c", "pass"]
+    uid = sandbox_uid()
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=30, user=uid, group=uid, extra_groups=[] if uid else None
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not start: {exc}"
+    if proc.returncode != 0:
+        return f"bwrap failed (status {proc.returncode}): {proc.stderr.strip()[:300]}"
+    return None
+
+
+def give_to(path: Path, uid: int | None, owner: tuple[int, int] | None = None) -> None:
+    """Change the owner of ``path`` and everything below it (uid None: leave it)."""
+    if uid is None:
+        return
+    u, g = owner if owner is not None else (uid, uid)
+    os.lchown(path, u, g)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), u, g)
+
+
+class BwrapSandbox:
+    """A fresh bubblewrap sandbox and interpreter per run (see the module docstring for coverage)."""
+
+    name = "bwrap"
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 5.0,
+        memory_mb: int = 1024,
+        max_output_chars: int = 2000,
+        disk_mb: int = 64,
+        python: str | None = None,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        self.max_output_chars = max_output_chars
+        self.disk_mb = disk_mb
+        self.python = python or sandbox_python()
+
+    async def run(
+        self,
+        code: str,
+        *,
+        lang: Lang = "python",
+        timeout_s: float | None = None,
+        memory_mb: int | None = None,
+        workdir: Path | None = None,
+        session: str | None = None,
+    ) -> ExecResult:
+        """Run ``code`` in a fresh sandbox; ``session`` is accepted but state is not kept."""
+        limits = Limits(
+            timeout_s=timeout_s or self.timeout_s,
+            memory_mb=memory_mb or self.memory_mb,
+            fsize_mb=self.disk_mb,
+        )
+        prog = [self.python, "-I", "-c", code] if lang == "python" else ["/bin/bash", "-c", code]
+        argv = [*bwrap_argv(python=self.python, workdir=workdir, tmp_mb=self.disk_mb), *prog]
+        uid = sandbox_uid()
+        owner = None
+        if workdir is not None:
+            st = os.stat(workdir)
+            owner = (st.st_uid, st.st_gid)
+            give_to(workdir, uid)
+        try:
+            return await spawn(argv, cwd=Path("/"), env={}, limits=limits, max_chars=self.max_output_chars, user=uid)
+        finally:
+            if workdir is not None:
+                give_to(workdir, uid, owner)
+
+    async def end_session(self, session: str) -> None:
+        """Nothing to forget: this backend keeps no state between runs."""
+
+    async def close(self) -> None:
+        """Nothing to stop: every run's namespace dies with it."""

@@ -1,0 +1,97 @@
+"""The plain-process fallback, for machines where bubblewrap cannot run.
+
+This is **not isolation**. It runs the code as an ordinary child process of
+the same user, so use it only for code you would run yourself.
+
+Covered:
+    - a wall-clock timeout that kills the program's process group;
+    - rlimits on CPU time, address space (memory), process count, file size,
+      open files; no core dumps;
+    - a scrubbed environment (no variable of the parent is passed on);
+    - a fresh temporary working directory (also ``HOME`` and ``TMPDIR``),
+      removed afterwards;
+    - output cut to head + marker + tail; invalid UTF-8 decoded with U+FFFD.
+
+Not covered (the bubblewrap backend covers all of these):
+    - **network**: the program can connect anywhere, loopback included, and
+      resolve names;
+    - **file system**: it can read everything the user can (home directory,
+      secrets, the project) and write everywhere the user can (``/tmp``,
+      home, the project);
+    - **processes**: it sees and can signal the user's other processes,
+      including its parent; a child that calls ``setsid`` (a daemon) leaves the
+      process group and survives the timeout;
+    - **fork bombs when run as root**: the kernel does not apply the process
+      count limit to uid 0;
+    - **disk**: the file-size limit caps each file, not their number, so the
+      disk can still be filled.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+from tirl.sandbox._common import CLEAN_ENV, Limits
+from tirl.sandbox._spawn import spawn
+from tirl.sandbox.base import ExecResult, Lang
+
+WARNING = (
+    "tirl sandbox: using the plain-process fallback (bubblewrap is not available). It does NOT isolate "
+    "network, file system or processes: the code can read your home directory and secrets, write anywhere "
+    "you can, open network connections and leave daemons behind. Install bubblewrap (apt-get install "
+    "bubblewrap) for isolation."
+)
+
+
+class ProcessSandbox:
+    """Runs code as a plain child process with rlimits and a timeout (see the module docstring)."""
+
+    name = "process"
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 5.0,
+        memory_mb: int = 1024,
+        max_output_chars: int = 2000,
+        python: str | None = None,
+        warn: bool = True,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        self.max_output_chars = max_output_chars
+        self.python = python or sys.executable
+        self._sessions_warned = False
+        if warn:
+            warnings.warn(WARNING, RuntimeWarning, stacklevel=2)
+
+    async def run(
+        self,
+        code: str,
+        *,
+        lang: Lang = "python",
+        timeout_s: float | None = None,
+        memory_mb: int | None = None,
+        workdir: Path | None = None,
+        session: str | None = None,
+    ) -> ExecResult:
+        """Run ``code`` once; ``session`` is accepted but state is not kept (each run is fresh)."""
+        limits = Limits(timeout_s=timeout_s or self.timeout_s, memory_mb=memory_mb or self.memory_mb)
+        argv = [self.python, "-I", "-c", code] if lang == "python" else ["/bin/bash", "-c", code]
+        tmp = Path(tempfile.mkdtemp(prefix="tirl-proc-"))
+        cwd = workdir or tmp
+        env = dict(CLEAN_ENV, HOME=str(cwd), TMPDIR=str(tmp))
+        try:
+            return await spawn(argv, cwd=cwd, env=env, limits=limits, max_chars=self.max_output_chars)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    async def end_session(self, session: str) -> None:
+        """Nothing to forget: this backend keeps no state between runs."""
+
+    async def close(self) -> None:
+        """Nothing to stop: every run cleans up after itself."""
