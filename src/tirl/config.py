@@ -141,6 +141,7 @@ class AlgoConfig:
     grad_clip: float = 1.0
     minibatches: int = 2
     epochs: int = 1
+    micro_batch_tokens: int = 16384  # padded tokens per forward pass (bounds memory); 0 = whole mini-batch
 
     def __post_init__(self) -> None:
         _check(self.group_size >= 2, "algo.group_size", self.group_size, "group-relative advantages need >= 2")
@@ -156,6 +157,7 @@ class AlgoConfig:
         _check(self.tis_cap is None or self.tis_cap >= 1, "algo.tis_cap", self.tis_cap, "use >= 1, or unset it")
         _check(self.lr > 0, "algo.lr", self.lr, "use a positive learning rate")
         _check(self.minibatches >= 1, "algo.minibatches", self.minibatches, "use >= 1")
+        _check(self.micro_batch_tokens >= 0, "algo.micro_batch_tokens", self.micro_batch_tokens, "use >= 0")
         _check(self.epochs >= 1, "algo.epochs", self.epochs, "use >= 1")
 
 
@@ -174,8 +176,12 @@ class RolloutConfig:
     run_timeout_s: float = 600.0
     eval_timeout_s: float = 120.0
     retries: int = 1
+    batch_size: int = 0  # sync_batch/async_batch: trajectories per batch (barrier between); 0 = run_workers
 
     def __post_init__(self) -> None:
+        _check(self.batch_size >= 0, "rollout.batch_size", self.batch_size, "use >= 0 (0 = run_workers)")
+        for key in ("init_timeout_s", "run_timeout_s", "eval_timeout_s"):
+            _check(getattr(self, key) > 0, f"rollout.{key}", getattr(self, key), "use a positive number of seconds")
         for key in ("init_workers", "run_workers", "eval_workers", "run_queue_size", "eval_queue_size"):
             value = getattr(self, key)
             _check(value >= 1, f"rollout.{key}", value, "use at least 1")

@@ -1,0 +1,515 @@
+"""The three-stage rollout pipeline: Initializer → Agent Runner → Evaluator.
+
+Each stage has its own pool of asyncio workers (``RolloutConfig.init_workers``,
+``run_workers``, ``eval_workers``):
+
+- **Initializer**: ``env_factory(task)`` then ``env.reset(task, seed=...)``
+  under ``init_timeout_s``, retried ``retries`` times with a fresh env (the
+  failed one is closed first).
+- **Agent Runner**: the :class:`~tirl.rollout.base.EpisodeRunner` (generation
+  and tool calls interleaved; the generator batches requests from all
+  runners) under ``run_timeout_s``. Not retried: a half-run episode has
+  already written tokens and mutated its env, so a retry would need a new
+  env *and* a new trajectory; the group resampler upstream is the place for
+  that.
+- **Evaluator**: ``env.evaluate()`` under ``eval_timeout_s``, retried
+  ``retries`` times on the same env (evaluation is expected to be
+  idempotent), then ``env.close()``.
+
+The stages are joined by ``init_queue`` (every episode of the request, no
+env yet), ``run_queue`` (``run_queue_size``) and ``eval_queue``
+(``eval_queue_size``). The last two are bounded: a full queue blocks the
+upstream worker (backpressure) and caps the number of live environments at
+``init_workers + run_queue_size + run_workers + eval_queue_size +
+eval_workers``.
+
+Faults are accounted, never lost: every episode ends with a termination
+reason — ``init_failed`` (reset failed or timed out on every attempt),
+``error`` (the runner raised), ``timeout`` (the runner ran past
+``run_timeout_s``), ``eval_failed`` (evaluate failed or timed out on every
+attempt) — with ``Trajectory.error`` saying what happened, and the batch
+always has ``len(tasks) * group_size`` trajectories.
+
+:class:`Stages` (the stage bodies and their accounting) and
+:class:`RolloutCore` (episodes, tracing, shutdown, batch assembly) are shared
+with the baseline strategies in :mod:`tirl.rollout.strategies`, which differ
+only in *when* they call each stage body.
+
+Not covered: distributing stages over machines (see ``tirl.distributed``),
+retrying the Agent Runner, and priority scheduling (episodes enter the
+Initializer in request order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tirl.config import RolloutConfig
+from tirl.envs.base import Env, Task
+from tirl.rollout.base import EnvFactory, EpisodeRunner, RolloutBatch, RolloutRequest
+from tirl.rollout.trace import STAGES, GeneratorBusy, PipelineTracer, StageBoard, TraceSummary
+from tirl.types import Group, Message, StageTiming, TerminationReason, Trajectory
+
+log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 30.0
+
+
+def trajectory_id(step: int, task_index: int, k: int) -> str:
+    """The id of the ``k``-th sample of task ``task_index`` at ``step``: ``s{step}-t{task_index}-g{k}``."""
+    return f"s{step}-t{task_index}-g{k}"
+
+
+def episode_seed(step: int, task_index: int, k: int) -> int:
+    """The deterministic ``seed`` passed to ``env.reset`` (the same on every retry)."""
+    return (step * 1_000_003 + task_index * 10_007 + k) % (2**31)
+
+
+@dataclass(slots=True, eq=False)
+class Episode:
+    """One trajectory in flight: its task, its env (once initialised) and its record."""
+
+    index: int
+    task_index: int
+    k: int
+    task: Task
+    seed: int
+    traj: Trajectory
+    env: EnvHandle | None = None
+    initial: list[Message] = field(default_factory=list)
+    done: bool = False
+
+
+def make_episodes(request: RolloutRequest) -> list[Episode]:
+    """``group_size`` episodes per task, in task order, with ids, group, answer and policy version set."""
+    if request.group_size < 1:
+        raise ValueError(f"RolloutRequest.group_size must be >= 1, got {request.group_size}")
+    episodes: list[Episode] = []
+    for ti, task in enumerate(request.tasks):
+        for k in range(request.group_size):
+            traj = Trajectory(
+                id=trajectory_id(request.step, ti, k),
+                messages=[],
+                group=task.id,
+                answer=task.answer,
+                stages={s: StageTiming() for s in STAGES},
+                info={"policy_version": request.policy_version},
+            )
+            seed = episode_seed(request.step, ti, k)
+            episodes.append(Episode(len(episodes), ti, k, task, seed, traj))
+    return episodes
+
+
+class EnvHandle:
+    """A live env with an exactly-once ``close`` that completes even if its caller is cancelled."""
+
+    def __init__(self, env: Env, on_closed: Callable[[EnvHandle, str | None], None], timeout_s: float) -> None:
+        self.env = env
+        self._on_closed = on_closed
+        self._timeout_s = timeout_s
+        self._closing: asyncio.Future[None] | None = None
+
+    @property
+    def closing(self) -> bool:
+        """``close`` has been called."""
+        return self._closing is not None
+
+    async def close(self) -> None:
+        """Close the env once; later calls wait for the same close."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        error: str | None = None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self.env.close()
+        except TimeoutError:
+            error = f"env.close() timed out after {self._timeout_s}s"
+        except Exception as exc:
+            error = f"env.close() raised {type(exc).__name__}: {exc}"
+        finally:
+            self._on_closed(self, error)
+
+
+def _cancel_is_ours() -> bool:
+    """True when the current task itself is being cancelled (not a stray CancelledError from below)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Stages:
+    """The bodies of the three stages for one ``collect``, with their accounting.
+
+    Strategies call :meth:`initialize`, :meth:`run`, :meth:`evaluate` and
+    :meth:`finish` for each episode and decide only when and how many at once.
+    ``counts`` collects attempts, retries, timeouts and close errors.
+    """
+
+    def __init__(
+        self,
+        cfg: RolloutConfig,
+        env_factory: EnvFactory,
+        runner: EpisodeRunner,
+        board: StageBoard,
+        *,
+        close_timeout_s: float = CLOSE_TIMEOUT_S,
+    ) -> None:
+        self.cfg = cfg
+        self.env_factory = env_factory
+        self.runner = runner
+        self.board = board
+        self.close_timeout_s = close_timeout_s
+        self.t0 = time.monotonic()
+        self.counts: Counter[str] = Counter()
+        self.live: set[EnvHandle] = set()
+        self.finished = 0
+
+    def now(self) -> float:
+        """Seconds since this ``collect`` started."""
+        return round(time.monotonic() - self.t0, 6)
+
+    def queue(self, ep: Episode, stage: str) -> None:
+        """``ep`` now waits for ``stage``."""
+        ep.traj.stages[stage].queued = self.now()
+        self.board.queue(stage)
+
+    async def handoff(self, ep: Episode, src: str, dst: str, q: asyncio.Queue[Episode]) -> None:
+        """Put ``ep`` into the bounded queue of ``dst``, counting the wait as backpressure on ``src``."""
+        ep.traj.stages[dst].queued = self.now()
+        if q.full():
+            self.board.block(src)
+            try:
+                await q.put(ep)
+            finally:
+                self.board.unblock(src)
+        else:
+            q.put_nowait(ep)
+        self.board.queue(dst)
+
+    def _begin(self, ep: Episode, stage: str) -> StageTiming:
+        timing = ep.traj.stages[stage]
+        timing.started = self.now()
+        self.board.start(stage)
+        return timing
+
+    def _end(self, timing: StageTiming, stage: str) -> None:
+        timing.finished = self.now()
+        self.board.finish(stage)
+
+    def _fail(self, ep: Episode, reason: TerminationReason, error: str) -> None:
+        if ep.traj.termination is not None and not ep.traj.termination.is_failure:
+            ep.traj.info["run_termination"] = ep.traj.termination.value
+        ep.traj.termination = reason
+        ep.traj.error = error
+
+    def _open(self, env: Env) -> EnvHandle:
+        handle = EnvHandle(env, self._closed, self.close_timeout_s)
+        self.live.add(handle)
+        self.board.env_opened()
+        return handle
+
+    def _closed(self, handle: EnvHandle, error: str | None) -> None:
+        self.live.discard(handle)
+        self.board.env_closed()
+        self.counts["closes"] += 1
+        if error is not None:
+            self.counts["close_errors"] += 1
+            log.warning("%s", error)
+
+    async def initialize(self, ep: Episode) -> bool:
+        """Create and reset an env (with timeout and retries); False = the episode ended ``init_failed``."""
+        timing = self._begin(ep, "init")
+        try:
+            error = ""
+            for _ in range(self.cfg.retries + 1):
+                timing.attempts += 1
+                self.counts["init_attempts"] += 1
+                handle: EnvHandle | None = None
+                try:
+                    async with asyncio.timeout(self.cfg.init_timeout_s):
+                        handle = self._open(self.env_factory(ep.task))
+                        ep.initial = list(await handle.env.reset(ep.task, seed=ep.seed))
+                    ep.env = handle
+                    return True
+                except TimeoutError:
+                    self.counts["init_timeouts"] += 1
+                    error = f"env reset timed out after {self.cfg.init_timeout_s}s (rollout.init_timeout_s)"
+                except asyncio.CancelledError:
+                    if _cancel_is_ours():
+                        raise
+                    error = "env reset raised a stray CancelledError"
+                except Exception as exc:
+                    error = f"env reset failed: {_describe(exc)}"
+                if handle is not None:
+                    await handle.close()
+            self._fail(ep, TerminationReason.INIT_FAILED, f"{error} [{timing.attempts} attempt(s)]")
+            return False
+        finally:
+            self._end(timing, "init")
+
+    async def run(self, ep: Episode) -> bool:
+        """Run the episode (with timeout); False = it ended ``error``/``timeout`` and skips evaluation."""
+        assert ep.env is not None, "run() before a successful initialize()"
+        timing = self._begin(ep, "run")
+        timing.attempts += 1
+        self.counts["run_attempts"] += 1
+        try:
+            async with asyncio.timeout(self.cfg.run_timeout_s):
+                await self.runner(ep.env.env, ep.task, ep.initial, ep.traj)
+        except TimeoutError:
+            self.counts["run_timeouts"] += 1
+            self._fail(
+                ep,
+                TerminationReason.TIMEOUT,
+                f"agent runner timed out after {self.cfg.run_timeout_s}s (rollout.run_timeout_s)",
+            )
+        except asyncio.CancelledError:
+            if _cancel_is_ours():
+                raise
+            self._fail(ep, TerminationReason.ERROR, "agent runner raised a stray CancelledError")
+        except Exception as exc:
+            self._fail(ep, TerminationReason.ERROR, f"agent runner raised {_describe(exc)}")
+        else:
+            if ep.traj.termination is None:
+                self._fail(ep, TerminationReason.ERROR, "agent runner returned without setting traj.termination")
+        finally:
+            self._end(timing, "run")
+        return not ep.traj.failed
+
+    async def evaluate(self, ep: Episode) -> None:
+        """Compute the reward (with timeout and retries); on failure the episode ends ``eval_failed``."""
+        assert ep.env is not None, "evaluate() before a successful initialize()"
+        timing = self._begin(ep, "eval")
+        try:
+            error = ""
+            for _ in range(self.cfg.retries + 1):
+                timing.attempts += 1
+                self.counts["eval_attempts"] += 1
+                try:
+                    async with asyncio.timeout(self.cfg.eval_timeout_s):
+                        result = await ep.env.env.evaluate()
+                    ep.traj.reward = float(result.reward)
+                    ep.traj.info["correct"] = bool(result.correct)
+                    if result.info:
+                        ep.traj.info["eval"] = dict(result.info)
+                    return
+                except TimeoutError:
+                    self.counts["eval_timeouts"] += 1
+                    error = f"evaluation timed out after {self.cfg.eval_timeout_s}s (rollout.eval_timeout_s)"
+                except asyncio.CancelledError:
+                    if _cancel_is_ours():
+                        raise
+                    error = "evaluation raised a stray CancelledError"
+                except Exception as exc:
+                    error = f"evaluation failed: {_describe(exc)}"
+            self._fail(ep, TerminationReason.EVAL_FAILED, f"{error} [{timing.attempts} attempt(s)]")
+        finally:
+            self._end(timing, "eval")
+
+    async def finish(self, ep: Episode) -> None:
+        """The episode is over: close its env (once) and count it."""
+        if ep.env is not None:
+            await ep.env.close()
+        ep.done = True
+        self.finished += 1
+
+    async def shutdown(self) -> None:
+        """Close every env still open (after cancellation or a crash); each is closed exactly once."""
+        while self.live:
+            await asyncio.gather(*(h.close() for h in list(self.live)), return_exceptions=True)
+
+    def assemble(self, request: RolloutRequest, episodes: list[Episode], summary: TraceSummary) -> RolloutBatch:
+        """Group the trajectories by task (request order) and compute the batch stats."""
+        groups = [Group(id=task.id, trajectories=[]) for task in request.tasks]
+        for ep in episodes:
+            groups[ep.task_index].trajectories.append(ep.traj)
+        wall = time.monotonic() - self.t0
+        trajs = [ep.traj for ep in episodes]
+        stats: dict[str, float] = {
+            "rollout/trajectories": float(len(trajs)),
+            "rollout/failed": float(sum(t.failed for t in trajs)),
+            "rollout/wall_s": wall,
+            "rollout/trajectories_per_s": len(trajs) / wall if wall > 0 else 0.0,
+            "rollout/max_live_envs": float(self.board.max_live_envs),
+        }
+        for reason in TerminationReason:
+            n = sum(t.termination is reason for t in trajs)
+            if n:
+                stats[f"rollout/termination/{reason.value}"] = float(n)
+        for stage in ("init", "eval"):
+            attempts = self.counts[f"{stage}_attempts"]
+            first = sum(1 for t in trajs if t.stages[stage].attempts > 0)
+            stats[f"rollout/{stage}_attempts"] = float(attempts)
+            stats[f"rollout/{stage}_retries"] = float(attempts - first)
+            stats[f"rollout/{stage}_timeouts"] = float(self.counts[f"{stage}_timeouts"])
+        stats["rollout/run_attempts"] = float(self.counts["run_attempts"])
+        stats["rollout/run_timeouts"] = float(self.counts["run_timeouts"])
+        stats["rollout/close_errors"] = float(self.counts["close_errors"])
+        stats.update(summary.stats())
+        return RolloutBatch(groups=groups, wall_s=wall, stats=stats)
+
+
+Dispatch = Callable[[Stages, list[Episode]], Awaitable[None]]
+
+
+class RolloutCore:
+    """What every strategy shares: episodes, stage bodies, tracing, shutdown and batch assembly.
+
+    A strategy supplies a *dispatch* coroutine that drives the stage bodies
+    for a list of episodes; :meth:`collect` wraps it so that, however it ends
+    (normally, by an error or by cancellation), the trace gets a final
+    snapshot and every env that was opened is closed exactly once.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cfg: RolloutConfig,
+        env_factory: EnvFactory,
+        runner: EpisodeRunner,
+        *,
+        trace_path: str | Path | None = None,
+        generator_busy: GeneratorBusy | None = None,
+    ) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.env_factory = env_factory
+        self.runner = runner
+        self.tracer = PipelineTracer(trace_path, cfg.trace_interval_s, generator_busy=generator_busy, strategy=name)
+        self.last_board: StageBoard | None = None
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._closed = False
+
+    async def collect(self, request: RolloutRequest, dispatch: Dispatch) -> RolloutBatch:
+        """Run ``dispatch`` over the request's episodes and return exactly one trajectory per episode."""
+        if self._closed:
+            raise RuntimeError(f"{self.name}: collect() called after close(); create a new strategy")
+        episodes = make_episodes(request)
+        board = StageBoard(done_base=dict(self.tracer.done_totals))
+        self.last_board = board
+        stages = Stages(self.cfg, self.env_factory, self.runner, board)
+        summary = self.tracer.begin()
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        for ep in episodes:
+            stages.queue(ep, "init")
+        sampler = asyncio.create_task(self.tracer.sample(board, request.step, summary))
+        try:
+            await dispatch(stages, episodes)
+        finally:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+            await stages.shutdown()
+            self.tracer.snapshot(board, request.step, summary)
+            self.tracer.end(board)
+            if task is not None:
+                self._tasks.discard(task)
+        unfinished = [ep.traj.id for ep in episodes if not ep.done]
+        if unfinished:
+            raise RuntimeError(
+                f"{self.name}: internal error, {len(unfinished)} episode(s) never finished: {unfinished[:5]}"
+            )
+        return stages.assemble(request, episodes, summary)
+
+    async def close(self) -> None:
+        """Cancel running ``collect`` calls (their envs get closed) and refuse new ones."""
+        self._closed = True
+        current = asyncio.current_task()
+        pending = [t for t in self._tasks if t is not current and not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+
+class PipelineStrategy:
+    """Initializer, Agent Runner and Evaluator worker pools joined by bounded queues.
+
+    The whole request streams through: a long episode holds one runner
+    worker, never the others, and set-up and evaluation of other episodes
+    overlap with generation.
+    """
+
+    name = "pipeline"
+
+    def __init__(
+        self,
+        cfg: RolloutConfig,
+        env_factory: EnvFactory,
+        runner: EpisodeRunner,
+        *,
+        trace_path: str | Path | None = None,
+        generator_busy: GeneratorBusy | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.core = RolloutCore(
+            self.name, cfg, env_factory, runner, trace_path=trace_path, generator_busy=generator_busy
+        )
+
+    async def collect(self, request: RolloutRequest) -> RolloutBatch:
+        """Stream every episode of the request through the three stages."""
+        return await self.core.collect(request, self._dispatch)
+
+    async def close(self) -> None:
+        """Stop workers and close every env of a running ``collect``."""
+        await self.core.close()
+
+    async def _dispatch(self, stages: Stages, episodes: list[Episode]) -> None:
+        if not episodes:
+            return
+        cfg = self.cfg
+        init_queue: asyncio.Queue[Episode] = asyncio.Queue()
+        for ep in episodes:
+            init_queue.put_nowait(ep)
+        run_queue: asyncio.Queue[Episode] = asyncio.Queue(maxsize=cfg.run_queue_size)
+        eval_queue: asyncio.Queue[Episode] = asyncio.Queue(maxsize=cfg.eval_queue_size)
+        all_done = asyncio.Event()
+
+        async def finish(ep: Episode) -> None:
+            await stages.finish(ep)
+            if stages.finished == len(episodes):
+                all_done.set()
+
+        async def initializer() -> None:
+            while not init_queue.empty():
+                ep = init_queue.get_nowait()
+                if await stages.initialize(ep):
+                    await stages.handoff(ep, "init", "run", run_queue)
+                else:
+                    await finish(ep)
+
+        async def agent_runner() -> None:
+            while True:
+                ep = await run_queue.get()
+                if await stages.run(ep):
+                    await stages.handoff(ep, "run", "eval", eval_queue)
+                else:
+                    await finish(ep)
+
+        async def evaluator() -> None:
+            while True:
+                ep = await eval_queue.get()
+                await stages.evaluate(ep)
+                await finish(ep)
+
+        async with asyncio.TaskGroup() as tg:
+            workers = [tg.create_task(initializer(), name=f"init-{i}") for i in range(cfg.init_workers)]
+            workers += [tg.create_task(agent_runner(), name=f"run-{i}") for i in range(cfg.run_workers)]
+            workers += [tg.create_task(evaluator(), name=f"eval-{i}") for i in range(cfg.eval_workers)]
+            await all_done.wait()
+            for w in workers:
+                w.cancel()
