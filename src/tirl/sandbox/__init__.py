@@ -1,7 +1,7 @@
 r"""Where model-written code runs: :func:`create_sandbox` picks and builds a backend.
 
 >>> from tirl.config import SandboxConfig
->>> sb = create_sandbox(SandboxConfig(backend="process"), warn=False)
+>>> sb = create_sandbox(SandboxConfig(backend="process", warm_pool=False), warn=False)
 >>> import asyncio
 >>> asyncio.run(sb.run("print(6 * 7)")).stdout
 '42\n'
@@ -21,9 +21,10 @@ from tirl.config import SandboxConfig
 from tirl.errors import SetupError
 from tirl.sandbox.base import ExecResult, Lang, Sandbox
 from tirl.sandbox.bwrap import BwrapSandbox, bwrap_problem
+from tirl.sandbox.pool import WarmPool
 from tirl.sandbox.process import ProcessSandbox
 
-__all__ = ["BwrapSandbox", "ExecResult", "Lang", "ProcessSandbox", "Sandbox", "create_sandbox"]
+__all__ = ["BwrapSandbox", "ExecResult", "Lang", "ProcessSandbox", "Sandbox", "WarmPool", "create_sandbox"]
 
 
 def create_sandbox(cfg: SandboxConfig | None = None, *, warn: bool = True) -> Sandbox:
@@ -52,10 +53,8 @@ def create_sandbox(cfg: SandboxConfig | None = None, *, warn: bool = True) -> Sa
             backend = "process"
     if backend == "bwrap":
         if cfg.warm_pool:
-            try:
-                from tirl.sandbox.pool import WarmPool
-            except ImportError:  # the pool is not there yet: fresh interpreters still isolate
-                return BwrapSandbox(**common)  # type: ignore[arg-type]
             return WarmPool(isolate=True, size=cfg.pool_size, **common)  # type: ignore[arg-type]
         return BwrapSandbox(**common)  # type: ignore[arg-type]
+    if cfg.warm_pool:
+        return WarmPool(isolate=False, size=cfg.pool_size, warn=warn, **common)  # type: ignore[arg-type]
     return ProcessSandbox(warn=warn, **common)  # type: ignore[arg-type]

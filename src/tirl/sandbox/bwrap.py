@@ -31,8 +31,8 @@ Not covered:
       processes may use N times the limit (the process-count limit bounds N);
     - CPU share and I/O bandwidth (no cgroup limits): a run can slow its
       neighbours down until its deadline;
-    - when tirl does *not* run as root, all runs share the user's uid, so the
-      process-count limit counts the user's processes together;
+    - on kernels before 5.14 (no per-user-namespace counts) the process-count
+      limit counts all processes of the uid, not just the sandbox's;
     - reading world-readable files under ``/usr`` (that is the point of a
       read-only system).
 """
@@ -53,6 +53,7 @@ from tirl.sandbox._spawn import spawn
 from tirl.sandbox.base import ExecResult, Lang
 
 WORK = "/work"
+TMP = "/tmp"
 _UID_BASE = 200_000
 _UID_SPAN = 100_000
 

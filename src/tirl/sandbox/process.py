@@ -80,7 +80,8 @@ class ProcessSandbox:
         session: str | None = None,
     ) -> ExecResult:
         """Run ``code`` once; ``session`` is accepted but state is not kept (each run is fresh)."""
-        limits = Limits(timeout_s=timeout_s or self.timeout_s, memory_mb=memory_mb or self.memory_mb)
+        # The process count covers all of the user's processes here, so it can only stop a runaway bomb.
+        limits = Limits(timeout_s=timeout_s or self.timeout_s, memory_mb=memory_mb or self.memory_mb, nproc=1024)
         argv = [self.python, "-I", "-c", code] if lang == "python" else ["/bin/bash", "-c", code]
         tmp = Path(tempfile.mkdtemp(prefix="tirl-proc-"))
         cwd = workdir or tmp

@@ -1,0 +1,438 @@
+"""The fork server of the warm pool. Standard library only: it runs *inside* the sandbox.
+
+Started as ``python -I -c <this file> WORK TMP``. It imports the usual modules
+once, then serves requests read from fd 0 (4-byte big-endian length + JSON)
+and answers on fd 1, one request at a time:
+
+``{"op": "run", "code", "lang", "timeout_s", "memory_mb", "nproc", "fsize_mb", "keep", "session"}``
+    Fork a fresh child (its own process group, rlimits, cwd WORK) that runs the
+    code and exits; with ``session``, run it instead in that session's
+    long-lived kernel process, which keeps its globals across runs. Answer
+    ``{"out": [head_b64, tail_b64, total], "err": [...], "exit", "timed_out", "wall", "note"}``.
+``{"op": "end", "session"}``
+    Kill that session's kernel.
+
+After every run the server kills every process it did not start as a kernel
+(it is a child subreaper, so double-forked daemons come back to it) and empties
+WORK and TMP, so nothing of one execution is visible to the next.
+"""
+
+import base64
+
+# The usual modules, imported once so that a forked child pays nothing for them.
+import bisect  # noqa: F401
+import builtins
+import cmath  # noqa: F401
+import collections  # noqa: F401
+import copy  # noqa: F401
+import ctypes
+import dataclasses  # noqa: F401
+import datetime  # noqa: F401
+import decimal  # noqa: F401
+import fractions  # noqa: F401
+import functools  # noqa: F401
+import heapq  # noqa: F401
+import io
+import itertools  # noqa: F401
+import json
+import math  # noqa: F401
+import operator  # noqa: F401
+import os
+import random
+import re  # noqa: F401
+import resource
+import select
+import shutil
+import signal
+import socket
+import statistics  # noqa: F401
+import string  # noqa: F401
+import struct
+import sys
+import textwrap  # noqa: F401
+import time
+import traceback
+import typing
+
+PR_SET_CHILD_SUBREAPER = 36
+DRAIN_GRACE_S = 0.1
+MB = 1024 * 1024
+
+
+class Capped:
+    """First and last ``keep`` bytes of a stream, and its total length."""
+
+    def __init__(self, keep):
+        self.keep, self.head, self.tail, self.total = keep, b"", bytearray(), 0
+
+    def feed(self, data):
+        self.total += len(data)
+        room = self.keep - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.keep:
+                del self.tail[: len(self.tail) - self.keep]
+
+    def wire(self):
+        return [base64.b64encode(self.head).decode(), base64.b64encode(bytes(self.tail)).decode(), self.total]
+
+
+def read_msg(fd):
+    head = read_exact(fd, 4)
+    if head is None:
+        return None
+    body = read_exact(fd, struct.unpack(">I", head)[0])
+    return None if body is None else json.loads(body)
+
+
+def read_exact(fd, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def write_msg(fd, obj):
+    data = json.dumps(obj).encode()
+    data = struct.pack(">I", len(data)) + data
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def set_limits(req, cpu=True):
+    pairs = [
+        (resource.RLIMIT_AS, req["memory_mb"] * MB),
+        (resource.RLIMIT_NPROC, req["nproc"]),
+        (resource.RLIMIT_FSIZE, req["fsize_mb"] * MB),
+        (resource.RLIMIT_NOFILE, 256),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if cpu:
+        pairs.append((resource.RLIMIT_CPU, int(req["timeout_s"] + 1)))
+    for which, value in pairs:
+        resource.setrlimit(which, (value, value))
+
+
+def fresh_stdio():
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True)
+
+
+def exec_python(code, env):
+    """Run ``code`` in ``env``; return the exit status a ``python -c`` would have."""
+    try:
+        exec(compile(code, "<string>", "exec"), env)
+        status = 0
+    except SystemExit as exc:
+        if exc.code is None:
+            status = 0
+        elif isinstance(exc.code, int):
+            status = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    except BaseException as exc:
+        # Drop this function's own frame: the traceback starts at the user's code.
+        tb = exc.__traceback__
+        traceback.print_exception(type(exc), exc, tb.tb_next if tb else None)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    return status
+
+
+def new_globals():
+    return {"__name__": "__main__", "__builtins__": builtins}
+
+
+def child_main(req, out_w, err_w, work):
+    """In the forked child: become the program. Never returns."""
+    try:
+        os.setpgid(0, 0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 65536)
+        os.chdir(work)
+        set_limits(req)
+        if req["lang"] == "bash":
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            os.execve("/bin/bash", ["bash", "-c", req["code"]], os.environ)
+        random.seed()
+        sys.argv = ["-c"]
+        fresh_stdio()
+        status = exec_python(req["code"], new_globals())
+    except BaseException:
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+        status = 1
+    os._exit(status & 0xFF)
+
+
+def kernel_main(sock, work, req):
+    """A session kernel: keep one set of globals, run each request's code in it."""
+    os.setpgid(0, 0)
+    keep = sock.fileno()
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 65536)
+    os.chdir(work)
+    set_limits(req, cpu=False)
+    sys.argv = ["-c"]
+    env = new_globals()
+    null = os.open(os.devnull, os.O_RDWR)
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
+        except OSError:
+            os._exit(0)
+        if not data:
+            os._exit(0)
+        msg = json.loads(data)
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = int(used.ru_utime + used.ru_stime + msg["timeout_s"] + 1)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.RLIM_INFINITY))
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        os.close(fds[0])
+        os.close(fds[1])
+        fresh_stdio()
+        status = exec_python(msg["code"], env)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        sock.sendall(json.dumps({"exit": status}).encode())
+
+
+class Server:
+    def __init__(self, work, tmp):
+        self.work, self.tmp = work, tmp
+        self.kernels = {}  # session -> (pid, socket)
+        self.ctrl_in = os.dup(0)
+        self.ctrl_out = os.dup(1)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1):
+            os.dup2(null, fd)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        self.me = os.getpid()
+
+    def serve(self):
+        while True:
+            req = read_msg(self.ctrl_in)
+            if req is None:
+                self.shutdown()
+                return
+            if req["op"] == "end":
+                self.end(req["session"])
+                write_msg(self.ctrl_out, {"ok": True})
+            elif req["op"] == "run":
+                write_msg(self.ctrl_out, self.run(req))
+
+    def run(self, req):
+        start = time.monotonic()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        note = ""
+        session = req.get("session")
+        done: typing.Any  # a pidfd (int) for a forked child, the kernel's socket in a session
+        if session is None:
+            pid = os.fork()
+            if pid == 0:
+                child_main(req, out_w, err_w, self.work)
+            done = os.pidfd_open(pid)
+        else:
+            pid, done = self.kernel(session, req)
+            socket.send_fds(done, [json.dumps(req).encode()], [out_w, err_w])
+        os.close(out_w)
+        os.close(err_w)
+        out, err = Capped(req["keep"]), Capped(req["keep"])
+        finished, reply = self.wait(done, out_r, err_r, out, err, start + req["timeout_s"])
+        if not finished:
+            kill_group(pid)
+        if session is None:
+            status = reap(pid)
+            os.close(done)
+        elif finished and reply:
+            status = json.loads(reply)["exit"]
+        else:  # the kernel hit the deadline or died: its state is gone
+            kill_group(pid)
+            del self.kernels[session]
+            done.close()
+            status = reap(pid)
+            note = "[session restarted: its state was lost]"
+        self.sweep()
+        if session is None:
+            self.clean()
+        return {
+            "out": out.wire(),
+            "err": err.wire(),
+            "exit": status,
+            "timed_out": not finished,
+            "wall": time.monotonic() - start,
+            "note": note,
+        }
+
+    def wait(self, done, out_r, err_r, out, err, deadline):
+        """Pump output until the program ends and its pipes close; (finished in time, kernel reply)."""
+        streams = {out_r: out, err_r: err}
+        finished, reply, end = False, None, deadline
+        while True:
+            now = time.monotonic()
+            watch = [*streams, *([] if finished else [done])]
+            if now >= end or not watch:
+                break
+            ready, _, _ = select.select(watch, [], [], end - now)
+            for fd in ready:
+                if fd is done:
+                    finished = True
+                    reply = done.recv(4096) if isinstance(done, socket.socket) else None
+                    end = time.monotonic() + DRAIN_GRACE_S  # a background child may hold the pipes
+                    continue
+                chunk = os.read(fd, 65536)
+                if chunk:
+                    streams[fd].feed(chunk)
+                else:
+                    os.close(fd)
+                    del streams[fd]
+        for fd in streams:
+            os.close(fd)
+        return finished, reply
+
+    def kernel(self, session, req):
+        if session in self.kernels:
+            return self.kernels[session]
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            parent.close()
+            try:
+                kernel_main(child, self.work, req)
+            finally:
+                os._exit(1)
+        child.close()
+        self.kernels[session] = (pid, parent)
+        return pid, parent
+
+    def end(self, session):
+        entry = self.kernels.pop(session, None)
+        if entry is not None:
+            kill_group(entry[0])
+            entry[1].close()
+            self.sweep()
+
+    def sweep(self):
+        """Kill every process below the server except the session kernels; reap them."""
+        for _ in range(1000):
+            keep = {self.me, *(pid for pid, _ in self.kernels.values())}
+            victims = [p for p in descendants(self.me) if p not in keep]
+            if not victims:
+                break
+            for p in victims:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            self.reap_all()
+            time.sleep(0.001)
+        self.reap_all()
+
+    def reap_all(self):
+        """Reap dead children; forget a kernel that died."""
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for session, (kpid, sock) in list(self.kernels.items()):
+                if kpid == pid:
+                    sock.close()
+                    del self.kernels[session]
+
+    def clean(self):
+        """Empty WORK and TMP (not in a session: there they are the session's files)."""
+        for root in (self.work, self.tmp):
+            for name in os.listdir(root):
+                remove(os.path.join(root, name))
+
+    def shutdown(self):
+        for session in list(self.kernels):
+            self.end(session)
+        self.sweep()
+
+
+def remove(path):
+    def fix(func, p, _exc):
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, onerror=fix)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def kill_group(pid):
+    for f in (os.killpg, os.kill):
+        try:
+            f(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def reap(pid):
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def descendants(root):
+    """Pids whose parent chain reaches ``root`` (live, non-zombie), from /proc."""
+    parent = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[0] == b"Z":
+            continue
+        parent[int(name)] = int(fields[1])
+    found = []
+    for pid in parent:
+        p, seen = pid, 0
+        while p in parent and seen < 4096:
+            p = parent[p]
+            seen += 1
+            if p == root:
+                found.append(pid)
+                break
+    return found
+
+
+if __name__ == "__main__":
+    Server(sys.argv[1], sys.argv[2]).serve()

@@ -1,0 +1,299 @@
+"""The warm pool: long-lived fork servers, so an execution does not pay interpreter start-up.
+
+The pool keeps ``size`` fork servers (:mod:`tirl.sandbox._server`). With
+``isolate=True`` each one runs inside its own bubblewrap sandbox, exactly the
+one :mod:`tirl.sandbox.bwrap` builds, under its own unprivileged uid when tirl
+runs as root. A server has already imported the usual modules (math,
+fractions, itertools, collections, re, json, decimal, statistics...). For each
+execution it forks a fresh child, which puts itself in a new process group,
+applies the rlimits and runs the code in the private workspace. The host
+talks to a server over its stdin/stdout with length-prefixed JSON.
+
+A server runs one execution at a time. Afterwards it kills every process that
+execution left behind and empties the workspace and ``/tmp``, so nothing of
+one execution (globals, files, processes) is visible to the next. The server
+is a child subreaper, so even ``setsid`` double-forked daemons come back to
+it and are killed.
+
+Sessions (``run(..., session=key)``) are notebook-like. The first run of a key
+starts a dedicated server (in its own sandbox) with one long-lived kernel
+process. Every run of that key executes in the kernel's globals, so variables,
+files in the workspace and ``/tmp`` survive between the session's own turns
+and nothing else can see them. A run that times out kills the kernel. The
+result then says that the state was lost, and the next run starts afresh.
+:meth:`WarmPool.end_session` frees it.
+
+Covered (``isolate=True``): everything the bubblewrap backend covers (see
+:mod:`tirl.sandbox.bwrap`), per execution. The network, file system and
+environment are isolated. Timeouts, rlimits and the cleanup of processes and
+files are enforced by the server inside the sandbox.
+
+Not covered:
+    - everything :mod:`tirl.sandbox.bwrap` does not cover;
+    - within one server, executions follow each other in the same sandbox.
+      The cleanup between them is done by the server (kill the leftover
+      processes, empty the workspace and ``/tmp``), not by a new namespace.
+      An execution that could kill or corrupt the server itself (e.g. through
+      a kernel bug) could see the next one; the host replaces a server that
+      stops answering;
+    - a session kernel's CPU rlimit is re-armed before each run, but its
+      hard limit is open, so code can raise it. The wall-clock timeout still
+      kills it;
+    - ``workdir=``: the servers have their own workspaces. A run that passes
+      a host ``workdir`` is handed to a fresh :class:`~tirl.sandbox.bwrap.BwrapSandbox`
+      (slower, same isolation).
+
+With ``isolate=False`` the servers are plain processes: same speed and
+sessions, but none of the isolation, exactly as documented in
+:mod:`tirl.sandbox.process`. Only the leftover cleanup is stronger there,
+because of the subreaper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from tirl.sandbox._common import CLEAN_ENV, CappedBuffer, build_result
+from tirl.sandbox.base import ExecResult, Lang
+from tirl.sandbox.bwrap import TMP, WORK, BwrapSandbox, bwrap_argv, sandbox_python, sandbox_uid
+from tirl.sandbox.process import WARNING
+
+SERVER_SOURCE = (Path(__file__).parent / "_server.py").read_text()
+# Host-side margin over the program's timeout before a silent server is declared dead.
+_SERVER_MARGIN_S = 5.0
+MAX_SESSIONS = 256
+
+
+class _Worker:
+    """One fork server (a bwrap-ed or plain ``python -c _server.py`` process)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, uid: int | None, tmp: Path | None) -> None:
+        self.proc = proc
+        self.uid = uid
+        self.tmp = tmp  # host directory of a non-isolated server
+        self.lock = asyncio.Lock()
+
+    async def call(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        data = json.dumps(msg).encode()
+        self.proc.stdin.write(struct.pack(">I", len(data)) + data)
+        await self.proc.stdin.drain()
+
+        async def _read() -> dict[str, Any]:
+            assert self.proc.stdout is not None
+            head = await self.proc.stdout.readexactly(4)
+            body = await self.proc.stdout.readexactly(struct.unpack(">I", head)[0])
+            reply: dict[str, Any] = json.loads(body)
+            return reply
+
+        return await asyncio.wait_for(_read(), timeout_s)
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 2.0)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+                await self.proc.wait()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _buffer(wire: list[Any], keep: int) -> CappedBuffer:
+    buf = CappedBuffer(keep)
+    buf.head = base64.b64decode(wire[0])
+    buf.tail = bytearray(base64.b64decode(wire[1]))
+    buf.total = int(wire[2])
+    return buf
+
+
+class WarmPool:
+    """Pre-started fork servers, optionally each inside bubblewrap (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        isolate: bool = True,
+        size: int = 4,
+        timeout_s: float = 5.0,
+        memory_mb: int = 1024,
+        max_output_chars: int = 2000,
+        disk_mb: int = 64,
+        nproc: int = 64,
+        python: str | None = None,
+        warn: bool = True,
+    ) -> None:
+        self.name = "warm-pool" if isolate else "warm-pool-process"
+        self.isolate = isolate
+        self.size = size
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        self.max_output_chars = max_output_chars
+        self.disk_mb = disk_mb
+        # Outside a user namespace the count is the whole uid's: there it can only stop a runaway bomb.
+        self.nproc = nproc if isolate else max(nproc, 1024)
+        self.python = python or (sandbox_python() if isolate else sys.executable)
+        self._workers: list[_Worker] = []
+        self._idle: asyncio.Queue[_Worker] | None = None
+        self._sessions: dict[str, _Worker] = {}
+        self._start_lock: asyncio.Lock | None = None
+        self._fresh: BwrapSandbox | None = None
+        self._closed = False
+        if not isolate and warn:
+            warnings.warn(WARNING, RuntimeWarning, stacklevel=2)
+
+    async def _spawn(self) -> _Worker:
+        uid = sandbox_uid() if self.isolate else None
+        tmp = None
+        if self.isolate:
+            argv = [*bwrap_argv(python=self.python, tmp_mb=self.disk_mb), self.python]
+            argv += ["-I", "-c", SERVER_SOURCE, WORK, TMP]
+            env: dict[str, str] = {}
+        else:
+            tmp = Path(tempfile.mkdtemp(prefix="tirl-pool-"))
+            (tmp / "work").mkdir()
+            (tmp / "tmp").mkdir()
+            argv = [self.python, "-I", "-c", SERVER_SOURCE, str(tmp / "work"), str(tmp / "tmp")]
+            env = dict(CLEAN_ENV, HOME=str(tmp / "work"), TMPDIR=str(tmp / "tmp"))
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=env,
+            cwd="/",
+            start_new_session=True,
+            user=uid,
+            group=uid,
+            extra_groups=[] if uid is not None else None,
+        )
+        return _Worker(proc, uid, tmp)
+
+    async def start(self) -> None:
+        """Start the servers now (``run`` does it on first use)."""
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._idle is not None:
+                return
+            self._workers = list(await asyncio.gather(*(self._spawn() for _ in range(self.size))))
+            idle: asyncio.Queue[_Worker] = asyncio.Queue()
+            for w in self._workers:
+                idle.put_nowait(w)
+            self._idle = idle
+
+    async def run(
+        self,
+        code: str,
+        *,
+        lang: Lang = "python",
+        timeout_s: float | None = None,
+        memory_mb: int | None = None,
+        workdir: Path | None = None,
+        session: str | None = None,
+    ) -> ExecResult:
+        """Run ``code`` in a forked child of a warm server (see the module docstring)."""
+        if self._closed:
+            return ExecResult("", "", None, error="the sandbox pool is closed")
+        timeout = timeout_s or self.timeout_s
+        memory = memory_mb or self.memory_mb
+        if workdir is not None and self.isolate:
+            if self._fresh is None:
+                self._fresh = BwrapSandbox(
+                    timeout_s=self.timeout_s, memory_mb=self.memory_mb, max_output_chars=self.max_output_chars
+                )
+            return await self._fresh.run(code, lang=lang, timeout_s=timeout, memory_mb=memory, workdir=workdir)
+        if session is not None and lang != "python":
+            return ExecResult("", "", None, error="sessions keep Python state; run bash without session=")
+        req = {
+            "op": "run",
+            "code": code,
+            "lang": lang,
+            "timeout_s": timeout,
+            "memory_mb": memory,
+            "nproc": self.nproc,
+            "fsize_mb": self.disk_mb,
+            "keep": self.max_output_chars * 4,
+            "session": session,
+        }
+        if session is not None:
+            return await self._run_session(session, req)
+        await self.start()
+        assert self._idle is not None
+        worker = await self._idle.get()
+        try:
+            return await self._call(worker, req)
+        finally:
+            if worker.proc.returncode is not None and not self._closed:
+                worker = await self._replace(worker)
+            self._idle.put_nowait(worker)
+
+    async def _run_session(self, session: str, req: dict[str, Any]) -> ExecResult:
+        worker = self._sessions.get(session)
+        if worker is None:
+            if len(self._sessions) >= MAX_SESSIONS:
+                return ExecResult("", "", None, error=f"more than {MAX_SESSIONS} open sessions; end some first")
+            worker = await self._spawn()
+            self._sessions[session] = worker
+        async with worker.lock:
+            result = await self._call(worker, req)
+        if worker.proc.returncode is not None:
+            await self.end_session(session)
+        return result
+
+    async def _call(self, worker: _Worker, req: dict[str, Any]) -> ExecResult:
+        try:
+            reply = await worker.call(req, req["timeout_s"] + _SERVER_MARGIN_S)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as exc:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.proc.pid, 9)
+            await worker.proc.wait()
+            return ExecResult("", "", None, error=f"sandbox server failed ({type(exc).__name__}); replaced")
+        keep = req["keep"]
+        out, err = _buffer(reply["out"], keep), _buffer(reply["err"], keep)
+        if reply.get("note"):
+            err.feed((b"\n" if err.total else b"") + reply["note"].encode())
+        return build_result(
+            out,
+            err,
+            int(reply["exit"]),
+            timed_out=bool(reply["timed_out"]),
+            wall_s=float(reply["wall"]),
+            max_chars=self.max_output_chars,
+        )
+
+    async def _replace(self, worker: _Worker) -> _Worker:
+        await worker.stop()
+        fresh = await self._spawn()
+        self._workers = [fresh if w is worker else w for w in self._workers]
+        return fresh
+
+    async def end_session(self, session: str) -> None:
+        """Stop the session's server and forget its state (no-op if none)."""
+        worker = self._sessions.pop(session, None)
+        if worker is not None:
+            async with worker.lock:
+                await worker.stop()
+
+    async def close(self) -> None:
+        """Stop every server; their sandboxes (and all they started) go with them."""
+        self._closed = True
+        for session in list(self._sessions):
+            await self.end_session(session)
+        await asyncio.gather(*(w.stop() for w in self._workers))
+        self._workers = []
+        self._idle = None
