@@ -40,7 +40,7 @@ from tirl.sandbox._spawn import spawn
 from tirl.sandbox.base import ExecResult, Lang
 
 WARNING = (
-    "tirl sandbox: using the plain-process fallback (bubblewrap is not available). It does NOT isolate "
+    "tirl sandbox: using the plain-process fallback (no bubblewrap). It does NOT isolate "
     "network, file system or processes: the code can read your home directory and secrets, write anywhere "
     "you can, open network connections and leave daemons behind. Install bubblewrap (apt-get install "
     "bubblewrap) for isolation."
