@@ -1,1 +1,45 @@
-"""envs."""
+"""Task environments: the async Env contract, a registry, a conformance checker and two built-ins.
+
+Public API::
+
+    from tirl.envs import (
+        Env, Task, StepResult, EvalResult, EnvError, EpisodeOverError,      # contract (base.py)
+        register_env, make_env, env_factory, load_tasks, list_envs,         # registry.py
+        check_env, EnvCheckError,                                           # check.py
+        safe_reset, safe_step, safe_evaluate, safe_close, ResetOutcome,     # guard.py
+        run_script, ScriptResult,                                           # script.py
+    )
+    from tirl.envs.tir_math import TirMathEnv, generate_tasks, load_math_tasks, expert_solution
+    from tirl.envs.swe_lite import SweLiteEnv, generate_swe_tasks, load_swe_tasks, expert_solution
+"""
+
+from tirl.envs.base import Env, EnvError, EpisodeOverError, EvalResult, StepResult, Task
+from tirl.envs.check import CheckReport, EnvCheckError, check_env
+from tirl.envs.guard import ResetOutcome, safe_close, safe_evaluate, safe_reset, safe_step
+from tirl.envs.registry import env_factory, list_envs, load_tasks, make_env, register_env, unregister_env
+from tirl.envs.script import ScriptResult, run_script
+
+__all__ = [
+    "CheckReport",
+    "Env",
+    "EnvCheckError",
+    "EnvError",
+    "EpisodeOverError",
+    "EvalResult",
+    "ResetOutcome",
+    "ScriptResult",
+    "StepResult",
+    "Task",
+    "check_env",
+    "env_factory",
+    "list_envs",
+    "load_tasks",
+    "make_env",
+    "register_env",
+    "run_script",
+    "safe_close",
+    "safe_evaluate",
+    "safe_reset",
+    "safe_step",
+    "unregister_env",
+]

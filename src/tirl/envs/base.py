@@ -70,3 +70,16 @@ class Env(Protocol):
     async def close(self) -> None:
         """Release the workspace, sandbox sessions and any other resource."""
         ...
+
+
+class EnvError(RuntimeError):
+    """An infrastructure failure inside an environment (the sandbox broke, a workspace copy failed).
+
+    Not a failing program: a program that crashes or times out is an observation.
+    The guards in :mod:`tirl.envs.guard` turn this (and any other exception) into
+    a result with reason ``error`` / ``init_failed`` / ``eval_failed``.
+    """
+
+
+class EpisodeOverError(RuntimeError):
+    """``step`` was called after the episode had ended (or before ``reset``)."""

@@ -1,0 +1,202 @@
+"""``check_env``: the conformance checker every environment (built-in or yours) should pass.
+
+It drives fresh env instances through short episodes and checks the contract
+of :mod:`tirl.envs.base`:
+
+* ``protocol`` — a non-empty ``name``; ``reset``/``step``/``evaluate``/``close`` are coroutines;
+* ``reset`` — returns a non-empty list of :class:`~tirl.types.Message` ending with a ``user``
+  message, no ``assistant`` message; the same task and seed give the same messages;
+* ``void`` — a turn with no code and no answer ends the episode: ``terminated``,
+  reason ``void`` (the shared rule of :func:`tirl.parsing.judge_message`);
+* ``results`` — every ``StepResult``: ``terminated`` and ``truncated`` not both set,
+  ``reason`` set exactly when the episode ended, a finite float reward, observation
+  messages of role ``tool`` or ``user``, a JSON-serialisable ``info``;
+* ``after_end`` — ``step`` after the end raises instead of silently continuing;
+* ``role`` — a non-assistant action raises ``ValueError``;
+* ``evaluate`` — returns an :class:`~tirl.envs.base.EvalResult` with a finite float
+  reward, a bool ``correct`` and a JSON-serialisable ``info``;
+* ``close`` — can be called twice;
+* ``solution`` (when given) — the scripted turns end the episode with ``answered`` or
+  ``submitted`` and ``evaluate`` says correct;
+* ``limit`` (when ``idle`` is given) — repeating a non-final action ends the episode
+  with ``truncated`` and reason ``max_turns`` within the env's ``max_turns``.
+
+Failures raise :class:`EnvCheckError` naming the check.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tirl.envs.base import Env, EvalResult, StepResult, Task
+from tirl.errors import TirlError
+from tirl.types import Message, Role, TerminationReason
+
+VOID_ACTION = "Let me think about this more carefully before I answer."
+
+
+class EnvCheckError(TirlError):
+    """An environment breaks the contract; the message names the check."""
+
+
+@dataclass(slots=True)
+class CheckReport:
+    """The checks that passed."""
+
+    env: str
+    passed: list[str] = field(default_factory=list)
+
+
+def _require(cond: bool, check: str, text: str) -> None:
+    if not cond:
+        raise EnvCheckError(f"check_env [{check}]: {text}")
+
+
+def _assistant(content: str) -> Message:
+    return Message(role=Role.ASSISTANT, content=content)
+
+
+def _check_step(result: object, check: str) -> StepResult:
+    _require(isinstance(result, StepResult), check, f"step must return StepResult, got {type(result).__name__}")
+    assert isinstance(result, StepResult)
+    _require(not (result.terminated and result.truncated), check, "terminated and truncated are both set")
+    done = result.terminated or result.truncated
+    _require((result.reason is not None) == done, check, f"reason {result.reason} does not match done={done}")
+    _require(
+        result.reason is None or isinstance(result.reason, TerminationReason),
+        check,
+        "reason must be a TerminationReason",
+    )
+    _require(isinstance(result.reward, float | int) and math.isfinite(result.reward), check, "reward must be finite")
+    for m in result.observation:
+        _require(isinstance(m, Message), check, "observation must be a list of Message")
+        _require(m.role in (Role.TOOL, Role.USER), check, f"observation role {m.role.value!r} is not tool or user")
+    try:
+        json.dumps(result.info)
+    except (TypeError, ValueError) as exc:
+        raise EnvCheckError(f"check_env [{check}]: info is not JSON-serialisable ({exc})") from None
+    return result
+
+
+async def _check_eval(env: Env, check: str) -> EvalResult:
+    result = await env.evaluate()
+    _require(isinstance(result, EvalResult), check, f"evaluate must return EvalResult, got {type(result).__name__}")
+    _require(isinstance(result.reward, float | int) and math.isfinite(result.reward), check, "reward must be finite")
+    _require(isinstance(result.correct, bool), check, "correct must be a bool")
+    try:
+        json.dumps(result.info)
+    except (TypeError, ValueError) as exc:
+        raise EnvCheckError(f"check_env [{check}]: evaluate info is not JSON-serialisable ({exc})") from None
+    return result
+
+
+async def check_env(
+    make: Callable[[], Env],
+    task: Task,
+    *,
+    solution: Sequence[str] | None = None,
+    idle: str | None = None,
+    seed: int | None = 0,
+) -> CheckReport:
+    """Run the conformance checks on fresh envs from ``make`` (see the module docstring).
+
+    ``solution``: assistant contents that solve ``task``; ``idle``: an assistant
+    content that acts (runs code) without ending the episode.
+    """
+    env = make()
+    report = CheckReport(env=getattr(env, "name", type(env).__name__))
+    _require(isinstance(env, Env), "protocol", f"{type(env).__name__} lacks the Env methods")
+    _require(isinstance(env.name, str) and bool(env.name), "protocol", "name must be a non-empty string")
+    for method in ("reset", "step", "evaluate", "close"):
+        _require(inspect.iscoroutinefunction(getattr(env, method)), "protocol", f"{method} must be async")
+    report.passed.append("protocol")
+
+    try:
+        first = await env.reset(task, seed=seed)
+        _require(isinstance(first, list) and bool(first), "reset", "reset must return a non-empty list")
+        _require(all(isinstance(m, Message) for m in first), "reset", "reset must return Message objects")
+        _require(first[-1].role is Role.USER, "reset", "the last initial message must be the user's")
+        _require(all(m.role is not Role.ASSISTANT for m in first), "reset", "no assistant message at reset")
+        other = make()
+        try:
+            _require(await other.reset(task, seed=seed) == first, "reset", "same task and seed gave other messages")
+        finally:
+            await other.close()
+        report.passed.append("reset")
+
+        try:
+            await env.step(Message(role=Role.USER, content="hello"))
+        except ValueError:
+            report.passed.append("role")
+        else:
+            raise EnvCheckError("check_env [role]: a user-role action must raise ValueError")
+
+        result = _check_step(await env.step(_assistant(VOID_ACTION)), "void")
+        _require(result.terminated and result.reason is TerminationReason.VOID, "void", f"got {result.reason}")
+        report.passed += ["void", "results"]
+        try:
+            await env.step(_assistant(VOID_ACTION))
+        except Exception:
+            report.passed.append("after_end")
+        else:
+            raise EnvCheckError("check_env [after_end]: step after the end must raise")
+        await _check_eval(env, "evaluate")
+        report.passed.append("evaluate")
+    finally:
+        await env.close()
+    await env.close()
+    report.passed.append("close")
+
+    if solution is not None:
+        await _run_solution(make, task, solution, seed)
+        report.passed.append("solution")
+    if idle is not None:
+        await _run_idle(make, task, idle, seed)
+        report.passed.append("limit")
+    return report
+
+
+async def _run_solution(make: Callable[[], Env], task: Task, solution: Sequence[str], seed: int | None) -> None:
+    env = make()
+    try:
+        await env.reset(task, seed=seed)
+        result: StepResult | None = None
+        for i, content in enumerate(solution):
+            _require(
+                result is None or not (result.terminated or result.truncated), "solution", f"ended before turn {i}"
+            )
+            result = _check_step(await env.step(_assistant(content)), "solution")
+        _require(result is not None and result.terminated, "solution", "the scripted turns did not end the episode")
+        assert result is not None
+        _require(
+            result.reason in (TerminationReason.ANSWERED, TerminationReason.SUBMITTED),
+            "solution",
+            f"ended with {result.reason}, expected answered or submitted",
+        )
+        evaluation = await _check_eval(env, "solution")
+        _require(evaluation.correct, "solution", f"evaluate says not correct: {evaluation.info}")
+    finally:
+        await env.close()
+
+
+async def _run_idle(make: Callable[[], Env], task: Task, idle: str, seed: int | None) -> None:
+    env = make()
+    limit = int(getattr(env, "max_turns", 100))
+    try:
+        await env.reset(task, seed=seed)
+        for _ in range(limit):
+            result = _check_step(await env.step(_assistant(idle)), "limit")
+            if result.terminated or result.truncated:
+                _require(
+                    result.truncated and result.reason is TerminationReason.MAX_TURNS,
+                    "limit",
+                    f"ended with {result.reason}, expected truncated max_turns",
+                )
+                return
+        raise EnvCheckError(f"check_env [limit]: episode still running after max_turns={limit}")
+    finally:
+        await env.close()

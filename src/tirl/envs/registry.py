@@ -1,0 +1,155 @@
+"""Environments by name: ``register_env``, ``make_env``, ``env_factory``, ``load_tasks``.
+
+A registered *maker* is any callable that takes keyword arguments and
+returns an :class:`~tirl.envs.base.Env` (usually the env class itself). It
+may be given as an import string ``"pkg.mod:Name"``, imported on first use,
+so registering costs nothing. A name that is not registered but looks like
+an import string is imported directly, so ``make_env("mypkg.envs:MyEnv")``
+works without registering.
+
+The built-ins are ``tir-math`` and ``swe-lite``. Each may also register a
+*task source* (``tasks=``): ``source(env_config, n, seed) -> list[Task]``,
+which :func:`load_tasks` uses (a JSONL file when ``env.tasks_file`` is set,
+else the generator).
+
+>>> sorted(list_envs())[:2]
+['swe-lite', 'tir-math']
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tirl.config import EnvConfig
+from tirl.envs.base import Env, Task
+from tirl.errors import ConfigError
+
+EnvMaker = Callable[..., Env]
+TaskSource = Callable[[EnvConfig, int, int], list[Task]]
+
+
+@dataclass(slots=True)
+class EnvSpec:
+    """A registered environment: its maker and optional task source (objects or import strings)."""
+
+    name: str
+    maker: EnvMaker | str
+    tasks: TaskSource | str | None = None
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def _import(target: str, what: str) -> Any:
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{what} {target!r} is not an import string — write it as 'package.module:Name'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{what} {target!r}: cannot import module {module_name!r} ({exc}) — check the name") from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{what} {target!r}: module {module_name!r} has no {attr!r} — check the name") from None
+    if not callable(obj):
+        raise ConfigError(f"{what} {target!r} is not callable")
+    return obj
+
+
+def register_env(
+    name: str, maker: EnvMaker | str, *, tasks: TaskSource | str | None = None, override: bool = False
+) -> None:
+    """Register ``maker`` (a callable or ``"pkg.mod:Name"``) under ``name``.
+
+    Raises ``ValueError`` if the name is taken, unless ``override``.
+    """
+    if not name or not name.strip():
+        raise ValueError("an environment name must be non-empty")
+    if name in _REGISTRY and not override:
+        raise ValueError(f"environment {name!r} is already registered — pass override=True to replace it")
+    if isinstance(maker, str) and ":" not in maker:
+        raise ValueError(f"import string {maker!r} must look like 'package.module:Name'")
+    _REGISTRY[name] = EnvSpec(name=name, maker=maker, tasks=tasks)
+
+
+def unregister_env(name: str) -> None:
+    """Remove ``name`` (no-op if absent)."""
+    _REGISTRY.pop(name, None)
+
+
+def list_envs() -> list[str]:
+    """The registered names."""
+    return list(_REGISTRY)
+
+
+def get_spec(name: str) -> EnvSpec:
+    """The spec of ``name``; an unregistered ``"pkg.mod:Name"`` is accepted as an ad-hoc spec."""
+    spec = _REGISTRY.get(name)
+    if spec is not None:
+        return spec
+    if ":" in name:
+        return EnvSpec(name=name, maker=name)
+    known = ", ".join(sorted(_REGISTRY)) or "none"
+    raise ConfigError(
+        f"unknown environment {name!r} (registered: {known}) — use one of them, "
+        "register it with tirl.envs.register_env, or give an import string 'package.module:Factory'"
+    )
+
+
+def _maker(spec: EnvSpec) -> EnvMaker:
+    if isinstance(spec.maker, str):
+        spec.maker = _import(spec.maker, "environment")
+    return spec.maker  # type: ignore[return-value]
+
+
+def make_env(name: str, *, config: EnvConfig | None = None, **kwargs: Any) -> Env:
+    """Create one env instance: ``maker(**kwargs)``; ``config`` supplies ``max_turns`` unless given.
+
+    Typical keyword arguments of the built-ins: ``sandbox`` (a shared
+    :class:`~tirl.sandbox.base.Sandbox`), ``sandbox_config``, ``max_turns``.
+    """
+    spec = get_spec(name)
+    if config is not None:
+        kwargs.setdefault("max_turns", config.max_turns)
+    env = _maker(spec)(**kwargs)
+    if not isinstance(env, Env):
+        raise ConfigError(
+            f"environment {name!r}: the factory returned {type(env).__name__}, which lacks the Env methods "
+            "(name, async reset/step/evaluate/close)"
+        )
+    return env
+
+
+def env_factory(name: str, *, config: EnvConfig | None = None, **kwargs: Any) -> Callable[[Task], Env]:
+    """An ``EnvFactory`` for the rollout (``task -> fresh env``), checked once up front."""
+    spec = get_spec(name)
+    _maker(spec)  # import errors surface now, not in the middle of a rollout
+
+    def factory(task: Task) -> Env:
+        return make_env(name, config=config, **kwargs)
+
+    return factory
+
+
+def load_tasks(config: EnvConfig, n: int | None = None, *, seed: int | None = None) -> list[Task]:
+    """The tasks of ``config.name``: from ``config.tasks_file`` when set, else the env's generator.
+
+    ``n`` defaults to ``config.eval_size``; ``seed`` to ``config.seed``.
+    """
+    spec = get_spec(config.name)
+    if spec.tasks is None:
+        raise ConfigError(f"environment {config.name!r} registers no task source — pass tasks explicitly")
+    if isinstance(spec.tasks, str):
+        spec.tasks = _import(spec.tasks, "task source")
+    source: TaskSource = spec.tasks  # type: ignore[assignment]
+    return source(config, config.eval_size if n is None else n, config.seed if seed is None else seed)
+
+
+register_env("tir-math", "tirl.envs.tir_math:TirMathEnv", tasks="tirl.envs.tir_math:task_source")
+register_env("swe-lite", "tirl.envs.swe_lite:SweLiteEnv", tasks="tirl.envs.swe_lite:task_source")

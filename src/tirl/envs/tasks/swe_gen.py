@@ -1,0 +1,192 @@
+"""swe-lite tasks: a planted-bug generator, a JSONL loader of local repositories, scripted fixes.
+
+Generated task ``data``: ``files`` (repository files, path -> text),
+``hidden_tests`` (test files, path -> text, never copied into the workspace
+before evaluation), ``module`` (the file with the bug), ``mutation`` (kind,
+original, mutated). The prompt is an issue report that quotes a call whose
+result is wrong, computed by running the correct and the buggy code
+in-process (our own code, not the model's).
+
+JSONL task file, one object per line::
+
+    {"id": "calc-1", "repo": "/abs/path/to/repo", "prompt": "Fix ...",
+     "test_command": "python3 -m pytest -q tests", "hidden_tests": "/abs/path/to/tests"}
+
+``repo``, ``prompt`` and ``test_command`` are required; ``hidden_tests`` (a
+directory copied into the workspace, under its own name, just before the
+test command runs) and ``id`` are optional. Relative paths are relative to
+the JSONL file.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from tirl.envs.base import Task
+from tirl.envs.tasks.jsonl import read_jsonl, require_str
+from tirl.envs.tasks.swe_programs import MUTATION_KINDS, PROGRAMS, Mutation, Program
+from tirl.errors import InputError
+
+KIND = "swe-lite"
+
+
+def _load(program: Program, source: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": f"{program.package}.core"}
+    exec(compile(source, program.module_path, "exec"), namespace)
+    return namespace
+
+
+def _describe_call(program: Program, source: str, call: str) -> str:
+    try:
+        value = eval(call, _load(program, source))
+    except Exception as exc:
+        return f"raises {type(exc).__name__}({str(exc)!r})"
+    return f"returns {value!r}"
+
+
+def issue_text(program: Program, mutation: Mutation) -> str:
+    """The bug report for ``mutation`` of ``program``."""
+    buggy = program.source.replace(mutation.original, mutation.mutated, 1)
+    got = _describe_call(program, buggy, mutation.example)
+    want = _describe_call(program, program.source, mutation.example)
+    return (
+        f"Bug in the `{program.package}` package ({program.module_path}): `{mutation.example}` {got}, "
+        f"but it should {want.replace('returns', 'return').replace('raises', 'raise')}. Fix the code."
+    )
+
+
+def run_hidden_in_process(program: Program, source: str) -> tuple[int, int]:
+    """Run the hidden tests against ``source`` in this process: ``(passed, failed)`` (for self-checks)."""
+    package = types.ModuleType(program.package)
+    core = types.ModuleType(f"{program.package}.core")
+    saved = {name: sys.modules.get(name) for name in (program.package, core.__name__)}
+    passed = failed = 0
+    try:
+        exec(compile(source, program.module_path, "exec"), core.__dict__)
+        package.__dict__.update({k: v for k, v in core.__dict__.items() if not k.startswith("__")})
+        sys.modules[program.package] = package
+        sys.modules[core.__name__] = core
+        tests: dict[str, Any] = {}
+        exec(compile(program.tests, "test_hidden.py", "exec"), tests)
+        for name, fn in tests.items():
+            if name.startswith("test_") and callable(fn):
+                try:
+                    fn()
+                    passed += 1
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException:  # pytest.fail / DID NOT RAISE derive from BaseException
+                    failed += 1
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    return passed, failed
+
+
+def make_task(program: Program, mutation: Mutation, task_id: str) -> Task:
+    """The task of one planted bug."""
+    if program.source.count(mutation.original) != 1:
+        raise ValueError(f"{program.package}: mutation site {mutation.original!r} is not unique")
+    buggy = program.source.replace(mutation.original, mutation.mutated, 1)
+    files = {
+        f"{program.package}/__init__.py": f"from {program.package}.core import *  # noqa: F403\n",
+        program.module_path: buggy,
+        "README.md": f"# {program.package}\n\n{issue_text(program, mutation)}\n",
+    }
+    return Task(
+        id=task_id,
+        prompt=issue_text(program, mutation),
+        kind=KIND,
+        data={
+            "files": files,
+            "hidden_tests": {"test_hidden.py": program.tests},
+            "module": program.module_path,
+            "program": program.package,
+            "mutation": {"kind": mutation.kind, "original": mutation.original, "mutated": mutation.mutated},
+        },
+    )
+
+
+def all_cases(kinds: tuple[str, ...] | None = None) -> list[tuple[Program, Mutation]]:
+    """Every (program, mutation) pair, optionally only of the given kinds."""
+    if kinds is not None:
+        unknown = set(kinds) - set(MUTATION_KINDS)
+        if unknown:
+            raise ValueError(f"unknown mutation kinds {sorted(unknown)}; choose from {', '.join(MUTATION_KINDS)}")
+    return [(p, m) for p in PROGRAMS for m in p.mutations if kinds is None or m.kind in kinds]
+
+
+def generate_swe_tasks(n: int, *, seed: int = 0, kinds: tuple[str, ...] | None = None) -> list[Task]:
+    """``n`` planted-bug tasks, deterministic in ``seed``; cycles through all cases before repeating."""
+    cases = all_cases(kinds)
+    rng = random.Random(f"swe-lite/{seed}")
+    tasks: list[Task] = []
+    order: list[int] = []
+    for i in range(n):
+        if not order:
+            order = list(range(len(cases)))
+            rng.shuffle(order)
+        program, mutation = cases[order.pop()]
+        tasks.append(make_task(program, mutation, f"swe-s{seed}-{i}-{program.package}-{mutation.kind}"))
+    return tasks
+
+
+def load_swe_tasks(path: str | Path) -> list[Task]:
+    """Load a JSONL of local repositories (see the module docstring); errors name the file and line."""
+    base = Path(path).parent
+    tasks: list[Task] = []
+    for lineno, obj in read_jsonl(path):
+        repo = base / require_str(obj, "repo", path, lineno)
+        if not repo.is_dir():
+            raise InputError(str(path), lineno, f"repo {str(repo)!r} is not a directory", "give an existing local path")
+        prompt = require_str(obj, "prompt", path, lineno)
+        command = require_str(obj, "test_command", path, lineno)
+        hidden = None
+        if obj.get("hidden_tests") is not None:
+            hidden = base / require_str(obj, "hidden_tests", path, lineno)
+            if not hidden.is_dir():
+                raise InputError(
+                    str(path), lineno, f"hidden_tests {str(hidden)!r} is not a directory", "give an existing local path"
+                )
+        task_id = str(obj.get("id", f"{Path(path).stem}-{lineno}"))
+        data = {"repo": str(repo.resolve()), "test_command": command, "hidden_tests": hidden and str(hidden.resolve())}
+        tasks.append(Task(id=task_id, prompt=prompt, kind=KIND, data=data))
+    if not tasks:
+        raise InputError(
+            str(path), None, "no tasks in the file", 'add lines like {"repo": ..., "prompt": ..., "test_command": ...}'
+        )
+    return tasks
+
+
+def bash_turn(command: str) -> str:
+    """An assistant turn that runs a shell command."""
+    return f"```bash\n{command}\n```"
+
+
+SUBMIT_TURN = bash_turn("submit")
+
+
+def expert_solution(task: Task) -> list[str]:
+    """Scripted assistant turns that fix a *generated* task: look, patch with python3, submit."""
+    mutation = task.data.get("mutation")
+    module = task.data.get("module")
+    if not isinstance(mutation, dict) or not isinstance(module, str):
+        raise ValueError(f"task {task.id!r} has no planted bug to undo (only generated swe-lite tasks do)")
+    patch = (
+        "python3 - <<'EOF'\n"
+        "from pathlib import Path\n"
+        f"p = Path({module!r})\n"
+        "s = p.read_text()\n"
+        f"assert s.count({mutation['mutated']!r}) >= 1\n"
+        f"p.write_text(s.replace({mutation['mutated']!r}, {mutation['original']!r}, 1))\n"
+        "print('patched')\n"
+        "EOF"
+    )
+    return [bash_turn(f"cat {module}"), bash_turn(patch), SUBMIT_TURN]

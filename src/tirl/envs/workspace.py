@@ -1,0 +1,152 @@
+"""Isolated per-episode workspaces copied from cached templates (the swe-lite Initializer work).
+
+A *template* is a read-only directory: for a generated task it is written
+once into the cache (``<cache>/<content hash>/repo`` and ``.../hidden``,
+atomically, so concurrent episodes of the same task share one copy); for a
+task loaded from JSONL it is the user's repository itself (never written
+to). A *workspace* is a fresh copy of the template under ``work_root``,
+owned by one episode and deleted by :meth:`Workspace.remove`.
+
+The copy uses ``shutil.copytree`` (symlinks kept as links). Its time is
+returned so the env can record it (``info["copy_s"]``). Not covered: huge
+repositories (no copy-on-write or overlay file systems are used; a
+``.git`` directory is copied like any other).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tirl.envs.base import Task
+
+
+def default_cache_dir() -> Path:
+    """``$TIRL_CACHE_DIR/swe-lite`` or ``~/.cache/tirl/swe-lite``."""
+    root = os.environ.get("TIRL_CACHE_DIR")
+    return Path(root) / "swe-lite" if root else Path.home() / ".cache" / "tirl" / "swe-lite"
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """Where a task's repository and hidden tests live (``hidden`` may be None)."""
+
+    repo: Path
+    hidden: Path | None
+    cached: bool  # True when this call found it already materialised (or it is a user path)
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        target = (root / rel).resolve()
+        if root.resolve() not in target.parents:
+            raise ValueError(f"task file path {rel!r} escapes the repository")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
+def materialise(task: Task, cache_dir: Path) -> Template:
+    """The template of ``task``: a user repository as is, or generated files written once to the cache."""
+    if "repo" in task.data:
+        hidden = task.data.get("hidden_tests")
+        return Template(Path(task.data["repo"]), Path(hidden) if isinstance(hidden, str) else None, True)
+    files = task.data.get("files")
+    hidden_files = task.data.get("hidden_tests") or {}
+    if not isinstance(files, dict) or not isinstance(hidden_files, dict):
+        raise ValueError(f"swe-lite task {task.id!r} has neither data['repo'] nor data['files']")
+    key = hashlib.sha256(json.dumps([files, hidden_files], sort_keys=True).encode()).hexdigest()[:20]
+    final = cache_dir / key
+    if not (final / "done").exists():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = cache_dir / f".{key}.{uuid.uuid4().hex}"
+        _write_tree(tmp / "repo", files)
+        _write_tree(tmp / "hidden", hidden_files)
+        (tmp / "done").write_text("", encoding="utf-8")
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another episode won the race; its copy is identical
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            return Template(final / "repo", final / "hidden", False)
+    return Template(final / "repo", final / "hidden", True)
+
+
+@dataclass(slots=True)
+class Workspace:
+    """One episode's writable copy of a template."""
+
+    path: Path
+    copy_s: float
+
+    def remove(self) -> None:
+        """Delete the workspace (idempotent)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def provision(template: Template, work_root: Path | None = None) -> Workspace:
+    """Copy ``template.repo`` into a fresh directory under ``work_root`` (default: the system temp dir)."""
+    root = Path(work_root) if work_root is not None else Path(tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    parent = Path(tempfile.mkdtemp(prefix="tirl-swe-", dir=root))
+    os.chmod(parent, 0o711)  # the sandbox may run as another uid: it must be able to reach repo/
+    path = parent / "repo"
+    start = time.perf_counter()
+    try:
+        shutil.copytree(template.repo, path, symlinks=True)
+    except BaseException:
+        shutil.rmtree(parent, ignore_errors=True)
+        raise
+    os.chmod(path, 0o755)
+    return Workspace(path=path, copy_s=time.perf_counter() - start)
+
+
+_PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py.py")
+
+
+def pytest_bundle(cache_dir: Path) -> Path:
+    """A zip of this interpreter's pytest (and its pure-Python dependencies), built once into the cache.
+
+    The sandbox's interpreter has no site-packages of ours (bubblewrap hides
+    the project's virtual environment), so the evaluator copies this zip into
+    the workspace and puts it on ``sys.path``. Sources and ``.pyc`` files
+    (unchecked-hash, for this Python version) are both stored: another
+    Python version ignores the ``.pyc`` and compiles the sources.
+    """
+    import importlib.util
+    import marshal
+
+    import pytest
+
+    site = Path(pytest.__file__).resolve().parent.parent
+    version = f"{pytest.__version__}-{importlib.util.MAGIC_NUMBER.hex()}"
+    target = cache_dir / f"pytest-{version}.zip"
+    if target.exists():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = cache_dir / f".pytest-{uuid.uuid4().hex}.zip"
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as zf:
+        for name in _PYTEST_MODULES:
+            src = site / name
+            if not src.exists():
+                continue
+            files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+            for f in files:
+                if "__pycache__" in f.parts:
+                    continue
+                rel = f.relative_to(site).as_posix()
+                zf.write(f, rel)
+                if f.suffix == ".py":
+                    source = f.read_bytes()
+                    code = compile(source, rel, "exec", dont_inherit=True)
+                    header = importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little")
+                    zf.writestr(rel[:-3] + ".pyc", header + importlib.util.source_hash(source) + marshal.dumps(code))
+    os.replace(tmp, target)
+    return target
