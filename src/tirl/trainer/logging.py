@@ -1,0 +1,153 @@
+"""Run-directory logs: per-step metrics JSONL, TensorBoard event files, sampled trajectories.
+
+Layout of a run directory::
+
+    metrics.jsonl        one object per step: {"step": N, "<ns>/<name>": float | null, ...}
+    tb/                  the same scalars as TensorBoard event files (tag = metric name)
+    trajectories.jsonl   a sample of each step's trajectories (Trajectory.to_json(), info.step = N)
+
+Every line is written whole and flushed (``os.fsync``) before the step's
+checkpoint, so a ``kill -9`` can at worst leave a torn last line.
+:meth:`RunLogger.open` with ``resume_step`` rewrites both JSONL files to keep
+only complete lines of steps ``<= resume_step`` and opens TensorBoard with
+``purge_step = resume_step + 1``, so a resumed run neither loses nor repeats
+a step.
+
+Not covered: log rotation (one file per run), remote sinks (wandb, mlflow).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from tirl.types import Trajectory
+
+# The metric names every step carries (a skipped step has them with null values).
+REQUIRED_METRICS: tuple[str, ...] = (
+    "rollout/trajectories",
+    "filter/valid_trajectories",
+    "filter/void_trajectories",
+    "filter/resampled",
+    "train/is_ratio_min",
+    "train/is_ratio_max",
+    "train/is_ratio_mean",
+    "train/clip_frac",
+    "train/grad_norm",
+    "train/loss",
+    "train/entropy",
+    "train/skipped_updates",
+    "rollout/max_seq_len",
+    "rollout/mean_seq_len",
+    "rollout/turns_mean",
+    "reward/mean",
+    "time/step_s",
+)
+
+Scalar = float | int | None
+
+
+def _clean(value: Any) -> Scalar:
+    """JSON-safe scalar: NaN and inf become null (JSON has neither)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def _keep_lines(path: Path, keep: int) -> None:
+    """Rewrite a JSONL file with only the complete lines whose ``step`` is ``<= keep`` (atomic)."""
+    if not path.exists():
+        return
+    kept: list[str] = []
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if not line.endswith("\n"):
+                break  # torn last line of a killed run
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            step = obj.get("step", (obj.get("info") or {}).get("step"))
+            if isinstance(step, int) and step <= keep:
+                kept.append(line)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.writelines(kept)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The complete lines of ``run_dir/metrics.jsonl``, in order."""
+    path = Path(run_dir) / "metrics.jsonl"
+    rows: list[dict[str, Any]] = []
+    if not path.exists():
+        return rows
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.endswith("\n"):
+                rows.append(json.loads(line))
+    return rows
+
+
+class RunLogger:
+    """Writes metrics.jsonl, tb/ and trajectories.jsonl of one run directory."""
+
+    def __init__(self, run_dir: str | Path, *, resume_step: int = 0, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.trajectories_path = self.run_dir / "trajectories.jsonl"
+        if resume_step > 0 or self.metrics_path.exists():
+            _keep_lines(self.metrics_path, resume_step)
+            _keep_lines(self.trajectories_path, resume_step)
+        self._metrics: IO[str] = self.metrics_path.open("a", encoding="utf-8")
+        self._trajs: IO[str] = self.trajectories_path.open("a", encoding="utf-8")
+        self._tb: Any = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(
+                log_dir=str(self.run_dir / "tb"), purge_step=resume_step + 1 if resume_step > 0 else None
+            )
+
+    def log_step(self, step: int, metrics: dict[str, Any]) -> dict[str, Scalar]:
+        """Append one metrics line (required keys filled with null) and the TensorBoard scalars."""
+        row: dict[str, Scalar] = {"step": step}
+        for key in REQUIRED_METRICS:
+            row[key] = None
+        for key, value in metrics.items():
+            row[key] = _clean(value)
+        self._metrics.write(json.dumps(row) + "\n")
+        self._metrics.flush()
+        os.fsync(self._metrics.fileno())
+        if self._tb is not None:
+            for key, value in row.items():
+                if key != "step" and value is not None:
+                    self._tb.add_scalar(key, value, global_step=step)
+            self._tb.flush()
+        return row
+
+    def log_trajectories(self, step: int, trajs: list[Trajectory]) -> None:
+        """Append a sample of trajectories; each line's ``info.step`` is the step."""
+        for traj in trajs:
+            traj.info["step"] = step
+            self._trajs.write(traj.to_json() + "\n")
+        self._trajs.flush()
+        os.fsync(self._trajs.fileno())
+
+    def close(self) -> None:
+        """Flush and close every file."""
+        self._metrics.close()
+        self._trajs.close()
+        if self._tb is not None:
+            self._tb.close()

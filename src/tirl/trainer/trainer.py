@@ -1,0 +1,316 @@
+"""The training loop: rollout → void filter (+ resample) → advantages → update → log → checkpoint.
+
+The trainer talks to rollouts only through a
+:class:`~tirl.rollout.base.RolloutStrategy`; it never runs an env or a
+generator itself. One step:
+
+1. Ask the strategy for ``algo.group_size`` episodes of each of
+   ``trainer.prompts_per_step`` tasks (``tasks(step, n)`` chooses them,
+   deterministically per step, so a resumed run sees the same tasks).
+2. Apply :class:`~tirl.filters.void_turn.VoidTurnFilter` to each group
+   (``filter.mode``: ``drop`` removes void trajectories, ``mask`` keeps them
+   with loss weight 0, ``off`` keeps them). Failed trajectories are always
+   removed and counted. Groups left with fewer than
+   ``filter.min_valid_per_group`` usable trajectories are resampled, at most
+   ``filter.max_resample_rounds`` times; groups still short are left out. If
+   nothing is left, the step is skipped with a warning and logs nulls.
+3. Group-relative advantages (GRPO/RLOO) over the kept groups only — void
+   trajectories are absent (``drop``) before any statistic, ratio or KL.
+4. :class:`~tirl.trainer.update.PolicyUpdater` runs the mini-batch updates;
+   the policy version goes up by one and ``on_update`` tells the generator.
+5. One metrics line, TensorBoard scalars, a trajectory sample; a checkpoint
+   every ``trainer.checkpoint_every`` steps and at the last step.
+
+Not covered: overlapping rollout of step N+1 with the update of step N
+(off-policy by one version); the strategy may do that internally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tirl.algorithms.advantages import group_advantages
+from tirl.config import TirlConfig
+from tirl.envs.base import Task
+from tirl.filters.void_turn import FilterStats, VoidTurnFilter, rules_from_config
+from tirl.rollout.base import RolloutRequest, RolloutStrategy
+from tirl.trainer.checkpoint import (
+    Checkpoint,
+    latest_checkpoint,
+    load_training_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from tirl.trainer.logging import RunLogger
+from tirl.trainer.progress import TrainProgress
+from tirl.trainer.update import PolicyUpdater
+from tirl.types import Group, Trajectory
+
+log = logging.getLogger("tirl.trainer")
+
+TaskFn = Callable[[int, int], list[Task]]  # (step, n) -> n tasks for that step
+
+
+@dataclass(slots=True)
+class Collected:
+    """What one step's rollout (with resampling) produced."""
+
+    sampled: list[Trajectory]
+    groups: list[Group]
+    stats: FilterStats
+    resampled: int = 0
+    rounds: int = 0
+    groups_requested: int = 0
+    min_usable: int = 0
+    rollout_s: float = 0.0
+
+
+def _usable(trajs: list[Trajectory], mode: str) -> int:
+    """Trajectories that can carry a learning signal: not failed and (unless mode is off) not void."""
+    return sum(1 for t in trajs if not t.failed and (mode == "off" or not t.info.get("void", False)))
+
+
+def _merge(total: FilterStats, part: FilterStats) -> None:
+    total.trajectories += part.trajectories
+    total.valid += part.valid
+    total.void += part.void
+    total.failed += part.failed
+    total.void_ids.extend(part.void_ids)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def rollout_metrics(sampled: list[Trajectory]) -> dict[str, Any]:
+    """``rollout/*`` and ``reward/*`` metrics over every non-failed sampled trajectory."""
+    ok = [t for t in sampled if not t.failed]
+    lens = [float(len(t.token_ids)) for t in ok]
+    turns = [float(len(t.turns) or len(t.assistant_messages)) for t in ok]
+    rewards = [float(t.reward or 0.0) for t in ok]
+    return {
+        "rollout/trajectories": len(sampled),
+        "rollout/failed": len(sampled) - len(ok),
+        "rollout/max_seq_len": max(lens) if lens else None,
+        "rollout/mean_seq_len": _mean(lens),
+        "rollout/turns_mean": _mean(turns),
+        "rollout/gen_tokens": float(sum(sum(t.loss_mask) for t in ok)),
+        "reward/mean": _mean(rewards),
+        "reward/correct_frac": _mean([1.0 if is_correct(t) else 0.0 for t in ok]),
+    }
+
+
+def is_correct(traj: Trajectory) -> bool:
+    """The evaluator's verdict (``info["correct"]``), else reward >= 1."""
+    flag = traj.info.get("correct")
+    if isinstance(flag, bool):
+        return flag
+    return (traj.reward or 0.0) >= 1.0 - 1e-9
+
+
+@dataclass
+class Trainer:
+    """Owns the policy, optimiser, filter, logger and checkpoints of one run directory."""
+
+    cfg: TirlConfig
+    model: Any
+    tokenizer: Any
+    strategy: RolloutStrategy
+    tasks: TaskFn
+    run_dir: Path
+    on_update: Callable[[int], None] | None = None
+    ref_model: Any = None
+    progress: bool = True
+    policy_version: int = 0
+    start_step: int = 1
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir)
+        f = self.cfg.filter
+        self.filter = VoidTurnFilter(mode=f.mode, rules=rules_from_config(f.exec_langs, f.boxed, f.answer_tags))
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad], lr=self.cfg.algo.lr, weight_decay=0.0
+        )
+        pad = self.tokenizer.pad_token_id
+        self.updater = PolicyUpdater(
+            model=self.model,
+            optimizer=self.optimizer,
+            algo=self.cfg.algo,
+            pad_id=int(pad if pad is not None else 0),
+            ref_model=self.ref_model,
+        )
+
+    # ----------------------------------------------------------------- resume
+    def resume(self) -> Checkpoint | None:
+        """Load optimiser and RNG state from the newest checkpoint; the model must already hold its weights."""
+        ckpt = latest_checkpoint(self.run_dir)
+        if ckpt is None:
+            return None
+        set_rng_state(load_training_state(ckpt, self.optimizer))
+        self.start_step = ckpt.step + 1
+        self.policy_version = int(ckpt.state.get("policy_version", ckpt.step))
+        if self.on_update is not None:
+            self.on_update(self.policy_version)
+        return ckpt
+
+    # ------------------------------------------------------------------ rollout
+    async def _collect_groups(self, tasks: list[Task], step: int) -> tuple[list[Group], list[Trajectory]]:
+        request = RolloutRequest(
+            tasks=tasks, group_size=self.cfg.algo.group_size, policy_version=self.policy_version, step=step
+        )
+        batch = await self.strategy.collect(request)
+        if len(batch.groups) != len(tasks):
+            raise RuntimeError(f"rollout strategy returned {len(batch.groups)} groups for {len(tasks)} tasks")
+        by_id = {g.id: g for g in batch.groups}
+        if len(by_id) == len(tasks) and all(t.id in by_id for t in tasks):
+            return [by_id[t.id] for t in tasks], batch.trajectories
+        return list(batch.groups), batch.trajectories
+
+    async def collect(self, step: int) -> Collected:
+        """Rollout, void filter and bounded resampling of one step."""
+        t0 = time.perf_counter()
+        tasks = self.tasks(step, self.cfg.trainer.prompts_per_step)
+        groups, sampled = await self._collect_groups(tasks, step)
+        stats = FilterStats()
+        kept: list[list[Trajectory]] = []
+        for g in groups:
+            res = self.filter.apply([g])
+            _merge(stats, res.stats)
+            kept.append(res.groups[0].trajectories if res.groups else [])
+        fc = self.cfg.filter
+        resampled = rounds = 0
+        for _ in range(fc.max_resample_rounds):
+            need = [i for i, k in enumerate(kept) if _usable(k, fc.mode) < fc.min_valid_per_group]
+            if not need:
+                break
+            rounds += 1
+            extra_groups, extra = await self._collect_groups([tasks[i] for i in need], step)
+            sampled.extend(extra)
+            resampled += len(extra)
+            for i, g in zip(need, extra_groups, strict=True):
+                res = self.filter.apply([g])
+                _merge(stats, res.stats)
+                if res.groups:
+                    kept[i].extend(res.groups[0].trajectories)
+        counts = [_usable(k, fc.mode) for k in kept]
+        final = [
+            Group(id=groups[i].id, trajectories=k) for i, k in enumerate(kept) if counts[i] >= fc.min_valid_per_group
+        ]
+        stats.empty_groups = sum(1 for c in counts if c == 0)
+        stats.min_valid_per_group = min(counts) if counts else 0
+        return Collected(
+            sampled=sampled,
+            groups=final,
+            stats=stats,
+            resampled=resampled,
+            rounds=rounds,
+            groups_requested=len(tasks),
+            min_usable=stats.min_valid_per_group,
+            rollout_s=time.perf_counter() - t0,
+        )
+
+    # ------------------------------------------------------------------- update
+    def advantages(self, groups: list[Group]) -> tuple[list[Trajectory], torch.Tensor]:
+        """Flatten the kept groups and compute one advantage per trajectory: Tensor  # [N]."""
+        trajs = [t for g in groups for t in g.trajectories]
+        gid = torch.tensor([i for i, g in enumerate(groups) for _ in g.trajectories], dtype=torch.long)
+        rewards = torch.tensor([float(t.reward or 0.0) for t in trajs], dtype=torch.float32)
+        adv = group_advantages(
+            rewards, gid, estimator=self.cfg.algo.advantage, std_normalize=self.cfg.algo.std_normalize
+        )
+        return trajs, adv
+
+    async def train_step(self, step: int) -> tuple[dict[str, Any], list[Trajectory]]:
+        """One full step; returns its metrics and the trajectories it sampled."""
+        t0 = time.perf_counter()
+        col = await self.collect(step)
+        metrics: dict[str, Any] = {**rollout_metrics(col.sampled), **col.stats.metrics()}
+        metrics.update(
+            {
+                "filter/resampled": col.resampled,
+                "filter/resample_rounds": col.rounds,
+                "filter/groups_used": len(col.groups),
+                "filter/groups_dropped": col.groups_requested - len(col.groups),
+                "time/rollout_s": col.rollout_s,
+                "policy/version": self.policy_version,
+            }
+        )
+        trajs, adv = self.advantages(col.groups)
+        if not trajs or not any(sum(t.loss_mask) for t in trajs):
+            log.warning(
+                "step %d skipped: no group kept %d usable trajectories after %d resample round(s) "
+                "(valid %d, void %d, failed %d)",
+                step,
+                self.cfg.filter.min_valid_per_group,
+                col.rounds,
+                col.stats.valid,
+                col.stats.void,
+                col.stats.failed,
+            )
+            metrics.update({"train/skipped_step": 1, "time/step_s": time.perf_counter() - t0})
+            return metrics, col.sampled
+        t1 = time.perf_counter()
+        # the update is CPU/GPU-bound; run it off the event loop so a strategy's background tasks keep going
+        stats = await asyncio.to_thread(self.updater.update, trajs, adv, seed=self.cfg.trainer.seed * 1_000_003 + step)
+        if stats.steps:
+            self.policy_version += 1
+            if self.on_update is not None:
+                self.on_update(self.policy_version)
+        metrics.update(stats.metrics())
+        metrics.update(
+            {
+                "train/skipped_step": 0,
+                "train/advantage_abs_mean": float(adv.abs().mean().item()),
+                "reward/mean_kept": _mean([float(t.reward or 0.0) for t in trajs]),
+                "time/update_s": time.perf_counter() - t1,
+                "time/step_s": time.perf_counter() - t0,
+            }
+        )
+        return metrics, col.sampled
+
+    # --------------------------------------------------------------------- loop
+    def _sample(self, step: int, sampled: list[Trajectory]) -> list[Trajectory]:
+        k = min(self.cfg.trainer.samples_per_step, len(sampled))
+        return random.Random(self.cfg.trainer.seed * 7919 + step).sample(sampled, k)
+
+    def save(self, step: int) -> Checkpoint:
+        """Write the checkpoint of ``step`` (atomic)."""
+        return save_checkpoint(
+            self.run_dir,
+            step,
+            model=self.model,
+            tokenizer=self.tokenizer,
+            optimizer=self.optimizer,
+            state={"policy_version": self.policy_version},
+            rng=rng_state(),
+        )
+
+    async def run(self, stop_after: int | None = None) -> list[dict[str, Any]]:
+        """Train from ``start_step`` to ``trainer.steps`` (or ``stop_after``); returns the logged rows."""
+        tc = self.cfg.trainer
+        last = min(tc.steps, stop_after) if stop_after is not None else tc.steps
+        logger = RunLogger(self.run_dir, resume_step=self.start_step - 1)
+        try:
+            with TrainProgress(tc.steps, start=self.start_step - 1, enabled=self.progress) as bar:
+                for step in range(self.start_step, last + 1):
+                    metrics, sampled = await self.train_step(step)
+                    row = logger.log_step(step, metrics)
+                    logger.log_trajectories(step, self._sample(step, sampled))
+                    self.history.append(row)
+                    bar.update(step, row)
+                    if step % tc.checkpoint_every == 0 or step == tc.steps:
+                        self.save(step)
+        finally:
+            logger.close()
+        return self.history

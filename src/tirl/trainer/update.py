@@ -1,0 +1,232 @@
+"""One policy update: old log-probs, mini-batches, micro-batches, clipped loss, guarded optimiser steps.
+
+The steps, for the trajectories kept by the filter (with their advantages):
+
+1. ``old_logprobs``: one no-grad forward of the current policy over every
+   trajectory (the PPO anchor, and the trainer side of the TIS weight).
+2. For each epoch, the trajectories are shuffled into ``algo.minibatches``
+   mini-batches; each mini-batch is one optimiser step. From the second
+   mini-batch on, the policy has moved, so the importance ratio is a real
+   measurement, not identically 1.
+3. A mini-batch is cut into micro-batches of at most
+   ``algo.micro_batch_tokens`` padded tokens; each micro-loss is scaled by its
+   share of the mini-batch (tokens for ``token_mean``, sequences for
+   ``seq_mean``), so gradient accumulation gives exactly the mini-batch loss.
+4. A non-finite loss or gradient norm skips that optimiser step (gradients
+   are dropped, the count goes to ``train/skipped_updates``).
+
+Not covered: learning-rate schedules, mixed precision loss scaling.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from tirl.algorithms.losses import LossConfig, entropy_from_logits, gather_logprobs, policy_loss, tis_weights
+from tirl.config import AlgoConfig
+from tirl.trainer.batching import TrainBatch, collate, split_microbatches, split_minibatches
+from tirl.types import Trajectory
+
+
+def loss_config(algo: AlgoConfig) -> LossConfig:
+    """The loss settings of an :class:`AlgoConfig`."""
+    return LossConfig(
+        clip_low=algo.clip_low,
+        clip_high=algo.clip_high,
+        dual_clip=algo.dual_clip,
+        loss_agg=algo.loss_agg,
+        kl_coef=algo.kl_coef,
+        kl_estimator=algo.kl_estimator,
+    )
+
+
+def forward_logprobs(model: Any, batch: TrainBatch) -> tuple[Tensor, Tensor]:
+    """Log-probs of the targets and the logits they came from.
+
+    returns: (logprobs  # [B, L-1], logits  # [B, L-1, V])
+    """
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = out.logits[:, :-1, :]
+    return gather_logprobs(logits, batch.targets), logits
+
+
+def _pad_rows(rows: list[Tensor], width: int) -> Tensor:
+    """Stack 1-D tensors right-padded with 0 to ``width``.
+
+    rows: list of Tensor  # [L_i]
+    returns: Tensor  # [len(rows), width]
+    """
+    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        n = min(r.numel(), width)
+        out[i, :n] = r[:n]
+    return out
+
+
+@torch.no_grad()
+def score_logprobs(model: Any, trajs: list[Trajectory], pad_id: int, micro_tokens: int) -> list[Tensor]:
+    """Per-trajectory target log-probs under ``model`` (no grad), each Tensor  # [L_i - 1]."""
+    lengths = [len(t.token_ids) for t in trajs]
+    out: list[Tensor] = [torch.empty(0)] * len(trajs)
+    zeros = torch.zeros(len(trajs))
+    budget = micro_tokens if micro_tokens > 0 else 1 << 62
+    for micro in split_microbatches(list(range(len(trajs))), lengths, budget):
+        batch = collate(trajs, zeros, micro, pad_id)
+        lp, _ = forward_logprobs(model, batch)
+        for j, i in enumerate(micro):
+            out[i] = lp[j, : lengths[i] - 1].float().clone()
+    return out
+
+
+@dataclass(slots=True)
+class UpdateStats:
+    """Accumulated diagnostics of one update (token-weighted where it matters)."""
+
+    tokens: float = 0.0
+    ratio_min: float = math.inf
+    ratio_max: float = -math.inf
+    ratio_sum: float = 0.0
+    clip_sum: float = 0.0
+    dual_sum: float = 0.0
+    entropy_sum: float = 0.0
+    tis_sum: float = 0.0
+    gap_max: float = 0.0
+    kl_sum: float = 0.0
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    skipped: int = 0
+    steps: int = 0
+
+    def add_tokens(self, mask: Tensor, ratio: Tensor, ent: Tensor, tis: Tensor, gap: Tensor, out: Any) -> None:
+        """Fold one micro-batch in (all tensors ``[B, T]``, read where ``mask`` is 1)."""
+        m = mask > 0
+        n = float(m.sum().item())
+        if n == 0:
+            return
+        r = ratio[m]
+        self.ratio_min = min(self.ratio_min, float(r.min().item()))
+        self.ratio_max = max(self.ratio_max, float(r.max().item()))
+        self.ratio_sum += float(r.sum().item())
+        self.clip_sum += float(out.clip_frac.item()) * n
+        self.dual_sum += float(out.dual_clip_frac.item()) * n
+        self.kl_sum += float(out.kl.item()) * n
+        self.entropy_sum += float(ent[m].sum().item())
+        self.tis_sum += float(tis[m].sum().item())
+        self.gap_max = max(self.gap_max, float(gap[m].abs().max().item()))
+        self.tokens += n
+
+    def metrics(self) -> dict[str, float | None]:
+        """The ``train/*`` metrics (None where nothing was measured)."""
+        n = self.tokens
+        done = bool(self.grad_norms)
+        return {
+            "train/is_ratio_min": self.ratio_min if n else None,
+            "train/is_ratio_max": self.ratio_max if n else None,
+            "train/is_ratio_mean": self.ratio_sum / n if n else None,
+            "train/clip_frac": self.clip_sum / n if n else None,
+            "train/dual_clip_frac": self.dual_sum / n if n else None,
+            "train/entropy": self.entropy_sum / n if n else None,
+            "train/kl": self.kl_sum / n if n else None,
+            "train/tis_weight_mean": self.tis_sum / n if n else None,
+            "train/gen_logprob_gap_max": self.gap_max if n else None,
+            "train/loss": sum(self.losses) / len(self.losses) if self.losses else None,
+            "train/grad_norm": sum(self.grad_norms) / len(self.grad_norms) if done else None,
+            "train/grad_norm_max": max(self.grad_norms) if done else None,
+            "train/skipped_updates": self.skipped,
+            "train/optimizer_steps": self.steps,
+            "train/loss_tokens": n,
+        }
+
+
+def _micro_scale(loss_agg: str, mask: Tensor, total_tokens: float, total_seqs: float) -> float:
+    """Share of a micro-batch in its mini-batch's aggregate (mask: Tensor  # [B, T])."""
+    if loss_agg == "seq_mean":
+        return float((mask.sum(dim=1) > 0).sum().item()) / max(total_seqs, 1.0)
+    return float(mask.sum().item()) / max(total_tokens, 1.0)
+
+
+@dataclass
+class PolicyUpdater:
+    """Runs the update of one training step on ``model`` with ``optimizer``."""
+
+    model: Any
+    optimizer: torch.optim.Optimizer
+    algo: AlgoConfig
+    pad_id: int
+    ref_model: Any = None
+
+    def __post_init__(self) -> None:
+        self.loss_cfg = loss_config(self.algo)
+
+    def update(self, trajs: list[Trajectory], advantages: Tensor, *, seed: int) -> UpdateStats:
+        """All epochs and mini-batches of one step; ``advantages``: Tensor  # [N]."""
+        stats = UpdateStats()
+        micro_tokens = self.algo.micro_batch_tokens or (1 << 62)
+        self.model.eval()  # eval mode throughout: dropout would make the ratio noisy even at step 0
+        old = score_logprobs(self.model, trajs, self.pad_id, micro_tokens)
+        ref = score_logprobs(self.ref_model, trajs, self.pad_id, micro_tokens) if self._use_ref() else None
+        lengths = [len(t.token_ids) for t in trajs]
+        rng = random.Random(seed)
+        for _ in range(self.algo.epochs):
+            for rows in split_minibatches(len(trajs), self.algo.minibatches, rng):
+                self._minibatch(trajs, advantages, rows, lengths, old, ref, stats, micro_tokens)
+        return stats
+
+    def _use_ref(self) -> bool:
+        return self.ref_model is not None and self.algo.kl_coef > 0
+
+    def _minibatch(
+        self,
+        trajs: list[Trajectory],
+        advantages: Tensor,
+        rows: list[int],
+        lengths: list[int],
+        old: list[Tensor],
+        ref: list[Tensor] | None,
+        stats: UpdateStats,
+        micro_tokens: int,
+    ) -> None:
+        """One optimiser step over ``rows`` (gradient accumulation across micro-batches)."""
+        full = collate(trajs, advantages, rows, self.pad_id)
+        total_tokens = float(full.mask.sum().item())
+        total_seqs = float((full.mask.sum(dim=1) > 0).sum().item())
+        if total_tokens == 0:
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        mb_loss = 0.0
+        for micro in split_microbatches(rows, lengths, micro_tokens):
+            batch = collate(trajs, advantages, micro, self.pad_id)
+            width = batch.targets.shape[1]
+            old_lp = _pad_rows([old[i] for i in micro], width)  # [B, T]
+            lp, logits = forward_logprobs(self.model, batch)
+            tis = tis_weights(old_lp, batch.gen_logprobs, self.algo.tis_cap)
+            ref_lp = _pad_rows([ref[i] for i in micro], width) if ref is not None else None
+            out = policy_loss(lp, old_lp, batch.advantages, batch.mask, self.loss_cfg, tis=tis, ref_logprobs=ref_lp)
+            scale = _micro_scale(self.algo.loss_agg, batch.mask, total_tokens, total_seqs)
+            if not torch.isfinite(out.loss):
+                stats.skipped += 1
+                self.optimizer.zero_grad(set_to_none=True)
+                return
+            (out.loss * scale).backward()
+            mb_loss += float(out.loss.item()) * scale
+            with torch.no_grad():
+                ent = entropy_from_logits(logits.detach())
+            stats.add_tokens(batch.mask, out.ratio, ent, tis, old_lp - batch.gen_logprobs, out)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.algo.grad_clip if self.algo.grad_clip > 0 else math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm).item())
+        if not math.isfinite(norm):
+            stats.skipped += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        stats.steps += 1
+        stats.losses.append(mb_loss)
+        stats.grad_norms.append(norm)

@@ -1,0 +1,134 @@
+import json
+import logging
+
+import pytest
+import torch
+from trainer_fakes import ANSWER, CORRECT, VOID, Reply, TerminationReason
+
+from tirl.trainer.logging import REQUIRED_METRICS, read_metrics
+
+
+async def test_step_drops_void_before_advantages_and_logs_required_metrics(make_trainer) -> None:
+    trainer = make_trainer()
+    seen = {}
+    real_update = trainer.updater.update
+
+    def spy(trajs, adv, *, seed):
+        seen["ids"] = [t.id for t in trajs]
+        seen["adv"] = adv.clone()
+        return real_update(trajs, adv, seed=seed)
+
+    trainer.updater.update = spy
+    rows = await trainer.run()
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in REQUIRED_METRICS:
+        assert key in rows[0], key
+    r = rows[0]
+    assert r["rollout/trajectories"] == 8
+    assert r["filter/void_trajectories"] == 2 and r["filter/valid_trajectories"] == 6
+    assert r["filter/resampled"] == 0
+    # void trajectories (index 3 of each group) never reach the update
+    assert seen["ids"] and not any(i.endswith("-3") for i in seen["ids"])
+    # group of 3 valid: rewards [1, 0, 1] -> GRPO advantages with the void one absent
+    a = seen["adv"][:3]
+    assert a.tolist() == pytest.approx([1 / 3**0.5, -2 / 3**0.5, 1 / 3**0.5], abs=1e-4)
+    assert r["train/skipped_updates"] == 0 and r["train/optimizer_steps"] == 2
+    assert r["train/grad_norm"] > 0
+    assert r["policy/version"] == 0 and rows[1]["policy/version"] == 1
+    # two mini-batches: the second is scored after an update, so the ratio is not identically 1
+    assert r["train/is_ratio_max"] != pytest.approx(1.0, abs=1e-7) or r["train/is_ratio_min"] != pytest.approx(
+        1.0, abs=1e-7
+    )
+    on_disk = read_metrics(trainer.run_dir)
+    assert [x["step"] for x in on_disk] == [1, 2]
+    lines = (trainer.run_dir / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[0])["info"]["step"] == 1
+
+
+async def test_mask_mode_keeps_void_in_group_statistics_with_zero_loss(make_trainer) -> None:
+    trainer = make_trainer("filter.mode=mask")
+    seen = {}
+    real_update = trainer.updater.update
+
+    def spy(trajs, adv, *, seed):
+        seen["trajs"] = trajs
+        seen["adv"] = adv.clone()
+        return real_update(trajs, adv, seed=seed)
+
+    trainer.updater.update = spy
+    metrics, _ = await trainer.train_step(1)
+    assert metrics["filter/void_trajectories"] == 2
+    assert len(seen["trajs"]) == 8  # void ones stay in the groups (SimpleTIR's masking)
+    assert seen["trajs"][3].info["loss_weight"] == 0.0
+    # rewards [1,0,1,0] with the void one (reward 0) in the mean/std
+    assert seen["adv"][:4].tolist() == pytest.approx([0.866, -0.866, 0.866, -0.866], abs=1e-3)
+
+
+async def test_resamples_groups_left_short_then_trains(make_trainer) -> None:
+    def script(task, i, call):
+        if call == 1 and task.id.endswith("t0"):
+            return Reply([VOID], 0.0, TerminationReason.VOID)  # the whole first group is void
+        return Reply([CORRECT, ANSWER], float(i % 2))
+
+    trainer = make_trainer(script=script)
+    metrics, sampled = await trainer.train_step(1)
+    assert metrics["filter/resampled"] == 4 and metrics["filter/resample_rounds"] == 1
+    assert metrics["filter/void_trajectories"] == 4
+    assert metrics["rollout/trajectories"] == 12 == len(sampled)
+    assert metrics["filter/groups_used"] == 2
+    assert metrics["train/skipped_step"] == 0
+    assert trainer.strategy.requests[1].tasks[0].id == "s1-t0"
+
+
+async def test_all_void_batch_is_skipped_with_a_warning_never_a_crash(make_trainer, caplog) -> None:
+    trainer = make_trainer(script=lambda task, i, call: Reply([VOID], 0.0, TerminationReason.VOID))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with caplog.at_level(logging.WARNING, logger="tirl.trainer"):
+        rows = await trainer.run()
+    assert "skipped" in caplog.text
+    assert [r["step"] for r in rows] == [1, 2]
+    r = rows[0]
+    assert r["train/skipped_step"] == 1 and r["train/loss"] is None and r["train/is_ratio_max"] is None
+    assert r["filter/valid_trajectories"] == 0 and r["filter/void_trajectories"] == 24  # 8 + 2 rounds x 8
+    assert r["filter/resampled"] == 16
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+
+
+async def test_failed_trajectories_are_excluded_and_counted(make_trainer) -> None:
+    def script(task, i, call):
+        if i == 0:
+            return Reply([CORRECT], 0.0, TerminationReason.EVAL_FAILED)
+        return Reply([CORRECT, ANSWER], float(i % 2))
+
+    trainer = make_trainer(script=script)
+    metrics, _ = await trainer.train_step(1)
+    assert metrics["filter/failed_trajectories"] == 2
+    assert metrics["filter/valid_trajectories"] == 6
+    assert metrics["rollout/failed"] == 2
+
+
+async def test_nan_loss_skips_the_update_and_records_it(make_trainer) -> None:
+    trainer = make_trainer()
+    with torch.no_grad():
+        trainer.model.model.norm.weight.fill_(float("nan"))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics, _ = await trainer.train_step(1)
+    assert metrics["train/skipped_updates"] >= 1
+    assert metrics["train/optimizer_steps"] == 0
+    after = list(trainer.model.parameters())
+    assert all(
+        torch.equal(
+            a,
+            b,
+        )
+        or (a.isnan() == b.isnan()).all()
+        for a, b in zip(before, after, strict=True)
+    )
+
+
+async def test_tis_weights_are_truncated_when_generator_logprobs_differ(make_trainer) -> None:
+    # the generator reports log-probs 1.0 lower than the trainer's: weight exp(1) truncated at the cap 2
+    trainer = make_trainer("algo.tis_cap=2.0", shift=-1.0)
+    metrics, _ = await trainer.train_step(1)
+    assert metrics["train/tis_weight_mean"] == pytest.approx(2.0, abs=1e-4)
+    assert metrics["train/gen_logprob_gap_max"] == pytest.approx(1.0, abs=1e-3)
