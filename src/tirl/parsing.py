@@ -34,7 +34,8 @@ still counted as an answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -83,9 +84,9 @@ class ActionKind(StrEnum):
     VOID = "void"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CodeBlock:
-    """One closed fenced block (any language)."""
+    """One closed fenced block (any language). Treat as read-only (not frozen: judging is a hot path)."""
 
     lang: str
     body: str
@@ -93,9 +94,9 @@ class CodeBlock:
     end: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TurnVerdict:
-    """The judgement of one assistant message."""
+    """The judgement of one assistant message. Treat as read-only (not frozen: judging is a hot path)."""
 
     kind: ActionKind
     code: tuple[CodeBlock, ...] = ()
@@ -125,82 +126,54 @@ class TrajectoryVerdict:
         return None
 
 
-def _fence_open(text: str, i: int) -> tuple[int, str, int] | None:
-    """If a fence opens at line start ``i``, return (run length, char, index after the info line)."""
-    n = len(text)
-    j = i
-    while j < n and j - i < 3 and text[j] == " ":
-        j += 1
-    if j >= n or text[j] not in "`~":
-        return None
-    ch = text[j]
-    k = j
-    while k < n and text[k] == ch:
-        k += 1
-    run = k - j
-    if run < 3:
-        return None
-    eol = text.find("\n", k)
-    if eol < 0:
-        eol = n
-    if ch == "`" and "`" in text[k:eol]:
-        return None  # CommonMark: a backtick fence's info string may not contain backticks
-    return run, ch, eol
+# Written with a literal prefix ("```+", not "`{3,}") so that the regex engine scans for it at C speed.
+_FENCE_RUNS = {"`": re.compile(r"(```+)([^\n]*)"), "~": re.compile(r"(~~~+)([^\n]*)")}
+
+
+def _fence_lines(text: str, ch: str) -> list[tuple[int, int, int, str, str]]:
+    """Fence lines made of ``ch``: (line start, line end, run length, info string, fence char)."""
+    out: list[tuple[int, int, int, str, str]] = []
+    for m in _FENCE_RUNS[ch].finditer(text):
+        pos = m.start()
+        if pos and text[pos - 1] != "\n":  # not at line start: allow at most three leading spaces
+            ls = text.rfind("\n", 0, pos) + 1
+            if pos - ls > 3 or text[ls:pos].strip(" "):
+                continue
+            pos = ls
+        run, info = m.groups()
+        out.append((pos, m.end(), len(run), info, ch))
+    return out
 
 
 def _scan_fences(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]]:
-    """All closed fenced blocks and all fenced regions (closed or running to the end)."""
+    """All closed fenced blocks and all fenced regions (closed, or unclosed and running to the end)."""
+    lines = _fence_lines(text, "`") if "```" in text else []
+    if "~~~" in text:
+        tildes = _fence_lines(text, "~")
+        lines = sorted(lines + tildes) if lines else tildes
     blocks: list[CodeBlock] = []
     regions: list[tuple[int, int]] = []
-    n = len(text)
-    pos = 0
-    while True:
-        a = text.find("```", pos)
-        b = text.find("~~~", pos)
-        if a < 0 and b < 0:
-            break
-        hit = a if b < 0 or (0 <= a < b) else b
-        line_start = text.rfind("\n", 0, hit) + 1
-        if hit - line_start > 3 or text[line_start:hit].strip(" "):
-            pos = hit + 3
+    i, n = 0, len(lines)
+    while i < n:
+        start, open_end, run, info, ch = lines[i]
+        if ch == "`" and "`" in info:  # CommonMark: a backtick fence's info string has no backticks
+            i += 1
             continue
-        opened = _fence_open(text, line_start)
-        if opened is None:
-            pos = hit + 3
-            continue
-        run, ch, info_end = opened
-        info = text[hit + run : info_end].strip()
-        lang = info.split(None, 1)[0] if info else ""
-        body_start = min(info_end + 1, n)
-        # find the closing line: at most 3 spaces, >= run fence chars, then only spaces
-        close_at = -1
-        close_end = n
-        search = body_start
-        marker = ch * 3
-        while True:
-            m = text.find(marker, search)
-            if m < 0:
+        j = i + 1
+        while j < n:
+            c_run, c_info, c_ch = lines[j][2:]
+            if c_run >= run and c_ch == ch and not c_info.strip():
                 break
-            ls = text.rfind("\n", 0, m) + 1
-            if m - ls <= 3 and not text[ls:m].strip(" "):
-                k = m
-                while k < n and text[k] == ch:
-                    k += 1
-                eol = text.find("\n", k)
-                if eol < 0:
-                    eol = n
-                if k - m >= run and not text[k:eol].strip():
-                    close_at = ls
-                    close_end = eol
-                    break
-            search = m + 3
-        if close_at < 0:
-            regions.append((line_start, n))
+            j += 1
+        if j == n:
+            regions.append((start, len(text)))
             break
-        body = text[body_start:close_at] if close_at > body_start else ""
-        blocks.append(CodeBlock(lang=lang, body=body, start=line_start, end=close_end))
-        regions.append((line_start, close_end))
-        pos = close_end
+        c_start, c_end = lines[j][0], lines[j][1]
+        body = text[open_end + 1 : c_start] if c_start > open_end + 1 else ""
+        info = info.strip()
+        blocks.append(CodeBlock(lang=info.split(None, 1)[0] if info else "", body=body, start=start, end=c_end))
+        regions.append((start, c_end))
+        i = j + 1
     return blocks, regions
 
 
@@ -224,53 +197,46 @@ def _outside(text: str, regions: list[tuple[int, int]]) -> str:
     return "\n".join(parts)
 
 
-def _boxed_contents(text: str) -> Iterable[str]:
-    pos = 0
-    n = len(text)
+_BOXED = re.compile(r"\\boxed[ \t]*\{")
+_TAG = re.compile(r"<answer>(.*?)</answer>", re.I | re.S)
+
+
+def _closing_brace(text: str, j: int) -> int:
+    r"""Index of the ``}`` that closes a ``{`` opened just before ``j``; -1 if unbalanced.
+
+    ``\{`` and ``\}`` are literal braces and do not count (a brace after an
+    escaped backslash, ``\\}``, is not recognised as structural: a documented limit).
+    """
+    depth = 1
+    find = text.find
     while True:
-        i = text.find("\\boxed", pos)
-        if i < 0:
-            return
-        j = i + 6
-        while j < n and text[j] in " \t":
-            j += 1
-        if j >= n or text[j] != "{":
-            pos = i + 6
-            continue
-        depth = 0
-        k = j
-        end = -1
-        while k < n:
-            c = text[k]
-            if c == "\\":
-                k += 2
-                continue
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    end = k
-                    break
-            k += 1
+        k = find("}", j)
+        if k < 0:
+            return -1
+        seg = text[j:k]
+        if "{" in seg:
+            depth += seg.count("{") - seg.count("\\{")
+        if text[k - 1] != "\\":
+            depth -= 1
+            if depth == 0:
+                return k
+        j = k + 1
+
+
+def _boxed_contents(text: str) -> list[tuple[int, str]]:
+    r"""(position, content) of each ``\boxed{...}`` with balanced braces, up to the first unbalanced one."""
+    out: list[tuple[int, str]] = []
+    pos = 0
+    search = _BOXED.search
+    while True:
+        m = search(text, pos)
+        if m is None:
+            return out
+        end = _closing_brace(text, m.end())
         if end < 0:
-            return  # unbalanced: no answer here, and no later one can close either
-        yield text[j + 1 : end]
+            return out  # unbalanced: no answer here, and none after it can be delimited either
+        out.append((m.start(), text[m.end() : end]))
         pos = end + 1
-
-
-def _tag_contents(text: str) -> Iterable[str]:
-    lower = text.lower() if "<ANSWER" in text.upper() else text
-    pos = 0
-    while True:
-        i = lower.find("<answer>", pos)
-        if i < 0:
-            return
-        j = lower.find("</answer>", i + 8)
-        if j < 0:
-            return
-        yield text[i + 8 : j]
-        pos = j + 9
 
 
 def _is_real_answer(content: str, rules: ParseRules) -> bool:
@@ -286,27 +252,27 @@ def extract_final_answer(text: str, rules: ParseRules = DEFAULT_RULES) -> str | 
     >>> extract_final_answer(r"let me double-check \boxed{}") is None
     True
     """
-    has_box = rules.boxed and "\\boxed" in text
-    has_tag = rules.answer_tags and ("<answer>" in text or "<ANSWER>" in text.upper())
+    if "```" in text or "~~~" in text:
+        return _final_answer(text, _scan_fences(text)[1], rules)
+    return _final_answer(text, [], rules)
+
+
+def _final_answer(text: str, regions: list[tuple[int, int]], rules: ParseRules) -> str | None:
+    has_box = rules.boxed and "\\" in text and "\\boxed" in text
+    has_tag = rules.answer_tags and "<" in text and _TAG.search(text) is not None
     if not (has_box or has_tag):
         return None
-    if "```" in text or "~~~" in text:
-        _, regions = _scan_fences(text)
-        text = _outside(text, regions)
-    best: tuple[int, str] | None = None
+    text = _outside(text, regions)
+    best_pos, best = -1, None
     if has_box:
-        for content in _boxed_contents(text):
-            if _is_real_answer(content, rules):
-                pos = text.rfind(content)
-                if best is None or pos >= best[0]:
-                    best = (pos, content.strip())
+        for pos, content in _boxed_contents(text):
+            if pos > best_pos and _is_real_answer(content, rules):
+                best_pos, best = pos, content
     if has_tag:
-        for content in _tag_contents(text):
-            if _is_real_answer(content, rules):
-                pos = text.rfind(content)
-                if best is None or pos >= best[0]:
-                    best = (pos, content.strip())
-    return None if best is None else best[1]
+        for m in _TAG.finditer(text):
+            if m.start() > best_pos and _is_real_answer(m.group(1), rules):
+                best_pos, best = m.start(), m.group(1)
+    return None if best is None else best.strip()
 
 
 def tool_calls_well_formed(calls: Sequence[ToolCall]) -> bool:
@@ -338,9 +304,16 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
     if message.role is not Role.ASSISTANT:
         raise ValueError(f"only assistant messages are judged, got role {message.role.value!r}")
     text = message.content or ""
-    answer = extract_final_answer(text, rules) if text else None
-    code = tuple(extract_code_blocks(text, rules)) if text else ()
-    calls_ok = tool_calls_well_formed(message.tool_calls)
+    answer: str | None = None
+    code: tuple[CodeBlock, ...] = ()
+    if ("`" in text and "```" in text) or ("~" in text and "~~~" in text):
+        blocks, regions = _scan_fences(text)
+        langs = rules.exec_langs
+        code = tuple([b for b in blocks if b.lang.lower() in langs and not b.body.isspace() and b.body])
+        answer = _final_answer(text, regions, rules)
+    elif text:
+        answer = _final_answer(text, [], rules)
+    calls_ok = bool(message.tool_calls) and tool_calls_well_formed(message.tool_calls)
     if answer is not None:
         kind = ActionKind.ANSWER
     elif code:
