@@ -1,1 +1,24 @@
-"""diagnostics."""
+"""Diagnostics: verdicts from training logs and pipeline traces, the trajectory audit, the HTML report.
+
+* :mod:`tirl.diagnostics.training` — ``void_leak`` / ``late_filter`` / ``detector_inactive`` / ``empty_batch``
+* :mod:`tirl.diagnostics.pipeline` — ``initializer`` / ``runner`` / ``evaluator`` / ``overall`` / ``starved``
+* :mod:`tirl.diagnostics.audit` — void reasons, detector-too-eager rate, turn/length/tool-error stats
+* :mod:`tirl.diagnostics.report` — :func:`write_report` (self-contained HTML)
+* :mod:`tirl.diagnostics.bundle` / :mod:`tirl.diagnostics.review` — evidence bundle, LLM second opinion
+
+Submodules are imported on use (the report pulls in matplotlib, the review the openai client).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_report(run_dir: Path, out: Path | None = None) -> Path:
+    """Write the HTML report of ``run_dir`` (see :func:`tirl.diagnostics.report.write_report`)."""
+    from tirl.diagnostics.report import write_report as _write
+
+    return _write(run_dir, out)
+
+
+__all__ = ["write_report"]

@@ -1,0 +1,58 @@
+"""``tirl diagnose training LOG`` and ``tirl diagnose pipeline TRACE``: verdicts with evidence.
+
+Exit status 0 for any verdict (a diagnosis is not a failure); 2 for an
+unreadable input. ``--json`` prints the machine-readable shape documented in
+docs/diagnostics.md; ``--bundle OUT.md`` also writes the evidence bundle for
+``tirl review``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tirl.diagnostics.adapters import FORMATS, load_metrics
+from tirl.diagnostics.bundle import pipeline_bundle, training_bundle, write_bundle
+from tirl.diagnostics.pipeline import diagnose_pipeline, load_trace
+from tirl.diagnostics.render import print_pipeline, print_training
+from tirl.diagnostics.training import diagnose_training
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``training`` and ``pipeline`` sub-commands."""
+    sub = parser.add_subparsers(dest="what", required=True, metavar="{training,pipeline}")
+    tr = sub.add_parser("training", help="void-turn symptoms in a per-step metrics log (JSONL or wandb CSV)")
+    tr.add_argument("log", type=Path, help="metrics.jsonl, a verl/SimpleTIR JSONL, or a wandb CSV export")
+    tr.add_argument("--format", default="auto", choices=FORMATS, help="key names of the log (default: auto)")
+    tr.add_argument("--config", type=Path, help="tirl TOML config whose [filter] goes into the bundle")
+    pi = sub.add_parser("pipeline", help="the bottleneck stage from a pipeline trace JSONL")
+    pi.add_argument("trace", type=Path, help="pipeline_trace.jsonl")
+    for p in (tr, pi):
+        p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+        p.add_argument("--bundle", type=Path, help="also write the evidence bundle (Markdown) here")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Diagnose, print, optionally write the bundle."""
+    if args.what == "training":
+        log = load_metrics(args.log, args.format)
+        diag = diagnose_training(log)
+        if args.bundle:
+            write_bundle(args.bundle, lambda: training_bundle(log, diag, args.log.parent, args.config))
+        if args.json:
+            print(json.dumps(diag.to_dict(), indent=2))
+        else:
+            print_training(diag)
+    else:
+        rows = load_trace(args.trace)
+        pdiag = diagnose_pipeline(rows, str(args.trace))
+        if args.bundle:
+            write_bundle(args.bundle, lambda: pipeline_bundle(rows, pdiag))
+        if args.json:
+            print(json.dumps(pdiag.to_dict(), indent=2))
+        else:
+            print_pipeline(pdiag)
+    if args.bundle and not args.json:
+        print(f"evidence bundle: {args.bundle}")
+    return 0

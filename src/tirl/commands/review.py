@@ -1,0 +1,33 @@
+"""``tirl review BUNDLE.md --base-url URL --model ID``: a second opinion from an OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tirl.diagnostics.review import review_bundle
+from tirl.errors import InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of ``tirl review``."""
+    parser.add_argument("bundle", type=Path, help="an evidence bundle written by `tirl diagnose ... --bundle`")
+    parser.add_argument("--base-url", required=True, help="the API root, e.g. https://api.openai.com/v1")
+    parser.add_argument("--model", required=True, help="the model id exactly as the endpoint lists it")
+    parser.add_argument("--env-key", default="OPENAI_API_KEY", help="NAME of the environment variable holding the key")
+    parser.add_argument("--timeout", type=float, default=120.0, help="request timeout in seconds")
+    parser.add_argument("--out", type=Path, help="also write the answer to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the set-up, send the bundle, print the answer."""
+    if not args.bundle.is_file():
+        raise InputError(str(args.bundle), None, "file not found", "write one with `tirl diagnose ... --bundle`")
+    bundle = args.bundle.read_text(encoding="utf-8")
+    result = review_bundle(
+        bundle, base_url=args.base_url, model=args.model, env_key=args.env_key, timeout_s=args.timeout
+    )
+    print(result.text)
+    if args.out:
+        args.out.write_text(result.text + "\n", encoding="utf-8")
+    return 0

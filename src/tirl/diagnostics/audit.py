@@ -1,0 +1,229 @@
+r"""Audit of a trajectory file: void turns and why, the detector-too-eager rate, turns, lengths, tool errors.
+
+Which turns are void is decided by the one rule, :func:`tirl.filters.void_turn.judge_trajectory`
+(:func:`tirl.parsing.judge_messages`); this module only *explains* a turn the
+rule already judged void, with one reason from :data:`VOID_REASONS`:
+
+* ``empty``: no text and no tool call;
+* ``malformed_tool_call``: a tool call without a name or with arguments that are not JSON;
+* ``truncated``: the turn hit the generation limit (``finish_reason == "length"``) or the
+  episode ended ``overlong``;
+* ``unclosed_fence``: a code fence that is never closed;
+* ``blank_code``: a closed executable-language block with a blank body;
+* ``non_exec_code``: only closed blocks of other languages (``text``, ``output``…);
+* ``placeholder_answer``: a ``\boxed``/``<answer>`` that is empty or a placeholder;
+* ``prose_only``: text with none of the above (e.g. "let me double-check").
+
+The **detector-too-eager** check (seed 000, section 4.3): among void
+trajectories whose ground truth is known, the fraction whose final answer
+(:attr:`TrajectoryVerdict.final_answer`, the answer the model wrote) matches
+it by :func:`tirl.answers.answers_match`. A high rate means the rule throws
+away good episodes.
+
+Tool errors are read from tool messages in tirl's observation format
+(``[timed out]``, ``[memory limit exceeded]``, ``[exit status N]``,
+``[sandbox error: …]``) and from Python exception lines (``NameError: …``,
+``Traceback``). Not covered: other frameworks' error conventions beyond these.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tirl.answers import answers_match
+from tirl.filters.void_turn import judge_trajectory
+from tirl.jsonl import read_trajectories
+from tirl.parsing import DEFAULT_RULES, ParseRules, _scan_fences
+from tirl.types import Message, Role, TerminationReason, Trajectory
+
+VOID_REASONS: tuple[str, ...] = (
+    "empty",
+    "malformed_tool_call",
+    "truncated",
+    "unclosed_fence",
+    "blank_code",
+    "non_exec_code",
+    "placeholder_answer",
+    "prose_only",
+)
+TOOL_ERRORS: tuple[str, ...] = ("timeout", "memory", "sandbox_error", "exception", "nonzero_exit")
+_EXC_LINE = re.compile(r"^\s*(Traceback \(most recent call last\)|[A-Za-z_][\w.]*(Error|Exception)\b:?)", re.M)
+EXAMPLES = 5
+
+
+def void_reason(message: Message, *, truncated: bool = False, rules: ParseRules = DEFAULT_RULES) -> str:
+    """Why a turn that the rule judged void is void (an explanation, not a second rule)."""
+    text = message.content or ""
+    if not text.strip() and not message.tool_calls:
+        return "empty"
+    if message.tool_calls and not text.strip():
+        return "malformed_tool_call"
+    if truncated:
+        return "truncated"
+    if "```" in text or "~~~" in text:
+        blocks, regions = _scan_fences(text)
+        if len(regions) > len(blocks):
+            return "unclosed_fence"
+        if any(rules.is_exec_lang(b.lang) for b in blocks):
+            return "blank_code"
+        if blocks:
+            return "non_exec_code"
+    if "\\boxed" in text or "<answer>" in text.lower():
+        return "placeholder_answer"
+    if message.tool_calls:
+        return "malformed_tool_call"
+    return "prose_only"
+
+
+def tool_error(content: str | None) -> str | None:
+    """The kind of error a tool observation reports, or ``None``."""
+    text = content or ""
+    if "[timed out]" in text:
+        return "timeout"
+    if "[memory limit exceeded]" in text:
+        return "memory"
+    if "[sandbox error" in text:
+        return "sandbox_error"
+    if _EXC_LINE.search(text):
+        return "exception"
+    if "[exit status" in text:
+        return "nonzero_exit"
+    return None
+
+
+def _dist(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+
+    def q(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p * (len(ordered) - 1) + 0.5))]
+
+    return {
+        "n": len(values),
+        "mean": round(statistics.fmean(values), 3),
+        "min": ordered[0],
+        "p50": q(0.5),
+        "p90": q(0.9),
+        "max": ordered[-1],
+    }
+
+
+def _length(traj: Trajectory) -> tuple[float, str]:
+    if traj.turns:
+        return float(sum(t.sampled_tokens for t in traj.turns)), "sampled_tokens"
+    return float(sum(len(m.content or "") for m in traj.assistant_messages)), "assistant_chars"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    """The audit's numbers; :meth:`to_dict` is the ``--json`` output."""
+
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape (documented in docs/diagnostics.md)."""
+        return self.data
+
+
+def _truncated_turns(traj: Trajectory) -> set[int]:
+    out = {t.index for t in traj.turns if t.finish_reason == "length"}
+    if traj.termination is TerminationReason.OVERLONG and traj.assistant_messages:
+        out.add(len(traj.assistant_messages) - 1)
+    return out
+
+
+def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAULT_RULES) -> AuditReport:
+    """Audit judged trajectories (see the module docstring)."""
+    reasons: Counter[str] = Counter()
+    reason_ids: dict[str, list[str]] = defaultdict(list)
+    first_void_turn: Counter[int] = Counter()
+    tool_kinds: Counter[str] = Counter()
+    tool_ids: dict[str, list[str]] = defaultdict(list)
+    terminations: Counter[str] = Counter()
+    turns: list[float] = []
+    lengths: list[float] = []
+    length_unit = "assistant_chars"
+    void_ids: list[str] = []
+    void_with_truth = 0
+    void_correct: list[str] = []
+    valid_correct = valid_with_truth = 0
+    void_turns = tool_msgs = 0
+    for traj in trajectories:
+        verdict = judge_trajectory(traj, rules)
+        assistant = traj.assistant_messages
+        turns.append(float(len(assistant)))
+        length, length_unit = _length(traj)
+        lengths.append(length)
+        if traj.termination is not None:
+            terminations[traj.termination.value] += 1
+        for m in traj.messages:
+            if m.role is Role.TOOL:
+                tool_msgs += 1
+                kind = tool_error(m.content)
+                if kind:
+                    tool_kinds[kind] += 1
+                    if len(tool_ids[kind]) < EXAMPLES and traj.id not in tool_ids[kind]:
+                        tool_ids[kind].append(traj.id)
+        correct = answers_match(verdict.final_answer, traj.answer)
+        if not verdict.void:
+            if traj.answer is not None:
+                valid_with_truth += 1
+                valid_correct += int(correct)
+            continue
+        void_ids.append(traj.id)
+        truncated = _truncated_turns(traj)
+        void_turns += len(verdict.void_turns)
+        if verdict.void_turns:
+            first_void_turn[verdict.void_turns[0]] += 1
+        for idx in verdict.void_turns:
+            reason = (
+                void_reason(assistant[idx], truncated=idx in truncated, rules=rules)
+                if idx < len(assistant)
+                else "truncated"
+            )
+            reasons[reason] += 1
+            if len(reason_ids[reason]) < EXAMPLES and traj.id not in reason_ids[reason]:
+                reason_ids[reason].append(traj.id)
+        if traj.answer is not None:
+            void_with_truth += 1
+            if correct:
+                void_correct.append(traj.id)
+    n = len(trajectories)
+    data: dict[str, Any] = {
+        "trajectories": n,
+        "void": len(void_ids),
+        "valid": n - len(void_ids),
+        "void_ratio": round(len(void_ids) / n, 4) if n else 0.0,
+        "void_turns": void_turns,
+        "void_examples": void_ids[:EXAMPLES],
+        "void_reasons": {r: {"turns": reasons[r], "examples": reason_ids[r]} for r in VOID_REASONS if reasons[r]},
+        "first_void_turn": {str(k): first_void_turn[k] for k in sorted(first_void_turn)},
+        "void_correct": {
+            "with_ground_truth": void_with_truth,
+            "correct": len(void_correct),
+            "rate": round(len(void_correct) / void_with_truth, 4) if void_with_truth else None,
+            "examples": void_correct[:EXAMPLES],
+            "valid_accuracy": round(valid_correct / valid_with_truth, 4) if valid_with_truth else None,
+        },
+        "turns": _dist(turns),
+        "length": {"unit": length_unit, **_dist(lengths)},
+        "tool_messages": tool_msgs,
+        "tool_errors": {
+            "total": sum(tool_kinds.values()),
+            "rate": round(sum(tool_kinds.values()) / tool_msgs, 4) if tool_msgs else None,
+            "by_kind": {k: {"count": tool_kinds[k], "examples": tool_ids[k]} for k in TOOL_ERRORS if tool_kinds[k]},
+        },
+        "terminations": dict(terminations.most_common()),
+    }
+    return AuditReport(data)
+
+
+def audit_file(path: str | Path, rules: ParseRules = DEFAULT_RULES) -> AuditReport:
+    """Read a trajectory JSONL file (errors name the line) and audit it."""
+    return audit_trajectories([t for _, t in read_trajectories(path)], rules)

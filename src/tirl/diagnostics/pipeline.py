@@ -1,0 +1,256 @@
+"""Which rollout stage is the bottleneck? A verdict from a pipeline trace (queue depths over time).
+
+Reads the trace JSONL of ``DESIGN.md`` (one snapshot per line: ``t``,
+``init_queue``, ``run_queue``, ``eval_queue``, ``gpu_util`` and, when the
+writer has them, ``X_busy``, ``X_blocked``, ``X_done``). Depths are averaged
+over time (each snapshot weighted by the time to the next one; gaps longer
+than three typical intervals — the trainer's update between two collects —
+are not counted). Then:
+
+* a queue is **high** when its time-averaged depth is at least
+  ``high_depth`` and it is non-empty at least ``busy_frac`` of the time:
+  work waits for its consumer stage most of the time;
+* a queue is **rising** when the mean of the last third of the trace exceeds
+  the first third by at least ``max(2, 50 %)``;
+* the accelerator is **idle** when the time-averaged ``gpu_util`` (the
+  fraction of time the generator had work) is below ``idle_util``.
+
+The verdict takes the most downstream congested stage, because a congested
+stage fills the bounded queue in front of it and blocks the stages upstream:
+that backpressure is the design working, not a second bottleneck.
+
+* ``evaluator``: ``eval_queue`` high or rising; also when all three are high
+  but runners are blocked on a full ``eval_queue`` (backpressure chain);
+* ``overall``: all three high and nothing blocked — every stage is saturated;
+* ``runner``: ``run_queue`` high, ``eval_queue`` low (a high ``init_queue``
+  with blocked initializers is backpressure);
+* ``initializer``: ``init_queue`` high, ``run_queue`` low;
+* ``starved``: all low but the accelerator idle;
+* ``healthy``: none of these (also when utilisation is unknown — said so in
+  the evidence).
+
+Not covered: queues that are not in the trace (e.g. a server-side LLM
+queue), and per-slot batch occupancy of the generator.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tirl.diagnostics.adapters import read_rows
+from tirl.errors import InputError
+
+QUEUES: tuple[str, str, str] = ("init_queue", "run_queue", "eval_queue")
+STAGES: tuple[str, str, str] = ("init", "run", "eval")
+VERDICTS: tuple[str, ...] = ("initializer", "runner", "evaluator", "overall", "starved", "healthy")
+
+NEXT_STEP: dict[str, str] = {
+    "initializer": "the Initializer: image/workspace cache hits, sandbox start time, storage speed, how many "
+    "sandboxes a node runs stably; then add Initializer workers (rollout.init_workers)",
+    "runner": "the Agent Runner: generation concurrency, whether each action waits synchronously for the "
+    "environment, whether max turns is too large; then raise generation throughput",
+    "evaluator": "the Evaluator: test-suite run time, patch application and retries, test timeouts, the "
+    "number of evaluator workers (rollout.eval_workers)",
+    "overall": "capacity: scale the Evaluator and the Initializer first, then the LLM generation throughput",
+    "starved": "supply and hidden barriers: task generation, whether bounded-queue backpressure misleads an "
+    "upstream stage, an `await` that serialises episodes or a batch-wide wait",
+    "healthy": "nothing to fix in the pipeline; change one variable at a time and compare queue depths and step time",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineThresholds:
+    """Tuning of the pipeline rules."""
+
+    high_depth: float = 2.0
+    busy_frac: float = 0.6
+    idle_util: float = 0.5
+    blocked_frac: float = 0.3
+    gap_factor: float = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineDiagnosis:
+    """One verdict with the evidence behind it and the recommended next step."""
+
+    path: str
+    verdict: str
+    evidence: dict[str, Any]
+
+    @property
+    def next_step(self) -> str:
+        """What to check first (seed 003)."""
+        return NEXT_STEP[self.verdict]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape."""
+        return {"verdict": self.verdict, "evidence": self.evidence}
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def load_trace(path: str | Path) -> list[dict[str, Any]]:
+    """Read and validate a trace: every snapshot needs ``t`` and the three queue depths."""
+    rows = read_rows(path)
+    if not rows:
+        raise InputError(str(path), None, "the trace has no snapshots", "point at a pipeline_trace.jsonl")
+    for i, row in enumerate(rows, start=1):
+        missing = [k for k in ("t", *QUEUES) if _num(row.get(k)) is None]
+        if missing:
+            found = ", ".join(sorted(row)) or "none"
+            raise InputError(
+                str(path),
+                i,
+                f"snapshot lacks {', '.join(missing)} (keys found: {found})",
+                "each line needs t, init_queue, run_queue, eval_queue (see the pipeline trace format)",
+            )
+    rows.sort(key=lambda r: float(r["t"]))
+    return rows
+
+
+def _weights(ts: list[float], gap_factor: float) -> list[float]:
+    if len(ts) < 2:
+        return [1.0] * len(ts)
+    dts = [b - a for a, b in itertools.pairwise(ts)]
+    positive = [d for d in dts if d > 0]
+    typical = statistics.median(positive) if positive else 1.0
+    cap = gap_factor * typical
+    return [max(d, 0.0) if d <= cap else 0.0 for d in dts] + [typical]
+
+
+def _wmean(values: list[float | None], w: list[float]) -> float | None:
+    pairs = [(v, wi) for v, wi in zip(values, w, strict=True) if v is not None and wi > 0]
+    total = sum(wi for _, wi in pairs)
+    return sum(v * wi for v, wi in pairs) / total if total > 0 else None
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
+
+
+def _queue_stats(depths: list[float], w: list[float], active_t: list[float]) -> dict[str, Any]:
+    n = len(depths)
+    third = max(1, n // 3)
+    first = statistics.fmean(depths[:third])
+    last = statistics.fmean(depths[-third:])
+    avg = _wmean(list(depths), w) or 0.0
+    nonempty = _wmean([1.0 if d > 0 else 0.0 for d in depths], w) or 0.0
+    return {
+        "mean": round(avg, 3),
+        "max": max(depths),
+        "nonempty_frac": round(nonempty, 3),
+        "first_third_mean": round(first, 3),
+        "last_third_mean": round(last, 3),
+        "slope_per_s": round(_slope(active_t, depths), 4),
+    }
+
+
+def _rising(q: dict[str, Any]) -> bool:
+    first, last = q["first_third_mean"], q["last_third_mean"]
+    return bool(q["slope_per_s"] > 0 and last - first >= max(2.0, 0.5 * first))
+
+
+def _stage_stats(rows: list[dict[str, Any]], w: list[float], duration: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for s in STAGES:
+        busy = [_num(r.get(f"{s}_busy")) for r in rows]
+        if any(b is not None for b in busy):
+            peak = max(b for b in busy if b is not None)
+            mean = _wmean(busy, w)
+            out[f"{s}_busy_mean"] = None if mean is None else round(mean, 3)
+            out[f"{s}_utilisation"] = round(mean / peak, 3) if mean is not None and peak > 0 else None
+        blocked = [_num(r.get(f"{s}_blocked")) for r in rows]
+        if any(b is not None for b in blocked):
+            frac = _wmean([None if b is None else float(b > 0) for b in blocked], w)
+            out[f"{s}_blocked_frac"] = None if frac is None else round(frac, 3)
+        done = [d for r in rows if (d := _num(r.get(f"{s}_done"))) is not None]
+        if len(done) >= 2 and duration > 0:
+            out[f"{s}_throughput_per_s"] = round((done[-1] - done[0]) / duration, 4)
+    return out
+
+
+def diagnose_pipeline(
+    rows: list[dict[str, Any]], path: str = "", thresholds: PipelineThresholds | None = None
+) -> PipelineDiagnosis:
+    """The bottleneck verdict of a trace (see the module docstring for the rules)."""
+    th = thresholds or PipelineThresholds()
+    ts = [float(r["t"]) for r in rows]
+    w = _weights(ts, th.gap_factor)
+    active_t: list[float] = []
+    acc = 0.0
+    for wi in w:
+        active_t.append(acc)
+        acc += wi
+    duration = sum(w[:-1]) if len(w) > 1 else 0.0
+    queues = {q: _queue_stats([float(r[q]) for r in rows], w, active_t) for q in QUEUES}
+    high = {q: queues[q]["mean"] >= th.high_depth and queues[q]["nonempty_frac"] >= th.busy_frac for q in QUEUES}
+    rising = {q: _rising(queues[q]) for q in QUEUES}
+    util = _wmean([_num(r.get("gpu_util")) for r in rows], w)
+    stages = _stage_stats(rows, w, duration)
+    run_blocked = stages.get("run_blocked_frac") or 0.0
+    init_blocked = stages.get("init_blocked_frac") or 0.0
+    notes: list[str] = []
+    if high["init_queue"] and high["run_queue"] and high["eval_queue"]:
+        if run_blocked >= th.blocked_frac:
+            verdict = "evaluator"
+            notes.append("runners wait for room in the full eval_queue: the upstream queues are backpressure")
+        else:
+            verdict = "overall"
+    elif high["eval_queue"] or rising["eval_queue"]:
+        verdict = "evaluator"
+    elif high["run_queue"]:
+        verdict = "runner"
+        if high["init_queue"]:
+            notes.append(
+                "init_queue is high too"
+                + (
+                    ": the initializers are blocked on the bounded run_queue — backpressure, the design working"
+                    if init_blocked >= th.blocked_frac
+                    else ""
+                )
+            )
+    elif high["init_queue"]:
+        verdict = "initializer"
+    elif util is not None and util < th.idle_util:
+        verdict = "starved"
+    else:
+        verdict = "healthy"
+        if util is None:
+            notes.append("no gpu_util in the trace: an idle accelerator (starved) cannot be told from healthy")
+    if init_blocked >= th.blocked_frac and verdict != "runner":
+        notes.append("initializers are often blocked on the bounded run_queue: backpressure is the design working")
+    evidence: dict[str, Any] = {
+        "snapshots": len(rows),
+        "duration_s": round(duration, 3),
+        "queues": queues,
+        "high": high,
+        "rising": rising,
+        "generator_busy_frac": None if util is None else round(util, 3),
+        "stages": stages,
+    }
+    if notes:
+        evidence["notes"] = notes
+    return PipelineDiagnosis(path=path, verdict=verdict, evidence=evidence)
+
+
+def diagnose_trace_file(path: str | Path, thresholds: PipelineThresholds | None = None) -> PipelineDiagnosis:
+    """Load and diagnose a pipeline trace file."""
+    return diagnose_pipeline(load_trace(path), str(path), thresholds)

@@ -1,0 +1,133 @@
+"""Readable terminal output (rich tables) for the diagnoses and the audit."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tirl.diagnostics.pipeline import PipelineDiagnosis
+from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return str(value)
+
+
+def _evidence_text(evidence: dict[str, Any], limit: int = 12) -> str:
+    items = [(k, v) for k, v in evidence.items() if v is not None]
+    return "\n".join(f"{k} = {_fmt(v)}" for k, v in items[:limit])
+
+
+def _steps_text(steps: tuple[int, ...]) -> str:
+    if len(steps) <= 4:
+        return ", ".join(map(str, steps))
+    return f"{steps[0]}–{steps[-1]} ({len(steps)} steps)"
+
+
+def print_training(diag: TrainingDiagnosis, console: Console | None = None) -> None:
+    """The verdict line and one row per finding: steps, evidence, what to check first."""
+    console = console or Console()
+    style = "green" if diag.verdict == "healthy" else "bold red"
+    console.print(
+        f"[bold]{diag.path}[/bold] ({diag.format} format, {diag.steps} steps): verdict [{style}]{diag.verdict}[/]"
+    )
+    if not diag.findings:
+        console.print("No symptom of the void-turn table: no IS-ratio spike, no empty batch, the filter is active.")
+        return
+    table = Table(show_lines=True)
+    table.add_column("kind", style="bold")
+    table.add_column("step(s)")
+    table.add_column("evidence")
+    table.add_column("check this first")
+    for f in diag.findings:
+        table.add_row(
+            f"{f.kind}\n[dim]{SUMMARY[f.kind]}[/dim]",
+            _steps_text(f.steps),
+            _evidence_text(f.evidence),
+            CHECK_FIRST[f.kind],
+        )
+    console.print(table)
+
+
+def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> None:
+    """The verdict, the per-queue evidence and the recommended next step."""
+    console = console or Console()
+    ev = diag.evidence
+    style = "green" if diag.verdict == "healthy" else "bold red"
+    console.print(
+        f"[bold]{diag.path}[/bold] ({ev['snapshots']} snapshots, {ev['duration_s']} s): "
+        f"verdict [{style}]{diag.verdict}[/]"
+    )
+    table = Table()
+    for col in ("queue", "time-avg depth", "max", "non-empty", "first→last third", "trend /s", "high"):
+        table.add_column(col)
+    for name, q in ev["queues"].items():
+        table.add_row(
+            name,
+            f"{q['mean']:.2f}",
+            _fmt(q["max"]),
+            f"{q['nonempty_frac']:.0%}",
+            f"{q['first_third_mean']:.1f} → {q['last_third_mean']:.1f}",
+            f"{q['slope_per_s']:+.3f}",
+            ("yes" if ev["high"][name] else "no") + (" (rising)" if ev["rising"][name] else ""),
+        )
+    console.print(table)
+    util = ev.get("generator_busy_frac")
+    console.print(f"generator busy fraction: {'unknown' if util is None else f'{util:.0%}'}")
+    if ev.get("stages"):
+        console.print("stages: " + ", ".join(f"{k}={_fmt(v)}" for k, v in ev["stages"].items()))
+    for note in ev.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}")
+    console.print(f"[bold]next:[/] check {diag.next_step}")
+
+
+def print_audit(data: dict[str, Any], path: str, console: Console | None = None) -> None:
+    """The audit as a few small tables."""
+    console = console or Console()
+    console.print(
+        f"[bold]{path}[/bold]: {data['trajectories']} trajectories, {data['void']} void "
+        f"({data['void_ratio']:.1%}), {data['void_turns']} void turns"
+    )
+    if data["void_reasons"]:
+        table = Table(title="void turns by reason")
+        table.add_column("reason")
+        table.add_column("turns", justify="right")
+        table.add_column("example ids")
+        for reason, row in data["void_reasons"].items():
+            table.add_row(reason, str(row["turns"]), ", ".join(row["examples"]))
+        console.print(table)
+    if data["first_void_turn"]:
+        console.print(
+            "first void turn (assistant turn index: trajectories): "
+            + ", ".join(f"{k}: {v}" for k, v in data["first_void_turn"].items())
+        )
+    vc = data["void_correct"]
+    if vc["rate"] is None:
+        console.print("detector-too-eager check: no void trajectory has a ground-truth 'answer'")
+    else:
+        console.print(
+            f"detector-too-eager check: {vc['correct']} of {vc['with_ground_truth']} void trajectories with a "
+            f"ground truth ended with the correct answer ({vc['rate']:.1%}); examples: "
+            f"{', '.join(vc['examples']) or '-'}"
+            + (f"; accuracy of valid ones: {vc['valid_accuracy']:.1%}" if vc["valid_accuracy"] is not None else "")
+        )
+    dist = Table(title="distributions")
+    for col in ("", "n", "mean", "min", "p50", "p90", "max"):
+        dist.add_column(col)
+    for name, d in (("assistant turns", data["turns"]), (f"length ({data['length']['unit']})", data["length"])):
+        dist.add_row(name, *(_fmt(d.get(k, "-")) for k in ("n", "mean", "min", "p50", "p90", "max")))
+    console.print(dist)
+    te = data["tool_errors"]
+    rate = "-" if te["rate"] is None else f"{te['rate']:.1%}"
+    console.print(f"tool messages: {data['tool_messages']}, errors: {te['total']} ({rate})")
+    for kind, row in te["by_kind"].items():
+        console.print(f"  {kind}: {row['count']} (e.g. {', '.join(row['examples'])})")
+    if data["terminations"]:
+        console.print("terminations: " + ", ".join(f"{k}={v}" for k, v in data["terminations"].items()))

@@ -1,0 +1,279 @@
+"""A self-contained HTML report of a run directory: plots (PNG as base64 data URIs) and the diagnoses.
+
+Run directory layout (written by the trainer; each part may be absent, and the
+report then says so instead of failing)::
+
+    metrics.jsonl         per-step metrics  -> training plots + `diagnose training`
+    pipeline_trace.jsonl  queue snapshots   -> queue/utilisation plots + `diagnose pipeline`
+    trajectories.jsonl    sampled episodes  -> `audit`
+    summary.json          the run's summary and config (shown as a table)
+    tb/                   TensorBoard events (listed; the plots come from metrics.jsonl)
+
+The page has no external references (no scripts, fonts or images from the
+network), so it can be mailed or archived as one file. Plots use matplotlib's
+Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tirl.diagnostics.adapters import MetricsLog, load_metrics
+from tirl.diagnostics.audit import audit_file
+from tirl.diagnostics.pipeline import NEXT_STEP, PipelineDiagnosis, diagnose_pipeline, load_trace
+from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, diagnose_training
+from tirl.errors import TirlError
+
+FILES: dict[str, str] = {
+    "metrics.jsonl": "training plots and the training diagnosis",
+    "pipeline_trace.jsonl": "queue plots and the pipeline diagnosis",
+    "trajectories.jsonl": "the trajectory audit",
+    "summary.json": "the run summary",
+    "tb": "TensorBoard event files",
+}
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1100px;color:#222}
+h1{font-size:1.5em}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:1.6em}
+table{border-collapse:collapse;margin:8px 0;font-size:.9em}td,th{border:1px solid #ccc;padding:3px 8px;
+text-align:left;vertical-align:top}th{background:#f3f3f3}.verdict{font-weight:bold;padding:2px 8px;
+border-radius:4px}.healthy{background:#d8f5d8}.bad{background:#fbd4d4}.missing{color:#999;font-style:italic}
+.plots{display:flex;flex-wrap:wrap;gap:8px}.plots figure{margin:0}pre{background:#f7f7f7;padding:8px;
+overflow:auto;font-size:.85em}figcaption{font-size:.8em;color:#555}
+"""
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _figure(
+    title: str,
+    series: list[tuple[str, list[float], list[float | None]]],
+    *,
+    logy: bool = False,
+    marks: list[float] | None = None,
+    xlabel: str = "step",
+) -> str | None:
+    """One line plot as a base64 PNG; ``None`` when no series has a value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    usable = [(n, x, y) for n, x, y in series if any(v is not None for v in y)]
+    if not usable:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 2.6))
+    for name, xs, ys in usable:
+        pts = [(a, b) for a, b in zip(xs, ys, strict=True) if b is not None and (not logy or b > 0)]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name, linewidth=1.2)
+    for m in marks or []:
+        ax.axvline(m, color="red", alpha=0.5, linestyle="--", linewidth=1)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.3)
+    if len(usable) > 1:
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _img(title: str, data: str | None) -> str:
+    if data is None:
+        return f'<p class="missing">{html.escape(title)}: no values in the log</p>'
+    alt = html.escape(title)
+    return f'<figure><img alt="{alt}" src="data:image/png;base64,{data}"><figcaption>{alt}</figcaption></figure>'
+
+
+def _verdict(v: str) -> str:
+    cls = "healthy" if v == "healthy" else "bad"
+    return f'<span class="verdict {cls}">{html.escape(v)}</span>'
+
+
+def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
+    xs = [float(s) for s in log.steps]
+
+    def s(name: str) -> list[float | None]:
+        return log.get(name) or [None] * len(xs)
+
+    marks = [float(f.step) for f in diag.findings if f.step is not None]
+    plots = [
+        ("reward (mean)", [("reward", xs, s("reward"))], False),
+        ("valid and void trajectories", [("valid", xs, s("valid")), ("void", xs, s("void"))], False),
+        ("IS ratio min / max (log scale)", [("max", xs, s("is_max")), ("min", xs, s("is_min"))], True),
+        ("grad norm", [("grad norm", xs, s("grad_norm"))], False),
+        ("max sequence length", [("max len", xs, s("max_len"))], False),
+    ]
+    imgs = "".join(_img(t, _figure(t, ser, logy=logy, marks=marks)) for t, ser, logy in plots)
+    rows = "".join(
+        f"<tr><td>{html.escape(f.kind)}<br><small>{html.escape(SUMMARY[f.kind])}</small></td>"
+        f"<td>{html.escape(', '.join(map(str, f.steps[:8])) + (' …' if len(f.steps) > 8 else ''))}</td>"
+        f"<td><pre>{html.escape(json.dumps(f.evidence, indent=1))}</pre></td>"
+        f"<td>{html.escape(CHECK_FIRST[f.kind])}</td></tr>"
+        for f in diag.findings
+    )
+    table = (
+        f"<table><tr><th>kind</th><th>steps</th><th>evidence</th><th>check this first</th></tr>{rows}</table>"
+        if rows
+        else "<p>No symptom of the void-turn table.</p>"
+    )
+    return (
+        f"<h2>Training: {_verdict(diag.verdict)}</h2><p>{len(log)} steps, {log.format} format. "
+        f"Red dashed lines mark findings.</p>{table}<div class='plots'>{imgs}</div>"
+    )
+
+
+def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis) -> str:
+    ts = [float(r["t"]) for r in rows]
+
+    def col(key: str) -> list[float | None]:
+        out: list[float | None] = []
+        for r in rows:
+            v = r.get(key)
+            out.append(float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None)
+        return out
+
+    depth = _figure(
+        "queue depths", [(q, ts, col(q)) for q in ("init_queue", "run_queue", "eval_queue")], xlabel="seconds"
+    )
+    util_series: list[tuple[str, list[float], list[float | None]]] = [("generator busy", ts, col("gpu_util"))]
+    for stage in ("init", "run", "eval"):
+        busy = col(f"{stage}_busy")
+        peak = max((b for b in busy if b is not None), default=0.0)
+        if peak > 0:
+            util_series.append((f"{stage} workers busy", ts, [None if b is None else b / peak for b in busy]))
+    util = _figure("stage utilisation (fraction of peak workers busy)", util_series, xlabel="seconds")
+    ev = diag.evidence
+    qrows = "".join(
+        f"<tr><td>{q}</td><td>{d['mean']:.2f}</td><td>{d['max']:g}</td><td>{d['nonempty_frac']:.0%}</td>"
+        f"<td>{d['first_third_mean']:.1f} → {d['last_third_mean']:.1f}</td><td>{'yes' if ev['high'][q] else 'no'}"
+        f"{' (rising)' if ev['rising'][q] else ''}</td></tr>"
+        for q, d in ev["queues"].items()
+    )
+    util_v = ev.get("generator_busy_frac")
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in ev.get("notes", []))
+    return (
+        f"<h2>Pipeline: {_verdict(diag.verdict)}</h2>"
+        f"<p>{ev['snapshots']} snapshots over {ev['duration_s']} s; generator busy "
+        f"{'unknown' if util_v is None else f'{util_v:.0%}'}. Next: check {html.escape(NEXT_STEP[diag.verdict])}.</p>"
+        f"<table><tr><th>queue</th><th>time-avg depth</th><th>max</th><th>non-empty</th><th>first → last third</th>"
+        f"<th>high</th></tr>{qrows}</table>{f'<ul>{notes}</ul>' if notes else ''}"
+        f"<div class='plots'>{_img('queue depths', depth)}{_img('stage utilisation', util)}</div>"
+    )
+
+
+def _audit_section(path: Path) -> str:
+    data = audit_file(path).to_dict()
+    vc = data["void_correct"]
+    reasons = "".join(
+        f"<tr><td>{html.escape(r)}</td><td>{d['turns']}</td><td>{html.escape(', '.join(d['examples']))}</td></tr>"
+        for r, d in data["void_reasons"].items()
+    )
+    rate = "no ground truth" if vc["rate"] is None else f"{vc['correct']}/{vc['with_ground_truth']} ({vc['rate']:.1%})"
+    te = data["tool_errors"]
+    return (
+        f"<h2>Trajectory audit</h2><p>{data['trajectories']} trajectories, {data['void']} void "
+        f"({data['void_ratio']:.1%}); void trajectories that still ended with the correct answer: {rate}; "
+        f"tool errors: {te['total']} of {data['tool_messages']} tool messages.</p>"
+        + (f"<table><tr><th>void reason</th><th>turns</th><th>examples</th></tr>{reasons}</table>" if reasons else "")
+        + f"<pre>{html.escape(json.dumps({'turns': data['turns'], 'length': data['length']}, indent=1))}</pre>"
+    )
+
+
+def _summary_section(path: Path) -> str:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return f"<h2>Summary</h2><p class='missing'>summary.json is not valid JSON: {html.escape(str(exc))}</p>"
+    if not isinstance(data, dict):
+        return "<h2>Summary</h2><p class='missing'>summary.json is not an object</p>"
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict | list)}
+    rest = {k: v for k, v in data.items() if k not in scalars}
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float) and math.isfinite(v):
+            return f"{v:.6g}"
+        return str(v)
+
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(fmt(v))}</td></tr>" for k, v in scalars.items())
+    nested = f"<details><summary>details</summary><pre>{html.escape(json.dumps(rest, indent=1))}</pre></details>"
+    return f"<h2>Summary</h2><table>{rows}</table>{nested if rest else ''}"
+
+
+def _guard(title: str, make: Any) -> str:
+    try:
+        return str(make())
+    except TirlError as exc:
+        return f"<h2>{html.escape(title)}</h2><p class='missing'>could not read: {html.escape(str(exc))}</p>"
+
+
+def render_report(run_dir: Path) -> str:
+    """The report's HTML text."""
+    present = {name: (run_dir / name).exists() for name in FILES}
+    listing = "".join(
+        f"<li>{html.escape(n)}: {'present' if ok else '<span class=missing>absent</span>'} — {html.escape(FILES[n])}"
+        + ("" if ok else " skipped")
+        + "</li>"
+        for n, ok in present.items()
+    )
+    parts = [f"<h1>tirl run report: {html.escape(str(run_dir))}</h1><ul>{listing}</ul>"]
+    if present["summary.json"]:
+        parts.append(_summary_section(run_dir / "summary.json"))
+    if present["metrics.jsonl"]:
+
+        def training() -> str:
+            log = load_metrics(run_dir / "metrics.jsonl")
+            return _training_section(log, diagnose_training(log))
+
+        parts.append(_guard("Training", training))
+    else:
+        parts.append("<h2>Training</h2><p class='missing'>metrics.jsonl is absent: no training plots.</p>")
+    if present["pipeline_trace.jsonl"]:
+
+        def pipeline() -> str:
+            rows = load_trace(run_dir / "pipeline_trace.jsonl")
+            return _pipeline_section(rows, diagnose_pipeline(rows, str(run_dir / "pipeline_trace.jsonl")))
+
+        parts.append(_guard("Pipeline", pipeline))
+    else:
+        parts.append("<h2>Pipeline</h2><p class='missing'>pipeline_trace.jsonl is absent: no queue plots.</p>")
+    if present["trajectories.jsonl"]:
+        parts.append(_guard("Trajectory audit", lambda: _audit_section(run_dir / "trajectories.jsonl")))
+    else:
+        parts.append("<h2>Trajectory audit</h2><p class='missing'>trajectories.jsonl is absent: no audit.</p>")
+    if present["tb"]:
+        events = sorted(p.name for p in (run_dir / "tb").rglob("events.*"))
+        parts.append(
+            f"<h2>TensorBoard</h2><p>{len(events)} event file(s) in tb/: "
+            f"<code>tensorboard --logdir {html.escape(str(run_dir / 'tb'))}</code></p>"
+        )
+    body = "\n".join(parts)
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>tirl report</title>"
+        f"<style>{CSS}</style></head><body>{body}</body></html>\n"
+    )
+
+
+def write_report(run_dir: Path, out: Path | None = None) -> Path:
+    """Write ``run_dir/report.html`` (or ``out``) and return its path; ``tirl train`` calls this at the end."""
+    run_dir = Path(run_dir)
+    target = Path(out) if out is not None else run_dir / "report.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(render_report(run_dir), encoding="utf-8")
+    tmp.replace(target)
+    return target

@@ -1,0 +1,333 @@
+"""Verdicts from a per-step training log: the four void-turn symptoms of ``DESIGN.md``.
+
+Every rule compares a step with a rolling baseline of the steps around it
+(:mod:`tirl.diagnostics.robust`: median and MAD, the step itself excluded),
+so a spike means "unusual for this run", not "above a fixed number":
+
+* **IS-ratio spike**: ``log(is_max)`` at least ``is_z`` robust z-scores above
+  its baseline *and* at least ``is_factor`` times the baseline median (or the
+  mirror image for ``is_min``). Ratios are compared on a log scale.
+* **length spike**: ``max_len`` at least ``len_z`` z-scores above baseline.
+* **filter drop**: the void count (scale floor: Poisson, ``sqrt(median)``) or
+  the void ratio ``drop_z`` z-scores above baseline; when the log has neither,
+  the valid count ``drop_z`` below.
+
+Verdicts (``SEVERITY`` lists them from most to least severe):
+
+* ``void_leak``: an IS-ratio spike with a length spike in the same step and
+  no filter drop (a void trajectory went into the loss). Without a length
+  series the spike alone is reported, marked in the evidence.
+* ``late_filter``: an IS-ratio spike in the same step as a filter drop: the
+  filter found the void trajectories, but they were already in the update.
+* ``detector_inactive``: at least ``inactive_steps`` steps in which the void
+  count is always 0 and the valid count never changes.
+* ``empty_batch``: a step with 0 valid trajectories (consecutive steps are
+  one finding).
+
+A grad-norm bump is evidence, never a trigger: without an IS-ratio spike it
+is ordinary noise. IS-ratio spikes with neither a length spike nor a filter
+drop match no row of the table and are not reported. Missing values are
+skipped (a skipped step logs nulls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tirl.diagnostics.adapters import MetricsLog
+from tirl.diagnostics.robust import Baseline, baseline, log_values
+
+SEVERITY: tuple[str, ...] = ("void_leak", "late_filter", "detector_inactive", "empty_batch")
+
+# The seed's "check this first" column.
+CHECK_FIRST: dict[str, str] = {
+    "void_leak": "the void-turn check and where void trajectories are dropped: a long garbage turn was not "
+    "judged void and went into the loss (tirl.parsing.judge_message, the filter call in the trainer)",
+    "late_filter": "the order of the training step: the filter must run before advantages, ratios and KL "
+    "are computed, not after the update",
+    "detector_inactive": "the code-block pattern and where the final answer is read from (a pre-filled field "
+    "instead of the model's text); run `tirl audit` on the trajectories to see what the rule finds",
+    "empty_batch": "resampling (filter.max_resample_rounds) and the logged minimum valid count — resample, "
+    "do not loosen the rule",
+}
+SUMMARY: dict[str, str] = {
+    "void_leak": "IS-ratio spike with the longest trajectory, valid count not reduced",
+    "late_filter": "valid count dropped, but the IS ratio still spiked",
+    "detector_inactive": "valid count never changes, void count always 0",
+    "empty_batch": "no valid trajectory in the step",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Tuning of the symptom rules (defaults were checked on seeded noisy logs in the tests)."""
+
+    window: int = 20
+    min_points: int = 8
+    is_z: float = 6.0
+    is_factor: float = 2.0
+    len_z: float = 3.0
+    drop_z: float = 4.0
+    inactive_steps: int = 25
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One symptom: its kind, the step(s) and the numbers behind it."""
+
+    kind: str
+    step: int | None
+    steps: tuple[int, ...]
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape: ``{"kind", "step", "steps", "evidence"}``."""
+        return {"kind": self.kind, "step": self.step, "steps": list(self.steps), "evidence": self.evidence}
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingDiagnosis:
+    """All findings of one log; the verdict is the most severe kind, or ``healthy``."""
+
+    path: str
+    format: str
+    steps: int
+    findings: tuple[Finding, ...]
+
+    @property
+    def verdict(self) -> str:
+        """``healthy`` exactly when there are no findings."""
+        kinds = {f.kind for f in self.findings}
+        return next((k for k in SEVERITY if k in kinds), "healthy")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape."""
+        return {"verdict": self.verdict, "findings": [f.to_dict() for f in self.findings]}
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+class _Series:
+    """A canonical series with cached baselines."""
+
+    def __init__(self, values: Sequence[float | None] | None, th: Thresholds, **floors: Any) -> None:
+        self.values = list(values) if values is not None else None
+        self._th = th
+        self._floors = floors
+        self._cache: dict[int, Baseline | None] = {}
+
+    def at(self, i: int) -> float | None:
+        return None if self.values is None else self.values[i]
+
+    def z(self, i: int) -> float | None:
+        if self.values is None or self.values[i] is None:
+            return None
+        if i not in self._cache:
+            self._cache[i] = baseline(
+                self.values, i, window=self._th.window, min_points=self._th.min_points, **self._floors
+            )
+        b = self._cache[i]
+        value = self.values[i]
+        return None if b is None or value is None else b.z(value)
+
+    def median(self, i: int) -> float | None:
+        self.z(i)
+        b = self._cache.get(i)
+        return None if b is None else b.median
+
+
+class _Signals:
+    """The per-step tests of the rules, on one log."""
+
+    def __init__(self, log: MetricsLog, th: Thresholds) -> None:
+        self.log, self.th = log, th
+        self.is_max_log = _Series(
+            log_values(log.get("is_max") or []) if log.get("is_max") else None, th, abs_floor=0.05
+        )
+        self.is_min_log = _Series(
+            log_values(log.get("is_min") or []) if log.get("is_min") else None, th, abs_floor=0.05
+        )
+        self.max_len = _Series(log.get("max_len"), th, abs_floor=1.0, rel_floor=0.02)
+        self.valid = _Series(log.get("valid"), th, abs_floor=1.0)
+        self.void = _Series(log.get("void"), th, abs_floor=1.0, count_floor=True)
+        self.void_ratio = _Series(log.get("void_ratio"), th, abs_floor=0.03)
+        self.grad = _Series(
+            log_values(log.get("grad_norm") or []) if log.get("grad_norm") else None, th, abs_floor=0.05
+        )
+
+    def is_spike(self, i: int) -> tuple[bool, dict[str, Any]]:
+        import math
+
+        th = self.th
+        hi_z, lo_z = self.is_max_log.z(i), self.is_min_log.z(i)
+        hi_med, lo_med = self.is_max_log.median(i), self.is_min_log.median(i)
+        hi_v, lo_v = self.is_max_log.at(i), self.is_min_log.at(i)
+        up = (
+            hi_z is not None
+            and hi_v is not None
+            and hi_med is not None
+            and hi_z >= th.is_z
+            and (hi_v - hi_med >= math.log(th.is_factor))
+        )
+        down = (
+            lo_z is not None
+            and lo_v is not None
+            and lo_med is not None
+            and -lo_z >= th.is_z
+            and (lo_med - lo_v >= math.log(th.is_factor))
+        )
+        ev = {
+            "is_ratio_max": _r(self.log.get("is_max")[i]) if self.log.get("is_max") else None,  # type: ignore[index]
+            "is_ratio_max_baseline": _r(math.exp(hi_med)) if hi_med is not None else None,
+            "is_ratio_max_z": _r(hi_z, 2),
+            "is_ratio_min": _r(self.log.get("is_min")[i]) if self.log.get("is_min") else None,  # type: ignore[index]
+            "is_ratio_min_baseline": _r(math.exp(lo_med)) if lo_med is not None else None,
+            "is_ratio_min_z": _r(lo_z, 2),
+        }
+        return up or down, ev
+
+    def len_spike(self, i: int) -> tuple[bool | None, dict[str, Any]]:
+        z = self.max_len.z(i)
+        ev = {"max_len": self.max_len.at(i), "max_len_baseline": _r(self.max_len.median(i), 1), "max_len_z": _r(z, 2)}
+        return (None if z is None else z >= self.th.len_z), ev
+
+    def dropped(self, i: int) -> tuple[bool | None, dict[str, Any]]:
+        th = self.th
+        vz, dz, rz = self.valid.z(i), self.void.z(i), self.void_ratio.z(i)
+        ev = {
+            "valid": self.valid.at(i),
+            "valid_baseline": _r(self.valid.median(i), 2),
+            "valid_z": _r(vz, 2),
+            "void": self.void.at(i),
+            "void_baseline": _r(self.void.median(i), 2),
+        }
+        if dz is not None or rz is not None:  # the void count is the direct measure
+            return (dz is not None and dz >= th.drop_z) or (rz is not None and rz >= th.drop_z), ev
+        if vz is not None:
+            return vz <= -th.drop_z, ev
+        return None, ev
+
+    def grad_evidence(self, i: int) -> dict[str, Any]:
+        g = self.log.get("grad_norm")
+        return {"grad_norm": _r(g[i]) if g else None, "grad_norm_z": _r(self.grad.z(i), 2)}
+
+
+def _spike_findings(log: MetricsLog, th: Thresholds) -> list[Finding]:
+    sig = _Signals(log, th)
+    out: list[Finding] = []
+    for i, step in enumerate(log.steps):
+        spike, ev = sig.is_spike(i)
+        if not spike:
+            continue
+        drop_now, drop_ev = sig.dropped(i)
+        longest, len_ev = sig.len_spike(i)
+        evidence = {**ev, **len_ev, **drop_ev, **sig.grad_evidence(i)}
+        if drop_now:
+            out.append(Finding("late_filter", step, (step,), evidence))
+        elif longest or longest is None:
+            if longest is None:
+                evidence["note"] = "no max-length series in this log: the length condition was not checked"
+            if drop_now is None:
+                evidence["note_valid"] = "no valid/void counts in this log (no filter): 'not reduced' assumed"
+            out.append(Finding("void_leak", step, (step,), evidence))
+    return out
+
+
+def _runs(indices: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def _empty_batch_findings(log: MetricsLog) -> list[Finding]:
+    valid = log.get("valid")
+    ratio = log.get("void_ratio")
+    empty = []
+    for i in range(len(log)):
+        v = valid[i] if valid else None
+        r = ratio[i] if ratio else None
+        if (v is not None and v <= 0) or (v is None and r is not None and r >= 1.0):
+            empty.append(i)
+    out = []
+    resampled, trajs = log.get("resampled"), log.get("trajectories")
+    for run in _runs(empty):
+        steps = tuple(log.steps[i] for i in run)
+        evidence: dict[str, Any] = {
+            "valid": [valid[i] if valid else None for i in run],
+            "trajectories": [trajs[i] for i in run] if trajs else None,
+            "resampled": [resampled[i] for i in run] if resampled else None,
+        }
+        out.append(Finding("empty_batch", steps[0], steps, evidence))
+    return out
+
+
+def _inactive_findings(log: MetricsLog, th: Thresholds) -> list[Finding]:
+    """Longest stretches with void always 0 and a constant valid count (nulls inside are skipped)."""
+    valid, void, ratio, trajs = log.get("valid"), log.get("void"), log.get("void_ratio"), log.get("trajectories")
+    if valid is None or (void is None and ratio is None and trajs is None):
+        return []
+
+    def zero_void(i: int) -> bool | None:
+        d = void[i] if void else None
+        r = ratio[i] if ratio else None
+        if d is None and r is None:
+            t, v = (trajs[i] if trajs else None), valid[i]
+            return None if t is None or v is None else v == t
+        return (d is None or d == 0) and (r is None or r == 0)
+
+    out: list[Finding] = []
+    start = 0
+    known: list[int] = []
+    value: float | None = None
+
+    def close() -> None:
+        if len(known) >= th.inactive_steps:
+            steps = tuple(log.steps[j] for j in known)
+            elsewhere = [void[j] for j in range(len(log)) if void and void[j] and j not in set(known)]
+            out.append(
+                Finding(
+                    "detector_inactive",
+                    None,
+                    steps,
+                    {
+                        "first_step": steps[0],
+                        "last_step": steps[-1],
+                        "steps_in_window": len(steps),
+                        "valid_constant": value,
+                        "void_always": 0,
+                        "void_steps_elsewhere": len(elsewhere),
+                    },
+                )
+            )
+
+    for i in range(len(log)):
+        v = valid[i]
+        z = zero_void(i)
+        if v is None or z is None:
+            continue  # a skipped step does not break the stretch
+        if z and (value is None or v == value):
+            value = v
+            known.append(i)
+            continue
+        close()
+        known, value = ([i], v) if z else ([], None)
+        start = i
+    close()
+    del start
+    return out
+
+
+def diagnose_training(log: MetricsLog, thresholds: Thresholds | None = None) -> TrainingDiagnosis:
+    """Run every rule on ``log``; findings are ordered by step."""
+    th = thresholds or Thresholds()
+    findings = _spike_findings(log, th) + _empty_batch_findings(log) + _inactive_findings(log, th)
+    findings.sort(key=lambda f: (f.steps[0] if f.steps else -1, SEVERITY.index(f.kind)))
+    return TrainingDiagnosis(path=log.path, format=log.format, steps=len(log), findings=tuple(findings))

@@ -1,0 +1,221 @@
+"""Realistic noisy training logs and pipeline traces from a seeded RNG (healthy, or with one symptom injected).
+
+The healthy log imitates a GRPO run of a tool-using model: 64 trajectories a
+step, a void rate drifting from ~6 % to ~3 % (binomial noise), log-normal
+IS-ratio extremes with occasional heavy-tail bumps, grad-norm bumps *without*
+an IS spike, lone long trajectories *without* an IS spike, and a few skipped
+steps that log nulls. Injections change only the numbers the symptom is
+about.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+BATCH = 64
+TIRL_KEYS = (
+    "rollout/trajectories",
+    "filter/valid_trajectories",
+    "filter/void_trajectories",
+    "filter/resampled",
+    "train/is_ratio_min",
+    "train/is_ratio_max",
+    "train/is_ratio_mean",
+    "train/clip_frac",
+    "train/grad_norm",
+    "train/loss",
+    "train/entropy",
+    "rollout/max_seq_len",
+    "rollout/mean_seq_len",
+    "rollout/turns_mean",
+    "reward/mean",
+    "time/step_s",
+)
+
+
+def _binom(rng: random.Random, n: int, p: float) -> int:
+    return sum(rng.random() < p for _ in range(n))
+
+
+def tirl_log(
+    n: int = 200, seed: int = 0, inject: str | None = None, at: tuple[int, ...] = (120,)
+) -> list[dict[str, Any]]:
+    """Per-step rows with tirl's keys; ``inject`` in void_leak, late_filter, detector_inactive, empty_batch."""
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    skipped = set(rng.sample(range(5, n), 3))
+    for step in range(n):
+        frac = step / n
+        p = 0.06 - 0.03 * frac
+        void = _binom(rng, BATCH, p)
+        if inject == "detector_inactive":
+            void = 0
+        valid = BATCH - void
+        is_max = math.exp(rng.gauss(math.log(1.5), 0.1))
+        if rng.random() < 0.04:
+            is_max *= 1.35  # heavy tail: ordinary, not a spike
+        is_min = math.exp(rng.gauss(math.log(0.6), 0.1))
+        grad = math.exp(rng.gauss(math.log(0.6), 0.2))
+        if rng.random() < 0.03:
+            grad *= rng.uniform(3, 6)  # a grad-norm bump without an IS spike: noise
+        max_len = int(rng.gauss(1400 + 300 * frac, 90))
+        if rng.random() < 0.02:
+            max_len = int(max_len * 1.6)  # a lone long trajectory without an IS spike
+        row: dict[str, Any] = {
+            "step": step,
+            "rollout/trajectories": BATCH,
+            "filter/valid_trajectories": valid,
+            "filter/void_trajectories": void,
+            "filter/resampled": 0,
+            "train/is_ratio_min": is_min,
+            "train/is_ratio_max": is_max,
+            "train/is_ratio_mean": math.exp(rng.gauss(0, 0.005)),
+            "train/clip_frac": abs(rng.gauss(0.02, 0.006)),
+            "train/grad_norm": grad,
+            "train/loss": rng.gauss(0.0, 0.02),
+            "train/entropy": 0.9 - 0.3 * frac + rng.gauss(0, 0.02),
+            "rollout/max_seq_len": max_len,
+            "rollout/mean_seq_len": int(max_len * 0.45 + rng.gauss(0, 20)),
+            "rollout/turns_mean": 2.6 + rng.gauss(0, 0.15),
+            "reward/mean": 0.2 + 0.45 * frac + rng.gauss(0, 0.04),
+            "time/step_s": 30 + rng.gauss(0, 2),
+        }
+        if step in at:
+            if inject == "void_leak":
+                row["train/is_ratio_max"] = is_max * 22
+                row["train/is_ratio_min"] = is_min * 0.1
+                row["rollout/max_seq_len"] = 4096
+                row["train/grad_norm"] = grad * 12
+            elif inject == "late_filter":
+                row["filter/void_trajectories"] = void + 18
+                row["filter/valid_trajectories"] = valid - 18
+                row["train/is_ratio_max"] = is_max * 15
+                row["train/grad_norm"] = grad * 9
+            elif inject == "empty_batch":
+                row.update(dict.fromkeys(TIRL_KEYS[4:12]))  # no update: nulls
+                row["filter/valid_trajectories"] = 0
+                row["filter/void_trajectories"] = BATCH
+                row["filter/resampled"] = 2
+        if step in skipped and step not in at:
+            row.update(dict.fromkeys(TIRL_KEYS))
+        rows.append(row)
+    return rows
+
+
+VERL_MAP = {
+    "train/grad_norm": "actor/grad_norm",
+    "train/clip_frac": "actor/pg_clipfrac",
+    "train/entropy": "actor/entropy",
+    "rollout/max_seq_len": "response_length/max",
+    "rollout/mean_seq_len": "response_length/mean",
+    "train/is_ratio_max": "rollout_corr/rollout_is_max",
+    "train/is_ratio_min": "rollout_corr/rollout_is_min",
+    "train/is_ratio_mean": "rollout_corr/rollout_is_mean",
+    "reward/mean": "critic/score/mean",
+}
+
+
+def as_verl(rows: list[dict[str, Any]], simpletir: bool = False) -> list[dict[str, Any]]:
+    """The same run with verl's (or SimpleTIR's) key names."""
+    out = []
+    for row in rows:
+        new: dict[str, Any] = {"training/global_step": row["step"]}
+        for src, dst in VERL_MAP.items():
+            new[dst] = row.get(src)
+        if simpletir:
+            v, d = row.get("filter/valid_trajectories"), row.get("filter/void_trajectories")
+            new["batch/effective_batch_size"] = v
+            new["env/void_turn_ratio"] = None if v is None or d is None else d / (v + d)
+        out.append(new)
+    return out
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def write_wandb_csv(path: Path, rows: list[dict[str, Any]], run: str = "grpo-7b") -> Path:
+    """A wandb "export CSV": a Step column, "<run> - <key>" headers, __MIN/__MAX aggregate columns."""
+    keys = [k for k in rows[0] if k != "training/global_step"]
+    header = ["Step"]
+    for k in keys:
+        header += [f"{run} - {k}", f"{run} - {k}__MIN", f"{run} - {k}__MAX"]
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for r in rows:
+            line = [r["training/global_step"]]
+            for k in keys:
+                v = r.get(k)
+                cell = "" if v is None else v
+                line += [cell, cell, cell]
+            w.writerow(line)
+    return path
+
+
+def trace(kind: str, seed: int = 0, n: int = 400, dt: float = 0.25) -> list[dict[str, Any]]:
+    """Pipeline snapshots for a bottleneck ``kind`` (a verdict name), with noise and cumulative counts."""
+    rng = random.Random(seed)
+    rows = []
+    done = {"init": 0, "run": 0, "eval": 0}
+
+    def noisy(mean: float) -> int:
+        return max(0, round(rng.gauss(mean, max(0.6, 0.15 * mean))))
+
+    for i in range(n):
+        t = round(i * dt + (30.0 if i >= n // 2 else 0.0), 3)  # an update gap between two collects
+        frac = i / n
+        init_b, run_b, eval_b = 4, 16, 4
+        init_bl = run_bl = 0
+        util = min(1.0, max(0.0, rng.gauss(0.93, 0.03)))
+        if kind == "healthy":
+            iq, rq, eq = noisy(0.3), noisy(0.6), noisy(0.2)
+        elif kind == "initializer":
+            iq, rq, eq = noisy(24), noisy(0.3), noisy(0.2)
+            run_b, util = noisy(5), rng.uniform(0.3, 0.5)
+        elif kind == "runner":
+            # run_queue full (size 32), initializers blocked: backpressure, the design working
+            iq, rq, eq = noisy(20), min(32, noisy(30)), noisy(0.3)
+            init_bl = 4 if rng.random() < 0.8 else 3
+        elif kind == "evaluator":
+            iq, rq, eq = noisy(0.5), noisy(1.0), noisy(2 + 26 * frac)
+        elif kind == "overall":
+            iq, rq, eq = noisy(12), noisy(14), noisy(10)
+        elif kind == "starved":
+            iq, rq, eq = noisy(0.1), noisy(0.2), noisy(0.1)
+            run_b, util = noisy(2), max(0.0, rng.gauss(0.2, 0.05))
+        elif kind == "evaluator_backpressure":
+            iq, rq, eq = noisy(20), min(32, noisy(30)), min(32, noisy(31))
+            run_bl, init_bl = 12, 4
+        else:
+            raise ValueError(kind)
+        done["init"] += rng.randint(0, 2)
+        done["run"] += rng.randint(0, 2)
+        done["eval"] += rng.randint(0, 2)
+        rows.append(
+            {
+                "t": t,
+                "step": 0 if i < n // 2 else 1,
+                "strategy": "pipeline",
+                "init_queue": iq,
+                "run_queue": rq,
+                "eval_queue": eq,
+                "gpu_util": round(util, 4),
+                "init_busy": init_b,
+                "run_busy": run_b,
+                "eval_busy": eval_b,
+                "init_blocked": init_bl,
+                "run_blocked": run_bl,
+                "init_done": done["init"],
+                "run_done": done["run"],
+                "eval_done": done["eval"],
+                "live_envs": 20,
+            }
+        )
+    return rows
