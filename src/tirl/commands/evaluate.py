@@ -1,0 +1,96 @@
+"""``tirl eval``: greedy accuracy of a checkpoint on the fixed held-out evaluation set.
+
+The set is ``--n`` tasks of the environment generated from the evaluation
+seed of ``--seed`` (see :mod:`tirl.trainer.setup`: disjoint from every
+training step's tasks). With the defaults it is exactly the set behind
+``eval/accuracy_before``/``eval/accuracy_after`` in a default run's
+``summary.json``. ``--model`` takes a model directory or a run directory (its
+newest checkpoint is used); no ``--model`` evaluates the built-in model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from tirl.config import load_config
+from tirl.errors import InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``tirl eval``."""
+    parser.add_argument("--model", metavar="PATH", help="model directory, or a run directory (newest checkpoint)")
+    parser.add_argument("--n", type=int, default=None, metavar="N", help="number of held-out tasks (default 200)")
+    parser.add_argument("--seed", type=int, default=None, metavar="S", help="env seed the held-out set derives from")
+    parser.add_argument("--env", metavar="NAME", help="environment name (default tir-math)")
+    parser.add_argument("--config", metavar="FILE.toml", help="a TOML config file")
+    parser.add_argument(
+        "--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[], help="dotted config override"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def _model_dir(path: str | None) -> str | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if (p / "checkpoints").is_dir():
+        from tirl.trainer.checkpoint import latest_checkpoint
+
+        ckpt = latest_checkpoint(p)
+        if ckpt is None:
+            raise InputError(str(p), None, "is a run directory without a complete checkpoint",
+                             "train longer or give a model directory")  # fmt: skip
+        return str(ckpt.model_dir)
+    return str(p)
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    from tirl.trainer.setup import TaskSets, build_parts, evaluate
+
+    sets = [*args.overrides, "rollout.strategy=sync_batch"]
+    if args.n is not None:
+        sets.append(f"env.eval_size={args.n}")
+    if args.seed is not None:
+        sets.append(f"env.seed={args.seed}")
+    if args.env is not None:
+        sets.append(f"env.name={args.env}")
+    cfg = load_config(args.config, sets)
+    model = _model_dir(args.model)
+    parts = build_parts(cfg, model_path=model, trace_path=None)
+    try:
+        tasks = TaskSets(cfg).eval_tasks
+        rep = await evaluate(parts, tasks, seed=cfg.trainer.seed)
+    finally:
+        await parts.close()
+    return {
+        "model": model or "built-in",
+        "env": cfg.env.name,
+        "seed": cfg.env.seed,
+        "n": rep.n,
+        "correct": rep.correct,
+        "accuracy": rep.accuracy,
+        "terminations": rep.terminations,
+        "mean_turns": rep.mean_turns,
+        "wall_s": rep.wall_s,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``tirl eval``."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
+    out = asyncio.run(_run(args))
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(
+            f"accuracy {out['accuracy']:.3f} ({out['correct']}/{out['n']}) on {out['env']} held-out tasks "
+            f"(seed {out['seed']}), model {out['model']}, {out['wall_s']:.1f}s"
+        )
+        print("terminations: " + ", ".join(f"{k} {v}" for k, v in out["terminations"].items()))
+    return 0

@@ -1,0 +1,203 @@
+"""``tirl train``: GRPO/PPO with void-turn filtering; no arguments runs the built-in CPU job.
+
+The default job: tir-math, the built-in warm-started tiny model, GRPO, void
+filter ``drop``, the pipeline rollout strategy, two CPU threads. It writes a
+run directory (``runs/<time>-<env>`` unless ``--resume``)::
+
+    config.json  metrics.jsonl  tb/  trajectories.jsonl  pipeline_trace.jsonl
+    checkpoints/step-N/  eval_before.json  summary.json  (report.html when the diagnostics are installed)
+
+and prints its path at the end. ``--resume RUN_DIR`` continues a run from its
+newest checkpoint with the run's saved config (plus any ``--set``/shortcut
+overrides, e.g. ``--steps`` to extend it); steps after that checkpoint are
+redone, and the logs are cut back so that no step is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tirl.config import TirlConfig, config_to_dict, load_config
+from tirl.errors import InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``tirl train``."""
+    parser.add_argument("--config", metavar="FILE.toml", help="a TOML config file (sections as in tirl.config)")
+    parser.add_argument(
+        "--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+        help="dotted config override, repeatable (e.g. --set algo.clip_high=0.3)",
+    )  # fmt: skip
+    parser.add_argument("--model", metavar="PATH", help="a local Hugging Face model directory (model.path)")
+    parser.add_argument("--env", metavar="NAME", help="environment name (env.name), e.g. tir-math")
+    parser.add_argument("--steps", type=int, metavar="N", help="training steps (trainer.steps)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
+    parser.add_argument("--generator", choices=["hf", "openai"], help="where tokens come from (model.generator)")
+    parser.add_argument("--base-url", metavar="URL", help="OpenAI-compatible server for --generator openai")
+    parser.add_argument("--backend", choices=["local", "ray"], help="rollout backend (trainer.backend)")
+    parser.add_argument("--run-dir", metavar="DIR", help="write the run here instead of runs/<time>-<env>")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (one line per step instead)")
+
+
+def _shortcuts(args: argparse.Namespace) -> list[str]:
+    pairs = [
+        ("model.path", args.model),
+        ("env.name", args.env),
+        ("trainer.steps", args.steps),
+        ("model.generator", args.generator),
+        ("model.base_url", args.base_url),
+        ("trainer.backend", args.backend),
+    ]
+    return [f"{k}={v}" for k, v in pairs if v is not None]
+
+
+def _as_overrides(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Flatten a saved config dict back into ``key=value`` overrides."""
+    out: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.extend(_as_overrides(value, f"{prefix}{key}."))
+        elif isinstance(value, list):
+            out.append(f"{prefix}{key}={','.join(map(str, value))}")
+        else:
+            out.append(f"{prefix}{key}={'none' if value is None else value}")
+    return out
+
+
+def _new_run_dir(cfg: TirlConfig) -> Path:
+    root = Path(cfg.trainer.run_dir)
+    name = cfg.trainer.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.env.name}"
+    path = root / name
+    n = 1
+    while path.exists():
+        n += 1
+        path = root / f"{name}-{n}"
+    path.mkdir(parents=True)
+    return path
+
+
+def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path]:
+    """The config and run directory of this invocation (saved config first when resuming)."""
+    overrides = [*args.overrides, *_shortcuts(args)]
+    if args.resume:
+        run_dir = Path(args.resume)
+        saved = run_dir / "config.json"
+        if not saved.is_file():
+            raise InputError(str(run_dir), None, "has no config.json, so it is not a tirl run directory",
+                             "give the directory that `tirl train` printed at the end (runs/...)")  # fmt: skip
+        base = _as_overrides(json.loads(saved.read_text(encoding="utf-8")))
+        return load_config(None, [*base, *overrides]), run_dir
+    cfg = load_config(args.config, overrides)
+    run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return cfg, run_dir
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _report(run_dir: Path) -> str | None:
+    """Call the diagnostics report writer when it is installed; never fail the run because of it."""
+    try:
+        from tirl.diagnostics.report import write_report
+    except ImportError:
+        return None
+    try:
+        return str(write_report(run_dir))
+    except Exception as exc:  # the report is a bonus; the run already succeeded
+        print(f"warning: the diagnostics report could not be written: {exc}", file=sys.stderr)
+        return None
+
+
+async def _eval(parts: Any, tasks: list[Any], seed: int) -> dict[str, Any]:
+    from tirl.trainer.setup import evaluate
+
+    rep = await evaluate(parts, tasks, seed=seed)
+    return {"accuracy": rep.accuracy, "n": rep.n, "correct": rep.correct, "wall_s": rep.wall_s,
+            "terminations": rep.terminations, "mean_turns": rep.mean_turns}  # fmt: skip
+
+
+async def train_async(cfg: TirlConfig, run_dir: Path, *, resume: bool, progress: bool = True) -> dict[str, Any]:
+    """Run (or continue) a training job in ``run_dir``; returns the summary."""
+    from tirl.trainer.checkpoint import latest_checkpoint
+    from tirl.trainer.logging import read_metrics
+    from tirl.trainer.setup import TaskSets, build_parts
+    from tirl.trainer.trainer import Trainer
+
+    t0 = time.perf_counter()
+    _write_json(run_dir / "config.json", config_to_dict(cfg))
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    parts = build_parts(
+        cfg, model_path=str(ckpt.model_dir) if ckpt else None, trace_path=str(run_dir / "pipeline_trace.jsonl")
+    )
+    try:
+        tasks = TaskSets(cfg)
+        ref = None
+        if cfg.algo.kl_coef > 0:
+            from tirl.models.loading import load_policy
+
+            ref = load_policy(cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype).model
+            ref.requires_grad_(False)
+        before_path = run_dir / "eval_before.json"
+        if cfg.trainer.eval_before_after and not before_path.exists():
+            _write_json(before_path, await _eval(parts, tasks.eval_tasks, cfg.trainer.seed))
+        trainer = Trainer(
+            cfg=cfg,
+            model=parts.policy.model,
+            tokenizer=parts.policy.tokenizer,
+            strategy=parts.strategy,
+            tasks=tasks.train,
+            run_dir=run_dir,
+            on_update=parts.set_policy_version,
+            ref_model=ref,
+            progress=progress,
+        )
+        if resume:
+            trainer.resume()
+        await trainer.run()
+        summary: dict[str, Any] = {"run_dir": str(run_dir), "steps": cfg.trainer.steps}
+        if cfg.trainer.eval_before_after:
+            before = json.loads(before_path.read_text(encoding="utf-8"))
+            after = await _eval(parts, tasks.eval_tasks, cfg.trainer.seed)
+            summary.update({
+                "eval/accuracy_before": before["accuracy"], "eval/accuracy_after": after["accuracy"],
+                "eval/n": after["n"], "eval/seed": cfg.trainer.seed, "eval/before": before, "eval/after": after,
+            })  # fmt: skip
+    finally:
+        await parts.close()
+    rows = read_metrics(run_dir)
+    summary["steps_logged"] = len(rows)
+    summary["skipped_steps"] = sum(1 for r in rows if r.get("train/skipped_step") == 1)
+    summary["skipped_updates"] = sum(int(r.get("train/skipped_updates") or 0) for r in rows)
+    summary["time/total_s"] = time.perf_counter() - t0
+    _write_json(run_dir / "summary.json", summary)
+    report = _report(run_dir)
+    if report:
+        summary["report"] = report
+    return summary
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``tirl train``."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
+    cfg, run_dir = resolve(args)
+    summary = asyncio.run(train_async(cfg, run_dir, resume=bool(args.resume), progress=not args.no_progress))
+    if "eval/accuracy_before" in summary:
+        print(
+            f"eval accuracy ({summary['eval/n']} held-out tasks): "
+            f"{summary['eval/accuracy_before']:.3f} before -> {summary['eval/accuracy_after']:.3f} after"
+        )
+    print(f"run directory: {run_dir}")
+    return 0

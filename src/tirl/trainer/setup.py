@@ -1,0 +1,195 @@
+"""Wire a run from a :class:`~tirl.config.TirlConfig`: policy, generator, sandbox, env, runner, strategy, tasks.
+
+Everything here is assembled from the other packages' public entry points
+(``load_policy``, ``HFGenerator``, ``create_sandbox``, ``env_factory``,
+``AgentLoop``, ``make_strategy``, ``load_tasks``); the trainer itself only
+sees the resulting :class:`~tirl.rollout.base.RolloutStrategy`.
+
+Task sets: the evaluation set is ``env.eval_size`` tasks generated from the
+evaluation seed (``EVAL_SEED_OFFSET + env.seed``); training tasks of step
+``s`` come from seed ``env.seed * 1_000_003 + s``, and any training task whose
+prompt is in the evaluation set is replaced, so the two are disjoint by
+construction, not only by seed. With ``env.tasks_file`` the first
+``eval_size`` tasks are the evaluation set and training samples the rest.
+
+Not covered: ``generator=vllm`` (use ``openai`` against a vLLM server) and
+pushing updated weights to an external server (with ``generator=openai`` the
+server's policy lags; the TIS weights correct for the log-prob gap).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from tirl.config import TirlConfig
+from tirl.envs.base import Task
+from tirl.errors import ConfigError, SetupError
+from tirl.inference.base import Generator, SamplingParams
+from tirl.rollout.base import EnvFactory, RolloutStrategy
+
+EVAL_SEED_OFFSET = 1_000_000_007
+
+
+def train_seed(env_seed: int, step: int) -> int:
+    """The task-generation seed of training step ``step``."""
+    return env_seed * 1_000_003 + step
+
+
+def eval_seed(env_seed: int) -> int:
+    """The task-generation seed of the held-out evaluation set."""
+    return EVAL_SEED_OFFSET + env_seed
+
+
+@dataclass
+class TaskSets:
+    """Training tasks per step and the fixed held-out evaluation set (disjoint prompts)."""
+
+    cfg: TirlConfig
+    eval_tasks: list[Task] = field(default_factory=list)
+    _pool: list[Task] | None = None
+
+    def __post_init__(self) -> None:
+        from tirl.envs.registry import load_tasks
+
+        env = self.cfg.env
+        if env.tasks_file:
+            everything = load_tasks(env, 1 << 30)
+            self.eval_tasks = everything[: env.eval_size]
+            rest = everything[env.eval_size :]
+            self._pool = rest or everything
+        else:
+            self.eval_tasks = load_tasks(env, env.eval_size, seed=eval_seed(env.seed))
+        self._eval_prompts = {t.prompt for t in self.eval_tasks}
+
+    def train(self, step: int, n: int) -> list[Task]:
+        """``n`` training tasks for ``step`` (deterministic; none of them in the evaluation set)."""
+        from tirl.envs.registry import load_tasks
+
+        seed = train_seed(self.cfg.env.seed, step)
+        if self._pool is not None:
+            return random.Random(seed).choices(self._pool, k=n)
+        out: list[Task] = []
+        extra = 0
+        while len(out) < n and extra < 64:
+            batch = load_tasks(self.cfg.env, n + extra, seed=seed)
+            out = [t for t in batch if t.prompt not in self._eval_prompts][:n]
+            extra += 8
+        if len(out) < n:
+            raise ConfigError("could not draw training tasks disjoint from the evaluation set — lower env.eval_size")
+        return [
+            Task(id=f"s{step}-{i}-{t.id}", prompt=t.prompt, answer=t.answer, kind=t.kind, data=t.data)
+            for i, t in enumerate(out)
+        ]
+
+
+@dataclass
+class RunParts:
+    """The assembled components of a run; :meth:`close` releases them."""
+
+    policy: Any  # tirl.models.loading.Policy
+    generator: Generator
+    sandbox: Any
+    env_factory: EnvFactory
+    runner: Any  # AgentLoop (sampling)
+    eval_runner: Any  # AgentLoop (greedy)
+    strategy: RolloutStrategy
+
+    def set_policy_version(self, version: int) -> None:
+        """Tell the generator which policy version its samples now come from."""
+        if hasattr(self.generator, "policy_version"):
+            self.generator.policy_version = version
+
+    async def close(self) -> None:
+        """Close the strategy, generator and sandbox (each even if another fails)."""
+        try:
+            await self.strategy.close()
+        finally:
+            try:
+                await self.generator.close()
+            finally:
+                if self.sandbox is not None:
+                    await self.sandbox.close()
+
+
+def _generator(cfg: TirlConfig, policy: Any) -> Generator:
+    m = cfg.model
+    if m.generator == "hf":
+        from tirl.inference.hf import HFGenerator
+
+        return HFGenerator(
+            policy.model,
+            policy.tokenizer,
+            eos_ids=policy.chat.eos_ids,
+            seed=cfg.trainer.seed,
+            max_context=cfg.generation.max_total_tokens,
+        )
+    if m.generator == "openai":
+        return _openai_generator(cfg, policy)
+    raise ConfigError(f"config model.generator={m.generator!r} is not supported by `tirl train` — use hf or openai")
+
+
+def _openai_generator(cfg: TirlConfig, policy: Any) -> Generator:
+    """The OpenAI-compatible HTTP generator (token ids in/out via the completions endpoint)."""
+    import importlib
+
+    try:
+        mod = importlib.import_module("tirl.inference.openai_http")
+    except ImportError as exc:
+        raise SetupError(f"generator=openai is not available in this build ({exc})") from None
+    m = cfg.model
+    gen: Generator = mod.OpenAIGenerator(base_url=m.base_url, model=m.model_id, api_key_env=m.api_key_env)
+    return gen
+
+
+def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: float, top_p: float) -> Any:
+    from tirl.filters.void_turn import rules_from_config
+    from tirl.rollout.agent_loop import AgentLoop
+
+    g = cfg.generation
+    return AgentLoop(
+        generator=generator,
+        chat=chat,
+        params=SamplingParams(max_new_tokens=g.max_new_tokens, temperature=temperature, top_p=top_p),
+        max_turns=cfg.env.max_turns,
+        max_total_tokens=g.max_total_tokens,
+        rules=rules_from_config(cfg.filter.exec_langs, cfg.filter.boxed, cfg.filter.answer_tags),
+    )
+
+
+def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | None) -> RunParts:
+    """Load the policy from ``model_path`` (None: ``cfg.model.path`` or the built-in) and wire the rollout."""
+    from tirl.envs.registry import env_factory
+    from tirl.models.loading import load_policy
+    from tirl.rollout.strategies import make_strategy
+    from tirl.sandbox import create_sandbox
+
+    policy = load_policy(
+        model_path or cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype, threads=cfg.trainer.threads
+    )
+    generator = _generator(cfg, policy)
+    sandbox = create_sandbox(cfg.sandbox)
+    factory = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox)
+    g = cfg.generation
+    runner = _runner(cfg, generator, policy.chat, temperature=g.temperature, top_p=g.top_p)
+    eval_runner = _runner(cfg, generator, policy.chat, temperature=0.0, top_p=1.0)
+    strategy = make_strategy(
+        cfg.rollout, factory, runner, trace_path=trace_path, generator_busy=getattr(generator, "busy_seconds", None)
+    )
+    return RunParts(
+        policy=policy,
+        generator=generator,
+        sandbox=sandbox,
+        env_factory=factory,
+        runner=runner,
+        eval_runner=eval_runner,
+        strategy=strategy,
+    )
+
+
+async def evaluate(parts: RunParts, tasks: list[Task], *, seed: int = 0) -> Any:
+    """Greedy accuracy of the current policy on ``tasks`` (an ``EvalReport``)."""
+    from tirl.rollout.agent_loop import evaluate_accuracy
+
+    return await evaluate_accuracy(parts.eval_runner, parts.env_factory, tasks, concurrency=64, seed=seed)
