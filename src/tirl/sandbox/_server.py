@@ -54,7 +54,9 @@ import time
 import traceback
 import typing
 
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+LIBC = ctypes.CDLL(None, use_errno=True)
 DRAIN_GRACE_S = 0.1
 MB = 1024 * 1024
 
@@ -159,6 +161,7 @@ def child_main(req, out_w, err_w, work):
     """In the forked child: become the program. Never returns."""
     try:
         os.setpgid(0, 0)
+        LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
@@ -185,6 +188,7 @@ def child_main(req, out_w, err_w, work):
 def kernel_main(sock, work, req):
     """A session kernel: keep one set of globals, run each request's code in it."""
     os.setpgid(0, 0)
+    LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     keep = sock.fileno()
     os.closerange(3, keep)
     os.closerange(keep + 1, 65536)
@@ -224,8 +228,9 @@ class Server:
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1):
             os.dup2(null, fd)
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        # Not dumpable: a child (same uid) cannot ptrace the server or read its memory.
+        LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         self.me = os.getpid()
 
     def serve(self):

@@ -94,5 +94,8 @@ async def spawn(
         pumps.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await pumps
+    transport = getattr(proc, "_transport", None)  # close our pipe ends now, not at garbage collection
+    if transport is not None:
+        transport.close()
     wall = time.monotonic() - start
     return build_result(out, err, proc.returncode, timed_out=timed_out, wall_s=wall, max_chars=max_chars)

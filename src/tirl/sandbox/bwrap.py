@@ -188,6 +188,7 @@ class BwrapSandbox:
         self.max_output_chars = max_output_chars
         self.disk_mb = disk_mb
         self.python = python or sandbox_python()
+        self.uids: set[int] = set()  # every uid this backend ran code as (for audits and tests)
 
     async def run(
         self,
@@ -208,8 +209,20 @@ class BwrapSandbox:
         prog = [self.python, "-I", "-c", code] if lang == "python" else ["/bin/bash", "-c", code]
         argv = [*bwrap_argv(python=self.python, workdir=workdir, tmp_mb=self.disk_mb), *prog]
         uid = sandbox_uid()
+        if uid is not None:
+            self.uids.add(uid)
         owner = None
         if workdir is not None:
+            workdir = Path(workdir).resolve()
+            if uid is not None and not _world_reachable(workdir):
+                return ExecResult(
+                    "",
+                    "",
+                    None,
+                    error=f"workdir {workdir} is not reachable by the sandbox's unprivileged user (a parent "
+                    "directory is not searchable by others, e.g. mode 0700); create workspaces under a "
+                    "world-searchable directory such as /tmp or /var/tmp",
+                )
             st = os.stat(workdir)
             owner = (st.st_uid, st.st_gid)
             give_to(workdir, uid)

@@ -153,11 +153,14 @@ class WarmPool:
         self._start_lock: asyncio.Lock | None = None
         self._fresh: BwrapSandbox | None = None
         self._closed = False
+        self.uids: set[int] = set()  # every uid a server ran as (for audits and tests)
         if not isolate and warn:
             warnings.warn(WARNING, RuntimeWarning, stacklevel=2)
 
     async def _spawn(self) -> _Worker:
         uid = sandbox_uid() if self.isolate else None
+        if uid is not None:
+            self.uids.add(uid)
         tmp = None
         if self.isolate:
             argv = [*bwrap_argv(python=self.python, tmp_mb=self.disk_mb), self.python]
@@ -216,7 +219,9 @@ class WarmPool:
                 self._fresh = BwrapSandbox(
                     timeout_s=self.timeout_s, memory_mb=self.memory_mb, max_output_chars=self.max_output_chars
                 )
-            return await self._fresh.run(code, lang=lang, timeout_s=timeout, memory_mb=memory, workdir=workdir)
+            result = await self._fresh.run(code, lang=lang, timeout_s=timeout, memory_mb=memory, workdir=workdir)
+            self.uids |= self._fresh.uids
+            return result
         if session is not None and lang != "python":
             return ExecResult("", "", None, error="sessions keep Python state; run bash without session=")
         req = {

@@ -65,7 +65,7 @@ class ProcessSandbox:
         self.memory_mb = memory_mb
         self.max_output_chars = max_output_chars
         self.python = python or sys.executable
-        self._sessions_warned = False
+        self.uids: set[int] = set()  # always empty: code runs as our own uid
         if warn:
             warnings.warn(WARNING, RuntimeWarning, stacklevel=2)
 

@@ -1,0 +1,165 @@
+"""The warm pool: no state leaks between episodes, sessions keep state, load, and the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from tests.sandbox.conftest import make, pids_of_uids, settled
+
+from tirl.config import SandboxConfig
+from tirl.sandbox import WarmPool, create_sandbox
+
+
+def _pool(**kw: object) -> WarmPool:
+    pool: WarmPool = make("pool", **kw)
+    return pool
+
+
+async def test_a_global_set_in_one_episode_is_invisible_to_another(host_audit: object) -> None:
+    pool = _pool(size=1)  # one server: both runs go through the very same process
+    try:
+        first = await pool.run("import math\nSECRET = 41\nmath.SECRET = 1\nopen('note', 'w').write('x')")
+        second = await pool.run(
+            "import math, os\nprint('SECRET' in globals(), hasattr(math, 'SECRET'), os.listdir('.'))"
+        )
+    finally:
+        await pool.close()
+    assert first.ok
+    assert second.stdout.strip() == "False False []"
+
+
+async def test_a_session_keeps_its_state_and_no_one_else_sees_it(host_audit: object) -> None:
+    pool = _pool(size=1)
+    try:
+        a1 = await pool.run("x = 20\nopen('f', 'w').write('kept')", session="episode-a")
+        a2 = await pool.run("x += 1\nprint(x, open('f').read())", session="episode-a")
+        b = await pool.run("print('x' in globals())", session="episode-b")
+        plain = await pool.run("print('x' in globals())")
+        await pool.end_session("episode-a")
+        a3 = await pool.run("print('x' in globals())", session="episode-a")
+    finally:
+        await pool.close()
+    assert a1.ok and a2.stdout.strip() == "21 kept"
+    assert b.stdout.strip() == "False" and plain.stdout.strip() == "False"
+    assert a3.stdout.strip() == "False"
+
+
+async def test_a_session_that_times_out_says_its_state_is_lost(host_audit: object) -> None:
+    pool = _pool(size=1)
+    try:
+        await pool.run("y = 1", session="s")
+        slow = await pool.run("while True:\n    pass", session="s", timeout_s=1)
+        after = await pool.run("print('y' in globals())", session="s")
+    finally:
+        await pool.close()
+    assert slow.timed_out and "state was lost" in slow.stderr
+    assert after.stdout.strip() == "False"
+
+
+async def test_bash_runs_in_the_pool(host_audit: object) -> None:
+    pool = _pool(size=1)
+    try:
+        r = await pool.run("echo $((6 * 7)); pwd; echo $HOME", lang="bash")
+    finally:
+        await pool.close()
+    assert r.stdout.split() == ["42", "/work", "/work"]
+
+
+async def test_a_host_workdir_is_mounted_writable(host_audit: object) -> None:
+    work = Path(tempfile.mkdtemp(dir="/tmp", prefix="tirl-test-work-"))  # /tmp: searchable by the sandbox uid
+    try:
+        (work / "a.txt").write_text("hello")
+        pool = _pool(size=1)
+        try:
+            r = await pool.run("print(open('a.txt').read())\nopen('b.txt', 'w').write('new')", workdir=work)
+        finally:
+            await pool.close()
+        assert r.stdout.strip() == "hello", r
+        assert (work / "b.txt").read_text() == "new"
+        assert (work / "b.txt").stat().st_uid == os.getuid()  # handed back to its owner
+    finally:
+        shutil.rmtree(work)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the sandbox under another uid")
+async def test_an_unreachable_workdir_is_named_with_the_fix(host_audit: object, tmp_path: Path) -> None:
+    hidden = tmp_path / "private"
+    hidden.mkdir()
+    tmp_path.chmod(0o700)
+    pool = _pool(size=1)
+    try:
+        r = await pool.run("print(1)", workdir=hidden)
+    finally:
+        await pool.close()
+    assert r.error is not None and str(hidden) in r.error and "/tmp" in r.error
+
+
+async def test_the_pool_survives_its_server_being_killed(host_audit: object) -> None:
+    pool = _pool(size=1)
+    try:
+        await pool.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+        r = await pool.run("print('still here')")
+    finally:
+        await pool.close()
+    assert r.stdout.strip() == "still here"
+
+
+@pytest.mark.slow
+def test_load_500_runs_at_concurrency_32_leave_nothing_behind(host_audit: object) -> None:
+    async def go() -> tuple[list[str], set[int]]:
+        pool = _pool(size=4)
+        sem = asyncio.Semaphore(32)
+
+        async def one(i: int) -> str:
+            async with sem:
+                # every 50th run also leaves a background child behind
+                code = f"import subprocess\nif {i} % 50 == 0:\n    subprocess.Popen(['sleep', '60'])\n"
+                code += f"print({i} * {i})"
+                return (await pool.run(code, timeout_s=10)).stdout.strip()
+
+        try:
+            return list(await asyncio.gather(*(one(i) for i in range(500)))), pool.uids
+        finally:
+            await pool.close()
+
+    outs, uids = asyncio.run(go())
+    assert outs == [str(i * i) for i in range(500)]
+    assert settled(lambda: pids_of_uids(uids)) == []  # leftover processes: 0 (temp dirs: host_audit)
+
+
+def test_create_sandbox_picks_the_warm_pool_when_bwrap_works() -> None:
+    sb = create_sandbox(SandboxConfig())
+    assert sb.name in ("warm-pool", "warm-pool-process")
+    asyncio.run(sb.close())
+
+
+def test_cli_exec_prints_the_result_as_json(tmp_path: Path) -> None:
+    prog = tmp_path / "prog.py"
+    prog.write_text("print(sum(range(10)))\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "tirl.cli", "sandbox", "exec", str(prog), "--json", "--timeout", "3"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["stdout"] == "45\n" and result["exit_code"] == 0 and result["timed_out"] is False
+
+
+def test_cli_exec_names_a_missing_file(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "tirl.cli", "sandbox", "exec", str(tmp_path / "nope.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2 and "nope.py" in out.stderr and "traceback" not in out.stderr.lower()
