@@ -11,6 +11,7 @@ cannot be imported is reported as missing instead of failing.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import json
@@ -69,12 +70,45 @@ def _resolve(module: str, attr: str | None = None) -> Any:
     return getattr(mod, attr, None) if attr else mod
 
 
-def _first_line(lines: list[str], pattern: str) -> int | None:
-    rx = re.compile(pattern)
-    for i, line in enumerate(lines, start=1):
-        if rx.search(line) and not line.lstrip().startswith(("#", "import", "from")):
-            return i
-    return None
+def _calls(source: str) -> list[tuple[int, str, str]]:
+    """(line, enclosing function, callee text) of every call in ``source``."""
+    tree = ast.parse(source)
+    out: list[tuple[int, str, str]] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = where
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{where}.{child.name}" if where else child.name
+            if isinstance(child, ast.Call):
+                out.append((child.lineno, where or "<module>", ast.unparse(child.func)))
+            visit(child, name)
+
+    visit(tree, "")
+    return sorted(out)
+
+
+def _trainer_order(module: Any) -> dict[str, str]:
+    """Where the trainer calls the void filter and the advantage computation (from its syntax tree)."""
+    try:
+        src_file = inspect.getsourcefile(module) or "?"
+        calls = _calls(inspect.getsource(module))
+    except (TypeError, OSError, SyntaxError):
+        return {"training step order": "not available (no source for tirl.trainer.trainer)"}
+    filt = [c for c in calls if re.search(r"filter\w*\.apply$|VoidTurnFilter\(\)\.apply$", c[2])]
+    adv = [c for c in calls if re.search(r"advantages?\w*$", c[2].rsplit(".", 1)[-1])]
+    out: dict[str, str] = {}
+    for label, found in (("filter", filt), ("advantage", adv)):
+        out[f"trainer: {label} calls"] = (
+            ", ".join(f"{src_file}:{line} in {fn} ({callee})" for line, fn, callee in found[:4]) or "not found"
+        )
+    if filt and adv:
+        out["training step order"] = (
+            "in source order the filter call comes before the advantage computation"
+            if filt[0][0] < adv[0][0]
+            else "in source order the advantage computation comes BEFORE the filter call — check the step"
+        )
+    return out
 
 
 def code_locations() -> dict[str, Any]:
@@ -94,43 +128,29 @@ def code_locations() -> dict[str, Any]:
     trainer = _resolve("tirl.trainer.trainer")
     if trainer is None:
         out["training step order"] = "not available (tirl.trainer.trainer cannot be imported)"
-        return out
-    try:
-        src_file = inspect.getsourcefile(trainer) or "?"
-        lines = inspect.getsource(trainer).splitlines()
-    except (TypeError, OSError):
-        out["training step order"] = "not available (no source for tirl.trainer.trainer)"
-        return out
-    filt = _first_line(lines, r"(VoidTurnFilter|\.apply\(|void_filter|filter_batch)")
-    adv = _first_line(lines, r"(advantage|compute_adv|grpo_adv|rloo_adv)\w*\(")
-    out["trainer: first filter call"] = f"{src_file}:{filt}" if filt else "not found"
-    out["trainer: first advantage call"] = f"{src_file}:{adv}" if adv else "not found"
-    if filt and adv:
-        out["training step order"] = (
-            "filter before advantages (as the rule requires)" if filt < adv else "advantages BEFORE the filter"
-        )
+    else:
+        out.update(_trainer_order(trainer))
     return out
 
 
 def filter_config(run_dir: Path | None, config: Path | None = None) -> dict[str, Any] | str:
-    """The ``[filter]`` section: from ``--config``, else ``run_dir/summary.json``; a note when neither has it."""
+    """The ``[filter]`` section: from ``--config``, else ``run_dir/config.json`` or ``summary.json``."""
     if config is not None:
         from tirl.config import config_to_dict, load_config
 
         return dict(config_to_dict(load_config(config))["filter"])
-    if run_dir is not None:
-        summary = run_dir / "summary.json"
+    for name in ("config.json", "summary.json") if run_dir is not None else ():
+        summary = Path(run_dir or ".") / name
         if summary.is_file():
             try:
                 data = json.loads(summary.read_text(encoding="utf-8"))
             except json.JSONDecodeError:
-                return f"{summary} is not valid JSON"
+                continue
             cfg = data.get("config", data) if isinstance(data, dict) else {}
             section = cfg.get("filter") if isinstance(cfg, dict) else None
             if isinstance(section, dict):
-                return section
-            return f"{summary} has no 'filter' section"
-    return "not found (no --config given and no summary.json beside the log)"
+                return {"source": str(summary), **section}
+    return "not found (no --config given, and no config.json or summary.json with a filter section beside the log)"
 
 
 def _section(title: str, body: str) -> str:

@@ -1,0 +1,84 @@
+"""Pipeline verdicts on seeded noisy traces, including backpressure and an update gap between collects."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from diag_synth import trace, write_jsonl
+
+from tirl.cli import main
+from tirl.diagnostics.pipeline import NEXT_STEP, diagnose_pipeline, diagnose_trace_file, load_trace
+from tirl.errors import InputError
+
+KINDS = ("healthy", "initializer", "runner", "evaluator", "overall", "starved")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed", range(3))
+def test_each_bottleneck_is_named(kind: str, seed: int) -> None:
+    diag = diagnose_pipeline(trace(kind, seed))
+    assert diag.verdict == kind
+    assert diag.next_step == NEXT_STEP[kind]
+
+
+def test_full_run_queue_blocking_the_initializer_is_backpressure_not_an_initializer_fault() -> None:
+    diag = diagnose_pipeline(trace("runner", 0))
+    ev = diag.evidence
+    assert ev["high"]["init_queue"] and ev["high"]["run_queue"]  # both high ...
+    assert ev["stages"]["init_blocked_frac"] > 0.9
+    assert diag.verdict == "runner"  # ... but the Initializer is not the bottleneck
+    assert any("backpressure" in n for n in ev["notes"])
+
+
+def test_all_high_with_runners_blocked_on_eval_queue_is_the_evaluator() -> None:
+    diag = diagnose_pipeline(trace("evaluator_backpressure", 1))
+    assert all(diag.evidence["high"].values())
+    assert diag.verdict == "evaluator"
+
+
+def test_evidence_has_time_averages_trends_and_throughputs() -> None:
+    ev = diagnose_pipeline(trace("evaluator", 2)).evidence
+    eq = ev["queues"]["eval_queue"]
+    assert eq["last_third_mean"] > eq["first_third_mean"] + 10 and eq["slope_per_s"] > 0
+    assert ev["rising"]["eval_queue"]
+    assert 0.85 < ev["generator_busy_frac"] <= 1.0
+    assert ev["stages"]["run_throughput_per_s"] > 0
+    # the 30 s update gap between the two collects is not counted as queue time
+    assert ev["duration_s"] < 110
+
+
+def test_time_average_weights_by_interval() -> None:
+    rows = [
+        {"t": 0.0, "init_queue": 10, "run_queue": 0, "eval_queue": 0, "gpu_util": 1.0},
+        {"t": 1.0, "init_queue": 0, "run_queue": 0, "eval_queue": 0, "gpu_util": 1.0},
+        {"t": 1.5, "init_queue": 0, "run_queue": 0, "eval_queue": 0, "gpu_util": 1.0},
+        {"t": 2.0, "init_queue": 0, "run_queue": 0, "eval_queue": 0, "gpu_util": 1.0},
+    ]
+    # weights: 1.0, 0.5, 0.5 and the typical interval 0.5 for the last one -> 10*1/2.5
+    assert diagnose_pipeline(rows).evidence["queues"]["init_queue"]["mean"] == pytest.approx(4.0)
+
+
+def test_no_gpu_util_is_said_not_guessed() -> None:
+    rows = trace("starved", 0)
+    for r in rows:
+        r["gpu_util"] = None
+    diag = diagnose_pipeline(rows)
+    assert diag.verdict == "healthy"
+    assert any("cannot be told" in n for n in diag.evidence["notes"])
+
+
+def test_bad_trace_names_line_and_keys(tmp_path: Path) -> None:
+    p = write_jsonl(tmp_path / "t.jsonl", [{"t": 0, "init_queue": 1, "run_queue": 0, "eval_queue": 0}, {"t": 1}])
+    with pytest.raises(InputError) as exc:
+        load_trace(p)
+    assert f"{p}:2" in str(exc.value) and "init_queue" in str(exc.value)
+
+
+def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = write_jsonl(tmp_path / "pipeline_trace.jsonl", trace("initializer", 0))
+    assert main(["diagnose", "pipeline", str(p), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"verdict", "evidence"} and out["verdict"] == "initializer"
+    assert diagnose_trace_file(p).verdict == "initializer"
