@@ -26,7 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tirl.envs.base import Task
+from tirl.envs.base import EnvError, Task
 
 
 def default_cache_dir() -> Path:
@@ -95,6 +95,11 @@ def provision(template: Template, work_root: Path | None = None) -> Workspace:
     """Copy ``template.repo`` into a fresh directory under ``work_root`` (default: the system temp dir)."""
     root = Path(work_root) if work_root is not None else Path(tempfile.gettempdir())
     root.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0 and not _traversable(root):
+        raise EnvError(
+            f"work_root {root} is not reachable by other users, but the sandbox runs code as an unprivileged "
+            "uid when tirl runs as root — use a directory whose parents are all world-executable, e.g. /tmp"
+        )
     parent = Path(tempfile.mkdtemp(prefix="tirl-swe-", dir=root))
     os.chmod(parent, 0o711)  # the sandbox may run as another uid: it must be able to reach repo/
     path = parent / "repo"
@@ -106,6 +111,17 @@ def provision(template: Template, work_root: Path | None = None) -> Workspace:
         raise
     os.chmod(path, 0o755)
     return Workspace(path=path, copy_s=time.perf_counter() - start)
+
+
+def _traversable(path: Path) -> bool:
+    """Whether any user can reach ``path`` (every directory on the way is world-executable)."""
+    for p in (path.resolve(), *path.resolve().parents):
+        try:
+            if not os.stat(p).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 _PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py.py")

@@ -90,11 +90,25 @@ def run_hidden_in_process(program: Program, source: str) -> tuple[int, int]:
     return passed, failed
 
 
+def _anchored_patch(source: str, buggy: str, mutation: Mutation) -> tuple[str, str]:
+    """``(old, new)`` texts that undo the mutation: the mutated text with enough preceding context to be unique."""
+    idx = source.index(mutation.original)
+    start = idx
+    while True:
+        old = buggy[start : idx + len(mutation.mutated)]
+        if old.strip() and buggy.count(old) == 1:
+            return old, source[start : idx + len(mutation.original)]
+        if start == 0:
+            raise ValueError(f"cannot anchor the fix of {mutation!r}")
+        start = source.rfind("\n", 0, start - 1) + 1
+
+
 def make_task(program: Program, mutation: Mutation, task_id: str) -> Task:
     """The task of one planted bug."""
     if program.source.count(mutation.original) != 1:
         raise ValueError(f"{program.package}: mutation site {mutation.original!r} is not unique")
     buggy = program.source.replace(mutation.original, mutation.mutated, 1)
+    patch_old, patch_new = _anchored_patch(program.source, buggy, mutation)
     files = {
         f"{program.package}/__init__.py": f"from {program.package}.core import *  # noqa: F403\n",
         program.module_path: buggy,
@@ -109,7 +123,13 @@ def make_task(program: Program, mutation: Mutation, task_id: str) -> Task:
             "hidden_tests": {"test_hidden.py": program.tests},
             "module": program.module_path,
             "program": program.package,
-            "mutation": {"kind": mutation.kind, "original": mutation.original, "mutated": mutation.mutated},
+            "mutation": {
+                "kind": mutation.kind,
+                "original": mutation.original,
+                "mutated": mutation.mutated,
+                "patch_old": patch_old,  # the buggy text with unique context; patch_new is its fix
+                "patch_new": patch_new,
+            },
         },
     )
 
@@ -184,8 +204,8 @@ def expert_solution(task: Task) -> list[str]:
         "from pathlib import Path\n"
         f"p = Path({module!r})\n"
         "s = p.read_text()\n"
-        f"assert s.count({mutation['mutated']!r}) >= 1\n"
-        f"p.write_text(s.replace({mutation['mutated']!r}, {mutation['original']!r}, 1))\n"
+        f"assert s.count({mutation['patch_old']!r}) == 1\n"
+        f"p.write_text(s.replace({mutation['patch_old']!r}, {mutation['patch_new']!r}))\n"
         "print('patched')\n"
         "EOF"
     )

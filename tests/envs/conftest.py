@@ -1,0 +1,41 @@
+"""Fixtures for the environment tests: the real sandbox (bubblewrap when usable) and a shared cache."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tirl.config import SandboxConfig
+from tirl.sandbox import create_sandbox
+from tirl.sandbox.base import Sandbox
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[Sandbox]:
+    """The real sandbox: bubblewrap where it works, else the process fallback (no warm pool: stateless)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sb = create_sandbox(SandboxConfig(backend="auto", warm_pool=False, timeout_s=10.0), warn=False)
+    yield sb
+
+
+@pytest.fixture(scope="session")
+def swe_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One template/pytest-bundle cache for the whole session (built once, like in training)."""
+    return tmp_path_factory.mktemp("swe-cache")
+
+
+@pytest.fixture
+def work_root() -> Iterator[Path]:
+    """A workspace root every uid can traverse (the bubblewrap sandbox runs as an unprivileged uid)."""
+    import os
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="tirl-envs-test-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
