@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import itertools
 import json
 import math
 from pathlib import Path
@@ -65,6 +66,7 @@ def _figure(
     logy: bool = False,
     marks: list[float] | None = None,
     xlabel: str = "step",
+    ylim: tuple[float, float] | None = None,
 ) -> str | None:
     """One line plot as a base64 PNG; ``None`` when no series has a value."""
     import matplotlib
@@ -77,12 +79,15 @@ def _figure(
         return None
     fig, ax = plt.subplots(figsize=(6.4, 2.6))
     for name, xs, ys in usable:
-        pts = [(a, b) for a, b in zip(xs, ys, strict=True) if b is not None and (not logy or b > 0)]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name, linewidth=1.2)
+        # a missing value (a skipped step, a gap between collects) breaks the line instead of bridging it
+        vals = [math.nan if b is None or (logy and b <= 0) else b for b in ys]
+        ax.plot(xs, vals, label=name, linewidth=1.2, marker="." if len(xs) <= 40 else None)
     for m in marks or []:
         ax.axvline(m, color="red", alpha=0.5, linestyle="--", linewidth=1)
     if logy:
         ax.set_yscale("log")
+    if ylim is not None:
+        ax.set_ylim(*ylim)
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel, fontsize=8)
     ax.tick_params(labelsize=8)
@@ -96,7 +101,7 @@ def _img(title: str, data: str | None) -> str:
     if data is None:
         return f'<p class="missing">{html.escape(title)}: no values in the log</p>'
     alt = html.escape(title)
-    return f'<figure><img alt="{alt}" src="data:image/png;base64,{data}"><figcaption>{alt}</figcaption></figure>'
+    return f'<figure><img alt="{alt}" src="data:image/png;base64,{data}"></figure>'
 
 
 def _verdict(v: str) -> str:
@@ -137,14 +142,26 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
     )
 
 
+def _gap_indices(ts: list[float], factor: float = 3.0) -> list[int]:
+    """Snapshots that follow a pause (e.g. the update between two collects): plotted as line breaks."""
+    dts = [b - a for a, b in itertools.pairwise(ts)]
+    positive = sorted(d for d in dts if d > 0)
+    if not positive:
+        return []
+    typical = positive[len(positive) // 2]
+    return [i + 1 for i, d in enumerate(dts) if d > factor * typical]
+
+
 def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis) -> str:
     ts = [float(r["t"]) for r in rows]
+    gaps = set(_gap_indices(ts))
 
     def col(key: str) -> list[float | None]:
         out: list[float | None] = []
-        for r in rows:
+        for i, r in enumerate(rows):
             v = r.get(key)
-            out.append(float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None)
+            ok = isinstance(v, int | float) and not isinstance(v, bool) and i not in gaps
+            out.append(float(v) if ok else None)  # type: ignore[arg-type]
         return out
 
     depth = _figure(
@@ -156,7 +173,7 @@ def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis) -> st
         peak = max((b for b in busy if b is not None), default=0.0)
         if peak > 0:
             util_series.append((f"{stage} workers busy", ts, [None if b is None else b / peak for b in busy]))
-    util = _figure("stage utilisation (fraction of peak workers busy)", util_series, xlabel="seconds")
+    util = _figure("stage utilisation (fraction of peak workers busy)", util_series, xlabel="seconds", ylim=(0.0, 1.05))
     ev = diag.evidence
     qrows = "".join(
         f"<tr><td>{q}</td><td>{d['mean']:.2f}</td><td>{d['max']:g}</td><td>{d['nonempty_frac']:.0%}</td>"

@@ -1,0 +1,105 @@
+"""`tirl report`: a self-contained HTML page; rendered in headless Chromium, every image must load."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from diag_synth import tirl_log, trace, write_jsonl
+
+from tirl.cli import main
+from tirl.diagnostics import write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHECK_SCRIPT = """<script>
+function check(){var imgs=[...document.images];
+var ok=imgs.filter(function(i){return i.complete&&i.naturalWidth>0}).length;
+var d=document.createElement('div');d.id='imgcheck';d.textContent='loaded '+ok+' of '+imgs.length;
+document.body.appendChild(d);}
+if(document.readyState==='complete'){check()}else{window.addEventListener('load',check)}
+</script>"""
+
+
+def full_run_dir(root: Path) -> Path:
+    run = root / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", tirl_log(seed=1, inject="void_leak"))
+    write_jsonl(run / "pipeline_trace.jsonl", trace("runner", 0))
+    user = {"role": "user", "content": "17*23?"}
+    write_jsonl(
+        run / "trajectories.jsonl",
+        [
+            {"id": "a", "answer": "391", "messages": [user, {"role": "assistant", "content": "\\boxed{391}"}]},
+            {"id": "b", "answer": "391", "messages": [user, {"role": "assistant", "content": "hmm"}]},
+        ],
+    )
+    (run / "summary.json").write_text(
+        json.dumps({"steps": 200, "accuracy_after": 0.47, "config": {"filter": {"mode": "drop"}}})
+    )
+    (run / "tb").mkdir()
+    (run / "tb" / "events.out.tfevents.1.host").write_bytes(b"")
+    return run
+
+
+def _chromium(*args: str, user_dir: Path) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={user_dir}", *args,
+    ]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_report(full_run_dir(tmp_path_factory.mktemp("report")))
+
+
+def test_report_is_self_contained_with_all_sections(report: Path) -> None:
+    out = report
+    assert out.name == "report.html" and out.parent.name == "run"
+    page = out.read_text(encoding="utf-8")
+    srcs = re.findall(r'<img [^>]*src="([^"]+)"', page)
+    assert len(srcs) == 7  # reward, valid/void, IS min/max, grad norm, max len, queue depths, utilisation
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+    for text in ("Training: ", "void_leak", "Pipeline: ", "runner", "backpressure", "Trajectory audit", "1 void"):
+        assert text in page
+    assert "events" not in page or "1 event file(s)" in page
+
+
+def test_missing_parts_are_reported_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 0
+    page = (empty / "report.html").read_text()
+    assert "metrics.jsonl is absent" in page and "pipeline_trace.jsonl is absent" in page
+    assert "trajectories.jsonl is absent" in page and "<img" not in page
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    (broken / "pipeline_trace.jsonl").write_text('{"t": 0}\n')
+    (broken / "summary.json").write_text("{not json")
+    page = write_report(broken).read_text()
+    assert "could not read" in page and "keys found: epoch" in page and "not valid JSON" in page
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (make sysdeps installs it)")
+def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None:
+    probe = tmp_path / "probe.html"
+    probe.write_text(report.read_text(encoding="utf-8").replace("</body>", CHECK_SCRIPT + "</body>"))
+    dom = _chromium("--virtual-time-budget=5000", "--dump-dom", probe.as_uri(), user_dir=tmp_path / "ud1")
+    m = re.search(r'id="imgcheck">loaded (\d+) of (\d+)<', dom.stdout)
+    assert m, f"no image check in the DOM; stderr: {dom.stderr[-2000:]}"
+    assert m.group(1) == m.group(2) == "7"
+    shot = tmp_path / "report.png"
+    res = _chromium("--window-size=1200,2400", f"--screenshot={shot}", report.as_uri(), user_dir=tmp_path / "ud2")
+    assert shot.is_file(), res.stderr[-2000:]
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a rendered page, not a blank one
