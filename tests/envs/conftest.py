@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,8 @@ def sandbox() -> Iterator[Sandbox]:
     """The real sandbox: bubblewrap where it works, else the process fallback (no warm pool: stateless)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        sb = create_sandbox(SandboxConfig(backend="auto", warm_pool=False, timeout_s=10.0), warn=False)
+        backend = os.environ.get("TIRL_ENVS_TEST_BACKEND", "auto")  # auto: bubblewrap where it works
+        sb = create_sandbox(SandboxConfig(backend=backend, warm_pool=False, timeout_s=10.0), warn=False)  # type: ignore[arg-type]
     yield sb
 
 

@@ -176,3 +176,35 @@ class NoVoidEnv(ExplodingEnv):
 async def test_check_env_catches_a_missed_void_turn() -> None:
     with pytest.raises(EnvCheckError, match=r"\[void\]"):
         await check_env(lambda: NoVoidEnv("none"), TASK)
+
+
+async def test_end_episode_through_env_and_fallback(sandbox: Sandbox) -> None:
+    from tirl.envs import end_episode
+    from tirl.envs.base import EpisodeOverError
+
+    env = TirMathEnv(sandbox=sandbox)
+    await env.reset(TASK)
+    result = await end_episode(env, TerminationReason.OVERLONG, {"finish_reason": "length"})
+    assert result.truncated and not result.terminated and result.reason is TerminationReason.OVERLONG
+    assert result.info == {"finish_reason": "length"}
+    with pytest.raises(EpisodeOverError):
+        await env.step(Message(role=Role.ASSISTANT, content="\\boxed{1}"))
+    evaluation = await env.evaluate()
+    assert evaluation.info["reason"] == "overlong" and evaluation.reward == 0.0
+    again = await end_episode(env, TerminationReason.TIMEOUT)  # already ended: still a result, never a raise
+    assert again.reason is TerminationReason.TIMEOUT and "end_error" in again.info
+    await env.close()
+
+    plain = await end_episode(ExplodingEnv("none"), TerminationReason.CANCELLED)  # env without end()
+    assert plain.truncated and plain.reason is TerminationReason.CANCELLED
+
+
+def test_expert_solution_dispatch() -> None:
+    from tirl.envs import expert_solution
+    from tirl.envs.swe_lite import generate_swe_tasks
+    from tirl.envs.tir_math import generate_tasks
+
+    assert expert_solution(generate_tasks(1)[0])[-1].startswith("\\boxed{")
+    assert expert_solution(generate_swe_tasks(1)[0])[-1] == "```bash\nsubmit\n```"
+    with pytest.raises(ValueError, match="no scripted solution"):
+        expert_solution(Task(id="z", prompt="p", kind="other"))

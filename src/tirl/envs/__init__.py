@@ -6,8 +6,10 @@ Public API::
         Env, Task, StepResult, EvalResult, EnvError, EpisodeOverError,      # contract (base.py)
         register_env, make_env, env_factory, load_tasks, list_envs,         # registry.py
         check_env, EnvCheckError,                                           # check.py
-        safe_reset, safe_step, safe_evaluate, safe_close, ResetOutcome,     # guard.py
+        safe_reset, safe_step, safe_evaluate, safe_close, end_episode,      # guard.py
+        ResetOutcome,
         run_script, ScriptResult,                                           # script.py
+        expert_solution,                                                    # by task.kind
     )
     from tirl.envs.tir_math import TirMathEnv, generate_tasks, load_math_tasks, expert_solution
     from tirl.envs.swe_lite import SweLiteEnv, generate_swe_tasks, load_swe_tasks, expert_solution
@@ -15,9 +17,23 @@ Public API::
 
 from tirl.envs.base import Env, EnvError, EpisodeOverError, EvalResult, StepResult, Task
 from tirl.envs.check import CheckReport, EnvCheckError, check_env
-from tirl.envs.guard import ResetOutcome, safe_close, safe_evaluate, safe_reset, safe_step
+from tirl.envs.guard import ResetOutcome, end_episode, safe_close, safe_evaluate, safe_reset, safe_step
 from tirl.envs.registry import env_factory, list_envs, load_tasks, make_env, register_env, unregister_env
 from tirl.envs.script import ScriptResult, run_script
+
+
+def expert_solution(task: Task) -> list[str]:
+    """Scripted assistant turns that solve a generated task of either built-in env (by ``task.kind``)."""
+    if task.kind == "swe-lite":
+        from tirl.envs.tasks.swe_gen import expert_solution as swe
+
+        return swe(task)
+    if task.kind == "tir-math":
+        from tirl.envs.tasks.math_gen import expert_solution as math
+
+        return math(task)
+    raise ValueError(f"no scripted solution for task kind {task.kind!r} (tir-math and swe-lite have one)")
+
 
 __all__ = [
     "CheckReport",
@@ -31,7 +47,9 @@ __all__ = [
     "StepResult",
     "Task",
     "check_env",
+    "end_episode",
     "env_factory",
+    "expert_solution",
     "list_envs",
     "load_tasks",
     "make_env",

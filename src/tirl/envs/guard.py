@@ -7,7 +7,11 @@ an infrastructure failure (``TerminationReason.is_failure``):
 * :func:`safe_reset` → ``ResetOutcome`` with ``reason=INIT_FAILED``;
 * :func:`safe_step` → ``StepResult(truncated=True, reason=ERROR, info={"error": ...})``;
 * :func:`safe_evaluate` → ``EvalResult(reward=0.0, correct=False, info={"error": ..., "reason": "eval_failed"})``;
-* :func:`safe_close` → the error text or ``None``.
+* :func:`safe_close` → the error text or ``None``;
+* :func:`end_episode` — the runner ends an episode for a reason only it sees
+  (``overlong`` when the generator hit the per-turn token cap, ``timeout``,
+  ``cancelled``), through the env's optional ``end(reason, info)`` method when
+  it has one (both built-ins do), so the env's state and ``evaluate`` agree.
 
 ``asyncio.CancelledError`` is not caught (cancellation must propagate).
 """
@@ -16,8 +20,10 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, field
+from typing import Any
 
 from tirl.envs.base import Env, EvalResult, StepResult, Task
+from tirl.envs.common import final_result
 from tirl.types import Message, TerminationReason
 
 
@@ -77,3 +83,16 @@ async def safe_close(env: Env) -> str | None:
     except Exception as exc:
         return describe(exc)
     return None
+
+
+async def end_episode(env: Env, reason: TerminationReason, info: dict[str, Any] | None = None) -> StepResult:
+    """End the episode with ``reason`` (see the module docstring); never raises."""
+    end = getattr(env, "end", None)
+    if callable(end):
+        try:
+            result = await end(reason, info)
+            if isinstance(result, StepResult):
+                return result
+        except Exception as exc:
+            info = {**(info or {}), "end_error": describe(exc)}
+    return final_result(reason, [], dict(info or {}))

@@ -55,7 +55,7 @@ from typing import Any
 
 from tirl.config import EnvConfig, SandboxConfig
 from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, StepResult, Task
-from tirl.envs.common import SandboxLease, block_lang, run_blocks
+from tirl.envs.common import SandboxLease, block_lang, final_result, run_blocks
 from tirl.envs.observation import clip, observation_text, tool_message, wrap_output
 from tirl.envs.tasks.swe_gen import expert_solution, generate_swe_tasks, load_swe_tasks
 from tirl.envs.workspace import Workspace, default_cache_dir, materialise, provision, pytest_bundle
@@ -202,8 +202,16 @@ class SweLiteEnv:
 
     def _end(self, reason: TerminationReason, observation: list[Message], info: dict[str, Any]) -> StepResult:
         self._reason = reason
-        truncated = reason in (TerminationReason.MAX_TURNS, TerminationReason.OVERLONG, TerminationReason.ERROR)
-        return StepResult(observation, terminated=not truncated, truncated=truncated, reason=reason, info=info)
+        return final_result(reason, observation, info)
+
+    async def end(self, reason: TerminationReason, info: dict[str, Any] | None = None) -> StepResult:
+        """End the episode for a reason only the runner sees (token cap → ``overlong``, timeout, cancel).
+
+        Later ``step`` calls raise; ``evaluate`` still works and reports the reason.
+        """
+        if self._reason is not None:
+            raise EpisodeOverError(f"the episode already ended ({self._reason.value})")
+        return self._end(reason, [], dict(info or {}))
 
     async def step(self, action: Message) -> StepResult:
         """Judge and apply one assistant message (see the module docstring)."""

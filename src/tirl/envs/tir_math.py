@@ -44,13 +44,14 @@ model that reuses a variable from an earlier turn gets a ``NameError``.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from tirl.answers import answers_match
 from tirl.config import EnvConfig, SandboxConfig
 from tirl.envs.base import EpisodeOverError, EvalResult, StepResult, Task
-from tirl.envs.common import SandboxLease, block_lang, run_blocks
+from tirl.envs.common import SandboxLease, block_lang, final_result, run_blocks
 from tirl.envs.observation import clip, observation_text, tool_message, wrap_output
 from tirl.envs.tasks.math_gen import expert_solution, generate_tasks, load_math_tasks
 from tirl.parsing import DEFAULT_RULES, ActionKind, ParseRules, judge_message
@@ -101,6 +102,7 @@ class TirMathEnv:
         self._reason: TerminationReason | None = None
         self._session: str | None = None
         self._closed = False
+        self.info: dict[str, Any] = {}
 
     @property
     def turns(self) -> int:
@@ -118,7 +120,9 @@ class TirMathEnv:
             raise EpisodeOverError("reset after close: create a new env per episode")
         if task.answer is None:
             raise ValueError(f"tir-math task {task.id!r} has no answer to check against")
+        start = time.perf_counter()
         await self._lease.get()  # create an owned sandbox now (the Initializer stage), not mid-episode
+        self.info = {"init_s": round(time.perf_counter() - start, 6)}
         self._task = task
         self._turns = 0
         self._answer = None
@@ -130,8 +134,16 @@ class TirMathEnv:
 
     def _end(self, reason: TerminationReason, observation: list[Message], info: dict[str, Any]) -> StepResult:
         self._reason = reason
-        truncated = reason in (TerminationReason.MAX_TURNS, TerminationReason.OVERLONG, TerminationReason.ERROR)
-        return StepResult(observation, terminated=not truncated, truncated=truncated, reason=reason, info=info)
+        return final_result(reason, observation, info)
+
+    async def end(self, reason: TerminationReason, info: dict[str, Any] | None = None) -> StepResult:
+        """End the episode for a reason only the runner sees (token cap → ``overlong``, timeout, cancel).
+
+        Later ``step`` calls raise; ``evaluate`` still works and reports the reason.
+        """
+        if self._reason is not None:
+            raise EpisodeOverError(f"the episode already ended ({self._reason.value})")
+        return self._end(reason, [], dict(info or {}))
 
     async def step(self, action: Message) -> StepResult:
         """Judge and apply one assistant message (see the module docstring)."""
@@ -193,6 +205,7 @@ class TirMathEnv:
         expected = self._task.answer or ""
         correct = answers_match(self._answer, expected)
         info = {
+            **self.info,
             "answer": self._answer,
             "expected": expected,
             "reason": None if self._reason is None else self._reason.value,
