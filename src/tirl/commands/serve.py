@@ -1,0 +1,78 @@
+"""``tirl serve``: serve a checkpoint with an OpenAI-compatible HTTP API (see :mod:`tirl.inference.server`).
+
+Without ``--model`` the built-in warm-started tiny model is served. ``--port 0``
+picks a free port. The first line on stdout is
+``tirl serve: listening on http://HOST:PORT/v1 (model NAME)`` once the socket
+is bound, so scripts can wait for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of ``tirl serve``."""
+    parser.add_argument("--model", default=None, help="local Hugging Face model directory (default: built-in model)")
+    parser.add_argument(
+        "--served-model-name", default=None, help="the name clients pass as 'model' (default: the directory name)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to bind; 0 = a free port (default 8000)")
+    parser.add_argument(
+        "--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: $TIRL_API_KEY, else no key)"
+    )
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--max-batch", type=int, default=64, help="most requests sampled in one batch")
+    parser.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=5.0,
+        help="how long to wait for concurrent requests before a batch starts",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for requests without a seed")
+    parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the model and serve until interrupted."""
+    import uvicorn
+
+    from tirl.errors import SetupError
+    from tirl.inference.server import ModelServer
+    from tirl.models.loading import load_policy
+
+    policy = load_policy(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
+    name = args.served_model_name or policy.path.name
+    server = ModelServer(
+        policy,
+        model_name=name,
+        api_key=args.api_key or os.environ.get("TIRL_API_KEY"),
+        max_batch=args.max_batch,
+        batch_window_s=max(0.0, args.batch_window_ms) / 1000.0,
+        seed=args.seed,
+    )
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        sock.close()
+        raise SetupError(f"cannot bind {args.host}:{args.port} ({exc.strerror}) — pick another --port, or 0") from None
+    sock.listen(2048)
+    port = sock.getsockname()[1]
+    host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
+    print(f"tirl serve: listening on http://{host}:{port}/v1 (model {name})", flush=True)
+    config = uvicorn.Config(server.app(), log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+    print("tirl serve: stopped", file=sys.stderr)
+    return 0

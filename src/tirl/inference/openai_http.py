@@ -1,0 +1,335 @@
+"""Generation through an OpenAI-compatible server (``tirl serve``, ``vllm serve``, SGLang).
+
+:class:`OpenAIGenerator` implements :class:`~tirl.inference.base.Generator`
+with the official ``openai`` client (``AsyncOpenAI``). Each ``generate`` is one
+``POST /v1/completions`` whose ``prompt`` is the list of token ids (vLLM's
+convention), with ``logprobs=0`` and vLLM's extension fields::
+
+    return_token_ids: true            # choice.token_ids = the sampled ids
+    return_tokens_as_token_ids: true  # logprobs.tokens = ["token_id:N", ...] (the fallback)
+    include_stop_str_in_output: true  # SamplingParams.stop strings stay in the output
+    skip_special_tokens: false
+
+The sampled ids are read from ``choice.token_ids`` (``tirl serve``, vLLM >=
+0.10.2), else parsed from ``"token_id:N"`` log-prob tokens (older vLLM). The
+prompt is never re-tokenised and the reply is never decoded and encoded again,
+so the ids the trainer scores are the ids that were sampled.
+
+Concurrency is capped by ``max_concurrency`` (the server batches what
+arrives); each request has ``timeout_s``; connection errors and timeouts are
+retried ``retries`` times with exponential backoff (``backoff_s``, doubled per
+attempt). Set-up mistakes raise :class:`~tirl.errors.SetupError` from
+:meth:`OpenAIGenerator.start` (called by the first ``generate``): no server
+at the URL, a base URL without ``/v1`` or with ``/v1/v1``, a missing or
+rejected API key (401), a model name the server does not serve.
+
+:class:`HTTPWeightSync` is the trainer's ``on_update`` hook for ``tirl serve``:
+it saves the updated policy and asks the server to load it
+(``POST /v1/load_weights``), then tells the generator the new version.
+
+Not covered: ``n > 1`` per request (the pipeline sends one request per
+episode turn), chat-completions generation (token ids need the completions
+endpoint), weight sync to ``vllm serve`` (see docs/serving.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+from tirl.errors import SetupError
+from tirl.inference.base import FinishReason, GenerationResult, SamplingParams
+
+log = logging.getLogger(__name__)
+
+EXTRA_BODY: dict[str, Any] = {
+    "return_token_ids": True,
+    "return_tokens_as_token_ids": True,
+    "include_stop_str_in_output": True,
+    "skip_special_tokens": False,
+}
+
+
+def _url_hint(base_url: str) -> str:
+    url = base_url.rstrip("/")
+    if url.endswith("/v1/v1"):
+        return f"the base URL {base_url!r} repeats /v1 — use {url[:-3]!r}"
+    if not url.endswith("/v1"):
+        return f"the base URL {base_url!r} lacks the /v1 suffix — use {url + '/v1'!r}"
+    return f"nothing answers /models under {base_url!r} — is it an OpenAI-compatible server?"
+
+
+def parse_token_ids(choice: Any) -> list[int]:
+    """The sampled ids of a completions choice: ``token_ids``, else ``"token_id:N"`` log-prob tokens."""
+    ids = getattr(choice, "token_ids", None)
+    if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+        return list(ids)
+    lp = getattr(choice, "logprobs", None)
+    tokens = getattr(lp, "tokens", None) if lp is not None else None
+    if tokens is None:
+        raise RuntimeError(
+            "the server returned neither choice.token_ids nor log-prob tokens; it must support vLLM's "
+            "return_token_ids or return_tokens_as_token_ids (tirl serve and vllm serve do)"
+        )
+    out = []
+    for tok in tokens:
+        if not isinstance(tok, str) or not tok.startswith("token_id:"):
+            raise RuntimeError(
+                f"log-prob token {tok!r} is not 'token_id:N'; the server ignored return_tokens_as_token_ids"
+            )
+        out.append(int(tok.removeprefix("token_id:")))
+    return out
+
+
+class OpenAIGenerator:
+    """A :class:`~tirl.inference.base.Generator` over ``/v1/completions`` of an OpenAI-compatible server.
+
+    ``model``: the served model name (None: the first one ``/v1/models``
+    lists). ``api_key``: the key (None: ``$api_key_env``, else ``"EMPTY"``, as
+    vLLM expects when it runs without a key). ``eos_ids``: the chat format's
+    end-of-turn ids, to tell an EOS stop (``"eos"``) from a stop string.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        eos_ids: Iterable[int] = (),
+        max_concurrency: int = 64,
+        timeout_s: float = 300.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise SetupError(
+                f"base URL {base_url!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key_env = api_key_env
+        key = api_key or os.environ.get(api_key_env) or None
+        self._key_given = key is not None
+        self.eos_ids = frozenset(int(i) for i in eos_ids)
+        self.retries = max(0, retries)
+        self.backoff_s = max(0.0, backoff_s)
+        self.extra_body = {**EXTRA_BODY, **(extra_body or {})}
+        self.policy_version = 0
+        self.stats: dict[str, float] = {"requests": 0, "retries": 0, "tokens": 0, "wait_s": 0.0}
+        self._client = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=key or "EMPTY",
+            timeout=timeout_s,
+            max_retries=0,  # retries are ours: only connection errors and timeouts, with our backoff
+        )
+        self._sem = asyncio.Semaphore(max(1, max_concurrency))
+        self._started = False
+        self._start_lock: asyncio.Lock | None = None
+
+    # ------------------------------------------------------------------ setup
+    def _setup_error(self, exc: openai.APIStatusError, what: str) -> SetupError:
+        if isinstance(exc, openai.AuthenticationError):
+            if self._key_given:
+                return SetupError(f"{self.base_url} rejected the API key (401) — check ${self.api_key_env}")
+            return SetupError(f"{self.base_url} needs an API key (401) — set ${self.api_key_env} (or pass api_key)")
+        if isinstance(exc, openai.NotFoundError) and what == "models":
+            return SetupError(f"{self.base_url}/models: 404 — {_url_hint(self.base_url)}")
+        return SetupError(f"{self.base_url}: {what} failed with HTTP {exc.status_code}: {exc.message}")
+
+    async def start(self) -> str:
+        """Check the server, the key and the model once; returns the model name used."""
+        if self._started:
+            return str(self.model)
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._started:
+                return str(self.model)
+            try:
+                page = await self._retrying(lambda: self._client.models.list())
+            except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+                raise SetupError(
+                    f"no OpenAI-compatible server answers at {self.base_url} ({type(exc).__name__}) — start one "
+                    "(`tirl serve --port 8000`, `vllm serve MODEL`) or fix --base-url"
+                ) from None
+            except openai.APIStatusError as exc:
+                raise self._setup_error(exc, "models") from None
+            served = [m.id for m in page.data]
+            if not served:
+                raise SetupError(f"{self.base_url}/models lists no model")
+            if self.model is None:
+                self.model = served[0]
+            elif self.model not in served:
+                raise SetupError(
+                    f"the server at {self.base_url} does not serve model {self.model!r}; it serves "
+                    f"{', '.join(map(repr, served))} — set model.model_id to one of them"
+                )
+            version = getattr(page.data[served.index(self.model)], "policy_version", None)
+            if isinstance(version, int):
+                self.policy_version = max(self.policy_version, version)
+            self._started = True
+            return self.model
+
+    async def _retrying(self, call: Any) -> Any:
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                return await call()
+            except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+                if attempt == self.retries:
+                    raise
+                self.stats["retries"] += 1
+                log.warning(
+                    "%s: %s, retry %d/%d in %.2fs", self.base_url, type(exc).__name__, attempt + 1, self.retries, delay
+                )
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------- generation
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
+        """One ``/v1/completions`` request with the prompt as token ids."""
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty; a prompt needs at least one token")
+        model = await self.start()
+        t0 = time.perf_counter()
+        async with self._sem:
+            self.stats["wait_s"] += time.perf_counter() - t0
+            try:
+                resp = await self._retrying(
+                    lambda: self._client.completions.create(
+                        model=model,
+                        prompt=list(prompt_ids),
+                        max_tokens=params.max_new_tokens,
+                        temperature=params.temperature,
+                        top_p=params.top_p,
+                        stop=list(params.stop) or None,
+                        seed=params.seed,
+                        logprobs=0,
+                        extra_body=self.extra_body,
+                    )
+                )
+            except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+                raise RuntimeError(
+                    f"{self.base_url}: no answer after {self.retries + 1} attempt(s) ({type(exc).__name__})"
+                ) from None
+            except (openai.AuthenticationError, openai.NotFoundError) as exc:
+                raise self._setup_error(exc, "completions") from None
+            except openai.APIStatusError as exc:
+                raise RuntimeError(f"{self.base_url}/completions: HTTP {exc.status_code}: {exc.message}") from None
+        self.stats["requests"] += 1
+        return self._result(resp, params)
+
+    def _result(self, resp: Any, params: SamplingParams) -> GenerationResult:
+        if not resp.choices:
+            raise RuntimeError(f"{self.base_url}/completions returned no choices")
+        choice = resp.choices[0]
+        ids = parse_token_ids(choice)
+        lp = choice.logprobs
+        logprobs = list(lp.token_logprobs) if lp is not None and lp.token_logprobs is not None else None
+        if logprobs is None or len(logprobs) != len(ids) or any(x is None for x in logprobs):
+            raise RuntimeError(
+                f"{self.base_url}/completions returned {0 if logprobs is None else len(logprobs)} log-probs for "
+                f"{len(ids)} tokens; the server must return one log-prob per sampled token (logprobs=0)"
+            )
+        finish: FinishReason
+        if choice.finish_reason == "length":
+            finish = "length"
+        elif (ids and ids[-1] in self.eos_ids) or not params.stop:
+            finish = "eos"
+        else:
+            finish = "stop"
+        version = getattr(resp, "policy_version", None)
+        self.stats["tokens"] += len(ids)
+        return GenerationResult(
+            token_ids=ids,
+            logprobs=[float(x) for x in logprobs],
+            finish_reason=finish,
+            text=choice.text or "",
+            policy_version=int(version) if isinstance(version, int) else self.policy_version,
+        )
+
+    async def close(self) -> None:
+        """Close the HTTP connections."""
+        await self._client.close()
+
+
+class HTTPWeightSync:
+    """``on_update(version)`` for a trainer whose generator is ``tirl serve``.
+
+    Saves ``model`` and ``tokenizer`` (``save_pretrained``) to
+    ``directory/v{version}``, then ``POST {base_url}/load_weights`` with that
+    path and the version, and sets ``generator.policy_version``. The directory
+    must be readable by the server (same machine or a shared file system).
+    Older versions beyond ``keep`` are deleted.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: Any,
+        tokenizer: Any,
+        *,
+        directory: str | Path,
+        generator: OpenAIGenerator | None = None,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        keep: int = 2,
+        timeout_s: float = 300.0,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/load_weights"
+        self.model = model
+        self.tokenizer = tokenizer
+        self.directory = Path(directory)
+        self.generator = generator
+        key = api_key or os.environ.get(api_key_env)
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.keep = max(1, keep)
+        self.timeout_s = timeout_s
+        self.last_load_s = 0.0
+
+    def __call__(self, version: int) -> None:
+        """Save the weights of ``version`` and make the server load them (blocking)."""
+        t0 = time.perf_counter()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self.directory / f"v{version}"
+        tmp = self.directory / f".v{version}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp, safe_serialization=True)
+        self.tokenizer.save_pretrained(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        try:
+            r = httpx.post(
+                self.url,
+                json={"path": str(final.resolve()), "policy_version": version},
+                headers=self.headers,
+                timeout=self.timeout_s,
+            )
+        except httpx.HTTPError as exc:
+            raise SetupError(f"weight sync: {self.url} unreachable ({type(exc).__name__}: {exc})") from None
+        if r.status_code == 404:
+            raise SetupError(
+                f"weight sync: {self.url} does not exist — the server has no load_weights endpoint "
+                "(tirl serve has it; for vllm serve see docs/serving.md)"
+            )
+        if r.status_code != 200:
+            raise SetupError(f"weight sync: {self.url} answered HTTP {r.status_code}: {r.text[:300]}")
+        if self.generator is not None:
+            self.generator.policy_version = version
+        old = sorted((p for p in self.directory.glob("v*") if p.name[1:].isdigit()), key=lambda p: int(p.name[1:]))
+        for p in old[: -self.keep]:
+            shutil.rmtree(p, ignore_errors=True)
+        self.last_load_s = time.perf_counter() - t0

@@ -1,0 +1,274 @@
+"""The OpenAI request fields that ``tirl serve`` accepts, validated, and its error shape.
+
+Requests are plain JSON dicts; :func:`parse_completion` and :func:`parse_chat`
+turn them into :class:`CompletionJob` / :class:`ChatJob` or raise
+:class:`APIError`, which the server renders in OpenAI's error shape::
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens", "code": null}}
+
+The official ``openai`` client turns that body and the HTTP status into
+``BadRequestError`` (400), ``AuthenticationError`` (401), ``NotFoundError``
+(404) and so on.
+
+Fields beyond OpenAI's follow vLLM's names, so one client works against
+``tirl serve`` and ``vllm serve``: ``return_token_ids``,
+``return_tokens_as_token_ids``, ``include_stop_str_in_output``,
+``skip_special_tokens``. Fields that are accepted but ignored: ``user``,
+``presence_penalty``/``frequency_penalty`` when 0, ``stream_options`` other
+than ``include_usage``. Fields that are refused with 400: ``echo``,
+``best_of`` > n, ``suffix``, ``logit_bias``, non-zero penalties, ``tools``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tirl.inference.base import SamplingParams
+from tirl.types import Message, Role
+
+MAX_N = 16
+
+
+class APIError(Exception):
+    """An error returned to the HTTP client in OpenAI's error shape."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, type_: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.type = type_ or _TYPES.get(status, "server_error")
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body: ``{"error": {message, type, param, code}}``."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": None}}
+
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    503: "server_error",
+}
+
+
+def bad(message: str, param: str | None = None) -> APIError:
+    """A 400 invalid-request error about ``param``."""
+    return APIError(400, message, param=param)
+
+
+def _int(body: dict[str, Any], key: str, default: int | None, *, lo: int | None = None) -> int | None:
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(f"'{key}' must be an integer, got {value!r}", key)
+    if lo is not None and value < lo:
+        raise bad(f"'{key}' must be >= {lo}, got {value}", key)
+    return value
+
+
+def _float(body: dict[str, Any], key: str, default: float) -> float:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad(f"'{key}' must be a number, got {value!r}", key)
+    return float(value)
+
+
+def _bool(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise bad(f"'{key}' must be true or false, got {value!r}", key)
+    return value
+
+
+def _stop(body: dict[str, Any]) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,) if stop else ()
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        if len(stop) > 16:
+            raise bad("'stop' has more than 16 strings", "stop")
+        return tuple(s for s in stop if s)
+    raise bad("'stop' must be a string or a list of strings", "stop")
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    if body.get("echo"):
+        raise bad("'echo' is not supported by tirl serve", "echo")
+    if body.get("suffix"):
+        raise bad("'suffix' is not supported by tirl serve", "suffix")
+    if body.get("logit_bias"):
+        raise bad("'logit_bias' is not supported by tirl serve", "logit_bias")
+    if body.get("tools"):
+        raise bad("'tools' (function calling) is not supported by tirl serve; send the tool text in messages", "tools")
+    for key in ("presence_penalty", "frequency_penalty"):
+        if _float(body, key, 0.0) != 0.0:
+            raise bad(f"'{key}' is not supported by tirl serve (only 0)", key)
+
+
+@dataclass(frozen=True, slots=True)
+class Common:
+    """Fields shared by completions and chat completions."""
+
+    model: str
+    params: SamplingParams
+    n: int
+    stream: bool
+    include_usage: bool
+    logprobs: int | None  # None = no log-probs; k >= 0 = the sampled token's (top-k alternatives are not computed)
+    token_ids_as_text: bool  # return_tokens_as_token_ids: logprob tokens are "token_id:N"
+    return_token_ids: bool  # return_token_ids: prompt_token_ids / token_ids fields
+    include_stop: bool  # include_stop_str_in_output
+    skip_special: bool  # skip_special_tokens (text only; token ids are always complete)
+
+
+def _common(body: dict[str, Any], *, default_max_tokens: int, logprobs: int | None) -> Common:
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad("'model' is required: the served model name (see GET /v1/models)", "model")
+    _refuse_unsupported(body)
+    max_tokens = _int(body, "max_tokens", default_max_tokens, lo=1)
+    mct = _int(body, "max_completion_tokens", None, lo=1)
+    if mct is not None:
+        max_tokens = mct
+    temperature = _float(body, "temperature", 1.0)
+    if not 0.0 <= temperature <= 2.0:
+        raise bad(f"'temperature' must be in [0, 2], got {temperature}", "temperature")
+    top_p = _float(body, "top_p", 1.0)
+    if not 0.0 < top_p <= 1.0:
+        raise bad(f"'top_p' must be in (0, 1], got {top_p}", "top_p")
+    n = _int(body, "n", 1, lo=1) or 1
+    if n > MAX_N:
+        raise bad(f"'n' must be <= {MAX_N}, got {n}", "n")
+    best_of = _int(body, "best_of", None, lo=1)
+    if best_of is not None and best_of != n:
+        raise bad("'best_of' other than n is not supported", "best_of")
+    seed = _int(body, "seed", None)
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise bad("'stream_options' must be an object", "stream_options")
+    params = SamplingParams(
+        max_new_tokens=int(max_tokens or default_max_tokens),
+        temperature=temperature,
+        top_p=top_p,
+        stop=_stop(body),
+        seed=seed,
+    )
+    return Common(
+        model=model,
+        params=params,
+        n=n,
+        stream=_bool(body, "stream", False),
+        include_usage=bool(stream_options.get("include_usage", False)),
+        logprobs=logprobs,
+        token_ids_as_text=_bool(body, "return_tokens_as_token_ids", False),
+        return_token_ids=_bool(body, "return_token_ids", False),
+        include_stop=_bool(body, "include_stop_str_in_output", False),
+        skip_special=_bool(body, "skip_special_tokens", True),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionJob:
+    """A validated ``/v1/completions`` request: prompts are token ids or text."""
+
+    common: Common
+    prompts: list[list[int] | str]
+
+
+def _prompts(prompt: Any) -> list[list[int] | str]:
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return [list(prompt)]
+        if all(isinstance(p, str) for p in prompt):
+            return list(prompt)
+        if all(
+            isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p) for p in prompt
+        ):
+            return [list(p) for p in prompt]
+    raise bad(
+        "'prompt' must be a string, a list of strings, a list of token ids, or a list of lists of token ids "
+        "(non-empty)",
+        "prompt",
+    )
+
+
+def parse_completion(body: Any, *, default_max_tokens: int = 16) -> CompletionJob:
+    """Validate a completions request body."""
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    if "prompt" not in body:
+        raise bad("'prompt' is required", "prompt")
+    prompts = _prompts(body["prompt"])
+    logprobs = _int(body, "logprobs", None, lo=0)
+    if logprobs is not None and logprobs > 20:
+        raise bad(f"'logprobs' must be <= 20, got {logprobs}", "logprobs")
+    return CompletionJob(
+        common=_common(body, default_max_tokens=default_max_tokens, logprobs=logprobs), prompts=prompts
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ChatJob:
+    """A validated ``/v1/chat/completions`` request."""
+
+    common: Common
+    messages: list[Message]
+    top_logprobs: int
+
+
+_ROLES = {r.value: r for r in Role}
+
+
+def _content(m: dict[str, Any], i: int) -> str:
+    content = m.get("content")
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad(f"messages[{i}].content: only text parts are supported", f"messages[{i}].content")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise bad(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
+
+
+def parse_chat(body: Any, *, default_max_tokens: int = 256) -> ChatJob:
+    """Validate a chat completions request body."""
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise bad("'messages' must be a non-empty list of {role, content} objects", "messages")
+    messages: list[Message] = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            raise bad(f"messages[{i}] must be an object", f"messages[{i}]")
+        role = m.get("role")
+        if role == "developer":
+            role = "system"
+        if role not in _ROLES:
+            raise bad(f"messages[{i}].role {role!r} is not one of {sorted(_ROLES)}", f"messages[{i}].role")
+        messages.append(Message(role=_ROLES[role], content=_content(m, i)))
+    want = _bool(body, "logprobs", False)
+    top = _int(body, "top_logprobs", 0, lo=0) or 0
+    if top > 20:
+        raise bad(f"'top_logprobs' must be <= 20, got {top}", "top_logprobs")
+    common = _common(body, default_max_tokens=default_max_tokens, logprobs=top if want else None)
+    return ChatJob(common=common, messages=messages, top_logprobs=top)

@@ -1,0 +1,480 @@
+"""``tirl serve``: an OpenAI-compatible HTTP server over one in-process policy.
+
+Endpoints (all JSON; errors in OpenAI's shape ``{"error": {message, type, param, code}}``):
+
+* ``GET /v1/models`` — the one served model (``id``, ``max_model_len``, ``policy_version``).
+* ``POST /v1/completions`` — ``prompt`` is text, a list of texts, a list of
+  token ids or a list of lists of token ids (vLLM's convention). Streaming
+  (``stream: true``, server-sent events ending ``data: [DONE]``) and not.
+* ``POST /v1/chat/completions`` — ``messages`` rendered with the model's chat
+  format (:mod:`tirl.models.chat_format`), streaming and not.
+* ``POST /v1/load_weights`` — ``{"path": DIR, "policy_version": N?}``: copy the
+  weights of the checkpoint at ``DIR`` (a ``save_pretrained`` directory on a
+  file system the server can read) into the served model between batches,
+  and set the policy version (default: the old one + 1). This is the
+  trainer's weight sync.
+* ``GET /health`` — ``{"status": "ok", "policy_version": N, "requests", "batches", "tokens_generated"}``
+  (no key needed).
+
+Token-id extension (vLLM's names, so one RL client works against both):
+
+* ``return_token_ids: true`` — each choice carries ``token_ids`` (the sampled
+  ids, the EOS id included) and ``prompt_token_ids`` (completions: per choice;
+  chat: top level, as vLLM does).
+* ``return_tokens_as_token_ids: true`` — log-prob tokens are ``"token_id:N"``.
+* ``logprobs`` — the log-prob of each sampled token under the distribution it
+  was sampled from (temperature and top-p applied). ``top_logprobs`` list the
+  sampled token only: alternatives are not computed.
+* ``include_stop_str_in_output`` (default false: the text is cut before the
+  stop string, as OpenAI does; token ids are never cut) and
+  ``skip_special_tokens`` (default true; affects ``text`` only).
+* Every response has ``policy_version``: the weights version that sampled it.
+
+Concurrent requests are batched by :class:`~tirl.inference.hf.HFGenerator`
+(one sampling loop; no second sampler here).
+
+Not covered: incremental streaming while sampling — a streamed response
+sends its chunks (one per token) when its sample is complete, because the
+batched sampler returns whole samples; multi-model serving; tool calls;
+``echo``; penalties; top-k alternatives in log-probs; TLS (put a proxy in
+front for that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tirl.inference.base import GenerationResult, SamplingParams
+from tirl.inference.hf import HFGenerator
+from tirl.inference.openai_protocol import APIError, ChatJob, Common, CompletionJob, bad, parse_chat, parse_completion
+from tirl.models.loading import Policy
+
+_FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+
+
+@dataclass(slots=True)
+class Sample:
+    """One generated choice: its prompt, the generator's result and the text to return."""
+
+    prompt_ids: list[int]
+    result: GenerationResult
+    text: str
+    finish_reason: str
+
+
+class ModelServer:
+    """Holds the policy and its batched generator; builds the Starlette app.
+
+    ``api_key``: when set, every ``/v1`` request must send
+    ``Authorization: Bearer <api_key>`` (401 otherwise).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        model_name: str,
+        api_key: str | None = None,
+        max_batch: int = 64,
+        batch_window_s: float = 0.005,
+        seed: int = 0,
+    ) -> None:
+        self.policy = policy
+        self.model_name = model_name
+        self.api_key = api_key or None
+        self.generator = HFGenerator(
+            policy.model,
+            policy.tokenizer,
+            eos_ids=policy.chat.eos_ids,
+            max_batch=max_batch,
+            batch_window_s=batch_window_s,
+            seed=seed,
+        )
+        self.max_context = self.generator.max_context
+        self.vocab_size = len(policy.tokenizer)
+        self.created = int(time.time())
+        self.requests = 0  # generation requests (one per prompt and choice)
+        self._reload_lock = asyncio.Lock()
+
+    # ----------------------------------------------------------------- checks
+    def _auth(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise APIError(401, "missing API key: send 'Authorization: Bearer <key>' (the key given to tirl serve)")
+        if not hmac.compare_digest(token.strip(), self.api_key):
+            raise APIError(401, "incorrect API key provided")
+
+    def _model(self, name: str) -> None:
+        if name != self.model_name:
+            raise APIError(
+                404,
+                f"The model `{name}` does not exist. This server serves `{self.model_name}` (GET /v1/models).",
+                param="model",
+            )
+
+    def _check_ids(self, ids: list[int], max_tokens: int, what: str) -> None:
+        if not ids:
+            raise bad(f"the {what} is empty", "prompt")
+        bad_ids = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad_ids:
+            raise bad(f"token id {bad_ids[0]} is out of range [0, {self.vocab_size})", "prompt")
+        if len(ids) + max_tokens > self.max_context:
+            raise bad(
+                f"This model's maximum context length is {self.max_context} tokens. However, you requested "
+                f"{len(ids) + max_tokens} tokens ({len(ids)} in the {what}, {max_tokens} in the completion). "
+                "Please reduce the length of the prompt or max_tokens.",
+                "max_tokens",
+            )
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.policy.tokenizer.encode(text, add_special_tokens=False))
+
+    def _decode(self, ids: list[int], skip_special: bool) -> str:
+        return str(self.policy.tokenizer.decode(ids, skip_special_tokens=skip_special))
+
+    # ------------------------------------------------------------- generation
+    async def _sample(
+        self, prompts: list[list[int]], common: Common, text_of: Callable[[list[int]], str]
+    ) -> list[Sample]:
+        """``common.n`` samples of each prompt, generated concurrently (batched by the generator)."""
+        calls = []
+        for ids in prompts:
+            for k in range(common.n):
+                p = common.params
+                seed = None if p.seed is None else p.seed + k
+                calls.append((ids, SamplingParams(p.max_new_tokens, p.temperature, p.top_p, p.stop, seed)))
+        self.requests += len(calls)
+        results = await asyncio.gather(*(self.generator.generate(ids, params) for ids, params in calls))
+        samples = []
+        for (ids, params), res in zip(calls, results, strict=True):
+            text = text_of(res.token_ids)
+            if res.finish_reason == "stop" and not common.include_stop:
+                cut = min((text.find(s) for s in params.stop if s in text), default=-1)
+                if cut >= 0:
+                    text = text[:cut]
+            samples.append(Sample(ids, res, text, _FINISH[res.finish_reason]))
+        return samples
+
+    def _token_str(self, tid: int, common: Common) -> str:
+        return f"token_id:{tid}" if common.token_ids_as_text else self._decode([tid], False)
+
+    def _completion_logprobs(self, ids: list[int], lps: list[float], common: Common, offset0: int) -> dict[str, Any]:
+        tokens = [self._token_str(t, common) for t in ids]
+        offsets, pos = [], offset0
+        for t in ids:
+            offsets.append(pos)
+            pos += len(self._decode([t], common.skip_special))
+        top = [{tok: lp} for tok, lp in zip(tokens, lps, strict=True)] if common.logprobs else None
+        return {"tokens": tokens, "token_logprobs": list(lps), "top_logprobs": top, "text_offset": offsets}
+
+    def _chat_logprobs(self, ids: list[int], lps: list[float], job: ChatJob) -> dict[str, Any]:
+        content = []
+        for t, lp in zip(ids, lps, strict=True):
+            tok = self._token_str(t, job.common)
+            entry: dict[str, Any] = {"token": tok, "logprob": lp, "bytes": list(tok.encode("utf-8"))}
+            entry["top_logprobs"] = [dict(entry)] if job.top_logprobs else []
+            content.append(entry)
+        return {"content": content}
+
+    def _usage(self, samples: list[Sample]) -> dict[str, int]:
+        prompt = sum(
+            len(s.prompt_ids) for i, s in enumerate(samples) if i == 0 or s.prompt_ids is not samples[i - 1].prompt_ids
+        )
+        completion = sum(len(s.result.token_ids) for s in samples)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    # --------------------------------------------------------------- handlers
+    async def _body(self, request: Request) -> Any:
+        self._auth(request)
+        raw = await request.body()
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise bad(f"could not parse the request body as JSON ({exc})") from None
+
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``."""
+        self._auth(request)
+        entry = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "tirl",
+            "root": str(self.policy.path),
+            "max_model_len": self.max_context,
+            "policy_version": self.generator.policy_version,
+        }
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def health(self, request: Request) -> Response:
+        """``GET /health``."""
+        gen = self.generator
+        return JSONResponse(
+            {
+                "status": "ok",
+                "policy_version": gen.policy_version,
+                "requests": self.requests,
+                "batches": gen.batches,
+                "tokens_generated": gen.tokens_generated,
+            }
+        )
+
+    async def completions(self, request: Request) -> Response:
+        """``POST /v1/completions``."""
+        job: CompletionJob = parse_completion(await self._body(request))
+        common = job.common
+        self._model(common.model)
+        prompts = [p if isinstance(p, list) else self._encode(p) for p in job.prompts]
+        for ids in prompts:
+            self._check_ids(ids, common.params.max_new_tokens, "prompt")
+        rid = f"cmpl-{uuid.uuid4().hex}"
+
+        def text_of(ids: list[int]) -> str:
+            return self._decode(ids, common.skip_special)
+
+        if common.stream:
+            return self._stream(self._completion_chunks(rid, prompts, common, text_of))
+        samples = await self._sample(prompts, common, text_of)
+        choices = []
+        for i, s in enumerate(samples):
+            choice: dict[str, Any] = {
+                "index": i,
+                "text": s.text,
+                "finish_reason": s.finish_reason,
+                "stop_reason": None,
+                "logprobs": None,
+            }
+            if common.logprobs is not None:
+                choice["logprobs"] = self._completion_logprobs(s.result.token_ids, s.result.logprobs, common, 0)
+            if common.return_token_ids:
+                choice["prompt_token_ids"] = s.prompt_ids
+                choice["token_ids"] = s.result.token_ids
+            choices.append(choice)
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": self.model_name,
+                "choices": choices,
+                "usage": self._usage(samples),
+                "policy_version": self._version(samples),
+            }
+        )
+
+    async def chat(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``."""
+        job = parse_chat(await self._body(request))
+        common = job.common
+        self._model(common.model)
+        try:
+            ids = list(self.policy.chat.prompt_ids(job.messages))
+        except Exception as exc:
+            raise bad(f"the messages could not be rendered with the model's chat format ({exc})", "messages") from None
+        self._check_ids(ids, common.params.max_new_tokens, "messages")
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+
+        def text_of(tids: list[int]) -> str:
+            return self.policy.chat.assistant_text(tids)
+
+        if common.stream:
+            return self._stream(self._chat_chunks(rid, ids, job, text_of))
+        samples = await self._sample([ids], common, text_of)
+        choices = []
+        for i, s in enumerate(samples):
+            choice: dict[str, Any] = {
+                "index": i,
+                "message": {"role": "assistant", "content": s.text},
+                "finish_reason": s.finish_reason,
+                "stop_reason": None,
+                "logprobs": None,
+            }
+            if common.logprobs is not None:
+                choice["logprobs"] = self._chat_logprobs(s.result.token_ids, s.result.logprobs, job)
+            if common.return_token_ids:
+                choice["token_ids"] = s.result.token_ids
+            choices.append(choice)
+        body: dict[str, Any] = {
+            "id": rid,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": choices,
+            "usage": self._usage(samples),
+            "policy_version": self._version(samples),
+        }
+        if common.return_token_ids:
+            body["prompt_token_ids"] = ids
+        return JSONResponse(body)
+
+    def _version(self, samples: list[Sample]) -> int:
+        return min((s.result.policy_version for s in samples), default=self.generator.policy_version)
+
+    async def load_weights(self, request: Request) -> Response:
+        """``POST /v1/load_weights``: ``{"path": DIR, "policy_version": N?}``."""
+        body = await self._body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("path"), str) or not body["path"]:
+            raise bad("'path' is required: a checkpoint directory written with save_pretrained", "path")
+        version = body.get("policy_version")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            raise bad("'policy_version' must be an integer", "policy_version")
+        path = Path(body["path"]).expanduser()
+        if not (path / "config.json").is_file():
+            raise bad(f"{path} is not a checkpoint directory (no config.json readable by the server)", "path")
+        async with self._reload_lock:
+            t0 = time.perf_counter()
+            try:
+                await asyncio.to_thread(self._load_into_model, path)
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise bad(f"could not load the weights of {path}: {exc}", "path") from None
+            gen = self.generator
+            gen.policy_version = int(version) if version is not None else gen.policy_version + 1
+            return JSONResponse(
+                {
+                    "status": "ok",
+                    "path": str(path),
+                    "policy_version": gen.policy_version,
+                    "load_s": round(time.perf_counter() - t0, 4),
+                }
+            )
+
+    def _load_into_model(self, path: Path) -> None:
+        from transformers import AutoModelForCausalLM
+
+        model = self.policy.model
+        src = AutoModelForCausalLM.from_pretrained(str(path), dtype=model.dtype)
+        state = src.state_dict()
+        with self.generator.model_lock:  # between batches, never during one
+            model.load_state_dict(state, strict=True)
+
+    # -------------------------------------------------------------- streaming
+    def _stream(self, chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+        async def events() -> AsyncIterator[str]:
+            try:
+                async for chunk in chunks:
+                    yield f"data: {json.dumps(chunk)}\n\n"
+            except APIError as exc:
+                yield f"data: {json.dumps(exc.body())}\n\n"
+            except Exception as exc:  # the sampler failed after the 200 was sent
+                yield f"data: {json.dumps(APIError(500, f'generation failed: {exc}').body())}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    def _deltas(self, s: Sample, text_of: Callable[[list[int]], str]) -> list[str]:
+        """The text piece of each sampled token, so that the pieces join to ``s.text``."""
+        out, emitted = [], 0
+        ids = s.result.token_ids
+        for i in range(len(ids)):
+            upto = min(len(text_of(ids[: i + 1])), len(s.text))
+            out.append(s.text[emitted:upto] if upto > emitted else "")
+            emitted = max(emitted, upto)
+        if out and emitted < len(s.text):
+            out[-1] += s.text[emitted:]
+        return out
+
+    async def _completion_chunks(
+        self, rid: str, prompts: list[list[int]], common: Common, text_of: Callable[[list[int]], str]
+    ) -> AsyncIterator[dict[str, Any]]:
+        samples = await self._sample(prompts, common, text_of)
+        base = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": self.model_name}
+        for i, s in enumerate(samples):
+            ids, lps = s.result.token_ids, s.result.logprobs
+            deltas = self._deltas(s, text_of)
+            offset = 0
+            for j, (tid, lp, piece) in enumerate(zip(ids, lps, deltas, strict=True)):
+                last = j == len(ids) - 1
+                choice: dict[str, Any] = {
+                    "index": i,
+                    "text": piece,
+                    "finish_reason": s.finish_reason if last else None,
+                    "logprobs": None,
+                }
+                if common.logprobs is not None:
+                    choice["logprobs"] = self._completion_logprobs([tid], [lp], common, offset)
+                if common.return_token_ids:
+                    choice["token_ids"] = [tid]
+                    if j == 0:
+                        choice["prompt_token_ids"] = s.prompt_ids
+                offset += len(piece)
+                yield {**base, "choices": [choice], "policy_version": s.result.policy_version}
+        if common.include_usage:
+            yield {**base, "choices": [], "usage": self._usage(samples)}
+
+    async def _chat_chunks(
+        self, rid: str, ids: list[int], job: ChatJob, text_of: Callable[[list[int]], str]
+    ) -> AsyncIterator[dict[str, Any]]:
+        common = job.common
+        samples = await self._sample([ids], common, text_of)
+        base = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.model_name}
+        for i, s in enumerate(samples):
+            first: dict[str, Any] = {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            head = {**base, "choices": [first]}
+            if common.return_token_ids and i == 0:
+                head["prompt_token_ids"] = ids
+            yield head
+            tids, lps = s.result.token_ids, s.result.logprobs
+            for j, (tid, lp, piece) in enumerate(zip(tids, lps, self._deltas(s, text_of), strict=True)):
+                last = j == len(tids) - 1
+                choice: dict[str, Any] = {
+                    "index": i,
+                    "delta": {"content": piece},
+                    "finish_reason": s.finish_reason if last else None,
+                    "logprobs": None,
+                }
+                if common.logprobs is not None:
+                    choice["logprobs"] = self._chat_logprobs([tid], [lp], job)
+                if common.return_token_ids:
+                    choice["token_ids"] = [tid]
+                yield {**base, "choices": [choice], "policy_version": s.result.policy_version}
+        if common.include_usage:
+            yield {**base, "choices": [], "usage": self._usage(samples)}
+
+    # -------------------------------------------------------------------- app
+    def app(self) -> Starlette:
+        """The Starlette application."""
+
+        def wrap(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
+            async def handler(request: Request) -> Response:
+                try:
+                    return await fn(request)  # type: ignore[no-any-return]
+                except APIError as exc:
+                    return JSONResponse(exc.body(), status_code=exc.status)
+
+            return handler
+
+        async def http_error(request: Request, exc: Exception) -> Response:
+            status = exc.status_code if isinstance(exc, HTTPException) else 500
+            if status == 404:
+                msg = f"no route {request.url.path}; the API is under /v1 (e.g. /v1/models) — check the base URL"
+            elif status == 405:
+                msg = f"method {request.method} is not allowed on {request.url.path}"
+            else:
+                msg = str(getattr(exc, "detail", exc))
+            return JSONResponse(APIError(status, msg).body(), status_code=status)
+
+        routes = [
+            Route("/health", wrap(self.health), methods=["GET"]),
+            Route("/v1/models", wrap(self.models), methods=["GET"]),
+            Route("/v1/completions", wrap(self.completions), methods=["POST"]),
+            Route("/v1/chat/completions", wrap(self.chat), methods=["POST"]),
+            Route("/v1/load_weights", wrap(self.load_weights), methods=["POST"]),
+        ]
+        return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
