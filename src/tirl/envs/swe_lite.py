@@ -334,6 +334,10 @@ class SweLiteEnv:
                 return {k: int(data[k]) for k in ("passed", "failed", "errors", "skipped")}
         return None
 
+    @staticmethod
+    def _strip_marker(stdout: str) -> str:
+        return "\n".join(line for line in stdout.splitlines() if not line.startswith("TIRL_PYTEST_")) + "\n"
+
     def _reward(self, result: ExecResult, counts: dict[str, int] | None, eval_s: float) -> EvalResult:
         if counts is None:  # no summary: timed out, crashed, or a non-pytest command
             passed_all = result.ok and not result.timed_out
@@ -353,7 +357,7 @@ class SweLiteEnv:
             "eval_exit_code": result.exit_code,
             "reason": None if self._reason is None else self._reason.value,
             "turns": self._turns,
-            "eval_output": clip(result.stdout + result.stderr, 1500),
+            "eval_output": clip(self._strip_marker(result.stdout) + result.stderr, 1500),
         }
         return EvalResult(reward=reward, correct=all_pass, info=info)
 
