@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import json
 import re
@@ -54,11 +55,16 @@ def log_window(log: MetricsLog, center_index: int, window: int = WINDOW, mark: s
 
 
 def _where(obj: Any) -> str | None:
+    """``file:line`` of a function or class definition (its ``def``/``class`` line, after decorators)."""
     try:
         src = inspect.getsourcefile(obj)
-        _, line = inspect.getsourcelines(obj)
+        lines, line = inspect.getsourcelines(obj)
     except (TypeError, OSError):
         return None
+    for offset, text in enumerate(lines):
+        if text.lstrip().startswith(("def ", "async def ", "class ")):
+            line += offset
+            break
     return f"{src}:{line}" if src else None
 
 
@@ -88,19 +94,21 @@ def _calls(source: str) -> list[tuple[int, str, str]]:
     return sorted(out)
 
 
-def _trainer_order(module: Any) -> dict[str, str]:
-    """Where the trainer calls the void filter and the advantage computation (from its syntax tree)."""
+def _trainer_order(source_file: str) -> dict[str, str]:
+    """Where the trainer calls the void filter and the advantage computation (from its syntax tree).
+
+    The trainer's source is parsed, not imported: importing it would load torch for a text file.
+    """
     try:
-        src_file = inspect.getsourcefile(module) or "?"
-        calls = _calls(inspect.getsource(module))
-    except (TypeError, OSError, SyntaxError):
-        return {"training step order": "not available (no source for tirl.trainer.trainer)"}
+        calls = _calls(Path(source_file).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return {"training step order": f"not available (cannot parse {source_file})"}
     filt = [c for c in calls if re.search(r"filter\w*\.apply$|VoidTurnFilter\(\)\.apply$", c[2])]
     adv = [c for c in calls if re.search(r"advantages?\w*$", c[2].rsplit(".", 1)[-1])]
     out: dict[str, str] = {}
     for label, found in (("filter", filt), ("advantage", adv)):
         out[f"trainer: {label} calls"] = (
-            ", ".join(f"{src_file}:{line} in {fn} ({callee})" for line, fn, callee in found[:4]) or "not found"
+            ", ".join(f"{source_file}:{line} in {fn} ({callee})" for line, fn, callee in found[:4]) or "not found"
         )
     if filt and adv:
         out["training step order"] = (
@@ -125,11 +133,14 @@ def code_locations() -> dict[str, Any]:
     apply = getattr(_resolve("tirl.filters.void_turn", "VoidTurnFilter"), "apply", None)
     if apply is not None:
         out["batch filter (VoidTurnFilter.apply)"] = _where(apply)
-    trainer = _resolve("tirl.trainer.trainer")
-    if trainer is None:
-        out["training step order"] = "not available (tirl.trainer.trainer cannot be imported)"
+    try:
+        spec = importlib.util.find_spec("tirl.trainer.trainer")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        out["training step order"] = "not available (no module tirl.trainer.trainer)"
     else:
-        out.update(_trainer_order(trainer))
+        out.update(_trainer_order(spec.origin))
     return out
 
 
