@@ -1,0 +1,92 @@
+"""`tirl train` / `tirl eval` as subprocesses on a tiny random model: files, summary, kill -9 and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tirl.cli import main
+from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
+from tirl.trainer.logging import REQUIRED_METRICS, read_metrics
+
+TIRL = [sys.executable, "-m", "tirl.cli"]
+TINY = [
+    "--set", "trainer.prompts_per_step=2",
+    "--set", "algo.group_size=2",
+    "--set", "generation.max_new_tokens=16",
+    "--set", "generation.max_total_tokens=200",
+    "--set", "filter.mode=off",  # a random model only writes void turns; train on them anyway
+    "--set", "trainer.threads=1",
+    "--no-progress",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)
+    model, tok = build_tiny_model(spec, seed=0)
+    return save_policy(model, tok, tmp_path_factory.mktemp("m") / "tiny")
+
+
+def _main(args: list[str], capsys) -> tuple[int, str]:
+    """Run the CLI in this process (no second torch import: the suite stays fast)."""
+    capsys.readouterr()
+    code = main(args)
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_train_writes_the_run_directory_and_eval_reads_the_checkpoint(model_dir: Path, tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--steps", "2", "--run-dir", str(run_dir), *TINY]
+    code, out = _main([*args, "--set", "env.eval_size=4", "--set", "trainer.checkpoint_every=1"], capsys)
+    assert code == 0
+    assert f"run directory: {run_dir}" in out
+    for name in ("config.json", "metrics.jsonl", "trajectories.jsonl", "pipeline_trace.jsonl", "summary.json"):
+        assert (run_dir / name).is_file(), name
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    assert (run_dir / "checkpoints" / "step-2" / "model" / "config.json").is_file()
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2] and set(REQUIRED_METRICS) <= set(rows[0])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["eval/n"] == 4
+    assert 0.0 <= summary["eval/accuracy_before"] <= 1.0 and 0.0 <= summary["eval/accuracy_after"] <= 1.0
+    code, out = _main(["eval", "--model", str(run_dir), "--n", "4", "--json", "--set", "trainer.threads=1"], capsys)
+    assert code == 0
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["n"] == 4 and res["model"].endswith("step-2/model")
+    assert res["accuracy"] == summary["eval/accuracy_after"]  # same held-out set, greedy decoding
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_loses_and_repeats_no_step(model_dir: Path, tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    steps = 12
+    args = ["train", "--model", str(model_dir), "--steps", str(steps), "--run-dir", str(run_dir), *TINY]
+    args += ["--set", "trainer.eval_before_after=false", "--set", "trainer.checkpoint_every=2"]
+    proc = subprocess.Popen([*TIRL, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline:
+            if len(read_metrics(run_dir)) >= 3 and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"tirl train ended before it could be killed: {proc.stderr.read()[-2000:]}")
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None and time.monotonic() >= deadline:
+            proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    killed_at = len(read_metrics(run_dir))
+    assert 3 <= killed_at < steps
+    code, _ = _main(["train", "--resume", str(run_dir), "--no-progress"], capsys)
+    assert code == 0
+    assert [r["step"] for r in read_metrics(run_dir)] == list(range(1, steps + 1))
+    assert json.loads((run_dir / "checkpoints" / f"step-{steps}" / "state.json").read_text())["step"] == steps
