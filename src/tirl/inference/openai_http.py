@@ -38,6 +38,7 @@ import asyncio
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -137,6 +138,9 @@ class OpenAIGenerator:
         self._sem = asyncio.Semaphore(max(1, max_concurrency))
         self._started = False
         self._start_lock: asyncio.Lock | None = None
+        self.sync_dir: Path | None = None
+        self._tmp_dir: str | None = None
+        self._sync_disabled = False
 
     # ------------------------------------------------------------------ setup
     def _setup_error(self, exc: openai.APIStatusError, what: str) -> SetupError:
@@ -261,9 +265,46 @@ class OpenAIGenerator:
             policy_version=int(version) if isinstance(version, int) else self.policy_version,
         )
 
+    def sync_weights(self, model: Any, tokenizer: Any, version: int) -> None:
+        """Push updated weights to the server (``POST /v1/load_weights``) and adopt ``version``.
+
+        The checkpoint goes to ``self.sync_dir`` (default: a temporary
+        directory, so the server must run on this machine or share the file
+        system; set ``sync_dir`` otherwise). A server without the endpoint
+        (``vllm serve``, SGLang) gets a warning once and keeps its weights: its
+        samples then lag the policy and the trainer's TIS weights correct the
+        log-prob gap.
+        """
+        self.policy_version = version
+        if self._sync_disabled:
+            return
+        if self.sync_dir is None:
+            self._tmp_dir = tempfile.mkdtemp(prefix="tirl-weights-")
+            self.sync_dir = Path(self._tmp_dir)
+        sync = HTTPWeightSync(
+            self.base_url,
+            model,
+            tokenizer,
+            directory=self.sync_dir,
+            generator=self,
+            api_key=self._client.api_key if self._key_given else None,
+        )
+        try:
+            sync(version)
+        except MissingEndpointError as exc:
+            self._sync_disabled = True
+            log.warning("%s; the served weights stay as they are (off-policy samples, corrected by TIS)", exc)
+        self.stats["weight_syncs"] = self.stats.get("weight_syncs", 0) + 1
+
     async def close(self) -> None:
-        """Close the HTTP connections."""
+        """Close the HTTP connections (and remove the temporary weight directory)."""
         await self._client.close()
+        if self._tmp_dir is not None:
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)
+
+
+class MissingEndpointError(SetupError):
+    """The server has no ``/v1/load_weights`` endpoint."""
 
 
 class HTTPWeightSync:
@@ -321,7 +362,7 @@ class HTTPWeightSync:
         except httpx.HTTPError as exc:
             raise SetupError(f"weight sync: {self.url} unreachable ({type(exc).__name__}: {exc})") from None
         if r.status_code == 404:
-            raise SetupError(
+            raise MissingEndpointError(
                 f"weight sync: {self.url} does not exist — the server has no load_weights endpoint "
                 "(tirl serve has it; for vllm serve see docs/serving.md)"
             )
