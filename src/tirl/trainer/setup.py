@@ -98,7 +98,10 @@ class RunParts:
 
     def set_policy_version(self, version: int) -> None:
         """Tell the generator which policy version its samples now come from."""
-        if hasattr(self.generator, "policy_version"):
+        sync = getattr(self.generator, "sync_weights", None)  # HTTP generators: push the weights to the server
+        if callable(sync):
+            sync(self.policy.model, self.policy.tokenizer, version)
+        elif hasattr(self.generator, "policy_version"):
             self.generator.policy_version = version
 
     async def close(self) -> None:
@@ -139,7 +142,9 @@ def _openai_generator(cfg: TirlConfig, policy: Any) -> Generator:
     except ImportError as exc:
         raise SetupError(f"generator=openai is not available in this build ({exc})") from None
     m = cfg.model
-    gen: Generator = mod.OpenAIGenerator(base_url=m.base_url, model=m.model_id, api_key_env=m.api_key_env)
+    gen: Generator = mod.OpenAIGenerator(
+        base_url=m.base_url, model=m.model_id, api_key_env=m.api_key_env, eos_ids=policy.chat.eos_ids
+    )
     return gen
 
 
