@@ -54,8 +54,8 @@ import traceback
 import typing
 
 # The usual modules, imported once so that a forked child pays nothing for them.
-PREIMPORTED = (bisect, cmath, collections, copy, dataclasses, datetime, decimal, fractions, functools)
-PREIMPORTED += (heapq, itertools, math, operator, re, statistics, string, textwrap, typing, json, random)
+PREIMPORTED = [bisect, cmath, collections, copy, dataclasses, datetime, decimal, fractions, functools]
+PREIMPORTED += [heapq, itertools, math, operator, re, statistics, string, textwrap, typing, json, random]
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
