@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -172,14 +171,15 @@ class Stages:
         self.runner = runner
         self.board = board
         self.close_timeout_s = close_timeout_s
-        self.t0 = time.monotonic()
+        self._clock = asyncio.get_running_loop().time  # time.monotonic, or a test's virtual clock
+        self.t0 = self._clock()
         self.counts: Counter[str] = Counter()
         self.live: set[EnvHandle] = set()
         self.finished = 0
 
     def now(self) -> float:
         """Seconds since this ``collect`` started."""
-        return round(time.monotonic() - self.t0, 6)
+        return round(self._clock() - self.t0, 6)
 
     def queue(self, ep: Episode, stage: str) -> None:
         """``ep`` now waits for ``stage``."""
@@ -336,7 +336,7 @@ class Stages:
         groups = [Group(id=task.id, trajectories=[]) for task in request.tasks]
         for ep in episodes:
             groups[ep.task_index].trajectories.append(ep.traj)
-        wall = time.monotonic() - self.t0
+        wall = self._clock() - self.t0
         trajs = [ep.traj for ep in episodes]
         stats: dict[str, float] = {
             "rollout/trajectories": float(len(trajs)),

@@ -43,6 +43,18 @@ STAGES: tuple[str, str, str] = ("init", "run", "eval")
 Clock = Callable[[], float]
 
 
+def loop_time() -> float:
+    """The running event loop's clock (``time.monotonic`` for a normal loop), else ``time.monotonic``.
+
+    Following the loop's clock keeps traces consistent under a virtual-time
+    loop (tests, the exact simulation in ``benchmarks/bench_pipeline.py``).
+    """
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
+
+
 @runtime_checkable
 class BusySource(Protocol):
     """Anything that reports the generator's cumulative busy time in seconds."""
@@ -70,7 +82,7 @@ class BusyMeter:
     2.0
     """
 
-    def __init__(self, clock: Clock = time.monotonic) -> None:
+    def __init__(self, clock: Clock = loop_time) -> None:
         self._clock = clock
         self._active = 0
         self._busy = 0.0
@@ -213,7 +225,7 @@ class PipelineTracer:
         *,
         generator_busy: GeneratorBusy | None = None,
         strategy: str = "",
-        clock: Clock = time.monotonic,
+        clock: Clock = loop_time,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"trace interval must be > 0 seconds, got {interval_s}")

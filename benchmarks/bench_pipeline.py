@@ -1,0 +1,492 @@
+"""Sync batch vs async batch vs the three-stage pipeline on the same rollout work.
+
+Simulated mode (default) — a resource model whose stage times are sleeps:
+
+* **Generator**: ``GEN_SLOTS`` concurrent sequences. A request of ``n``
+  tokens holds one slot for ``n * T_TOKEN * (1 + ALPHA * (L - 1) / (GEN_SLOTS - 1))``
+  model seconds, ``L`` being the number of requests in flight when it starts
+  (itself included): per-token time doubles from an idle to a full generator,
+  so the generator's throughput is highest when all slots are busy. Requests
+  beyond ``GEN_SLOTS`` wait (FIFO).
+* **Sandbox**: ``SANDBOX_SLOTS`` concurrent operations. ``reset`` (set-up),
+  every tool call (``step``) and ``evaluate`` hold one slot for their
+  duration.
+* **Episodes**: each trajectory's stage times, number of turns and tokens
+  per turn are drawn once from the workload's distributions (seeded), so all
+  three strategies do exactly the same work. Every turn but the last is
+  followed by a tool call.
+
+The **bound** is the capacity of the bottleneck resource for that exact
+work: ``N / max(total_tokens * T_TOKEN * (1 + ALPHA) / GEN_SLOTS,
+total_sandbox_seconds / SANDBOX_SLOTS)``. No schedule can beat it (up to the
+start-of-request load rule above). Model seconds are scaled to wall seconds so
+that each pipeline run takes about ``--target-s`` seconds.
+
+Fairness: the three strategies are the real ones from ``tirl.rollout`` with
+one ``RolloutConfig`` per workload: the same stage worker counts (the
+baselines use them as per-stage concurrency caps), the same generator and
+sandbox, the same episodes. The baselines cut the request into batches of
+``B = rollout.batch_size`` (default ``run_workers``: as many episodes as the
+runner pool holds) with a barrier after each batch; the pipeline streams the
+whole request and may hold more envs alive (its bound is printed as
+``live``).
+
+Real mode (``--real``): the same three strategies on the ``swe-lite`` env with
+the tiny policy and the agent loop of ``tirl.rollout.agent_loop``.
+
+    python benchmarks/bench_pipeline.py            # table
+    python benchmarks/bench_pipeline.py --json     # {"workloads": {NAME: {strategy: traj/s, "bound": traj/s}}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tirl.config import RolloutConfig
+from tirl.envs.base import Env, EvalResult, StepResult, Task
+from tirl.rollout.base import RolloutRequest
+from tirl.rollout.strategies import make_strategy
+from tirl.rollout.trace import BusyMeter
+from tirl.types import Message, Role, TerminationReason, Trajectory
+
+STRATEGIES = ("sync_batch", "async_batch", "pipeline")
+
+# ---- resource model (model seconds) ----------------------------------------------------------
+GEN_SLOTS = 16
+T_TOKEN = 0.02  # s per token for a lone request
+ALPHA = 0.5  # per-token time grows to T_TOKEN * (1 + ALPHA) at full load
+SANDBOX_SLOTS = 24
+
+# ---- stage pools (one config for every workload and strategy) --------------------------------
+POOLS = {
+    "init_workers": SANDBOX_SLOTS,  # every sandbox slot may be setting up
+    "run_workers": 2 * GEN_SLOTS,  # enough episodes to keep the generator full between tool calls
+    "eval_workers": SANDBOX_SLOTS,
+    "run_queue_size": 16,
+    "eval_queue_size": 16,
+}
+
+Sampler = Callable[[random.Random], float]
+
+
+def lognormal(median: float, sigma: float, lo: float = 0.0, hi: float = math.inf) -> Sampler:
+    return lambda r: min(hi, max(lo, median * math.exp(r.gauss(0.0, sigma))))
+
+
+def uniform(lo: float, hi: float) -> Sampler:
+    return lambda r: r.uniform(lo, hi)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named workload: the distributions of every stage time, and how many trajectories."""
+
+    name: str
+    what: str  # the stated distributions
+    n: int  # trajectories (n // GROUP tasks of GROUP samples)
+    init_s: Sampler
+    eval_s: Sampler
+    tool_s: Sampler
+    tokens: Sampler
+    turns: Sampler
+
+
+WORKLOADS = [
+    Workload(
+        "init-heavy",
+        "init ~ logN(median 60s, s=0.3); turns U{3..6}; 150±50 tok/turn; tool 0.5s; eval 3s",
+        480,
+        init_s=lognormal(60, 0.3),
+        eval_s=lambda r: 3.0,
+        tool_s=lambda r: 0.5,
+        tokens=uniform(100, 200),
+        turns=uniform(3, 6.999),
+    ),
+    Workload(
+        "run-heavy",
+        "init 2s; turns U{8..12}; 200±100 tok/turn; tool ~ logN(0.5s, 0.5); eval 2s",
+        240,
+        init_s=lambda r: 2.0,
+        eval_s=lambda r: 2.0,
+        tool_s=lognormal(0.5, 0.5),
+        tokens=uniform(100, 300),
+        turns=uniform(8, 12.999),
+    ),
+    Workload(
+        "eval-heavy",
+        "init 3s; turns U{3..6}; 150±50 tok/turn; tool 0.5s; eval ~ logN(median 60s, s=0.3)",
+        640,
+        init_s=lambda r: 3.0,
+        eval_s=lognormal(60, 0.3),
+        tool_s=lambda r: 0.5,
+        tokens=uniform(100, 200),
+        turns=uniform(3, 6.999),
+    ),
+    Workload(
+        "heavy-tail",
+        "turns ~ logN(median 3, s=1.0) clipped to [1, 40] (SWE-like: most 2-5, some 20-40); "
+        "150±50 tok/turn; tool ~ logN(1s, 0.5); init 5s; eval 5s",
+        640,
+        init_s=lambda r: 5.0,
+        eval_s=lambda r: 5.0,
+        tool_s=lognormal(1.0, 0.5),
+        tokens=uniform(100, 200),
+        turns=lognormal(3, 1.0, lo=1, hi=40),
+    ),
+]
+GROUP = 4
+
+
+@dataclass
+class Plan:
+    """One episode's drawn work (model seconds and tokens)."""
+
+    init_s: float
+    eval_s: float
+    tokens: list[int]
+    tools: list[float]  # one per turn except the last
+
+
+def draw(w: Workload, seed: int) -> list[Plan]:
+    r = random.Random(seed)
+    plans = []
+    for _ in range(w.n):
+        turns = max(1, int(w.turns(r)))
+        plans.append(
+            Plan(
+                init_s=w.init_s(r),
+                eval_s=w.eval_s(r),
+                tokens=[max(1, round(w.tokens(r))) for _ in range(turns)],
+                tools=[w.tool_s(r) for _ in range(turns - 1)],
+            )
+        )
+    return plans
+
+
+@dataclass
+class Bound:
+    """What each resource must do for a list of plans, in model seconds of the whole pool."""
+
+    gen_s: float  # model seconds the generator needs at full load
+    sandbox_s: float  # model seconds the sandbox pool needs
+    pool_s: float  # model seconds the runner pool needs if every episode ran at full-load speed
+
+    @property
+    def bottleneck(self) -> str:
+        """The resource with the most work per slot."""
+        return "generator" if self.gen_s >= self.sandbox_s else "sandbox"
+
+    def traj_per_model_s(self, n: int) -> float:
+        """The bound: ``n`` over the bottleneck's busy time."""
+        return n / max(self.gen_s, self.sandbox_s)
+
+
+def bound_of(plans: list[Plan]) -> Bound:
+    full = T_TOKEN * (1 + ALPHA)
+    tokens = sum(sum(p.tokens) for p in plans)
+    sandbox = sum(p.init_s + sum(p.tools) + p.eval_s for p in plans)
+    run = sum(sum(p.tokens) * full + sum(p.tools) for p in plans)
+    return Bound(tokens * full / GEN_SLOTS, sandbox / SANDBOX_SLOTS, run / POOLS["run_workers"])
+
+
+class SlotPool:
+    """``n`` slots; remembers the planned end of the last release (see :class:`Resources`)."""
+
+    def __init__(self, n: int) -> None:
+        self.sem = asyncio.Semaphore(n)
+        self.last_release = 0.0
+
+
+@dataclass
+class Resources:
+    """The generator and the sandbox, in wall seconds (``scale`` wall seconds per model second).
+
+    Lag compensation: on a loaded machine ``asyncio.sleep`` wakes up ~1 ms
+    late, which is several % of a scaled operation. So each operation runs
+    from a *planned* start — the end of the episode's previous operation if
+    that was at most ``lag_s`` ago (else now), or the planned end of the
+    operation that released the slot it waited for — to a planned end, and
+    sleeps until that planned end. Late wake-ups then do not accumulate along
+    an episode; any wait longer than ``lag_s`` (a real queue) counts in full.
+    ``lag_s=0`` turns compensation off.
+    """
+
+    scale: float
+    lag_s: float = 0.005
+    gen: SlotPool = field(default_factory=lambda: SlotPool(GEN_SLOTS))
+    sandbox: SlotPool = field(default_factory=lambda: SlotPool(SANDBOX_SLOTS))
+    meter: BusyMeter = field(default_factory=BusyMeter)
+    gen_active: int = 0
+
+    def ready(self, clock: float | None) -> float:
+        """When an episode whose last operation was planned to end at ``clock`` is ready."""
+        now = asyncio.get_running_loop().time()
+        if clock is not None and now - clock <= self.lag_s:
+            return clock
+        return now
+
+    async def _hold(self, pool: SlotPool, clock: float | None, model_s: Callable[[], float]) -> float:
+        ready = self.ready(clock)
+        waited = pool.sem.locked()
+        async with pool.sem:
+            now = asyncio.get_running_loop().time()
+            start = ready
+            if waited:  # the slot came free when its last holder's operation was planned to end
+                start = max(ready, pool.last_release) if self.lag_s > 0 else now
+            end = start + model_s() * self.scale
+            await asyncio.sleep(max(0.0, end - now))
+            pool.last_release = end
+        return end
+
+    async def hold_sandbox(self, clock: float | None, model_s: float) -> float:
+        """Hold a sandbox slot for ``model_s``; returns the planned end."""
+        return await self._hold(self.sandbox, clock, lambda: model_s)
+
+    async def generate(self, clock: float | None, tokens: int) -> float:
+        """Generate ``tokens`` in one generator slot; returns the planned end."""
+
+        def duration() -> float:  # per-token time from the load when the request starts
+            self.gen_active += 1
+            per_token = T_TOKEN * (1 + ALPHA * (self.gen_active - 1) / (GEN_SLOTS - 1))
+            return tokens * per_token
+
+        self.meter.start()
+        try:
+            return await self._hold(self.gen, clock, duration)
+        finally:
+            self.gen_active -= 1
+            self.meter.end()
+
+
+class SimEnv:
+    """Set-up, tool calls and evaluation are sandbox-slot sleeps; the plan is picked by the reset seed."""
+
+    name = "sim"
+
+    def __init__(self, res: Resources, plans: dict[int, Plan]) -> None:
+        self.res = res
+        self.plans = plans
+        self.plan: Plan | None = None
+        self.turn = 0
+        self.clock: float | None = None  # planned end of this episode's last operation
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> list[Message]:
+        """Set-up: one sandbox slot for ``init_s``."""
+        assert seed is not None
+        self.plan = self.plans[seed]
+        self.clock = await self.res.hold_sandbox(None, self.plan.init_s)
+        return [Message(role=Role.USER, content=task.prompt)]
+
+    async def step(self, action: Message) -> StepResult:
+        """A tool call: one sandbox slot."""
+        assert self.plan is not None
+        self.clock = await self.res.hold_sandbox(self.clock, self.plan.tools[self.turn])
+        self.turn += 1
+        return StepResult(observation=[Message(role=Role.TOOL, content="ok")])
+
+    async def evaluate(self) -> EvalResult:
+        """The tests: one sandbox slot for ``eval_s``."""
+        assert self.plan is not None
+        self.clock = await self.res.hold_sandbox(self.clock, self.plan.eval_s)
+        return EvalResult(reward=1.0, correct=True)
+
+    async def close(self) -> None:
+        """Nothing to release."""
+        return None
+
+
+class SimRunner:
+    """Generation (generator slot) then a tool call (sandbox slot), turn after turn."""
+
+    def __init__(self, res: Resources) -> None:
+        self.res = res
+
+    async def __call__(self, env: Env, task: Task, initial: list[Message], traj: Trajectory) -> None:
+        """Run the episode's planned turns."""
+        assert isinstance(env, SimEnv) and env.plan is not None
+        for i, tokens in enumerate(env.plan.tokens):
+            env.clock = await self.res.generate(env.clock, tokens)
+            if i < len(env.plan.tools):
+                await env.step(Message(role=Role.ASSISTANT, content="```bash\nls\n```"))
+        traj.termination = TerminationReason.SUBMITTED
+
+
+def make_request(w: Workload, plans: list[Plan]) -> tuple[RolloutRequest, dict[int, Plan]]:
+    from tirl.rollout.pipeline import episode_seed
+
+    tasks = [Task(id=f"{w.name}-{i}", prompt="fix the bug") for i in range(w.n // GROUP)]
+    by_seed: dict[int, Plan] = {}
+    for ti in range(len(tasks)):
+        for k in range(GROUP):
+            by_seed[episode_seed(0, ti, k)] = plans[ti * GROUP + k]
+    assert len(by_seed) == w.n
+    return RolloutRequest(tasks=tasks, group_size=GROUP), by_seed
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock jumps to the next timer whenever no callback is ready.
+
+    The real strategies run unchanged, but every sleep takes zero wall time and
+    exactly its duration in loop time: an exact, noise-free discrete-event
+    simulation of the same schedule (it does not count the CPU cost of the
+    scheduling code itself, which the real-time mode does).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._now = 0.0
+
+    def time(self) -> float:
+        """The virtual clock."""
+        return self._now
+
+    def _run_once(self) -> None:
+        sched = self._scheduled  # type: ignore[attr-defined]
+        while sched and sched[0]._cancelled:
+            self._timer_cancelled_count -= 1  # type: ignore[attr-defined]
+            heapq.heappop(sched)._scheduled = False
+        if not self._ready and sched:  # type: ignore[attr-defined]
+            self._now = max(self._now, sched[0]._when)
+        super()._run_once()  # type: ignore[misc]
+
+
+async def run_one(
+    w: Workload, strategy: str, plans: list[Plan], scale: float, args: argparse.Namespace, model_total_s: float
+) -> dict[str, float]:
+    """One strategy on one workload; times in model seconds."""
+    lag_s = 0.0 if args.virtual else args.lag_ms / 1e3
+    res = Resources(scale=scale, lag_s=lag_s)
+    res.meter = BusyMeter(clock=asyncio.get_running_loop().time)
+    request, by_seed = make_request(w, plans)
+    cfg = RolloutConfig(
+        strategy=strategy,  # type: ignore[arg-type]
+        trace_interval_s=model_total_s * scale / 50,
+        init_timeout_s=1e9,
+        run_timeout_s=1e9,
+        eval_timeout_s=1e9,
+        retries=0,
+        batch_size=args.batch_size,
+        **POOLS,
+    )
+    trace = Path(args.trace_dir) / f"{w.name}.{strategy}.jsonl" if args.trace_dir else None
+    strat = make_strategy(
+        cfg, lambda task: SimEnv(res, by_seed), SimRunner(res), trace_path=trace, generator_busy=res.meter
+    )
+    loop = asyncio.get_running_loop()
+    t0, c0 = loop.time(), time.process_time()
+    batch = await strat.collect(request)
+    elapsed = loop.time() - t0
+    cpu = time.process_time() - c0
+    await strat.close()
+    assert len(batch.trajectories) == w.n and batch.stats["rollout/failed"] == 0
+    return {
+        "traj_per_s": w.n / (elapsed / scale),
+        "model_s": elapsed / scale,
+        "wall_s": elapsed if not args.virtual else float("nan"),
+        "cpu_s": cpu,
+        "gpu_util": batch.stats.get("rollout/gpu_util", float("nan")),
+        "max_live_envs": batch.stats["rollout/max_live_envs"],
+    }
+
+
+def run_in_loop(args: argparse.Namespace, coro: Any) -> dict[str, float]:
+    if not args.virtual:
+        return asyncio.run(coro)  # type: ignore[no-any-return]
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(coro)  # type: ignore[no-any-return]
+    finally:
+        loop.close()
+
+
+def simulate(args: argparse.Namespace) -> dict[str, Any]:
+    names = args.workloads.split(",") if args.workloads else [w.name for w in WORKLOADS]
+    unknown = set(names) - {w.name for w in WORKLOADS}
+    if unknown:
+        sys.exit(f"unknown workload(s) {sorted(unknown)}: choose from {[w.name for w in WORKLOADS]}")
+    out: dict[str, Any] = {"workloads": {}, "details": {}}
+    for w in WORKLOADS:
+        if w.name not in names:
+            continue
+        plans = draw(w, args.seed)
+        b = bound_of(plans)
+        model_s = max(b.gen_s, b.sandbox_s)
+        scale = 1.0 if args.virtual else args.target_s / model_s
+        row: dict[str, float] = {}
+        detail: dict[str, Any] = {
+            "what": w.what,
+            "n": w.n,
+            "scale_ms_per_model_s": scale * 1e3,
+            "bottleneck": b.bottleneck,
+            "generator_s_needed": b.gen_s,
+            "sandbox_s_needed": b.sandbox_s,
+            "runner_pool_s_needed": b.pool_s,
+        }
+        for s in STRATEGIES:
+            r = run_in_loop(args, run_one(w, s, plans, scale, args, model_s))
+            row[s] = r["traj_per_s"]
+            detail[s] = r
+        row["bound"] = b.traj_per_model_s(w.n)
+        out["workloads"][w.name] = row
+        out["details"][w.name] = detail
+        if not args.json:
+            print_row(w, row, detail, args.virtual)
+    return out
+
+
+def print_row(w: Workload, row: dict[str, float], d: dict[str, Any], virtual: bool) -> None:
+    p = row["pipeline"]
+    clock = "virtual time" if virtual else f"1 model s = {d['scale_ms_per_model_s']:.2f} ms wall"
+    print(f"\n{w.name}  (n={w.n}, bottleneck={d['bottleneck']}, {clock})")
+    print(f"  {w.what}")
+    for s in STRATEGIES:
+        r = d[s]
+        wall = "" if virtual else f"  wall {r['wall_s']:5.2f}s"
+        print(
+            f"  {s:<12} {row[s]:7.4f} traj/s{wall}  gpu_util {r['gpu_util']:.2f}"
+            f"  max live envs {r['max_live_envs']:3.0f}"
+        )
+    print(
+        f"  bound        {row['bound']:7.4f} traj/s  pipeline/bound {p / row['bound']:.2f}"
+        f"  pipeline/async_batch {p / row['async_batch']:.2f}x  pipeline/sync_batch {p / row['sync_batch']:.2f}x"
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ap.add_argument(
+        "--workloads", default="", help="comma-separated subset of: " + ", ".join(w.name for w in WORKLOADS)
+    )
+    ap.add_argument("--target-s", type=float, default=3.0, help="wall seconds the bound allows per pipeline run")
+    ap.add_argument("--batch-size", type=int, default=0, help="baselines' batch size B (0 = run_workers)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lag-ms", type=float, default=5.0, help="late wake-ups forgiven per operation (0 = off)")
+    ap.add_argument("--trace-dir", default="", help="write one pipeline-trace JSONL per workload and strategy here")
+    ap.add_argument("--virtual", action="store_true", help="exact discrete-event run on a virtual clock (no sleeping)")
+    ap.add_argument("--real", action="store_true", help="swe-lite with the tiny policy instead of the simulation")
+    args = ap.parse_args()
+    if args.real:
+        from bench_pipeline_real import run_real  # type: ignore[import-not-found]
+
+        out = run_real(args)
+    else:
+        out = simulate(args)
+    if args.json:
+        print(json.dumps({"workloads": out["workloads"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
