@@ -1,0 +1,82 @@
+"""`diagnose pipeline` on traces written by tirl's own PipelineStrategy + PipelineTracer (fake envs, real asyncio).
+
+Each scenario makes one stage clearly slow (sleeps), runs one collect with the
+real pipeline and trace writer, and checks that the verdict names that stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tirl.config import RolloutConfig
+from tirl.diagnostics.pipeline import diagnose_trace_file
+from tirl.envs.base import EvalResult, StepResult, Task
+from tirl.rollout.base import RolloutRequest
+from tirl.rollout.strategies import make_strategy
+from tirl.rollout.trace import BusyMeter
+from tirl.types import Message, Role, TerminationReason, Trajectory
+
+
+class SleepyEnv:
+    name = "sleepy"
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> list[Message]:
+        await asyncio.sleep(task.data["init_s"])
+        return [Message(role=Role.USER, content=task.prompt)]
+
+    async def step(self, action: Message) -> StepResult:
+        return StepResult(observation=[Message(role=Role.TOOL, content="ok")])
+
+    async def evaluate(self) -> EvalResult:
+        await asyncio.sleep(self.task.data["eval_s"])
+        return EvalResult(reward=1.0, correct=True)
+
+    async def close(self) -> None:
+        await asyncio.sleep(0)
+
+
+class SleepyRunner:
+    def __init__(self, meter: BusyMeter) -> None:
+        self.meter = meter
+
+    async def __call__(self, env: SleepyEnv, task: Task, initial: list[Message], traj: Trajectory) -> None:
+        traj.messages = list(initial)
+        with self.meter.busy():
+            await asyncio.sleep(task.data["gen_s"])
+        traj.messages.append(Message(role=Role.ASSISTANT, content="\\boxed{1}"))
+        traj.termination = TerminationReason.ANSWERED
+
+
+SCENARIOS = {
+    # slow stage: (init_s, gen_s, eval_s), workers (init, run, eval)
+    "initializer": ((0.04, 0.0, 0.0), (1, 4, 2)),
+    "runner": ((0.0, 0.04, 0.0), (2, 1, 2)),
+    "evaluator": ((0.0, 0.0, 0.04), (2, 4, 1)),
+}
+
+
+@pytest.mark.parametrize("slow", list(SCENARIOS))
+async def test_verdict_names_the_slow_stage_on_a_real_trace(slow: str, tmp_path: Path) -> None:
+    (init_s, gen_s, eval_s), (iw, rw, ew) = SCENARIOS[slow]
+    cfg = RolloutConfig(
+        strategy="pipeline", init_workers=iw, run_workers=rw, eval_workers=ew,
+        run_queue_size=32, eval_queue_size=32, trace_interval_s=0.01,
+    )  # fmt: skip
+    meter = BusyMeter()
+    path = tmp_path / "pipeline_trace.jsonl"
+    strategy = make_strategy(cfg, SleepyEnv, SleepyRunner(meter), trace_path=path, generator_busy=meter)
+    work = [Task(id=f"t{i}", prompt="p", data={"init_s": init_s, "gen_s": gen_s, "eval_s": eval_s}) for i in range(6)]
+    try:
+        batch = await strategy.collect(RolloutRequest(tasks=work, group_size=4))
+    finally:
+        await strategy.close()
+    assert sum(len(g.trajectories) for g in batch.groups) == 24
+    diag = diagnose_trace_file(path)
+    assert diag.evidence["snapshots"] >= 20
+    assert diag.verdict == slow, diag.evidence
