@@ -1,8 +1,8 @@
 """Fixtures of the sandbox attack suite: one backend per parameter, and a host audit after each test.
 
-Backends: ``bwrap`` (fresh interpreter per run), ``pool`` (warm fork servers inside bwrap) and
-``process`` (the documented no-isolation fallback). bwrap cases are skipped, with the reason,
-only when bubblewrap cannot run here at all.
+Backends: ``bwrap`` (fresh interpreter per run), ``pool`` (warm fork servers inside bwrap),
+``process`` and ``pool-process`` (the documented no-isolation fallbacks: fresh, and warm).
+bwrap cases are skipped, with the reason, only when bubblewrap cannot run here at all.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import os
 import signal
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import pytest
 from tirl.sandbox import BwrapSandbox, ExecResult, ProcessSandbox, WarmPool
 from tirl.sandbox.bwrap import bwrap_problem
 
-BACKENDS = ["bwrap", "pool", "process"]
+BACKENDS = ["bwrap", "pool", "process", "pool-process"]
 MARKER = "tirlattack"  # every long-lived process an attack starts carries this in its command line
 
 
@@ -33,9 +32,10 @@ def make(backend: str, **kw: Any) -> Any:
         return BwrapSandbox(**kw)
     if backend == "pool":
         return WarmPool(isolate=True, size=kw.pop("size", 1), **kw)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ProcessSandbox(warn=False, **kw)
+    if backend == "pool-process":
+        return WarmPool(isolate=False, size=kw.pop("size", 1), warn=False, **kw)
+    kw.pop("disk_mb", None)
+    return ProcessSandbox(warn=False, **kw)
 
 
 def marked_pids() -> list[int]:
@@ -103,10 +103,8 @@ class Runner:
 
     async def many(self, codes: list[str], concurrency: int = 1, size: int = 1, **kw: Any) -> list[ExecResult]:
         ctor = {k: kw.pop(k) for k in ("timeout_s", "memory_mb", "max_output_chars", "disk_mb") if k in kw}
-        if self.backend == "pool":
+        if self.backend.startswith("pool"):
             ctor["size"] = size
-        if self.backend == "process":
-            ctor.pop("disk_mb", None)
         sb = make(self.backend, **ctor)
         sem = asyncio.Semaphore(concurrency)
 

@@ -33,7 +33,7 @@ def test_4gb_allocation_is_refused(run: Runner) -> None:
 
 def test_fork_bomb_hits_the_process_limit(run: Runner) -> None:
     if os.geteuid() == 0:
-        run.gap("process", reason="the kernel does not apply RLIMIT_NPROC to root (documented gap)")
+        run.gap("process", "pool-process", reason="the kernel does not apply RLIMIT_NPROC to root (documented)")
     code = """
 import os, time
 n = 0
@@ -52,14 +52,14 @@ except OSError:
 
 
 def test_exponential_fork_bomb_is_killed(run: Runner) -> None:
-    if run.backend == "process":
-        pytest.skip("not run on the process fallback: nothing would contain it (documented gap)")
+    if run.backend in ("process", "pool-process"):
+        pytest.skip("not run on the process fallbacks: as root nothing would contain it (documented gap)")
     r = run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", timeout_s=2)
     assert r.timed_out
 
 
 def test_tcp_connect_to_host_loopback_fails(run: Runner) -> None:
-    run.gap("process", reason=NOT_ISOLATED)
+    run.gap("process", "pool-process", reason=NOT_ISOLATED)
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen(8)
@@ -80,7 +80,7 @@ except OSError as e:
 
 
 def test_dns_lookup_fails(run: Runner) -> None:
-    run.gap("process", reason=NOT_ISOLATED)
+    run.gap("process", "pool-process", reason=NOT_ISOLATED)
     code = """
 import os, socket
 print('resolv.conf' if os.path.exists('/etc/resolv.conf') else 'no resolv.conf')
@@ -96,7 +96,7 @@ except OSError:
 
 @pytest.mark.parametrize("where", ["tmp", "home", "project"])
 def test_writes_to_host_directories_do_not_land(run: Runner, where: str) -> None:
-    run.gap("process", reason=NOT_ISOLATED)
+    run.gap("process", "pool-process", reason=NOT_ISOLATED)
     base = {"tmp": Path("/tmp"), "home": Path.home(), "project": Path(__file__).resolve().parents[2]}[where]
     target = base / f"tirl-attack-{uuid.uuid4().hex}"
     code = f"""
@@ -123,7 +123,7 @@ def test_parent_environment_is_not_visible(run: Runner, monkeypatch: pytest.Monk
 
 
 def test_host_process_environment_via_proc_is_not_visible(run: Runner) -> None:
-    run.gap("process", reason=NOT_ISOLATED)
+    run.gap("process", "pool-process", reason=NOT_ISOLATED)
     secret = f"fake-secret-{uuid.uuid4().hex}"
     # /proc/PID/environ shows the environment a process was started with: start one that holds the secret.
     holder = subprocess.Popen([MARKER, "60"], executable="/bin/sleep", env={"TIRL_TEST_API_KEY": secret})
@@ -147,7 +147,7 @@ print('found' if found else 'not found')
 
 
 def test_secret_file_in_host_home_is_not_readable(run: Runner) -> None:
-    run.gap("process", reason=NOT_ISOLATED)
+    run.gap("process", "pool-process", reason=NOT_ISOLATED)
     secret = f"fake-secret-{uuid.uuid4().hex}"
     path = Path.home() / f".tirl-attack-secret-{uuid.uuid4().hex}"
     path.write_text(secret)
@@ -210,8 +210,8 @@ def test_one_huge_file_hits_the_file_size_limit(run: Runner) -> None:
 
 
 def test_many_files_fill_only_a_small_private_disk(run: Runner) -> None:
-    if run.backend == "process":
-        pytest.skip("not run on the process fallback: it would fill the host disk (documented gap)")
+    if run.backend in ("process", "pool-process"):
+        pytest.skip("not run on the process fallbacks: it would fill the host disk (documented gap)")
     code = """
 n = 0
 try:
