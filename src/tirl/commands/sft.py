@@ -1,0 +1,129 @@
+"""``tirl sft``: warm-start the built-in tiny model on tir-math demonstrations.
+
+The shipped checkpoint is rebuilt with::
+
+    tirl sft --out src/tirl/assets/tiny-tir --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from tirl.config import SandboxConfig
+from tirl.envs.registry import env_factory
+from tirl.envs.tasks.math_gen import expert_solution, generate_tasks
+from tirl.errors import ConfigError
+from tirl.inference.base import SamplingParams
+from tirl.inference.hf import HFGenerator
+from tirl.models.chat_format import chat_format_for
+from tirl.models.loading import load_policy
+from tirl.models.tiny import build_tiny_model, count_parameters, save_policy
+from tirl.rollout.agent_loop import AgentLoop, evaluate_accuracy
+from tirl.sandbox import create_sandbox
+from tirl.sft import SFTConfig, build_demonstrations, sft_eval_seed, sft_task_seed, train_sft, write_card
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``tirl sft``."""
+    d = SFTConfig()
+    parser.add_argument("--out", required=True, help="directory to write the checkpoint to (save_pretrained layout)")
+    parser.add_argument("--seed", type=int, default=d.seed, help="seed of the model init, data and sampling")
+    parser.add_argument("--init", default=None, help="start from this model directory instead of a fresh tiny model")
+    parser.add_argument("--steps", type=int, default=d.steps, help="maximum optimizer steps")
+    parser.add_argument("--batch-size", type=int, default=d.batch_size, help="episodes per step")
+    parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW, cosine decay)")
+    parser.add_argument("--train-tasks", type=int, default=d.train_tasks, help="generated tasks to demonstrate")
+    parser.add_argument("--difficulty", type=int, default=d.difficulty, help="tir-math difficulty (1-5)")
+    parser.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between held-out evaluations")
+    parser.add_argument("--eval-tasks", type=int, default=d.eval_tasks, help="held-out tasks per evaluation")
+    parser.add_argument(
+        "--stop-at-accuracy",
+        type=float,
+        default=d.stop_at_accuracy,
+        help="stop once held-out accuracy (temperature 1) reaches this; negative = never stop early",
+    )
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--sandbox", choices=("auto", "bwrap", "process"), default="auto", help="sandbox backend")
+
+
+def _config(args: argparse.Namespace) -> SFTConfig:
+    if args.steps < 1 or args.batch_size < 1 or args.train_tasks < 1 or args.eval_tasks < 1 or args.eval_every < 1:
+        raise ConfigError("--steps, --batch-size, --train-tasks, --eval-tasks and --eval-every must be >= 1")
+    if not 1 <= args.difficulty <= 5:
+        raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
+    stop = args.stop_at_accuracy if args.stop_at_accuracy is not None and args.stop_at_accuracy >= 0 else None
+    return SFTConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        train_tasks=args.train_tasks,
+        difficulty=args.difficulty,
+        seed=args.seed,
+        eval_every=args.eval_every,
+        eval_tasks=args.eval_tasks,
+        stop_at_accuracy=stop,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build demonstrations, train, evaluate, save."""
+    cfg = _config(args)
+    torch.set_num_threads(max(1, args.threads))
+    if args.init:
+        policy = load_policy(args.init)
+        model, tokenizer = policy.model, policy.tokenizer
+    else:
+        model, tokenizer = build_tiny_model(seed=cfg.seed)
+    chat = chat_format_for(tokenizer)
+    print(f"model: {count_parameters(model):,} parameters", flush=True)
+    loop = asyncio.new_event_loop()
+    try:
+        sandbox = create_sandbox(SandboxConfig(backend=args.sandbox))
+        factory = env_factory("tir-math", sandbox=sandbox, max_turns=cfg.max_turns)
+        tasks = generate_tasks(cfg.train_tasks, difficulty=cfg.difficulty, seed=sft_task_seed(cfg.seed))
+        demos = loop.run_until_complete(
+            build_demonstrations(
+                tasks, expert_solution, chat, factory, max_turns=cfg.max_turns, max_total_tokens=cfg.max_total_tokens
+            )
+        )
+        lengths = sorted(len(t.token_ids) for t in demos)
+        print(
+            f"demonstrations: {len(demos)} of {len(tasks)} tasks, tokens median {lengths[len(lengths) // 2]} "
+            f"max {lengths[-1]}",
+            flush=True,
+        )
+        held_out = generate_tasks(cfg.eval_tasks, difficulty=cfg.difficulty, seed=sft_eval_seed(cfg.seed))
+        generator = HFGenerator(model, tokenizer, eos_ids=chat.eos_ids, seed=cfg.seed)
+        runner = AgentLoop(
+            generator,
+            chat,
+            params=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0),
+            max_turns=cfg.max_turns,
+            max_total_tokens=cfg.max_total_tokens,
+        )
+
+        def evaluate() -> float:
+            report = loop.run_until_complete(evaluate_accuracy(runner, factory, held_out, seed=cfg.seed))
+            print(
+                f"  eval: {report.correct}/{report.n} correct, ends {report.terminations}, {report.wall_s:.1f}s",
+                flush=True,
+            )
+            return report.accuracy
+
+        cfg.log = lambda line: print(line, flush=True)
+        result = train_sft(model, demos, cfg, pad_id=int(tokenizer.pad_token_id or 0), evaluate=evaluate)
+        loop.run_until_complete(generator.close())
+        loop.run_until_complete(sandbox.close())
+    finally:
+        loop.close()
+    out = save_policy(model, tokenizer, Path(args.out))
+    command = "tirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "tirl sft"
+    write_card(out, cfg, result, command)
+    print(f"saved {out} after {result.steps} steps ({result.wall_s:.0f}s); evals {result.evals}", flush=True)
+    return 0

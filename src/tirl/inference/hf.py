@@ -1,0 +1,317 @@
+"""In-process transformers generation: concurrent ``generate`` calls batched into one sampling loop.
+
+:class:`HFGenerator` implements :class:`~tirl.inference.base.Generator` for any
+``AutoModelForCausalLM``. Requests from many episodes are queued; a drain task
+takes whatever is queued (after a short batching window, and again whenever
+the previous batch finishes), left-pads the prompts, and runs a manual sampling
+loop over ``past_key_values`` in a worker thread, so the event loop (sandbox
+calls, env steps) keeps running while the model computes. Rows that finish are
+removed from the KV cache, so a batch costs what its live rows cost.
+
+Sampling: temperature and top-p per request; the log-prob returned for each
+token is its log-probability under the distribution it was *sampled from*
+(after temperature and top-p renormalisation). With ``temperature=1`` and
+``top_p=1`` that is the model's ``log_softmax``. ``temperature=0`` is greedy
+decoding and its log-probs are 0.0 (a point mass).
+
+The trainer updates the same torch module in-process and bumps
+:attr:`HFGenerator.policy_version`; generation and training must not overlap
+(hold :attr:`HFGenerator.model_lock` while updating to be sure).
+
+Not covered: continuous batching (a request that arrives while a batch runs
+waits for the next batch), per-request stop *token ids* (stop strings and the
+chat format's EOS ids are supported), beam search, speculative decoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from tirl.inference.base import FinishReason, GenerationResult, SamplingParams
+
+
+def sample_tokens(
+    logits: torch.Tensor,  # [B, V] float32
+    temperature: torch.Tensor,  # [B]; 0 means greedy
+    top_p: torch.Tensor,  # [B] in (0, 1]
+    uniform: torch.Tensor,  # [B] in [0, 1): the random draw of each row
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row by inverse-CDF; return (tokens [B] long, log-probs [B] float).
+
+    The log-prob is under the sampling distribution: ``softmax(logits / T)``
+    restricted to the smallest top set of tokens whose mass reaches ``top_p``
+    (the top token is always kept), renormalised. Greedy rows get log-prob 0.
+    """
+    greedy = temperature <= 0  # [B]
+    safe_t = torch.where(greedy, torch.ones_like(temperature), temperature)  # [B]
+    logp = torch.log_softmax(logits / safe_t[:, None], dim=-1)  # [B, V]
+    sorted_logp, order = torch.sort(logp, dim=-1, descending=True)  # [B, V] each
+    sorted_p = sorted_logp.exp()  # [B, V]
+    mass_before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # [B, V]: mass of strictly better tokens
+    keep = mass_before < top_p[:, None]  # [B, V]
+    keep[:, 0] = True
+    kept_p = sorted_p * keep  # [B, V]
+    z = kept_p.sum(dim=-1)  # [B]
+    cdf = torch.cumsum(kept_p, dim=-1)  # [B, V]
+    k = (cdf < (uniform * z)[:, None]).sum(dim=-1)  # [B]: first index whose cdf reaches u*z
+    k = torch.minimum(k, keep.sum(dim=-1) - 1)  # [B]: guard against rounding past the kept set
+    tokens = order.gather(1, k[:, None]).squeeze(1)  # [B]
+    lp = sorted_logp.gather(1, k[:, None]).squeeze(1)  # [B]
+    renorm = torch.where(top_p >= 1.0, torch.zeros_like(z), torch.log(z))  # [B]; exact log_softmax at top_p=1
+    lp = lp - renorm
+    argmax = logits.argmax(dim=-1)  # [B]
+    tokens = torch.where(greedy, argmax, tokens)
+    lp = torch.where(greedy, torch.zeros_like(lp), lp)
+    return tokens, lp
+
+
+@dataclass(slots=True)
+class _Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    future: asyncio.Future[GenerationResult]
+
+
+@dataclass(slots=True)
+class _Row:
+    """The state of one request inside a running batch."""
+
+    max_new: int
+    stop: tuple[str, ...]
+    rng: torch.Generator
+    out: list[int]
+    logprobs: list[float]
+    finish: FinishReason | None = None
+
+
+class HFGenerator:
+    """Batched sampling from an in-process transformers causal LM.
+
+    ``eos_ids`` end a turn (normally ``policy.chat.eos_ids``). ``max_batch``
+    bounds the rows of one batch; ``batch_window_s`` is how long the drain task
+    waits for concurrent callers before starting a batch.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        eos_ids: Iterable[int],
+        max_batch: int = 64,
+        batch_window_s: float = 0.005,
+        seed: int = 0,
+        max_context: int | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_ids = frozenset(int(i) for i in eos_ids)
+        if not self.eos_ids:
+            raise ValueError("HFGenerator needs at least one EOS id")
+        self.max_batch = max(1, max_batch)
+        self.batch_window_s = max(0.0, batch_window_s)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else min(self.eos_ids))
+        limit = getattr(model.config, "max_position_embeddings", None)
+        self.max_context = int(max_context or limit or 1 << 30)
+        self.policy_version = 0
+        self.model_lock = threading.Lock()
+        self.busy_s = 0.0  # cumulative seconds the model spent in batches (for the trace's gpu_util)
+        self.tokens_generated = 0
+        self.batches = 0
+        self._busy_since: float | None = None
+        self._rng = random.Random(seed)
+        self._queue: list[_Request] = []
+        self._drain_task: asyncio.Task[None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tirl-hf-gen")
+        self._closed = False
+        # transformers 5 renamed the forward argument ``past_key_values`` to ``cache``.
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
+
+    @property
+    def is_busy(self) -> bool:
+        """True while a batch is running."""
+        return self._busy_since is not None
+
+    def busy_seconds(self) -> float:
+        """Cumulative busy seconds, including the batch running now."""
+        since = self._busy_since
+        return self.busy_s + (time.perf_counter() - since if since is not None else 0.0)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters live."""
+        return next(self.model.parameters()).device
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
+        """Queue one request; it runs in the next batch."""
+        if self._closed:
+            raise RuntimeError("HFGenerator.generate called after close()")
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty; a prompt needs at least one token")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[GenerationResult] = loop.create_future()
+        self._queue.append(_Request(list(prompt_ids), params, fut))
+        if self._drain_task is None or self._drain_task.done():
+            self._drain_task = loop.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            if self.batch_window_s > 0:
+                await asyncio.sleep(self.batch_window_s)
+            batch = [r for r in self._queue[: self.max_batch] if not r.future.done()]
+            del self._queue[: self.max_batch]
+            if not batch:
+                continue
+            try:
+                results = await loop.run_in_executor(
+                    self._executor, self._run_batch, [r.prompt_ids for r in batch], [r.params for r in batch]
+                )
+            except Exception as exc:
+                for r in batch:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+                continue
+            for r, res in zip(batch, results, strict=True):
+                if not r.future.done():
+                    r.future.set_result(res)
+
+    def generate_batch(
+        self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
+    ) -> list[GenerationResult]:
+        """Synchronous batched generation (what the worker thread runs)."""
+        return self._run_batch([list(p) for p in prompts], list(params))
+
+    def _row_rng(self, params: SamplingParams) -> torch.Generator:
+        g = torch.Generator()
+        g.manual_seed(params.seed if params.seed is not None else self._rng.getrandbits(63))
+        return g
+
+    def _run_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationResult]:
+        with self.model_lock:
+            self._busy_since = time.perf_counter()
+            try:
+                return self._sample_loop(prompts, params)
+            finally:
+                self.busy_s += time.perf_counter() - self._busy_since
+                self._busy_since = None
+                self.batches += 1
+
+    def _stopped_by_string(self, row: _Row) -> bool:
+        if not row.stop:
+            return False
+        text = self.tokenizer.decode(row.out, skip_special_tokens=False)
+        return any(s and s in text for s in row.stop)
+
+    @torch.inference_mode()
+    def _sample_loop(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationResult]:
+        dev = self.device
+        b = len(prompts)
+        width = max(len(p) for p in prompts)
+        rows = [
+            _Row(
+                max_new=max(0, min(p.max_new_tokens, self.max_context - len(ids))),
+                stop=tuple(p.stop),
+                rng=self._row_rng(p),
+                out=[],
+                logprobs=[],
+            )
+            for ids, p in zip(prompts, params, strict=True)
+        ]
+        for row in rows:
+            if row.max_new == 0:
+                row.finish = "length"
+        input_ids = torch.full((b, width), self.pad_id, dtype=torch.long)  # [B, L] left-padded
+        attn = torch.zeros((b, width), dtype=torch.long)  # [B, L]
+        for i, ids in enumerate(prompts):
+            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attn[i, width - len(ids) :] = 1
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L] position ids that skip the padding
+        temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)  # [B]
+        top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32)  # [B]
+        live = [i for i in range(b) if rows[i].finish is None]  # original row of each cache row
+        if not live:
+            return [self._result(r) for r in rows]
+        sel = torch.tensor(live, dtype=torch.long)
+        input_ids, attn, pos = input_ids[sel].to(dev), attn[sel].to(dev), pos[sel].to(dev)
+        cache = DynamicCache()
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attn,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kw: cache},
+        )
+        logits = out.logits[:, -1, :].float().cpu()  # [b_live, V]
+        next_pos = pos[:, -1] + 1  # [b_live]
+        while True:
+            idx = torch.tensor(live, dtype=torch.long)
+            u = torch.cat([torch.rand(1, generator=rows[i].rng) for i in live])  # [b_live]
+            tokens, lps = sample_tokens(logits, temps[idx], top_ps[idx], u)  # [b_live] each
+            keep: list[int] = []
+            for j, i in enumerate(live):
+                row = rows[i]
+                tok = int(tokens[j])
+                row.out.append(tok)
+                row.logprobs.append(float(lps[j]))
+                if tok in self.eos_ids:
+                    row.finish = "eos"
+                elif self._stopped_by_string(row):
+                    row.finish = "stop"
+                elif len(row.out) >= row.max_new:
+                    row.finish = "length"
+                else:
+                    keep.append(j)
+            self.tokens_generated += len(live)
+            if not keep:
+                break
+            if len(keep) < len(live):
+                kt = torch.tensor(keep, dtype=torch.long, device=dev)
+                cache.batch_select_indices(kt)
+                attn, next_pos, tokens = attn[kt], next_pos[kt], tokens.to(dev)[kt]
+                live = [live[j] for j in keep]
+            else:
+                tokens = tokens.to(dev)
+            attn = torch.cat([attn, torch.ones((len(live), 1), dtype=attn.dtype, device=dev)], dim=1)  # [b, L+1]
+            out = self.model(
+                input_ids=tokens[:, None],
+                attention_mask=attn,
+                position_ids=next_pos[:, None],
+                use_cache=True,
+                **{self._cache_kw: cache},
+            )
+            logits = out.logits[:, -1, :].float().cpu()  # [b_live, V]
+            next_pos = next_pos + 1
+        return [self._result(r) for r in rows]
+
+    def _result(self, row: _Row) -> GenerationResult:
+        return GenerationResult(
+            token_ids=row.out,
+            logprobs=row.logprobs,
+            finish_reason=row.finish or "length",
+            text=str(self.tokenizer.decode(row.out, skip_special_tokens=False)) if row.out else "",
+            policy_version=self.policy_version,
+        )
+
+    async def close(self) -> None:
+        """Fail queued requests and stop the worker thread."""
+        self._closed = True
+        for r in self._queue:
+            if not r.future.done():
+                r.future.set_exception(RuntimeError("HFGenerator closed"))
+        self._queue.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)

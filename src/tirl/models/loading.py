@@ -1,0 +1,99 @@
+"""Load a policy (model + tokenizer + chat format) from a local Hugging Face directory.
+
+The built-in warm-started checkpoint (:func:`builtin_model_path`) and a user's
+``--model PATH`` go through the same :func:`load_policy`.
+
+Not covered: remote hub ids (only local directories are loaded, nothing is
+downloaded), quantised checkpoints, models that are not causal LMs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from tirl.errors import InputError, SetupError
+from tirl.models.chat_format import ChatFormat, chat_format_for
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+BUILTIN_SFT_COMMAND = "tirl sft --out src/tirl/assets/tiny-tir --seed 0"
+
+
+def builtin_model_path() -> Path:
+    """The directory of the shipped warm-started tiny model (``tirl/assets/tiny-tir``)."""
+    return Path(__file__).resolve().parent.parent / "assets" / "tiny-tir"
+
+
+@dataclass(slots=True)
+class Policy:
+    """A loaded policy: the torch module, its tokenizer and how to render turns to ids."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    chat: ChatFormat
+    path: Path
+    device: torch.device
+
+
+def _check_dir(path: Path) -> None:
+    if not path.exists():
+        raise InputError(str(path), None, "does not exist", "give a local Hugging Face model directory to --model")
+    if not path.is_dir():
+        raise InputError(str(path), None, "is not a directory", "give the directory that holds config.json")
+    if not (path / "config.json").is_file():
+        raise InputError(
+            str(path),
+            None,
+            "has no config.json, so it is not a Hugging Face model directory",
+            "save the model with save_pretrained(PATH) or point --model at the directory with config.json",
+        )
+
+
+def load_policy(
+    path: str | Path | None = None,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    threads: int | None = None,
+) -> Policy:
+    """Load a causal LM, its tokenizer and chat format; ``path=None`` loads the built-in model.
+
+    ``threads`` sets ``torch.set_num_threads`` (process-wide) when given.
+    """
+    if threads is not None:
+        torch.set_num_threads(max(1, threads))
+    if path is None:
+        p = builtin_model_path()
+        if not (p / "config.json").is_file():
+            raise SetupError(f"the built-in model is missing at {p} — rebuild it with `{BUILTIN_SFT_COMMAND}`")
+    else:
+        p = Path(path).expanduser()
+        _check_dir(p)
+    if dtype not in _DTYPES:
+        raise InputError("model.dtype", None, f"unknown dtype {dtype!r}", f"use one of {', '.join(_DTYPES)}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(p))
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            str(p),
+            None,
+            f"the tokenizer could not be loaded ({exc})",
+            "save it with tokenizer.save_pretrained(PATH) next to the model",
+        ) from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=_DTYPES[dtype])
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            str(p),
+            None,
+            f"the model could not be loaded ({exc})",
+            "check that it is a causal LM saved with save_pretrained",
+        ) from None
+    dev = torch.device(device)
+    model.to(dev)  # type: ignore[arg-type]
+    model.eval()
+    return Policy(model=model, tokenizer=tokenizer, chat=chat_format_for(tokenizer), path=p, device=dev)

@@ -1,0 +1,222 @@
+"""One episode, token by token: generate a turn, let the env judge and run it, append the observation.
+
+:class:`AgentLoop` is the :class:`~tirl.rollout.base.EpisodeRunner` of tirl's
+token-level backends. The context is built by concatenation only: prompt ids,
+then each turn's sampled ids exactly as the generator returned them, then the
+observation ids rendered by the :class:`~tirl.models.chat_format.ChatFormat`.
+Nothing is decoded and re-tokenised, so the ids the trainer scores are the ids
+that were sampled, and their log-probs are the sampler's.
+
+The loss mask is 1 exactly on sampled ids. Prompt, template and tool-output
+ids are forced into the context, not chosen by the policy: a gradient on them
+would train the model to predict the sandbox's output (or the template),
+which is not its action, and their log-probs under the sampler do not exist.
+
+Stop conditions, in order: the env terminates (answer, void turn) or
+truncates; the total token cap (``max_total_tokens``, prompt included) is hit
+(``overlong``); ``max_turns`` turns were taken (``max_turns``). An exception
+from the env or the generator ends the episode with ``error`` and the message
+in ``Trajectory.error`` (never lost). The env judges each turn with the shared
+rule (:mod:`tirl.parsing`); the loop records the verdict in the turn record.
+
+Not covered: tool calls through ``tool_calls`` (the sampled text is the
+message content); the loop never calls ``env.evaluate`` or ``env.close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from tirl.envs.base import Env, StepResult, Task
+from tirl.inference.base import GenerationResult, Generator, SamplingParams
+from tirl.models.chat_format import ChatFormat
+from tirl.parsing import ParseRules, judge_message
+from tirl.rollout.base import EnvFactory, EpisodeRunner
+from tirl.types import Message, Role, TerminationReason, Trajectory, TurnRecord
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+@dataclass(slots=True)
+class AgentLoop:
+    """Multi-turn episode runner over token ids.
+
+    >>> import inspect
+    >>> inspect.iscoroutinefunction(AgentLoop.__call__)
+    True
+    """
+
+    generator: Generator
+    chat: ChatFormat
+    params: SamplingParams = field(default_factory=SamplingParams)  # max_new_tokens is the per-turn cap
+    max_turns: int = 4
+    max_total_tokens: int = 512
+    rules: ParseRules = field(default_factory=ParseRules)  # only to label turn records; the env judges
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns={self.max_turns} must be at least 1")
+        if self.max_total_tokens <= 1:
+            raise ValueError(f"max_total_tokens={self.max_total_tokens} must be greater than 1")
+
+    async def __call__(self, env: Env, task: Task, initial: list[Message], traj: Trajectory) -> None:
+        """Run the episode; fills the token view, messages, turn records and the termination."""
+        try:
+            await self._run(env, initial, traj)
+        except Exception as exc:  # generator or chat-format failure: flagged, never lost
+            traj.termination = TerminationReason.ERROR
+            traj.error = _error_text(exc)
+        traj.check_token_view()
+
+    def _append(self, traj: Trajectory, ids: list[int], logprobs: list[float] | None) -> None:
+        traj.token_ids.extend(ids)
+        if logprobs is None:  # forced ids (prompt, template, tool output): not the policy's actions
+            traj.loss_mask.extend([0] * len(ids))
+            traj.logprobs.extend([0.0] * len(ids))
+        else:  # sampled ids: trained on, with the sampler's log-probs
+            traj.loss_mask.extend([1] * len(ids))
+            traj.logprobs.extend(logprobs)
+
+    async def _run(self, env: Env, initial: list[Message], traj: Trajectory) -> None:
+        if not traj.messages:
+            traj.messages.extend(initial)
+        prompt = self.chat.prompt_ids(initial)
+        self._append(traj, prompt, None)
+        traj.prompt_len = len(prompt)
+        versions: list[int] = []
+        for index in range(self.max_turns):
+            budget = self.max_total_tokens - len(traj.token_ids)
+            if budget <= 0:
+                traj.termination = TerminationReason.OVERLONG
+                return
+            max_new = min(self.params.max_new_tokens, budget)
+            t0 = time.perf_counter()
+            res: GenerationResult = await self.generator.generate(
+                list(traj.token_ids), replace(self.params, max_new_tokens=max_new)
+            )
+            gen_s = time.perf_counter() - t0
+            versions.append(res.policy_version)
+            traj.info["policy_version"] = min(versions)
+            self._append(traj, list(res.token_ids), list(res.logprobs))
+            message = Message(role=Role.ASSISTANT, content=self.chat.assistant_text(res.token_ids))
+            traj.messages.append(message)
+            action = judge_message(message, self.rules).kind.value
+            record = TurnRecord(
+                index=index,
+                action=action,
+                sampled_tokens=len(res.token_ids),
+                observation_tokens=0,
+                gen_s=gen_s,
+                env_s=0.0,
+                finish_reason=res.finish_reason,
+            )
+            traj.turns.append(record)
+            cut_by_total = res.finish_reason == "length" and len(traj.token_ids) >= self.max_total_tokens
+            if (cut_by_total and max_new < self.params.max_new_tokens) or not res.token_ids:
+                traj.termination = TerminationReason.OVERLONG  # the whole-episode cap cut this turn
+                return
+            t1 = time.perf_counter()
+            try:
+                step: StepResult = await env.step(message)
+            except Exception as exc:
+                record.env_s = time.perf_counter() - t1
+                traj.termination = TerminationReason.ERROR
+                traj.error = f"env.step failed in turn {index}: {_error_text(exc)}"
+                return
+            record.env_s = time.perf_counter() - t1
+            traj.messages.extend(step.observation)
+            if step.terminated or step.truncated:
+                default = TerminationReason.ANSWERED if step.terminated else TerminationReason.MAX_TURNS
+                traj.termination = step.reason or default
+                return
+            obs = self.chat.observation_ids(step.observation, res.token_ids)
+            record.observation_tokens = len(obs)
+            if len(traj.token_ids) + len(obs) >= self.max_total_tokens:
+                traj.termination = TerminationReason.OVERLONG  # no room left for another turn
+                return
+            self._append(traj, obs, None)
+        traj.termination = TerminationReason.MAX_TURNS
+
+
+@dataclass(slots=True)
+class EvalReport:
+    """Accuracy of a policy over a task list, with how the episodes ended."""
+
+    n: int
+    correct: int
+    wall_s: float
+    terminations: dict[str, int]
+    mean_turns: float
+    mean_tokens: float
+    trajectories: list[Trajectory] = field(repr=False, default_factory=list)
+
+    @property
+    def accuracy(self) -> float:
+        """Fraction of tasks answered correctly (failed episodes count as wrong)."""
+        return self.correct / self.n if self.n else 0.0
+
+
+async def run_episode(
+    runner: EpisodeRunner, env_factory: EnvFactory, task: Task, *, seed: int | None = None, group: str | None = None
+) -> Trajectory:
+    """Reset a fresh env, run the episode, evaluate and close it; failures are flagged in the trajectory."""
+    traj = Trajectory(id=task.id, messages=[], group=group, answer=task.answer)
+    env = env_factory(task)
+    try:
+        try:
+            initial = await env.reset(task, seed=seed)
+        except Exception as exc:
+            traj.termination = TerminationReason.INIT_FAILED
+            traj.error = f"env.reset failed: {_error_text(exc)}"
+            return traj
+        await runner(env, task, initial, traj)
+        if traj.failed:
+            return traj
+        try:
+            result = await env.evaluate()
+        except Exception as exc:
+            traj.termination = TerminationReason.EVAL_FAILED
+            traj.error = f"env.evaluate failed: {_error_text(exc)}"
+            return traj
+        traj.reward = result.reward
+        traj.info["correct"] = result.correct
+        return traj
+    finally:
+        await env.close()
+
+
+async def evaluate_accuracy(
+    runner: EpisodeRunner,
+    env_factory: EnvFactory,
+    tasks: Sequence[Task],
+    *,
+    concurrency: int = 64,
+    seed: int = 0,
+) -> EvalReport:
+    """Run one episode per task (``concurrency`` at a time, so a batched generator fills its batches)."""
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(i: int, task: Task) -> Trajectory:
+        async with sem:
+            return await run_episode(runner, env_factory, task, seed=seed + i)
+
+    t0 = time.perf_counter()
+    trajs = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
+    wall = time.perf_counter() - t0
+    ends = Counter(t.termination.value if t.termination else "none" for t in trajs)
+    n = len(trajs)
+    return EvalReport(
+        n=n,
+        correct=sum(1 for t in trajs if t.info.get("correct") is True),
+        wall_s=wall,
+        terminations=dict(sorted(ends.items())),
+        mean_turns=sum(len(t.turns) for t in trajs) / n if n else 0.0,
+        mean_tokens=sum(len(t.token_ids) for t in trajs) / n if n else 0.0,
+        trajectories=list(trajs),
+    )

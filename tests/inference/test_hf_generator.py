@@ -1,0 +1,162 @@
+"""HFGenerator: batched sampling against one-by-one reference computations."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from tirl.inference.base import Generator, SamplingParams
+from tirl.inference.hf import HFGenerator, sample_tokens
+from tirl.models.loading import Policy, load_policy
+from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
+from tirl.types import Message, Role
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory: pytest.TempPathFactory) -> Policy:
+    """A tiny random Llama saved with save_pretrained and loaded the way a user's checkpoint is."""
+    path: Path = tmp_path_factory.mktemp("tiny")
+    spec = TinyModelSpec(hidden_size=32, layers=2, heads=2, kv_heads=2, intermediate_size=64)
+    model, tok = build_tiny_model(spec, seed=1)
+    save_policy(model, tok, path)
+    return load_policy(path)
+
+
+def _prompts(policy: Policy) -> list[list[int]]:
+    texts = ["Compute 1+2.", "What is 12345 mod 97? Use python.", "Hi", "Sum the integers from 13 to 58."]
+    return [policy.chat.prompt_ids([Message(role=Role.USER, content=t)]) for t in texts]
+
+
+def _reference_logp(policy: Policy, prompt: list[int], out: list[int], temperature: float, top_p: float) -> list[float]:
+    """Log-prob of each sampled token, one unpadded forward pass and a plain loop over the vocabulary."""
+    ids = torch.tensor([prompt + out])
+    with torch.no_grad():
+        logits = policy.model(ids).logits[0].double()  # [T, V]
+    result = []
+    for k, tok in enumerate(out):
+        row = torch.softmax(logits[len(prompt) - 1 + k] / temperature, dim=-1).tolist()
+        order = sorted(range(len(row)), key=lambda i: -row[i])
+        kept, mass = [], 0.0
+        for i in order:
+            if mass >= top_p:
+                break
+            kept.append(i)
+            mass += row[i]
+        assert tok in kept, "a token outside the top-p set was sampled"
+        total = sum(row[i] for i in kept)
+        result.append(math.log(row[tok] / (total if top_p < 1 else 1.0)))
+    return result
+
+
+def test_sample_tokens_matches_a_reference_loop() -> None:
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 11, generator=g) * 2  # [B, V]
+    temps = torch.tensor([1.0, 0.5, 2.0, 1.0, 0.0, 0.8])
+    top_ps = torch.tensor([1.0, 0.9, 0.5, 0.3, 1.0, 0.95])
+    u = torch.rand(6, generator=g)
+    tokens, lps = sample_tokens(logits, temps, top_ps, u)
+    for b in range(6):
+        if temps[b] == 0:
+            assert int(tokens[b]) == int(logits[b].argmax()) and float(lps[b]) == 0.0
+            continue
+        p = torch.softmax(logits[b].double() / temps[b].double(), dim=-1).tolist()
+        order = sorted(range(11), key=lambda i: -p[i])
+        kept, mass = [], 0.0
+        for i in order:
+            if mass >= float(top_ps[b]):
+                break
+            kept.append(i)
+            mass += p[i]
+        z = sum(p[i] for i in kept)
+        acc, choice = 0.0, kept[-1]
+        for i in kept:  # inverse CDF over the kept tokens, best first
+            acc += p[i] / z
+            if acc >= float(u[b]):
+                choice = i
+                break
+        assert int(tokens[b]) == choice
+        want = math.log(p[choice] / z) if top_ps[b] < 1 else math.log(p[choice])
+        assert float(lps[b]) == pytest.approx(want, abs=1e-5)
+
+
+def test_sample_tokens_frequencies_follow_the_distribution() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]]).repeat(20000, 1)  # [B, V]
+    u = torch.rand(20000, generator=torch.Generator().manual_seed(1))
+    tokens, _ = sample_tokens(logits, torch.ones(20000), torch.full((20000,), 0.9), u)
+    p = torch.softmax(logits[0], -1)
+    kept = p[:3] / p[:3].sum()  # top-p 0.9 keeps three tokens (0.64 + 0.24 < 0.9)
+    freq = torch.bincount(tokens, minlength=4).double() / 20000
+    assert freq[3] == 0
+    torch.testing.assert_close(freq[:3], kept.double(), atol=0.02, rtol=0)
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.9)])
+async def test_batched_logprobs_equal_one_by_one_forward(policy: Policy, temperature: float, top_p: float) -> None:
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=policy.chat.eos_ids, seed=0)
+    assert isinstance(gen, Generator)
+    prompts = _prompts(policy)
+    params = SamplingParams(max_new_tokens=24, temperature=temperature, top_p=top_p)
+    results = await asyncio.gather(*(gen.generate(p, params) for p in prompts))
+    assert gen.batches == 1  # the concurrent calls were gathered into one left-padded batch
+    for prompt, res in zip(prompts, results, strict=True):
+        assert len(res.token_ids) == len(res.logprobs) > 0
+        ref = _reference_logp(policy, prompt, res.token_ids, temperature, top_p)
+        assert res.logprobs == pytest.approx(ref, abs=2e-4)
+    await gen.close()
+
+
+async def test_same_seed_same_sample_alone_or_in_a_batch(policy: Policy) -> None:
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=policy.chat.eos_ids)
+    prompts = _prompts(policy)
+    params = SamplingParams(max_new_tokens=16, seed=123)
+    alone = await gen.generate(prompts[1], params)
+    batched = await asyncio.gather(*(gen.generate(p, params) for p in prompts))
+    assert batched[1].token_ids == alone.token_ids
+    await gen.close()
+
+
+async def test_finish_reasons_eos_stop_and_length(policy: Policy) -> None:
+    prompt = _prompts(policy)[0]
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000])
+    base = await gen.generate(prompt, greedy)
+    assert base.finish_reason == "length" and len(base.token_ids) == 12
+    assert base.logprobs == [0.0] * 12
+
+    third = base.token_ids[2]
+    first_at = base.token_ids.index(third)
+    eos_gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[third])
+    res = await eos_gen.generate(prompt, greedy)
+    assert res.finish_reason == "eos" and res.token_ids == base.token_ids[: first_at + 1]
+
+    text = policy.tokenizer.decode(base.token_ids[3:6])
+    res = await gen.generate(prompt, SamplingParams(max_new_tokens=12, temperature=0.0, stop=(text,)))
+    assert res.finish_reason == "stop"
+    assert text in res.text and text not in policy.tokenizer.decode(res.token_ids[:-1])
+    await gen.close()
+    await eos_gen.close()
+
+
+async def test_busy_time_version_and_close(policy: Policy) -> None:
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=policy.chat.eos_ids)
+    assert gen.busy_s == 0.0 and not gen.is_busy
+    gen.policy_version = 7
+    res = await gen.generate(_prompts(policy)[0], SamplingParams(max_new_tokens=4))
+    assert res.policy_version == 7
+    assert gen.busy_s > 0 and gen.tokens_generated == len(res.token_ids)
+    await gen.close()
+    with pytest.raises(RuntimeError, match="close"):
+        await gen.generate([1, 2], SamplingParams())
+
+
+async def test_prompt_at_the_context_limit_returns_length(policy: Policy) -> None:
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=policy.chat.eos_ids, max_context=8)
+    res = await gen.generate(list(range(3, 11)), SamplingParams(max_new_tokens=4))
+    assert res.finish_reason == "length" and res.token_ids == []
+    res = await gen.generate([3, 4, 5, 6, 7, 8], SamplingParams(max_new_tokens=4, temperature=0.0))
+    assert len(res.token_ids) <= 2
+    await gen.close()
