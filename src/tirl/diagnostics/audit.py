@@ -114,10 +114,10 @@ def _dist(values: list[float]) -> dict[str, Any]:
     }
 
 
-def _length(traj: Trajectory) -> tuple[float, str]:
-    if traj.turns:
-        return float(sum(t.sampled_tokens for t in traj.turns)), "sampled_tokens"
-    return float(sum(len(m.content or "") for m in traj.assistant_messages)), "assistant_chars"
+def _length(traj: Trajectory, unit: str) -> float:
+    if unit == "sampled_tokens":
+        return float(sum(t.sampled_tokens for t in traj.turns))
+    return float(sum(len(m.content or "") for m in traj.assistant_messages))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +148,8 @@ def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAU
     terminations: Counter[str] = Counter()
     turns: list[float] = []
     lengths: list[float] = []
-    length_unit = "assistant_chars"
+    # tokens when every trajectory has turn records, else characters (never a mix of both)
+    length_unit = "sampled_tokens" if trajectories and all(t.turns for t in trajectories) else "assistant_chars"
     void_ids: list[str] = []
     void_with_truth = 0
     void_correct: list[str] = []
@@ -158,8 +159,7 @@ def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAU
         verdict = judge_trajectory(traj, rules)
         assistant = traj.assistant_messages
         turns.append(float(len(assistant)))
-        length, length_unit = _length(traj)
-        lengths.append(length)
+        lengths.append(_length(traj, length_unit))
         if traj.termination is not None:
             terminations[traj.termination.value] += 1
         for m in traj.messages:

@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import json
 import re
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -170,7 +171,20 @@ def _section(title: str, body: str) -> str:
 
 def _code_section() -> str:
     locs = code_locations()
-    return "\n".join(f"- {k}: `{v}`" for k, v in locs.items())
+    text = "\n".join(f"- {k}: `{v}`" for k, v in locs.items())
+    for label, module, attr in (
+        ("The void-turn rule", "tirl.parsing", "judge_message"),
+        ("The batch filter", "tirl.filters.void_turn", "VoidTurnFilter"),
+    ):
+        obj = _resolve(module, attr)
+        method = getattr(obj, "apply", None) if attr == "VoidTurnFilter" else obj
+        try:
+            source = inspect.getsource(method) if method is not None else None
+        except (TypeError, OSError):
+            source = None
+        if source:
+            text += f"\n\n{label} (`{module}`):\n\n```python\n{textwrap.dedent(source).rstrip()}\n```"
+    return text
 
 
 def _config_section(cfg: dict[str, Any] | str) -> str:

@@ -20,9 +20,19 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _evidence_text(evidence: dict[str, Any], limit: int = 12) -> str:
-    items = [(k, v) for k, v in evidence.items() if v is not None]
-    return "\n".join(f"{k} = {_fmt(v)}" for k, v in items[:limit])
+def _evidence_text(evidence: dict[str, Any]) -> str:
+    """One line per measured quantity: ``value (baseline b, z z)``; missing values are left out."""
+    lines = []
+    for key, value in evidence.items():
+        if value is None or key.endswith(("_baseline", "_z")):
+            continue
+        extra = [
+            f"{label} {_fmt(evidence[key + suffix])}"
+            for suffix, label in (("_baseline", "baseline"), ("_z", "z"))
+            if evidence.get(key + suffix) is not None
+        ]
+        lines.append(f"{key} {_fmt(value)}" + (f" ({', '.join(extra)})" if extra else ""))
+    return "\n".join(lines)
 
 
 def _steps_text(steps: tuple[int, ...]) -> str:
@@ -42,8 +52,8 @@ def print_training(diag: TrainingDiagnosis, console: Console | None = None) -> N
         console.print("No symptom of the void-turn table: no IS-ratio spike, no empty batch, the filter is active.")
         return
     table = Table(show_lines=True)
-    table.add_column("kind", style="bold")
-    table.add_column("step(s)")
+    table.add_column("kind", style="bold", max_width=24)
+    table.add_column("step(s)", no_wrap=True)
     table.add_column("evidence")
     table.add_column("check this first")
     for f in diag.findings:

@@ -96,7 +96,9 @@ def _error_text(exc: Exception) -> str:
         err = body.get("error", body)
         if isinstance(err, dict):
             return f"{err.get('code') or ''} {err.get('message') or ''}".strip()
-    return str(exc)
+    response = getattr(exc, "response", None)
+    text = getattr(response, "text", "") or ""
+    return text.strip()[:200] or "no error body"
 
 
 def _available_models(client: object) -> list[str]:
