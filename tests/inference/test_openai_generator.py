@@ -127,17 +127,13 @@ def test_no_server_retries_with_backoff_then_setup_error():
 
 
 def test_parse_token_ids_fallback():
-    class LP:
-        tokens = ["token_id:5", "token_id:17"]
+    from types import SimpleNamespace
 
-    class Choice:
-        token_ids = None
-        logprobs = LP()
-
-    assert parse_token_ids(Choice()) == [5, 17]
-    LP.tokens = ["a"]
+    choice = SimpleNamespace(token_ids=None, logprobs=SimpleNamespace(tokens=["token_id:5", "token_id:17"]))
+    assert parse_token_ids(choice) == [5, 17]
+    choice.logprobs.tokens = ["a"]
     with pytest.raises(RuntimeError, match="token_id:N"):
-        parse_token_ids(Choice())
+        parse_token_ids(choice)
 
 
 def test_weight_sync_reaches_the_server(served, tmp_path):

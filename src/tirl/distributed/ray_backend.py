@@ -1,0 +1,263 @@
+"""Environments and their sandboxes on Ray actors, scheduled by the local rollout strategies.
+
+Placement (``trainer.backend = "ray"``):
+
+* **Env hosts** — one :class:`EnvHost` actor per Ray node (or ``hosts=N``),
+  each pinned to its node. A host owns a sandbox pool (``create_sandbox``
+  on that node) and every env instance created on it; ``reset`` (workspace
+  and sandbox set-up — the Initializer's work), ``step`` (tool execution)
+  and ``evaluate`` (hidden tests — the Evaluator's work) run there.
+* **The driver** (where ``tirl train`` runs) keeps the scheduling: the
+  pipeline's queues, worker pools, timeouts, retries, trace and fault
+  accounting are the local ones (:mod:`tirl.rollout.pipeline`,
+  :mod:`tirl.rollout.strategies`), unchanged. They see the remote envs
+  through :class:`RayEnvProxy`, an ordinary :class:`~tirl.envs.base.Env`
+  whose methods are actor calls, made by the ``EnvFactory`` of
+  :class:`RayEnvPool`. The trainer and the generator also stay in the
+  driver (or behind an OpenAI-compatible server, ``--generator openai``).
+
+Faults: when a host dies (node lost, OOM, ``ray.kill``) every call on its
+envs raises :class:`~tirl.envs.base.EnvError`, so the episode ends
+``init_failed`` / ``error`` / ``eval_failed`` through the usual accounting,
+the pool stops placing envs there, and an Initializer retry lands on a live
+host. A batch always has all its trajectories.
+
+Not covered: restarting dead hosts (``max_restarts=0``: an env's state
+cannot be rebuilt), moving the generator or trainer onto Ray, envs
+registered at run time in the driver only (the hosts import envs by their
+registered name or an import string, so register them in an importable
+module), and authentication of the Ray cluster (run it on a private
+network).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tirl.config import EnvConfig, SandboxConfig
+from tirl.envs.base import Env, EnvError, EvalResult, StepResult, Task
+from tirl.errors import SetupError
+from tirl.types import Message
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EnvRecipe:
+    """How a host builds envs: ``make_env(env_name, config=env_config, sandbox=<host sandbox>, **kwargs)``.
+
+    With ``sandbox_config=None`` no sandbox is passed (the env makes its own, if any).
+    """
+
+    env_name: str
+    env_config: EnvConfig | None = None
+    sandbox_config: SandboxConfig | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class EnvHost:
+    """The actor body: env instances by id, and one sandbox pool shared by them (async actor)."""
+
+    def __init__(self, recipe: EnvRecipe) -> None:
+        self.recipe = recipe
+        self.envs: dict[str, Env] = {}
+        self.sandbox: Any = None
+        self.created = 0
+
+    def _make(self) -> Env:
+        from tirl.envs.registry import make_env
+
+        kwargs = dict(self.recipe.kwargs)
+        if self.recipe.sandbox_config is not None:
+            if self.sandbox is None:
+                from tirl.sandbox import create_sandbox
+
+                self.sandbox = create_sandbox(self.recipe.sandbox_config, warn=False)
+            kwargs["sandbox"] = self.sandbox
+        return make_env(self.recipe.env_name, config=self.recipe.env_config, **kwargs)
+
+    def _env(self, env_id: str) -> Env:
+        env = self.envs.get(env_id)
+        if env is None:
+            raise EnvError(f"env {env_id} does not exist on this host (closed, or its reset failed)")
+        return env
+
+    def info(self) -> dict[str, Any]:
+        """Node id, process id and live env count of this host."""
+        import os
+
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "envs": len(self.envs)}
+
+    async def reset(self, env_id: str, task: Task, seed: int | None) -> list[Message]:
+        """Create env ``env_id`` and reset it."""
+        env = self._make()
+        self.envs[env_id] = env
+        self.created += 1
+        return list(await env.reset(task, seed=seed))
+
+    async def step(self, env_id: str, action: Message) -> StepResult:
+        """``step`` of env ``env_id``."""
+        return await self._env(env_id).step(action)
+
+    async def evaluate(self, env_id: str) -> EvalResult:
+        """``evaluate`` of env ``env_id``."""
+        return await self._env(env_id).evaluate()
+
+    async def close(self, env_id: str) -> None:
+        """Close and forget env ``env_id`` (no-op if unknown)."""
+        env = self.envs.pop(env_id, None)
+        if env is not None:
+            await env.close()
+
+    async def shutdown(self) -> None:
+        """Close every env and the sandbox."""
+        envs, self.envs = list(self.envs.values()), {}
+        await asyncio.gather(*(e.close() for e in envs), return_exceptions=True)
+        if self.sandbox is not None:
+            await self.sandbox.close()
+            self.sandbox = None
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise SetupError("trainer.backend=ray needs Ray — pip install 'tirl[ray]'") from None
+    return ray
+
+
+class RayEnvProxy:
+    """An :class:`~tirl.envs.base.Env` whose methods run on an :class:`EnvHost` actor."""
+
+    def __init__(self, pool: RayEnvPool, host: int, env_id: str, name: str) -> None:
+        self.pool = pool
+        self.host = host
+        self.env_id = env_id
+        self.name = name
+        self._opened = False
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        ray = self.pool.ray
+        handle = self.pool.handles[self.host]
+        if not self.pool.alive[self.host]:
+            raise EnvError(f"env host {self.host} is dead ({self.pool.death[self.host]})")
+        ref = getattr(handle, method).remote(self.env_id, *args)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            ray.cancel(ref)  # a pipeline timeout: stop the remote coroutine too
+            raise
+        except ray.exceptions.RayActorError as exc:
+            self.pool.mark_dead(self.host, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            raise EnvError(f"env host {self.host} died during {method}: {self.pool.death[self.host]}") from None
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> list[Message]:
+        """Create the env on its host and reset it there."""
+        self._opened = True
+        return list(await self._call("reset", task, seed))
+
+    async def step(self, action: Message) -> StepResult:
+        """``step`` on the host."""
+        return await self._call("step", action)  # type: ignore[no-any-return]
+
+    async def evaluate(self) -> EvalResult:
+        """``evaluate`` on the host."""
+        return await self._call("evaluate")  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        """Close the env on its host; nothing to do when the host is dead (the env died with it)."""
+        self.pool.placed[self.host] -= 1
+        if self._opened and self.pool.alive[self.host]:
+            await self._call("close")
+
+
+class RayEnvPool:
+    """Env hosts on a Ray cluster and the ``EnvFactory`` that places envs on them.
+
+    ``address``: the cluster (``"auto"``, ``"HOST:PORT"``, ``None`` = connect
+    to a running cluster if there is one, else start a local one). ``hosts``:
+    the number of hosts (None = one per alive node, each pinned to its node).
+    """
+
+    def __init__(
+        self,
+        recipe: EnvRecipe,
+        *,
+        address: str | None = None,
+        hosts: int | None = None,
+        max_concurrency: int = 1000,
+    ) -> None:
+        ray = _ray()
+        self.ray = ray
+        self.recipe = recipe
+        if not ray.is_initialized():
+            try:
+                ray.init(address=address, log_to_driver=False, include_dashboard=False)
+            except ConnectionError as exc:
+                raise SetupError(
+                    f"cannot connect to the Ray cluster at {address!r} ({exc}) — start it with "
+                    "`ray start --head --port 6379` and pass --ray-address HOST:6379"
+                ) from None
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        actor_cls = ray.remote(EnvHost)
+        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        count = hosts or len(nodes)
+        self.handles: list[Any] = []
+        for i in range(count):
+            strategy = NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False)
+            self.handles.append(
+                actor_cls.options(
+                    num_cpus=0, max_restarts=0, max_concurrency=max_concurrency, scheduling_strategy=strategy
+                ).remote(recipe)
+            )
+        self.alive = [True] * count
+        self.death = [""] * count
+        self.placed: Counter[int] = Counter()
+        self._ids = itertools.count()
+
+    async def ready(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+        """Wait until every host has started; returns their ``info()``."""
+        refs = [h.info.remote() for h in self.handles]
+        try:
+            async with asyncio.timeout(timeout_s):
+                return list(await asyncio.gather(*refs))
+        except TimeoutError:
+            raise SetupError(f"the Ray env hosts did not start within {timeout_s}s — check `ray status`") from None
+
+    def mark_dead(self, host: int, why: str) -> None:
+        """Stop placing envs on ``host``."""
+        if self.alive[host]:
+            self.alive[host] = False
+            self.death[host] = why
+            log.warning("ray env host %d died: %s", host, why)
+
+    def make_env(self, task: Task) -> Env:
+        """The ``EnvFactory``: a proxy on the live host with the fewest envs."""
+        live = [i for i, ok in enumerate(self.alive) if ok]
+        if not live:
+            raise EnvError("no live Ray env host: " + "; ".join(f"host {i}: {d}" for i, d in enumerate(self.death)))
+        host = min(live, key=lambda i: self.placed[i])
+        self.placed[host] += 1
+        return RayEnvProxy(self, host, f"{task.id}#{next(self._ids)}", self.recipe.env_name)
+
+    async def close(self) -> None:
+        """Shut the hosts down (close their envs and sandboxes) and kill the actors."""
+        refs = [h.shutdown.remote() for h, ok in zip(self.handles, self.alive, strict=True) if ok]
+        if refs:
+            try:
+                async with asyncio.timeout(30):
+                    await asyncio.gather(*refs, return_exceptions=True)
+            except TimeoutError:
+                log.warning("ray env hosts did not shut down within 30s; killing them")
+        for h in self.handles:
+            self.ray.kill(h)
+        self.handles = []
+        self.alive = []

@@ -1,0 +1,216 @@
+"""A real two-node local Ray cluster: envs and sandboxes on actors, the local pipeline scheduling them.
+
+A head and a second node are started with ``ray start`` (one CPU each, a small
+object store), a rollout of tir-math episodes runs through the pipeline with
+env hosts on both nodes, one host is killed while episodes are running on it,
+and every trajectory must still be accounted for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from tirl.config import EnvConfig, RolloutConfig, SandboxConfig  # noqa: E402
+from tirl.distributed.ray_backend import EnvRecipe, RayEnvPool, RayEnvProxy  # noqa: E402
+from tirl.envs.base import Env, Task  # noqa: E402
+from tirl.envs.registry import load_tasks  # noqa: E402
+from tirl.rollout.base import RolloutRequest  # noqa: E402
+from tirl.rollout.strategies import make_strategy  # noqa: E402
+from tirl.types import Message, Role, TerminationReason, Trajectory  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+RAY = str(Path(sys.executable).parent / "ray")
+STORE = str(100 * 1024 * 1024)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray(*args: str) -> None:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run([RAY, *args], check=True, capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    try:
+        _ray(
+            "start",
+            "--head",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "1",
+            "--object-store-memory",
+            STORE,
+            "--include-dashboard",
+            "false",
+            "--disable-usage-stats",
+        )
+        _ray(
+            "start",
+            "--address",
+            address,
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-cpus",
+            "1",
+            "--object-store-memory",
+            STORE,
+            "--disable-usage-stats",
+        )
+        ray.init(address=address, log_to_driver=False)
+        yield address
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+
+
+class ScriptedRunner:
+    """Solves a tir-math task in two turns (code, then the boxed answer), sleeping as if generating."""
+
+    def __init__(self, gen_s: float, signal_after: int) -> None:
+        self.gen_s = gen_s
+        self.first_steps = 0
+        self.signal_after = signal_after
+        self.victim: asyncio.Future[int] | None = None
+
+    async def __call__(self, env: Env, task: Task, initial: list[Message], traj: Trajectory) -> None:
+        traj.messages = list(initial)
+        turns = [f"```python\nprint({task.answer})\n```", f"The answer is \\boxed{{{task.answer}}}."]
+        for i, content in enumerate(turns):
+            await asyncio.sleep(self.gen_s)
+            action = Message(role=Role.ASSISTANT, content=content)
+            result = await env.step(action)
+            traj.messages += [action, *result.observation]
+            if i == 0:
+                self.first_steps += 1
+                if self.first_steps == self.signal_after and self.victim is not None and not self.victim.done():
+                    assert isinstance(env, RayEnvProxy)
+                    self.victim.set_result(env.host)  # kill the host this episode is running on
+            if result.terminated or result.truncated:
+                traj.termination = result.reason or TerminationReason.ANSWERED
+                return
+        traj.termination = TerminationReason.MAX_TURNS
+
+
+def test_rollout_on_two_nodes_survives_a_killed_host(cluster):
+    env_cfg = EnvConfig(name="tir-math", max_turns=3)
+    recipe = EnvRecipe("tir-math", env_cfg, SandboxConfig(backend="process", warm_pool=False, timeout_s=10))
+    tasks: list[Task] = load_tasks(env_cfg, 8, seed=3)
+    group = 2
+    cfg = RolloutConfig(
+        strategy="pipeline",
+        init_workers=2,
+        run_workers=6,
+        eval_workers=2,
+        run_queue_size=4,
+        eval_queue_size=4,
+        retries=1,
+        init_timeout_s=60,
+        run_timeout_s=60,
+        eval_timeout_s=60,
+    )
+
+    async def main():
+        pool = RayEnvPool(recipe, address=cluster)
+        infos = await pool.ready()
+        runner = ScriptedRunner(gen_s=0.3, signal_after=3)
+        runner.victim = asyncio.get_running_loop().create_future()
+        strategy = make_strategy(cfg, pool.make_env, runner)
+
+        async def killer() -> int:
+            host = await runner.victim
+            ray.kill(pool.handles[host])
+            return host
+
+        try:
+            kill_task = asyncio.create_task(killer())
+            batch = await strategy.collect(RolloutRequest(tasks=tasks, group_size=group, step=1))
+            killed = await kill_task
+            dead = [i for i, ok in enumerate(pool.alive) if not ok]
+        finally:
+            await strategy.close()
+            await pool.close()
+        return infos, batch, killed, dead
+
+    infos, batch, killed, dead = asyncio.run(main())
+    assert dead == [killed]  # the pool noticed the death and stopped placing envs there
+    assert len({i["node_id"] for i in infos}) == 2  # one env host per node
+    trajs = batch.trajectories
+    assert len(trajs) == len(tasks) * group  # every trajectory is in the batch
+    assert len({t.id for t in trajs}) == len(trajs)
+    assert all(t.termination is not None for t in trajs)
+    failed = [t for t in trajs if t.failed]
+    ok = [t for t in trajs if not t.failed]
+    assert failed, "the killed host had episodes in flight; they must be accounted as failures"
+    for t in failed:
+        assert t.termination in (TerminationReason.ERROR, TerminationReason.INIT_FAILED, TerminationReason.EVAL_FAILED)
+        assert f"env host {killed}" in (t.error or "") or "no live Ray env host" in (t.error or "")
+    assert ok and all(t.reward == 1.0 for t in ok)  # the surviving host kept solving tasks
+    counted = sum(v for k, v in batch.stats.items() if k.startswith("rollout/termination/"))
+    assert counted == len(trajs)
+    assert batch.stats["rollout/failed"] == len(failed)
+
+
+def test_tirl_train_with_ray_backend(cluster, tmp_path):
+    """`tirl train --backend ray --ray-address ADDR`: one step with env hosts on the cluster."""
+    import json
+
+    from tirl.cli import main
+    from tirl.models.tiny import build_tiny_model, save_policy
+
+    model, tok = build_tiny_model(seed=0)
+    model_dir = save_policy(model, tok, tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    overrides = [
+        "trainer.steps=1",
+        "trainer.prompts_per_step=2",
+        "algo.group_size=2",
+        "trainer.eval_before_after=false",
+        "generation.max_new_tokens=16",
+        "generation.max_total_tokens=160",
+        "env.max_turns=2",
+        "sandbox.backend=process",
+        "sandbox.warm_pool=false",
+        "filter.mode=off",
+        "filter.min_valid_per_group=1",
+        "filter.max_resample_rounds=0",
+        "algo.minibatches=1",
+    ]
+    args = [
+        "train",
+        "--model",
+        str(model_dir),
+        "--backend",
+        "ray",
+        "--ray-address",
+        cluster,
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+    ]
+    for o in overrides:
+        args += ["--set", o]
+    assert main(args) == 0
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["rollout/trajectories"] == 4
+    assert rows[0]["rollout/failed"] == 0  # every episode ran on a Ray env host and came back
