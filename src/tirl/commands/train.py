@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--generator", choices=["hf", "openai"], help="where tokens come from (model.generator)")
     parser.add_argument("--base-url", metavar="URL", help="OpenAI-compatible server for --generator openai")
     parser.add_argument("--backend", choices=["local", "ray"], help="rollout backend (trainer.backend)")
+    parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for --backend ray (trainer.ray_address)")
     parser.add_argument("--run-dir", metavar="DIR", help="write the run here instead of runs/<time>-<env>")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (one line per step instead)")
 
@@ -54,6 +55,7 @@ def _shortcuts(args: argparse.Namespace) -> list[str]:
         ("model.generator", args.generator),
         ("model.base_url", args.base_url),
         ("trainer.backend", args.backend),
+        ("trainer.ray_address", args.ray_address),
     ]
     return [f"{k}={v}" for k, v in pairs if v is not None]
 

@@ -174,8 +174,15 @@ def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | No
         model_path or cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype, threads=cfg.trainer.threads
     )
     generator = _generator(cfg, policy)
-    sandbox = create_sandbox(cfg.sandbox)
-    factory = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox)
+    if cfg.trainer.backend == "ray":  # envs and their sandboxes on Ray actors; scheduling stays here
+        from tirl.distributed.ray_backend import EnvRecipe, RayEnvPool
+
+        pool = RayEnvPool(EnvRecipe(cfg.env.name, cfg.env, cfg.sandbox), address=cfg.trainer.ray_address)
+        sandbox: Any = pool  # RunParts.close() closes it: the hosts' envs and sandboxes, then the actors
+        factory: EnvFactory = pool.make_env
+    else:
+        sandbox = create_sandbox(cfg.sandbox)
+        factory = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox)
     g = cfg.generation
     runner = _runner(cfg, generator, policy.chat, temperature=g.temperature, top_p=g.top_p)
     eval_runner = _runner(cfg, generator, policy.chat, temperature=0.0, top_p=1.0)
