@@ -12,9 +12,12 @@ prompt is in the evaluation set is replaced, so the two are disjoint by
 construction, not only by seed. With ``env.tasks_file`` the first
 ``eval_size`` tasks are the evaluation set and training samples the rest.
 
-Not covered: ``generator=vllm`` (use ``openai`` against a vLLM server) and
-pushing updated weights to an external server (with ``generator=openai`` the
-server's policy lags; the TIS weights correct for the log-prob gap).
+Weights after each update: ``generator=openai`` pushes them to the server
+(``POST /v1/load_weights``, which ``tirl serve`` has; a server without it,
+e.g. ``vllm serve``, keeps its weights, its policy lags and the TIS weights
+correct the log-prob gap); ``generator=vllm`` loads them into the in-process
+engine. ``trainer.backend=ray`` puts the envs and their sandboxes on Ray
+actors (:mod:`tirl.distributed.ray_backend`).
 """
 
 from __future__ import annotations
@@ -130,6 +133,13 @@ def _generator(cfg: TirlConfig, policy: Any) -> Generator:
         )
     if m.generator == "openai":
         return _openai_generator(cfg, policy)
+    if m.generator == "vllm":  # in-process vLLM on a GPU (the vllm extra)
+        from tirl.inference.vllm import VLLMGenerator
+
+        return VLLMGenerator(
+            str(policy.path), eos_ids=policy.chat.eos_ids, seed=cfg.trainer.seed,
+            max_model_len=cfg.generation.max_total_tokens,
+        )  # fmt: skip
     raise ConfigError(f"config model.generator={m.generator!r} is not supported by `tirl train` — use hf or openai")
 
 
