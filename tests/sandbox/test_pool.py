@@ -36,6 +36,31 @@ async def test_a_global_set_in_one_episode_is_invisible_to_another(host_audit: o
     assert second.stdout.strip() == "False False []"
 
 
+async def test_files_shared_memory_and_ipc_do_not_reach_the_next_execution(host_audit: object) -> None:
+    pool = _pool(size=1)
+    writer = """
+import ctypes, os
+for path in ('/work/a', '/tmp/b', '/dev/shm/c', '/d', '/etc/e'):
+    try:
+        open(path, 'w').write('left')
+    except OSError:
+        pass
+ctypes.CDLL(None).shmget(4242, 4096, 0o1000 | 0o600)
+"""
+    reader = """
+import os
+print([p for p in ('/work/a', '/tmp/b', '/dev/shm/c', '/d', '/etc/e') if os.path.exists(p)])
+print(len(open('/proc/sysvipc/shm').read().splitlines()) - 1)
+"""
+    try:
+        first = await pool.run(writer)
+        second = await pool.run(reader)
+    finally:
+        await pool.close()
+    assert first.ok
+    assert second.stdout.split("\n")[:2] == ["[]", "0"]
+
+
 async def test_a_session_keeps_its_state_and_no_one_else_sees_it(host_audit: object) -> None:
     pool = _pool(size=1)
     try:

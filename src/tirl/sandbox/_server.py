@@ -1,7 +1,8 @@
 """The fork server of the warm pool. Standard library only: it runs *inside* the sandbox.
 
-Started as ``python -I -c <this file> WORK TMP``. It imports the usual modules
-once, then serves requests read from fd 0 (4-byte big-endian length + JSON)
+Started as ``python -I -c <this file> MODE WORK DIR...`` (MODE ``isolated`` inside bwrap, where
+it also removes SysV IPC objects between runs, or ``plain``; every DIR is emptied between runs).
+It imports the usual modules once, then serves requests read from fd 0 (4-byte big-endian length + JSON)
 and answers on fd 1, one request at a time:
 
 ``{"op": "run", "code", "lang", "timeout_s", "memory_mb", "nproc", "fsize_mb", "keep", "session"}``
@@ -223,8 +224,8 @@ def kernel_main(sock, work, req):
 
 
 class Server:
-    def __init__(self, work, tmp):
-        self.work, self.tmp = work, tmp
+    def __init__(self, isolated, work, scratch):
+        self.isolated, self.work, self.scratch = isolated, work, scratch
         self.kernels = {}  # session -> (pid, socket)
         self.ctrl_in = os.dup(0)
         self.ctrl_out = os.dup(1)
@@ -372,7 +373,9 @@ class Server:
 
     def clean(self):
         """Empty WORK and TMP (not in a session: there they are the session's files)."""
-        for root in (self.work, self.tmp):
+        if self.isolated:
+            remove_sysv_ipc()
+        for root in (self.work, *self.scratch):
             for name in os.listdir(root):
                 remove(os.path.join(root, name))
 
@@ -398,6 +401,21 @@ def remove(path):
             os.unlink(path)
         except OSError:
             pass
+
+
+def remove_sysv_ipc():
+    """Remove the SysV shared memory, queues and semaphores of this IPC namespace (all are ours)."""
+    for kind, func in (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl")):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                ids = [int(line.split()[1]) for line in f.readlines()[1:] if line.strip()]
+        except OSError:
+            continue
+        for ident in ids:
+            if kind == "sem":
+                LIBC.semctl(ident, 0, 0)  # IPC_RMID
+            else:
+                getattr(LIBC, func)(ident, 0, None)
 
 
 def kill_group(pid):
@@ -447,4 +465,4 @@ if __name__ == "__main__":
     # touch (and copy) those pages when they collect.
     gc.collect()
     gc.freeze()
-    Server(sys.argv[1], sys.argv[2]).serve()
+    Server(sys.argv[1] == "isolated", sys.argv[2], sys.argv[3:]).serve()

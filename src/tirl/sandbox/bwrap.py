@@ -13,8 +13,9 @@ Covered:
     - **file system**: ``/usr`` (and the ``/bin``, ``/lib`` links) read-only;
       no ``/home``, ``/root``, project directory or host ``/tmp``; a private,
       size-limited writable workspace ``/work`` (or the caller's ``workdir``,
-      bound there) and a private size-limited ``/tmp``; nothing is left on the
-      host after the run (both are tmpfs);
+      bound there), a private size-limited ``/tmp`` and ``/dev/shm``; all
+      else, the root included, is read-only; nothing is left on the host
+      after the run (the writable places are tmpfs);
     - **processes**: a new PID namespace, so the parent and other host
       processes are invisible; ``--die-with-parent``; at the deadline the
       whole namespace is killed, which takes every child with it, including
@@ -54,6 +55,7 @@ from tirl.sandbox.base import ExecResult, Lang
 
 WORK = "/work"
 TMP = "/tmp"
+SHM = "/dev/shm"
 _UID_BASE = 200_000
 _UID_SPAN = 100_000
 
@@ -129,12 +131,14 @@ def bwrap_argv(
     prefix = _python_prefix(python)
     if prefix is not None:
         argv += ["--ro-bind", str(prefix), str(prefix)]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
+    argv += ["--size", size, "--tmpfs", "/tmp"]
     if workdir is not None:
         argv += ["--bind", str(workdir), WORK]
     else:
         argv += ["--size", size, "--tmpfs", WORK]
-    argv += ["--chdir", WORK, "--clearenv"]
+    # Everything else (the root, /etc, /dev itself) read-only: the writable places are exactly the three tmpfs.
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK, "--clearenv"]
     for key, value in dict(CLEAN_ENV, HOME=WORK, TMPDIR="/tmp").items():
         argv += ["--setenv", key, value]
     return [*argv, "--"]

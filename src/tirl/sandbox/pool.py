@@ -10,8 +10,10 @@ applies the rlimits and runs the code in the private workspace. The host
 talks to a server over its stdin/stdout with length-prefixed JSON.
 
 A server runs one execution at a time. Afterwards it kills every process that
-execution left behind and empties the workspace and ``/tmp``, so nothing of
-one execution (globals, files, processes) is visible to the next. The server
+execution left behind, empties the workspace, ``/tmp`` and ``/dev/shm`` and
+removes SysV IPC objects, so nothing of one execution (globals, files,
+processes, shared memory) is visible to the next. The rest of the sandbox's
+file system is read-only. The server
 is a child subreaper, so even ``setsid`` double-forked daemons come back to
 it and are killed.
 
@@ -36,6 +38,8 @@ Not covered:
       An execution that could kill or corrupt the server itself (e.g. through
       a kernel bug) could see the next one; the host replaces a server that
       stops answering;
+    - POSIX message queues (``mq_open``) made by one execution outlive it on
+      that server (their names cannot be listed without mounting mqueue);
     - a session kernel's CPU rlimit is re-armed before each run, but its
       hard limit is open, so code can raise it. The wall-clock timeout still
       kills it;
@@ -66,7 +70,7 @@ from typing import Any
 
 from tirl.sandbox._common import CLEAN_ENV, CappedBuffer, build_result
 from tirl.sandbox.base import ExecResult, Lang
-from tirl.sandbox.bwrap import TMP, WORK, BwrapSandbox, bwrap_argv, sandbox_python, sandbox_uid
+from tirl.sandbox.bwrap import SHM, TMP, WORK, BwrapSandbox, bwrap_argv, sandbox_python, sandbox_uid
 from tirl.sandbox.process import WARNING
 
 SERVER_SOURCE = (Path(__file__).parent / "_server.py").read_text()
@@ -164,13 +168,13 @@ class WarmPool:
         tmp = None
         if self.isolate:
             argv = [*bwrap_argv(python=self.python, tmp_mb=self.disk_mb), self.python]
-            argv += ["-I", "-c", SERVER_SOURCE, WORK, TMP]
+            argv += ["-I", "-c", SERVER_SOURCE, "isolated", WORK, TMP, SHM]
             env: dict[str, str] = {}
         else:
             tmp = Path(tempfile.mkdtemp(prefix="tirl-pool-"))
             (tmp / "work").mkdir()
             (tmp / "tmp").mkdir()
-            argv = [self.python, "-I", "-c", SERVER_SOURCE, str(tmp / "work"), str(tmp / "tmp")]
+            argv = [self.python, "-I", "-c", SERVER_SOURCE, "plain", str(tmp / "work"), str(tmp / "tmp")]
             env = dict(CLEAN_ENV, HOME=str(tmp / "work"), TMPDIR=str(tmp / "tmp"))
         proc = await asyncio.create_subprocess_exec(
             *argv,
