@@ -48,7 +48,7 @@ def tirl_log(
     """Per-step rows with tirl's keys; ``inject`` in void_leak, late_filter, detector_inactive, empty_batch."""
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
-    skipped = set(rng.sample(range(5, n), 3))
+    skipped = set(rng.sample(range(5, n), min(3, max(0, n - 5))))
     for step in range(n):
         frac = step / n
         p = 0.06 - 0.03 * frac

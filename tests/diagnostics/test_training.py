@@ -148,3 +148,24 @@ def test_torn_last_line_is_tolerated(tmp_path: Path) -> None:
     with p.open("a") as fh:
         fh.write('{"step": 60, "train/is_ra')
     assert len(load_metrics(p)) == 60
+
+
+def test_void_count_fluctuation_without_is_spike_is_noise(tmp_path: Path) -> None:
+    rows = tirl_log(seed=6)
+    for step in (50, 51, 120):
+        rows[step]["filter/void_trajectories"] += 9  # a burst of void turns, caught by the filter in time
+        rows[step]["filter/valid_trajectories"] -= 9
+    assert diagnose_rows(tmp_path, rows).verdict == "healthy"
+
+
+def test_short_log_reports_only_what_needs_no_baseline(tmp_path: Path) -> None:
+    rows = tirl_log(seed=0, n=6, inject="empty_batch", at=(3,))
+    rows[4]["train/is_ratio_max"] = 80.0  # too few neighbours for a baseline: no spike verdict
+    diag = diagnose_rows(tmp_path, rows)
+    assert [(f.kind, f.step) for f in diag.findings] == [("empty_batch", 3)]
+
+
+def test_run_directory_stands_for_its_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_jsonl(tmp_path / "metrics.jsonl", tirl_log(seed=0, inject="empty_batch"))
+    assert main(["diagnose", "training", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "empty_batch"

@@ -13,7 +13,7 @@ from tirl.diagnostics.render import print_audit
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``tirl audit`` (the rule options are those of ``tirl filter``)."""
-    parser.add_argument("input", type=Path, help="trajectory JSONL (one object with 'messages' per line)")
+    parser.add_argument("input", type=Path, help="trajectory JSONL (or a run directory with trajectories.jsonl)")
     parser.add_argument(
         "--exec-langs", help="comma-separated executable fence languages (default: python,py,python3,bash,sh,shell)"
     )
@@ -25,9 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Audit the file with the same rule options as ``tirl filter``."""
-    report = audit_file(args.input, _rules(args))
+    path = args.input / "trajectories.jsonl" if args.input.is_dir() else args.input
+    report = audit_file(path, _rules(args))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
-        print_audit(report.to_dict(), str(args.input))
+        print_audit(report.to_dict(), str(path))
     return 0

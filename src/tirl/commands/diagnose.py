@@ -23,19 +23,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``training`` and ``pipeline`` sub-commands."""
     sub = parser.add_subparsers(dest="what", required=True, metavar="{training,pipeline}")
     tr = sub.add_parser("training", help="void-turn symptoms in a per-step metrics log (JSONL or wandb CSV)")
-    tr.add_argument("log", type=Path, help="metrics.jsonl, a verl/SimpleTIR JSONL, or a wandb CSV export")
+    tr.add_argument(
+        "log", type=Path, help="metrics.jsonl (or its run directory), a verl/SimpleTIR JSONL, or a wandb CSV export"
+    )
     tr.add_argument("--format", default="auto", choices=FORMATS, help="key names of the log (default: auto)")
     tr.add_argument("--config", type=Path, help="tirl TOML config whose [filter] goes into the bundle")
     pi = sub.add_parser("pipeline", help="the bottleneck stage from a pipeline trace JSONL")
-    pi.add_argument("trace", type=Path, help="pipeline_trace.jsonl")
+    pi.add_argument("trace", type=Path, help="pipeline_trace.jsonl (or its run directory)")
     for p in (tr, pi):
         p.add_argument("--json", action="store_true", help="print the verdict as JSON")
         p.add_argument("--bundle", type=Path, help="also write the evidence bundle (Markdown) here")
 
 
+def _in_run_dir(path: Path, name: str) -> Path:
+    """A run directory stands for the file the trainer writes in it."""
+    return path / name if path.is_dir() else path
+
+
 def run(args: argparse.Namespace) -> int:
     """Diagnose, print, optionally write the bundle."""
     if args.what == "training":
+        args.log = _in_run_dir(args.log, "metrics.jsonl")
         log = load_metrics(args.log, args.format)
         diag = diagnose_training(log)
         if args.bundle:
@@ -45,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_training(diag)
     else:
+        args.trace = _in_run_dir(args.trace, "pipeline_trace.jsonl")
         rows = load_trace(args.trace)
         pdiag = diagnose_pipeline(rows, str(args.trace))
         if args.bundle:
