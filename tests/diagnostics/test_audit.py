@@ -134,3 +134,18 @@ def test_bad_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     p.write_text('{"id": "a", "messages": []}\n{"id": "b"}\n', encoding="utf-8")
     assert main(["audit", str(p)]) == 2
     assert f"{p}:2" in capsys.readouterr().err
+
+
+def test_info_correct_is_the_fallback_ground_truth(tmp_path: Path) -> None:
+    rows = [
+        # as the trainer writes them: no "answer" field, the evaluator's verdict in info
+        {"id": "v1", "messages": [U, {"role": "assistant", "content": "hmm"}, ANS], "info": {"correct": True}},
+        {"id": "v2", "messages": [U, {"role": "assistant", "content": "hmm"}], "info": {"correct": False}},
+        {"id": "ok", "messages": [U, CODE, OK, ANS], "info": {"correct": True}},
+    ]
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    vc = audit_file(p).to_dict()["void_correct"]
+    # v2 wrote no answer: it is not counted either way
+    assert (vc["with_ground_truth"], vc["correct"], vc["examples"]) == (1, 1, ["v1"])
+    assert vc["truth_source"] == {"info.correct": 2} and vc["valid_accuracy"] == 1.0

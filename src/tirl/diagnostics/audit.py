@@ -17,8 +17,9 @@ rule already judged void, with one reason from :data:`VOID_REASONS`:
 The **detector-too-eager** check (seed 000, section 4.3): among void
 trajectories whose ground truth is known, the fraction whose final answer
 (:attr:`TrajectoryVerdict.final_answer`, the answer the model wrote) matches
-it by :func:`tirl.answers.answers_match`. A high rate means the rule throws
-away good episodes.
+it by :func:`tirl.answers.answers_match`; without an ``answer`` field, the
+evaluator's boolean ``info["correct"]`` is used when the model wrote an
+answer. A high rate means the rule throws away good episodes.
 
 Tool errors are read from tool messages in tirl's observation format
 (``[timed out]``, ``[memory limit exceeded]``, ``[exit status N]``,
@@ -131,6 +132,22 @@ class AuditReport:
         return self.data
 
 
+def _correct(traj: Trajectory, final_answer: str | None) -> bool | None:
+    """Whether the model's final answer is correct; ``None`` when there is no ground truth.
+
+    The ground truth is the trajectory's ``answer`` field. Without it, a boolean
+    ``info["correct"]`` recorded by the environment's evaluator is used, but only
+    when the model wrote a final answer (a void episode that was never evaluated
+    is not counted).
+    """
+    if traj.answer is not None:
+        return answers_match(final_answer, traj.answer)
+    flag = traj.info.get("correct")
+    if isinstance(flag, bool) and final_answer is not None:
+        return flag
+    return None
+
+
 def _truncated_turns(traj: Trajectory) -> set[int]:
     out = {t.index for t in traj.turns if t.finish_reason == "length"}
     if traj.termination is TerminationReason.OVERLONG and traj.assistant_messages:
@@ -146,6 +163,7 @@ def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAU
     tool_kinds: Counter[str] = Counter()
     tool_ids: dict[str, list[str]] = defaultdict(list)
     terminations: Counter[str] = Counter()
+    truth_sources: Counter[str] = Counter()
     turns: list[float] = []
     lengths: list[float] = []
     # tokens when every trajectory has turn records, else characters (never a mix of both)
@@ -170,9 +188,11 @@ def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAU
                     tool_kinds[kind] += 1
                     if len(tool_ids[kind]) < EXAMPLES and traj.id not in tool_ids[kind]:
                         tool_ids[kind].append(traj.id)
-        correct = answers_match(verdict.final_answer, traj.answer)
+        correct = _correct(traj, verdict.final_answer)
+        if correct is not None:
+            truth_sources["answer" if traj.answer is not None else "info.correct"] += 1
         if not verdict.void:
-            if traj.answer is not None:
+            if correct is not None:
                 valid_with_truth += 1
                 valid_correct += int(correct)
             continue
@@ -190,7 +210,7 @@ def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAU
             reasons[reason] += 1
             if len(reason_ids[reason]) < EXAMPLES and traj.id not in reason_ids[reason]:
                 reason_ids[reason].append(traj.id)
-        if traj.answer is not None:
+        if correct is not None:
             void_with_truth += 1
             if correct:
                 void_correct.append(traj.id)
@@ -210,6 +230,7 @@ def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAU
             "rate": round(len(void_correct) / void_with_truth, 4) if void_with_truth else None,
             "examples": void_correct[:EXAMPLES],
             "valid_accuracy": round(valid_correct / valid_with_truth, 4) if valid_with_truth else None,
+            "truth_source": dict(truth_sources),
         },
         "turns": _dist(turns),
         "length": {"unit": length_unit, **_dist(lengths)},
