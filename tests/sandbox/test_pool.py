@@ -137,6 +137,15 @@ async def test_the_pool_survives_its_server_being_killed(host_audit: object) -> 
     assert r.stdout.strip() == "still here"
 
 
+def test_one_pool_used_from_two_event_loops(host_audit: object) -> None:
+    pool = _pool(size=1)
+    first = asyncio.run(pool.run("print(1)"))
+    second = asyncio.run(pool.run("print(2)"))  # the first loop's servers are replaced, not reused
+    asyncio.run(pool.close())
+    assert (first.stdout, second.stdout) == ("1\n", "2\n")
+    assert settled(lambda: pids_of_uids(pool.uids)) == []
+
+
 @pytest.mark.slow
 def test_load_500_runs_at_concurrency_32_leave_nothing_behind(host_audit: object) -> None:
     async def go() -> tuple[list[str], set[int]]:

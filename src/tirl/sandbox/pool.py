@@ -61,7 +61,9 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import struct
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -80,41 +82,100 @@ MAX_SESSIONS = 256
 
 
 class _Worker:
-    """One fork server (a bwrap-ed or plain ``python -c _server.py`` process)."""
+    """One fork server (a bwrap-ed or plain ``python -c _server.py`` process).
 
-    def __init__(self, proc: asyncio.subprocess.Process, uid: int | None, tmp: Path | None) -> None:
+    Its pipes are non-blocking and watched only during a call, so the worker
+    is not tied to one event loop's transports.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], uid: int | None, tmp: Path | None) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
         self.proc = proc
         self.uid = uid
         self.tmp = tmp  # host directory of a non-isolated server
         self.lock = asyncio.Lock()
+        self._in = proc.stdin.fileno()
+        self._out = proc.stdout.fileno()
+        os.set_blocking(self._in, False)
+        os.set_blocking(self._out, False)
+        self._buf = bytearray()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    async def _ready(self, fd: int, write: bool) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        (loop.add_writer if write else loop.add_reader)(fd, wake)
+        try:
+            await fut
+        finally:
+            (loop.remove_writer if write else loop.remove_reader)(fd)
+
+    async def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._in, view) :]
+            except BlockingIOError:
+                await self._ready(self._in, write=True)
+
+    async def _read_exact(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            try:
+                chunk = os.read(self._out, 1 << 16)
+            except BlockingIOError:
+                await self._ready(self._out, write=False)
+                continue
+            if not chunk:
+                raise asyncio.IncompleteReadError(bytes(self._buf), n)
+            self._buf += chunk
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
 
     async def call(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
         data = json.dumps(msg).encode()
-        self.proc.stdin.write(struct.pack(">I", len(data)) + data)
-        await self.proc.stdin.drain()
+        await self._write(struct.pack(">I", len(data)) + data)
 
-        async def _read() -> dict[str, Any]:
-            assert self.proc.stdout is not None
-            head = await self.proc.stdout.readexactly(4)
-            body = await self.proc.stdout.readexactly(struct.unpack(">I", head)[0])
-            reply: dict[str, Any] = json.loads(body)
+        async def _reply() -> dict[str, Any]:
+            head = await self._read_exact(4)
+            reply: dict[str, Any] = json.loads(await self._read_exact(struct.unpack(">I", head)[0]))
             return reply
 
-        return await asyncio.wait_for(_read(), timeout_s)
+        return await asyncio.wait_for(_reply(), timeout_s)
 
-    async def stop(self) -> None:
-        if self.proc.returncode is None:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 2.0)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.proc.kill()
-                await self.proc.wait()
+    def kill(self) -> None:
+        """Kill the server's whole process group (its sandbox dies with it) and reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+    async def stop(self) -> None:
+        """Ask the server to finish (EOF on its input), and kill it if it does not within 2 s."""
+        if self.alive and self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            for _ in range(200):
+                if not self.alive:
+                    break
+                await asyncio.sleep(0.01)
+        self.kill()
 
 
 def _buffer(wire: list[Any], keep: int) -> CappedBuffer:
@@ -157,6 +218,7 @@ class WarmPool:
         self._start_lock: asyncio.Lock | None = None
         self._fresh: BwrapSandbox | None = None
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.uids: set[int] = set()  # every uid a server ran as (for audits and tests)
         if not isolate and warn:
             warnings.warn(WARNING, RuntimeWarning, stacklevel=2)
@@ -176,11 +238,11 @@ class WarmPool:
             (tmp / "tmp").mkdir()
             argv = [self.python, "-I", "-c", SERVER_SOURCE, "plain", str(tmp / "work"), str(tmp / "tmp")]
             env = dict(CLEAN_ENV, HOME=str(tmp / "work"), TMPDIR=str(tmp / "tmp"))
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             env=env,
             cwd="/",
             start_new_session=True,
@@ -190,8 +252,18 @@ class WarmPool:
         )
         return _Worker(proc, uid, tmp)
 
+    def _check_loop(self) -> None:
+        """Servers belong to the event loop that started them; a new loop gets new servers."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop:
+            for w in [*self._workers, *self._sessions.values()]:
+                w.kill()
+            self._workers, self._sessions, self._idle, self._start_lock = [], {}, None, None
+        self._loop = loop
+
     async def start(self) -> None:
         """Start the servers now (``run`` does it on first use)."""
+        self._check_loop()
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
@@ -239,6 +311,7 @@ class WarmPool:
             "keep": self.max_output_chars * 4,
             "session": session,
         }
+        self._check_loop()
         if session is not None:
             return await self._run_session(session, req)
         await self.start()
@@ -247,7 +320,7 @@ class WarmPool:
         try:
             return await self._call(worker, req)
         finally:
-            if worker.proc.returncode is not None and not self._closed:
+            if not worker.alive and not self._closed:
                 worker = await self._replace(worker)
             self._idle.put_nowait(worker)
 
@@ -260,7 +333,7 @@ class WarmPool:
             self._sessions[session] = worker
         async with worker.lock:
             result = await self._call(worker, req)
-        if worker.proc.returncode is not None:
+        if not worker.alive:
             await self.end_session(session)
         return result
 
@@ -268,9 +341,7 @@ class WarmPool:
         try:
             reply = await worker.call(req, req["timeout_s"] + _SERVER_MARGIN_S)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as exc:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.proc.pid, 9)
-            await worker.proc.wait()
+            worker.kill()
             return ExecResult("", "", None, error=f"sandbox server failed ({type(exc).__name__}); replaced")
         keep = req["keep"]
         out, err = _buffer(reply["out"], keep), _buffer(reply["err"], keep)
@@ -301,6 +372,7 @@ class WarmPool:
     async def close(self) -> None:
         """Stop every server; their sandboxes (and all they started) go with them."""
         self._closed = True
+        self._check_loop()
         for session in list(self._sessions):
             await self.end_session(session)
         await asyncio.gather(*(w.stop() for w in self._workers))
