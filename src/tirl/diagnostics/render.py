@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tirl.diagnostics.pipeline import PipelineDiagnosis
-from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis
+from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, evidence_lines
 
 
 def _fmt(value: Any) -> str:
@@ -18,21 +18,6 @@ def _fmt(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value)
     return str(value)
-
-
-def _evidence_text(evidence: dict[str, Any]) -> str:
-    """One line per measured quantity: ``value (baseline b, z z)``; missing values are left out."""
-    lines = []
-    for key, value in evidence.items():
-        if value is None or key.endswith(("_baseline", "_z")):
-            continue
-        extra = [
-            f"{label} {_fmt(evidence[key + suffix])}"
-            for suffix, label in (("_baseline", "baseline"), ("_z", "z"))
-            if evidence.get(key + suffix) is not None
-        ]
-        lines.append(f"{key} {_fmt(value)}" + (f" ({', '.join(extra)})" if extra else ""))
-    return "\n".join(lines)
 
 
 def _steps_text(steps: tuple[int, ...]) -> str:
@@ -60,7 +45,7 @@ def print_training(diag: TrainingDiagnosis, console: Console | None = None) -> N
         table.add_row(
             f"{f.kind}\n[dim]{SUMMARY[f.kind]}[/dim]",
             _steps_text(f.steps),
-            _evidence_text(f.evidence),
+            "\n".join(evidence_lines(f.evidence)),
             CHECK_FIRST[f.kind],
         )
     console.print(table)

@@ -28,7 +28,7 @@ from typing import Any
 from tirl.diagnostics.adapters import MetricsLog, load_metrics
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.pipeline import NEXT_STEP, PipelineDiagnosis, diagnose_pipeline, load_trace
-from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, diagnose_training
+from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines
 from tirl.errors import TirlError
 
 FILES: dict[str, str] = {
@@ -127,7 +127,7 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(f.kind)}<br><small>{html.escape(SUMMARY[f.kind])}</small></td>"
         f"<td>{html.escape(', '.join(map(str, f.steps[:8])) + (' …' if len(f.steps) > 8 else ''))}</td>"
-        f"<td><pre>{html.escape(json.dumps(f.evidence, indent=1))}</pre></td>"
+        f"<td>{'<br>'.join(html.escape(line) for line in evidence_lines(f.evidence))}</td>"
         f"<td>{html.escape(CHECK_FIRST[f.kind])}</td></tr>"
         for f in diag.findings
     )
@@ -193,6 +193,15 @@ def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis) -> st
     )
 
 
+def _dist_table(data: dict[str, Any]) -> str:
+    cols = ("n", "mean", "min", "p50", "p90", "max")
+    rows = "".join(
+        f"<tr><th>{html.escape(name)}</th>" + "".join(f"<td>{d.get(c, '-')}</td>" for c in cols) + "</tr>"
+        for name, d in (("assistant turns", data["turns"]), (f"length ({data['length']['unit']})", data["length"]))
+    )
+    return "<table><tr><th></th>" + "".join(f"<th>{c}</th>" for c in cols) + f"</tr>{rows}</table>"
+
+
 def _audit_section(path: Path) -> str:
     data = audit_file(path).to_dict()
     vc = data["void_correct"]
@@ -207,7 +216,7 @@ def _audit_section(path: Path) -> str:
         f"({data['void_ratio']:.1%}); void trajectories that still ended with the correct answer: {rate}; "
         f"tool errors: {te['total']} of {data['tool_messages']} tool messages.</p>"
         + (f"<table><tr><th>void reason</th><th>turns</th><th>examples</th></tr>{reasons}</table>" if reasons else "")
-        + f"<pre>{html.escape(json.dumps({'turns': data['turns'], 'length': data['length']}, indent=1))}</pre>"
+        + _dist_table(data)
     )
 
 

@@ -107,6 +107,29 @@ class TrainingDiagnosis:
         return {"verdict": self.verdict, "findings": [f.to_dict() for f in self.findings]}
 
 
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    return str(value)
+
+
+def evidence_lines(evidence: dict[str, Any]) -> list[str]:
+    """One line per measured quantity, ``value (baseline b, z z)``; missing values are left out."""
+    lines = []
+    for key, value in evidence.items():
+        if value is None or key.endswith(("_baseline", "_z")):
+            continue
+        extra = [
+            f"{label} {_fmt(evidence[key + suffix])}"
+            for suffix, label in (("_baseline", "baseline"), ("_z", "z"))
+            if evidence.get(key + suffix) is not None
+        ]
+        lines.append(f"{key} {_fmt(value)}" + (f" ({', '.join(extra)})" if extra else ""))
+    return lines
+
+
 def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
 
