@@ -43,9 +43,18 @@ def _binom(rng: random.Random, n: int, p: float) -> int:
 
 
 def tirl_log(
-    n: int = 200, seed: int = 0, inject: str | None = None, at: tuple[int, ...] = (120,)
+    n: int = 200,
+    seed: int = 0,
+    inject: str | None = None,
+    at: tuple[int, ...] = (120,),
+    is_sigma: float = 0.1,
+    tail: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """Per-step rows with tirl's keys; ``inject`` in void_leak, late_filter, detector_inactive, empty_batch."""
+    """Per-step rows with tirl's keys; ``inject`` in void_leak, late_filter, detector_inactive, empty_batch.
+
+    ``is_sigma`` is the log-scale noise of the IS-ratio extremes; ``tail`` the probability of an extra
+    ``3 * is_sigma`` Gaussian kick on ``is_max`` (heavier tails than the default log-normal).
+    """
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
     skipped = set(rng.sample(range(5, n), min(3, max(0, n - 5))))
@@ -56,10 +65,11 @@ def tirl_log(
         if inject == "detector_inactive":
             void = 0
         valid = BATCH - void
-        is_max = math.exp(rng.gauss(math.log(1.5), 0.1))
+        kick = rng.gauss(0, 3 * is_sigma) if tail and rng.random() < tail else 0.0
+        is_max = math.exp(rng.gauss(math.log(1.5), is_sigma) + kick)
         if rng.random() < 0.04:
             is_max *= 1.35  # heavy tail: ordinary, not a spike
-        is_min = math.exp(rng.gauss(math.log(0.6), 0.1))
+        is_min = math.exp(rng.gauss(math.log(0.6), is_sigma))
         grad = math.exp(rng.gauss(math.log(0.6), 0.2))
         if rng.random() < 0.03:
             grad *= rng.uniform(3, 6)  # a grad-norm bump without an IS spike: noise
