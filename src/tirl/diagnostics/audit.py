@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -155,91 +155,107 @@ def _truncated_turns(traj: Trajectory) -> set[int]:
     return out
 
 
-def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAULT_RULES) -> AuditReport:
-    """Audit judged trajectories (see the module docstring)."""
-    reasons: Counter[str] = Counter()
-    reason_ids: dict[str, list[str]] = defaultdict(list)
-    first_void_turn: Counter[int] = Counter()
-    tool_kinds: Counter[str] = Counter()
-    tool_ids: dict[str, list[str]] = defaultdict(list)
-    terminations: Counter[str] = Counter()
-    truth_sources: Counter[str] = Counter()
-    turns: list[float] = []
-    lengths: list[float] = []
-    # tokens when every trajectory has turn records, else characters (never a mix of both)
-    length_unit = "sampled_tokens" if trajectories and all(t.turns for t in trajectories) else "assistant_chars"
-    void_ids: list[str] = []
-    void_with_truth = 0
-    void_correct: list[str] = []
-    valid_correct = valid_with_truth = 0
-    void_turns = tool_msgs = 0
+@dataclass(slots=True)
+class _Tally:
+    """Counts per key, with the first few example ids of each."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, key: str, traj_id: str) -> None:
+        self.counts[key] += 1
+        ids = self.examples[key]
+        if len(ids) < EXAMPLES and traj_id not in ids:
+            ids.append(traj_id)
+
+    def table(self, order: tuple[str, ...], count_name: str) -> dict[str, Any]:
+        return {k: {count_name: self.counts[k], "examples": self.examples[k]} for k in order if self.counts[k]}
+
+
+def _tool_errors(trajectories: list[Trajectory]) -> dict[str, Any]:
+    tally = _Tally()
+    messages = 0
     for traj in trajectories:
-        verdict = judge_trajectory(traj, rules)
-        assistant = traj.assistant_messages
-        turns.append(float(len(assistant)))
-        lengths.append(_length(traj, length_unit))
-        if traj.termination is not None:
-            terminations[traj.termination.value] += 1
         for m in traj.messages:
             if m.role is Role.TOOL:
-                tool_msgs += 1
+                messages += 1
                 kind = tool_error(m.content)
                 if kind:
-                    tool_kinds[kind] += 1
-                    if len(tool_ids[kind]) < EXAMPLES and traj.id not in tool_ids[kind]:
-                        tool_ids[kind].append(traj.id)
+                    tally.add(kind, traj.id)
+    total = sum(tally.counts.values())
+    return {
+        "tool_messages": messages,
+        "tool_errors": {
+            "total": total,
+            "rate": round(total / messages, 4) if messages else None,
+            "by_kind": tally.table(TOOL_ERRORS, "count"),
+        },
+    }
+
+
+def _void_reasons(traj: Trajectory, void_turns: tuple[int, ...], rules: ParseRules, tally: _Tally) -> None:
+    assistant = traj.assistant_messages
+    truncated = _truncated_turns(traj)
+    for idx in void_turns:
+        if idx < len(assistant):
+            tally.add(void_reason(assistant[idx], truncated=idx in truncated, rules=rules), traj.id)
+        else:
+            tally.add("truncated", traj.id)  # the episode ended void before the turn was recorded
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAULT_RULES) -> AuditReport:
+    """Audit judged trajectories (see the module docstring)."""
+    reasons = _Tally()
+    first_void_turn: Counter[int] = Counter()
+    truth_sources: Counter[str] = Counter()
+    void_ids: list[str] = []
+    void_correct: list[str] = []
+    void_turns = void_with_truth = valid_correct = valid_with_truth = 0
+    for traj in trajectories:
+        verdict = judge_trajectory(traj, rules)
         correct = _correct(traj, verdict.final_answer)
         if correct is not None:
             truth_sources["answer" if traj.answer is not None else "info.correct"] += 1
         if not verdict.void:
-            if correct is not None:
-                valid_with_truth += 1
-                valid_correct += int(correct)
+            valid_with_truth += correct is not None
+            valid_correct += bool(correct)
             continue
         void_ids.append(traj.id)
-        truncated = _truncated_turns(traj)
         void_turns += len(verdict.void_turns)
         if verdict.void_turns:
             first_void_turn[verdict.void_turns[0]] += 1
-        for idx in verdict.void_turns:
-            reason = (
-                void_reason(assistant[idx], truncated=idx in truncated, rules=rules)
-                if idx < len(assistant)
-                else "truncated"
-            )
-            reasons[reason] += 1
-            if len(reason_ids[reason]) < EXAMPLES and traj.id not in reason_ids[reason]:
-                reason_ids[reason].append(traj.id)
-        if correct is not None:
-            void_with_truth += 1
-            if correct:
-                void_correct.append(traj.id)
+        _void_reasons(traj, verdict.void_turns, rules, reasons)
+        void_with_truth += correct is not None
+        if correct:
+            void_correct.append(traj.id)
     n = len(trajectories)
+    # tokens when every trajectory has turn records, else characters (never a mix of both)
+    unit = "sampled_tokens" if trajectories and all(t.turns for t in trajectories) else "assistant_chars"
+    terminations = Counter(t.termination.value for t in trajectories if t.termination is not None)
     data: dict[str, Any] = {
         "trajectories": n,
         "void": len(void_ids),
         "valid": n - len(void_ids),
-        "void_ratio": round(len(void_ids) / n, 4) if n else 0.0,
+        "void_ratio": _rate(len(void_ids), n) or 0.0,
         "void_turns": void_turns,
         "void_examples": void_ids[:EXAMPLES],
-        "void_reasons": {r: {"turns": reasons[r], "examples": reason_ids[r]} for r in VOID_REASONS if reasons[r]},
+        "void_reasons": reasons.table(VOID_REASONS, "turns"),
         "first_void_turn": {str(k): first_void_turn[k] for k in sorted(first_void_turn)},
         "void_correct": {
             "with_ground_truth": void_with_truth,
             "correct": len(void_correct),
-            "rate": round(len(void_correct) / void_with_truth, 4) if void_with_truth else None,
+            "rate": _rate(len(void_correct), void_with_truth),
             "examples": void_correct[:EXAMPLES],
-            "valid_accuracy": round(valid_correct / valid_with_truth, 4) if valid_with_truth else None,
+            "valid_accuracy": _rate(valid_correct, valid_with_truth),
             "truth_source": dict(truth_sources),
         },
-        "turns": _dist(turns),
-        "length": {"unit": length_unit, **_dist(lengths)},
-        "tool_messages": tool_msgs,
-        "tool_errors": {
-            "total": sum(tool_kinds.values()),
-            "rate": round(sum(tool_kinds.values()) / tool_msgs, 4) if tool_msgs else None,
-            "by_kind": {k: {"count": tool_kinds[k], "examples": tool_ids[k]} for k in TOOL_ERRORS if tool_kinds[k]},
-        },
+        "turns": _dist([float(len(t.assistant_messages)) for t in trajectories]),
+        "length": {"unit": unit, **_dist([_length(t, unit) for t in trajectories])},
+        **_tool_errors(trajectories),
         "terminations": dict(terminations.most_common()),
     }
     return AuditReport(data)
