@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import heapq
 import json
 import math
@@ -419,6 +420,8 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
     for w in WORKLOADS:
         if w.name not in names:
             continue
+        if args.n_scale != 1.0:
+            w = dataclasses.replace(w, n=max(GROUP, round(w.n * args.n_scale / GROUP) * GROUP))
         plans = draw(w, args.seed)
         b = bound_of(plans)
         model_s = max(b.gen_s, b.sandbox_s)
@@ -463,6 +466,114 @@ def print_row(w: Workload, row: dict[str, float], d: dict[str, Any], virtual: bo
     )
 
 
+# ---- real mode: swe-lite + the tiny policy + the agent loop --------------------------------------
+
+
+def _real_parts(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, str]:
+    """(env factory, runner, generator, sandbox, model description) from the other modules of tirl."""
+    from tirl.config import EnvConfig, SandboxConfig
+    from tirl.envs.registry import env_factory
+    from tirl.inference.base import SamplingParams
+    from tirl.inference.hf import HFGenerator
+    from tirl.rollout.agent_loop import AgentLoop
+    from tirl.sandbox import create_sandbox
+
+    try:
+        from tirl.models.loading import load_policy
+
+        policy = load_policy(args.model or None, device=args.device)
+        model, tokenizer, chat, what = policy.model, policy.tokenizer, policy.chat, str(policy.path)
+    except Exception as exc:  # the built-in checkpoint is not built yet: same architecture, random weights
+        if args.model:
+            raise
+        from tirl.models.chat_format import chat_format_for
+        from tirl.models.tiny import build_tiny_model
+
+        model, tokenizer = build_tiny_model(seed=0)
+        model.to(args.device).eval()
+        chat = chat_format_for(tokenizer)
+        what = f"untrained tiny model (built-in checkpoint unavailable: {exc})"
+    sandbox = create_sandbox(SandboxConfig(), warn=False)
+    env_cfg = EnvConfig(name="swe-lite", max_turns=args.real_max_turns)
+    factory = env_factory("swe-lite", config=env_cfg, sandbox=sandbox)
+    ctx = int(getattr(model.config, "max_position_embeddings", 1024))
+    generator = HFGenerator(model, tokenizer, eos_ids=chat.eos_ids, max_batch=64, seed=0)
+    runner = AgentLoop(
+        generator,
+        chat,
+        params=SamplingParams(max_new_tokens=args.real_max_new, temperature=1.0),
+        max_turns=args.real_max_turns,
+        max_total_tokens=ctx,
+    )
+    return factory, runner, generator, sandbox, what
+
+
+async def _run_real(args: argparse.Namespace) -> dict[str, Any]:
+    from tirl.config import EnvConfig
+    from tirl.envs.registry import load_tasks
+
+    factory, runner, generator, sandbox, what = _real_parts(args)
+    tasks = load_tasks(EnvConfig(name="swe-lite"), args.real_tasks, seed=args.seed)
+    pools = {
+        "init_workers": 4,
+        "run_workers": args.real_run_workers,
+        "eval_workers": 4,
+        "run_queue_size": 8,
+        "eval_queue_size": 8,
+    }
+    out: dict[str, Any] = {"model": what, "tasks": len(tasks), "group_size": args.real_group, "pools": pools}
+    try:
+        # warm-up (untimed): materialises the task templates into the cache and warms the model
+        warm = make_strategy(RolloutConfig(strategy="pipeline", **pools), factory, runner)
+        await warm.collect(RolloutRequest(tasks=tasks, group_size=1))
+        await warm.close()
+        for name in STRATEGIES:
+            cfg = RolloutConfig(strategy=name, batch_size=args.batch_size, **pools)  # type: ignore[arg-type]
+            trace = Path(args.trace_dir) / f"real.{name}.jsonl" if args.trace_dir else None
+            strat = make_strategy(cfg, factory, runner, trace_path=trace, generator_busy=generator)
+            batch = await strat.collect(RolloutRequest(tasks=tasks, group_size=args.real_group, step=1))
+            await strat.close()
+            trajs = batch.trajectories
+            terms: dict[str, int] = {}
+            for t in trajs:
+                key = t.termination.value if t.termination else "none"
+                terms[key] = terms.get(key, 0) + 1
+            out[name] = {
+                "traj_per_s": len(trajs) / batch.wall_s,
+                "wall_s": batch.wall_s,
+                "gpu_util": batch.stats.get("rollout/gpu_util"),
+                "turns_mean": sum(len(t.turns) for t in trajs) / max(1, len(trajs)),
+                "terminations": terms,
+                "max_live_envs": batch.stats["rollout/max_live_envs"],
+            }
+    finally:
+        await generator.close()
+        await sandbox.close()
+    return out
+
+
+def run_real(args: argparse.Namespace) -> dict[str, Any]:
+    """The three strategies on swe-lite with the tiny policy; prints a table unless ``--json``."""
+    try:
+        out = asyncio.run(_run_real(args))
+    except ImportError as exc:
+        sys.exit(f"--real needs the swe-lite env and the agent loop from tirl ({exc}); they are not available")
+    if not args.json:
+        print(f"\nswe-lite, real  (model: {out['model']}; {out['tasks']} tasks x {out['group_size']})")
+        for name in STRATEGIES:
+            r = out[name]
+            print(
+                f"  {name:<12} {r['traj_per_s']:7.3f} traj/s  wall {r['wall_s']:6.2f}s  "
+                f"gpu_util {r['gpu_util'] or 0:.2f}  turns {r['turns_mean']:.1f}  {r['terminations']}"
+            )
+        p = out["pipeline"]["traj_per_s"]
+        print(
+            f"  pipeline/async_batch {p / out['async_batch']['traj_per_s']:.2f}x  "
+            f"pipeline/sync_batch {p / out['sync_batch']['traj_per_s']:.2f}x"
+        )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -472,17 +583,25 @@ def main() -> int:
     ap.add_argument("--target-s", type=float, default=3.0, help="wall seconds the bound allows per pipeline run")
     ap.add_argument("--batch-size", type=int, default=0, help="baselines' batch size B (0 = run_workers)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-scale", type=float, default=1.0, help="multiply every workload's trajectory count")
     ap.add_argument("--lag-ms", type=float, default=5.0, help="late wake-ups forgiven per operation (0 = off)")
     ap.add_argument("--trace-dir", default="", help="write one pipeline-trace JSONL per workload and strategy here")
     ap.add_argument("--virtual", action="store_true", help="exact discrete-event run on a virtual clock (no sleeping)")
     ap.add_argument("--real", action="store_true", help="swe-lite with the tiny policy instead of the simulation")
+    ap.add_argument("--real-tasks", type=int, default=8, help="--real: swe-lite tasks")
+    ap.add_argument("--real-group", type=int, default=4, help="--real: samples per task")
+    ap.add_argument("--real-max-turns", type=int, default=4, help="--real: turns per episode")
+    ap.add_argument("--real-max-new", type=int, default=32, help="--real: sampled tokens per turn")
+    ap.add_argument("--real-run-workers", type=int, default=16, help="--real: Agent Runner workers (and B)")
+    ap.add_argument("--model", default="", help="--real: a local HF model directory (default: the built-in one)")
+    ap.add_argument("--device", default="cpu", help="--real: torch device")
     args = ap.parse_args()
     if args.real:
-        from bench_pipeline_real import run_real  # type: ignore[import-not-found]
-
-        out = run_real(args)
-    else:
-        out = simulate(args)
+        real = run_real(args)
+        if args.json:
+            print(json.dumps({"real": real}))
+        return 0
+    out = simulate(args)
     if args.json:
         print(json.dumps({"workloads": out["workloads"]}))
     return 0

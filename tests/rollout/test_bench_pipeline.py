@@ -1,0 +1,75 @@
+"""The pipeline benchmark runs, prints the documented JSON, and its exact (virtual-time) figures hold."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks" / "bench_pipeline.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_pipeline", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_pipeline"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bound_is_the_bottleneck_resource_capacity() -> None:
+    bp = _load()
+    plans = [bp.Plan(init_s=10.0, eval_s=5.0, tokens=[100, 100], tools=[1.0])] * 8
+    b = bp.bound_of(plans)
+    full = bp.T_TOKEN * (1 + bp.ALPHA)
+    assert b.gen_s == pytest.approx(8 * 200 * full / bp.GEN_SLOTS)
+    assert b.sandbox_s == pytest.approx(8 * 16.0 / bp.SANDBOX_SLOTS)
+    assert b.traj_per_model_s(8) == pytest.approx(8 / max(b.gen_s, b.sandbox_s))
+
+
+def test_virtual_clock_loop_runs_sleeps_in_zero_wall_time() -> None:
+    bp = _load()
+    import asyncio
+    import time
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await asyncio.gather(asyncio.sleep(100.0), asyncio.sleep(250.0))
+        return loop.time() - t0
+
+    loop = bp.VirtualTimeLoop()
+    w0 = time.perf_counter()
+    try:
+        elapsed = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert elapsed == pytest.approx(250.0)
+    assert time.perf_counter() - w0 < 5.0
+
+
+@pytest.mark.slow
+def test_json_output_and_exact_ordering_on_small_workloads() -> None:
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--virtual", "--json", "--n-scale", "0.25"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
+        cwd=ROOT,
+    )
+    data = json.loads(out.stdout)
+    assert set(data) == {"workloads"}
+    assert set(data["workloads"]) == {"init-heavy", "run-heavy", "eval-heavy", "heavy-tail"}
+    for name, row in data["workloads"].items():
+        assert set(row) == {"sync_batch", "async_batch", "pipeline", "bound"}
+        # exact simulation: the pipeline never loses to a baseline and never beats the bound
+        assert row["pipeline"] >= row["async_batch"] >= 0.0, name
+        assert row["pipeline"] >= row["sync_batch"], name
+        assert row["pipeline"] <= row["bound"] * 1.001, name
