@@ -227,6 +227,7 @@ class Server:
     def __init__(self, isolated, work, scratch):
         self.isolated, self.work, self.scratch = isolated, work, scratch
         self.kernels = {}  # session -> (pid, socket)
+        self.zygote = None  # (pid, pidfd, request pipe, stdout pipe, stderr pipe) of the pre-forked child
         self.ctrl_in = os.dup(0)
         self.ctrl_out = os.dup(1)
         null = os.open(os.devnull, os.O_RDWR)
@@ -247,25 +248,52 @@ class Server:
                 self.end(req["session"])
                 write_msg(self.ctrl_out, {"ok": True})
             elif req["op"] == "run":
+                session = req.get("session")
                 write_msg(self.ctrl_out, self.run(req))
+                # Clean up after answering: the next request waits in the pipe until this is done.
+                self.sweep()
+                if session is None:
+                    self.clean()
+                    self.zygote = self.make_zygote()
+
+    def make_zygote(self):
+        """Fork the next child now, off the critical path; it waits for its request on a pipe."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        req_r, req_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            for fd in (self.ctrl_in, self.ctrl_out, out_r, err_r, req_w):
+                os.close(fd)
+            chunks = []
+            while chunk := os.read(req_r, 1 << 16):
+                chunks.append(chunk)
+            if not chunks:  # the server went away without a request
+                os._exit(0)
+            child_main(json.loads(b"".join(chunks)), out_w, err_w, self.work)
+        for fd in (out_w, err_w, req_r):
+            os.close(fd)
+        return pid, os.pidfd_open(pid), req_w, out_r, err_r
 
     def run(self, req):
         start = time.monotonic()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
         note = ""
         session = req.get("session")
         done: typing.Any  # a pidfd (int) for a forked child, the kernel's socket in a session
         if session is None:
-            pid = os.fork()
-            if pid == 0:
-                child_main(req, out_w, err_w, self.work)
-            done = os.pidfd_open(pid)
+            pid, done, req_w, out_r, err_r = self.zygote or self.make_zygote()
+            self.zygote = None
+            data = json.dumps(req).encode()
+            while data:
+                data = data[os.write(req_w, data) :]
+            os.close(req_w)
         else:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
             pid, done = self.kernel(session, req)
             socket.send_fds(done, [json.dumps(req).encode()], [out_w, err_w])
-        os.close(out_w)
-        os.close(err_w)
+            os.close(out_w)
+            os.close(err_w)
         out, err = Capped(req["keep"]), Capped(req["keep"])
         finished, reply = self.wait(done, out_r, err_r, out, err, start + req["timeout_s"])
         if not finished:
@@ -281,9 +309,6 @@ class Server:
             done.close()
             status = reap(pid)
             note = "[session restarted: its state was lost]"
-        self.sweep()
-        if session is None:
-            self.clean()
         return {
             "out": out.wire(),
             "err": err.wire(),
@@ -345,6 +370,8 @@ class Server:
         """Kill every process below the server except the session kernels; reap them."""
         for _ in range(1000):
             keep = {self.me, *(pid for pid, _ in self.kernels.values())}
+            if self.zygote is not None:
+                keep.add(self.zygote[0])
             victims = [p for p in descendants(self.me) if p not in keep]
             if not victims:
                 break
@@ -380,6 +407,10 @@ class Server:
                 remove(os.path.join(root, name))
 
     def shutdown(self):
+        if self.zygote is not None:
+            os.close(self.zygote[2])  # EOF: the waiting child exits
+            reap(self.zygote[0])
+            self.zygote = None
         for session in list(self.kernels):
             self.end(session)
         self.sweep()
