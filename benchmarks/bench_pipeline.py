@@ -518,8 +518,10 @@ async def _run_real(args: argparse.Namespace) -> dict[str, Any]:
         "init_workers": 4,
         "run_workers": args.real_run_workers,
         "eval_workers": 4,
-        "run_queue_size": 8,
-        "eval_queue_size": 8,
+        "run_queue_size": args.real_run_workers,
+        # >= run_workers: finished episodes never wait for evaluation room, so a generator that
+        # batches only requests arriving together is not left with a straggler batch
+        "eval_queue_size": args.real_run_workers,
     }
     out: dict[str, Any] = {"model": what, "tasks": len(tasks), "group_size": args.real_group, "pools": pools}
     try:
