@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import heapq
 import json
 import math
 import random
@@ -57,6 +56,7 @@ from typing import Any
 from tirl.config import RolloutConfig
 from tirl.envs.base import Env, EvalResult, StepResult, Task
 from tirl.rollout.base import RolloutRequest
+from tirl.rollout.faults import VirtualTimeLoop
 from tirl.rollout.strategies import make_strategy
 from tirl.rollout.trace import BusyMeter
 from tirl.types import Message, Role, TerminationReason, Trajectory
@@ -335,33 +335,6 @@ def make_request(w: Workload, plans: list[Plan]) -> tuple[RolloutRequest, dict[i
     return RolloutRequest(tasks=tasks, group_size=GROUP), by_seed
 
 
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock jumps to the next timer whenever no callback is ready.
-
-    The real strategies run unchanged, but every sleep takes zero wall time and
-    exactly its duration in loop time: an exact, noise-free discrete-event
-    simulation of the same schedule (it does not count the CPU cost of the
-    scheduling code itself, which the real-time mode does).
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._now = 0.0
-
-    def time(self) -> float:
-        """The virtual clock."""
-        return self._now
-
-    def _run_once(self) -> None:
-        sched = self._scheduled  # type: ignore[attr-defined]
-        while sched and sched[0]._cancelled:
-            self._timer_cancelled_count -= 1  # type: ignore[attr-defined]
-            heapq.heappop(sched)._scheduled = False
-        if not self._ready and sched:  # type: ignore[attr-defined]
-            self._now = max(self._now, sched[0]._when)
-        super()._run_once()  # type: ignore[misc]
-
-
 async def run_one(
     w: Workload, strategy: str, plans: list[Plan], scale: float, args: argparse.Namespace, model_total_s: float
 ) -> dict[str, float]:
@@ -404,11 +377,7 @@ async def run_one(
 def run_in_loop(args: argparse.Namespace, coro: Any) -> dict[str, float]:
     if not args.virtual:
         return asyncio.run(coro)  # type: ignore[no-any-return]
-    loop = VirtualTimeLoop()
-    try:
-        return loop.run_until_complete(coro)  # type: ignore[no-any-return]
-    finally:
-        loop.close()
+    return VirtualTimeLoop.run(coro)  # type: ignore[no-any-return]
 
 
 def simulate(args: argparse.Namespace) -> dict[str, Any]:

@@ -34,7 +34,6 @@ def test_bound_is_the_bottleneck_resource_capacity() -> None:
 
 
 def test_virtual_clock_loop_runs_sleeps_in_zero_wall_time() -> None:
-    bp = _load()
     import asyncio
     import time
 
@@ -44,12 +43,10 @@ def test_virtual_clock_loop_runs_sleeps_in_zero_wall_time() -> None:
         await asyncio.gather(asyncio.sleep(100.0), asyncio.sleep(250.0))
         return loop.time() - t0
 
-    loop = bp.VirtualTimeLoop()
+    from tirl.rollout.faults import VirtualTimeLoop
+
     w0 = time.perf_counter()
-    try:
-        elapsed = loop.run_until_complete(main())
-    finally:
-        loop.close()
+    elapsed = VirtualTimeLoop.run(main())
     assert elapsed == pytest.approx(250.0)
     assert time.perf_counter() - w0 < 5.0
 

@@ -8,7 +8,7 @@ import pytest
 from rollout_fakes import STRATEGIES, FakeRunner, World, cfg, pending_tasks, tasks
 
 from tirl.rollout.base import RolloutRequest
-from tirl.rollout.faults import FaultLog, FaultPlan, FaultyRunner, faulty_factory
+from tirl.rollout.faults import FaultLog, FaultPlan, FaultyRunner, VirtualTimeLoop, faulty_factory
 from tirl.rollout.pipeline import episode_seed
 from tirl.rollout.strategies import make_strategy
 from tirl.types import TerminationReason as TR
@@ -48,7 +48,13 @@ def predict(plan: FaultPlan, key: str, traj_id: str, retries: int) -> tuple[TR, 
 
 @pytest.mark.parametrize("name", STRATEGIES)
 @pytest.mark.parametrize("retries", [0, 2])
-async def test_injected_faults_add_up(name: str, retries: int) -> None:
+def test_injected_faults_add_up(name: str, retries: int) -> None:
+    # Virtual time: hangs cost no wall time, and a loaded machine cannot push a healthy stage
+    # past its timeout, so every outcome is exactly the plan's.
+    VirtualTimeLoop.run(_faults_add_up(name, retries))
+
+
+async def _faults_add_up(name: str, retries: int) -> None:
     world = World()
     log = FaultLog()
     c = cfg(
@@ -58,9 +64,9 @@ async def test_injected_faults_add_up(name: str, retries: int) -> None:
         eval_workers=8,
         run_queue_size=8,
         eval_queue_size=8,
-        init_timeout_s=0.1,
-        run_timeout_s=0.1,
-        eval_timeout_s=0.1,
+        init_timeout_s=5.0,
+        run_timeout_s=5.0,
+        eval_timeout_s=5.0,
         retries=retries,
         batch_size=50,
     )
@@ -210,3 +216,19 @@ async def test_guarded_evaluate_that_reports_failure_as_a_value_is_eval_failed()
         assert traj.termination is TR.EVAL_FAILED and traj.stages["eval"].attempts == 3
         assert traj.error == "evaluation failed: pytest vanished [3 attempt(s)]"
     assert batch.stats["rollout/eval_retries"] == 4
+
+
+async def test_a_factory_that_raises_is_init_failed_and_named() -> None:
+    world = World()
+    calls = []
+
+    def factory(task):
+        calls.append(task.id)
+        raise OSError("no space left for the workspace")
+
+    strategy = make_strategy(cfg("async_batch", retries=1), factory, FakeRunner(world))
+    batch = await strategy.collect(RolloutRequest(tasks=tasks(2), group_size=1))
+    for traj in batch.trajectories:
+        assert traj.termination is TR.INIT_FAILED
+        assert traj.error == "env factory failed: OSError: no space left for the workspace [2 attempt(s)]"
+    assert len(calls) == 4 and batch.stats["rollout/init_retries"] == 2

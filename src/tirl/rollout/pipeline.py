@@ -240,7 +240,12 @@ class Stages:
                 handle: EnvHandle | None = None
                 try:
                     async with asyncio.timeout(self.cfg.init_timeout_s):
-                        handle = self._open(self.env_factory(ep.task))
+                        try:
+                            env = self.env_factory(ep.task)
+                        except Exception as exc:
+                            error = f"env factory failed: {_describe(exc)}"
+                            continue
+                        handle = self._open(env)
                         ep.initial = list(await handle.env.reset(ep.task, seed=ep.seed))
                     ep.env = handle
                     return True
