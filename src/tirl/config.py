@@ -141,7 +141,7 @@ class AlgoConfig:
     grad_clip: float = 1.0
     minibatches: int = 2
     epochs: int = 1
-    micro_batch_tokens: int = 16384  # padded tokens per forward pass (bounds memory); 0 = whole mini-batch
+    micro_batch_tokens: int = 2048  # padded tokens per forward pass (bounds activation memory); 0 = whole mini-batch
 
     def __post_init__(self) -> None:
         _check(self.group_size >= 2, "algo.group_size", self.group_size, "group-relative advantages need >= 2")
