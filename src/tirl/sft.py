@@ -142,6 +142,7 @@ class SFTResult:
     final_loss: float
     evals: list[tuple[int, float]]  # (step, held-out accuracy)
     wall_s: float
+    greedy_accuracy: float | None = None  # held-out accuracy at temperature 0 after training
 
 
 def _lr_at(step: int, cfg: SFTConfig) -> float:
@@ -225,6 +226,7 @@ def write_card(out: Path, cfg: SFTConfig, result: SFTResult, command: str) -> No
         "run through the real env)",
         f"- steps: {result.steps}, batch {cfg.batch_size}, lr {cfg.lr}, final loss {result.final_loss:.4f}",
         f"- held-out accuracy (temperature 1) by step: {', '.join(f'{s}: {a:.3f}' for s, a in result.evals)}",
+        f"- held-out greedy accuracy after training: {result.greedy_accuracy}",
         f"- wall time: {result.wall_s:.0f} s",
         "",
     ]

@@ -118,6 +118,16 @@ def run(args: argparse.Namespace) -> int:
 
         cfg.log = lambda line: print(line, flush=True)
         result = train_sft(model, demos, cfg, pad_id=int(tokenizer.pad_token_id or 0), evaluate=evaluate)
+        greedy = AgentLoop(
+            generator,
+            chat,
+            params=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0),
+            max_turns=cfg.max_turns,
+            max_total_tokens=cfg.max_total_tokens,
+        )
+        greedy_report = loop.run_until_complete(evaluate_accuracy(greedy, factory, held_out, seed=cfg.seed))
+        result.greedy_accuracy = greedy_report.accuracy
+        print(f"held-out greedy accuracy {greedy_report.accuracy:.3f} ends {greedy_report.terminations}", flush=True)
         loop.run_until_complete(generator.close())
         loop.run_until_complete(sandbox.close())
     finally:
