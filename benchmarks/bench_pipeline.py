@@ -513,6 +513,8 @@ async def _run_real(args: argparse.Namespace) -> dict[str, Any]:
                 "traj_per_s": len(trajs) / batch.wall_s,
                 "wall_s": batch.wall_s,
                 "gpu_util": batch.stats.get("rollout/gpu_util"),
+                # wall time in which the generator had no request: robust to how fast generation is
+                "generator_idle_s": batch.wall_s * (1.0 - batch.stats.get("rollout/gpu_util", 0.0)),
                 "turns_mean": sum(len(t.turns) for t in trajs) / max(1, len(trajs)),
                 "terminations": terms,
                 "max_live_envs": batch.stats["rollout/max_live_envs"],
@@ -535,7 +537,8 @@ def run_real(args: argparse.Namespace) -> dict[str, Any]:
             r = out[name]
             print(
                 f"  {name:<12} {r['traj_per_s']:7.3f} traj/s  wall {r['wall_s']:6.2f}s  "
-                f"gpu_util {r['gpu_util'] or 0:.2f}  turns {r['turns_mean']:.1f}  {r['terminations']}"
+                f"gpu_util {r['gpu_util'] or 0:.2f}  generator idle {r['generator_idle_s']:5.1f}s  "
+                f"turns {r['turns_mean']:.1f}  {r['terminations']}"
             )
         p = out["pipeline"]["traj_per_s"]
         print(
