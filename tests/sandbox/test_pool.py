@@ -137,6 +137,28 @@ async def test_the_pool_survives_its_server_being_killed(host_audit: object) -> 
     assert r.stdout.strip() == "still here"
 
 
+async def test_a_cancelled_run_does_not_confuse_the_next_one(host_audit: object) -> None:
+    pool = _pool(size=1)
+    try:
+        slow = asyncio.create_task(pool.run("import time\ntime.sleep(0.5)\nprint('slow')"))
+        await asyncio.sleep(0.2)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        r = await pool.run("print('fast')")
+        s1 = await pool.run("v = 1", session="k")
+        task = asyncio.create_task(pool.run("import time\ntime.sleep(0.5)", session="k"))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        s2 = await pool.run("print('v' in globals())", session="k")
+    finally:
+        await pool.close()
+    assert r.stdout == "fast\n"
+    assert s1.ok and s2.stdout == "False\n"
+
+
 def test_one_pool_used_from_two_event_loops(host_audit: object) -> None:
     pool = _pool(size=1)
     first = asyncio.run(pool.run("print(1)"))

@@ -318,14 +318,17 @@ class WarmPool:
         assert self._idle is not None
         worker = await self._idle.get()
         try:
+            if not worker.alive:  # died, or killed by a cancelled call: replace it before use
+                worker = await self._replace(worker)
             return await self._call(worker, req)
         finally:
-            if not worker.alive and not self._closed:
-                worker = await self._replace(worker)
-            self._idle.put_nowait(worker)
+            self._idle.put_nowait(worker)  # a dead one is replaced by the next run that takes it
 
     async def _run_session(self, session: str, req: dict[str, Any]) -> ExecResult:
         worker = self._sessions.get(session)
+        if worker is not None and not worker.alive:  # a cancelled call killed it: its state is gone
+            await self.end_session(session)
+            worker = None
         if worker is None:
             if len(self._sessions) >= MAX_SESSIONS:
                 return ExecResult("", "", None, error=f"more than {MAX_SESSIONS} open sessions; end some first")
@@ -343,6 +346,10 @@ class WarmPool:
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as exc:
             worker.kill()
             return ExecResult("", "", None, error=f"sandbox server failed ({type(exc).__name__}); replaced")
+        except asyncio.CancelledError:
+            # The reply would arrive during someone else's call: this server cannot be reused.
+            worker.kill()
+            raise
         keep = req["keep"]
         out, err = _buffer(reply["out"], keep), _buffer(reply["err"], keep)
         if reply.get("note"):
