@@ -98,11 +98,12 @@ async def test_bash_runs_in_the_pool(host_audit: object) -> None:
     assert r.stdout.split() == ["42", "/work", "/work"]
 
 
-async def test_a_host_workdir_is_mounted_writable(host_audit: object) -> None:
+@pytest.mark.parametrize("backend", ["pool", "pool-process"])
+async def test_a_host_workdir_is_the_working_directory(host_audit: object, backend: str) -> None:
     work = Path(tempfile.mkdtemp(dir="/tmp", prefix="tirl-test-work-"))  # /tmp: searchable by the sandbox uid
     try:
         (work / "a.txt").write_text("hello")
-        pool = _pool(size=1)
+        pool = make(backend, size=1)
         try:
             r = await pool.run("print(open('a.txt').read())\nopen('b.txt', 'w').write('new')", workdir=work)
         finally:

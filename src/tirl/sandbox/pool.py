@@ -45,7 +45,9 @@ Not covered:
       kills it;
     - ``workdir=``: the servers have their own workspaces. A run that passes
       a host ``workdir`` is handed to a fresh :class:`~tirl.sandbox.bwrap.BwrapSandbox`
-      (slower, same isolation).
+      (slower, same isolation; with ``isolate=False`` a fresh
+      :class:`~tirl.sandbox.process.ProcessSandbox`), and ``session`` is then
+      ignored.
 
 With ``isolate=False`` the servers are plain processes: same speed and
 sessions, but none of the isolation, exactly as documented in
@@ -73,7 +75,7 @@ from typing import Any
 from tirl.sandbox._common import CLEAN_ENV, CappedBuffer, build_result
 from tirl.sandbox.base import ExecResult, Lang
 from tirl.sandbox.bwrap import SHM, TMP, WORK, BwrapSandbox, bwrap_argv, sandbox_python, sandbox_uid
-from tirl.sandbox.process import WARNING
+from tirl.sandbox.process import WARNING, ProcessSandbox
 
 SERVER_SOURCE = (Path(__file__).parent / "_server.py").read_text()
 # Host-side margin over the program's timeout before a silent server is declared dead.
@@ -216,7 +218,7 @@ class WarmPool:
         self._idle: asyncio.Queue[_Worker] | None = None
         self._sessions: dict[str, _Worker] = {}
         self._start_lock: asyncio.Lock | None = None
-        self._fresh: BwrapSandbox | None = None
+        self._fresh: BwrapSandbox | ProcessSandbox | None = None
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.uids: set[int] = set()  # every uid a server ran as (for audits and tests)
@@ -290,10 +292,14 @@ class WarmPool:
             return ExecResult("", "", None, error="the sandbox pool is closed")
         timeout = timeout_s or self.timeout_s
         memory = memory_mb or self.memory_mb
-        if workdir is not None and self.isolate:
+        if workdir is not None:  # the servers have their own workspaces: a fresh run binds this one
             if self._fresh is None:
-                self._fresh = BwrapSandbox(
-                    timeout_s=self.timeout_s, memory_mb=self.memory_mb, max_output_chars=self.max_output_chars
+                common = {"timeout_s": self.timeout_s, "memory_mb": self.memory_mb}
+                common["max_output_chars"] = self.max_output_chars
+                self._fresh = (
+                    BwrapSandbox(disk_mb=self.disk_mb, python=self.python, **common)  # type: ignore[arg-type]
+                    if self.isolate
+                    else ProcessSandbox(python=self.python, warn=False, **common)  # type: ignore[arg-type]
                 )
             result = await self._fresh.run(code, lang=lang, timeout_s=timeout, memory_mb=memory, workdir=workdir)
             self.uids |= self._fresh.uids
