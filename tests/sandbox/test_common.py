@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tirl.errors import SetupError
 from tirl.sandbox._common import CappedBuffer, build_result, cut_text, memory_exceeded
+from tirl.sandbox.bwrap import _python_prefix
 
 
 @given(st.lists(st.binary(max_size=50), max_size=30), st.integers(1, 40))
@@ -44,3 +49,10 @@ def test_sigxcpu_counts_as_a_timeout_and_memoryerror_as_memory() -> None:
     assert build_result(empty, empty, -24, timed_out=False, wall_s=1.0, max_chars=100).timed_out
     assert memory_exceeded(1, "Traceback...\nMemoryError\n")
     assert not memory_exceeded(0, "MemoryError")
+
+
+def test_an_interpreter_prefix_that_would_expose_home_is_refused(tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "python"
+    with pytest.raises(SetupError, match="not in a self-contained installation"):
+        _python_prefix(str(fake))  # tmp_path has no lib/python3*: not an installation
+    assert _python_prefix("/usr/bin/python3") is None

@@ -49,6 +49,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tirl.errors import SetupError
 from tirl.sandbox._common import CLEAN_ENV, Limits
 from tirl.sandbox._spawn import spawn
 from tirl.sandbox.base import ExecResult, Lang
@@ -96,10 +97,21 @@ def sandbox_python() -> str:
 
 
 def _python_prefix(python: str) -> Path | None:
-    """The installation directory to bind for ``python`` (None when it lives in /usr)."""
-    prefix = Path(python).parent.parent
+    """The installation directory to bind for ``python`` (None when it lives in /usr).
+
+    Refuses a "prefix" that is not a Python installation or that would expose
+    the home or current directory (e.g. an interpreter in ``~/bin``).
+    """
+    prefix = Path(python).resolve().parent.parent
     if prefix == Path("/usr") or Path("/usr") in prefix.parents:
         return None
+    exposed = [Path.home().resolve(), Path.cwd().resolve()]
+    if not any((prefix / "lib").glob("python3*")) or any(p == prefix or prefix in p.parents for p in exposed):
+        raise SetupError(
+            f"the sandbox interpreter {python} is not in a self-contained installation that can be "
+            "bound read-only without exposing the home or project directory; install Python under "
+            "/usr or /opt (or pass python= to the sandbox)"
+        )
     return prefix
 
 
@@ -149,7 +161,10 @@ def bwrap_problem() -> str | None:
     """None when bubblewrap can build the sandbox here, else why not (cached)."""
     if shutil.which("bwrap") is None:
         return "the bwrap binary is not installed (apt-get install bubblewrap)"
-    argv = [*bwrap_argv(python=sandbox_python()), sandbox_python(), "-I", "-c", "pass"]
+    try:
+        argv = [*bwrap_argv(python=sandbox_python()), sandbox_python(), "-I", "-c", "pass"]
+    except SetupError as exc:
+        return str(exc)
     uid = sandbox_uid()
     try:
         proc = subprocess.run(
