@@ -15,7 +15,7 @@ import pytest
 from tests.sandbox.conftest import make, pids_of_uids, settled
 
 from tirl.config import SandboxConfig
-from tirl.sandbox import WarmPool, create_sandbox
+from tirl.sandbox import Sandbox, WarmPool, create_sandbox
 
 
 def _pool(**kw: object) -> WarmPool:
@@ -190,6 +190,11 @@ def test_load_500_runs_at_concurrency_32_leave_nothing_behind(host_audit: object
     outs, uids = asyncio.run(go())
     assert outs == [str(i * i) for i in range(500)]
     assert settled(lambda: pids_of_uids(uids)) == []  # leftover processes: 0 (temp dirs: host_audit)
+
+
+def test_every_backend_satisfies_the_sandbox_protocol() -> None:
+    for backend in ("bwrap", "pool", "process", "pool-process"):
+        assert isinstance(make(backend), Sandbox), backend
 
 
 def test_create_sandbox_picks_the_warm_pool_when_bwrap_works() -> None:
