@@ -466,7 +466,9 @@ def _real_parts(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, str]:
     env_cfg = EnvConfig(name="swe-lite", max_turns=args.real_max_turns)
     factory = env_factory("swe-lite", config=env_cfg, sandbox=sandbox)
     ctx = int(getattr(model.config, "max_position_embeddings", 1024))
-    generator = HFGenerator(model, tokenizer, eos_ids=chat.eos_ids, max_batch=64, seed=0)
+    generator = HFGenerator(
+        model, tokenizer, eos_ids=chat.eos_ids, max_batch=64, seed=0, batch_window_s=args.real_batch_window
+    )
     runner = AgentLoop(
         generator,
         chat,
@@ -492,7 +494,13 @@ async def _run_real(args: argparse.Namespace) -> dict[str, Any]:
         # batches only requests arriving together is not left with a straggler batch
         "eval_queue_size": args.real_run_workers,
     }
-    out: dict[str, Any] = {"model": what, "tasks": len(tasks), "group_size": args.real_group, "pools": pools}
+    out: dict[str, Any] = {
+        "model": what,
+        "tasks": len(tasks),
+        "group_size": args.real_group,
+        "pools": pools,
+        "batch_window_s": args.real_batch_window,
+    }
     try:
         # warm-up (untimed): materialises the task templates into the cache and warms the model
         warm = make_strategy(RolloutConfig(strategy="pipeline", **pools), factory, runner)
@@ -566,6 +574,7 @@ def main() -> int:
     ap.add_argument("--real-group", type=int, default=4, help="--real: samples per task")
     ap.add_argument("--real-max-turns", type=int, default=4, help="--real: turns per episode")
     ap.add_argument("--real-max-new", type=int, default=32, help="--real: sampled tokens per turn")
+    ap.add_argument("--real-batch-window", type=float, default=0.5, help="--real: HFGenerator batching window (s)")
     ap.add_argument("--real-run-workers", type=int, default=16, help="--real: Agent Runner workers (and B)")
     ap.add_argument("--model", default="", help="--real: a local HF model directory (default: the built-in one)")
     ap.add_argument("--device", default="cpu", help="--real: torch device")
