@@ -127,13 +127,13 @@ def test_no_server_retries_with_backoff_then_setup_error():
 
 
 def test_parse_token_ids_fallback():
-    from types import SimpleNamespace
-
-    choice = SimpleNamespace(token_ids=None, logprobs=SimpleNamespace(tokens=["token_id:5", "token_id:17"]))
+    choice = {"token_ids": None, "logprobs": {"tokens": ["token_id:5", "token_id:17"]}}
     assert parse_token_ids(choice) == [5, 17]
-    choice.logprobs.tokens = ["a"]
+    assert parse_token_ids({"token_ids": [3, 4], "logprobs": None}) == [3, 4]
     with pytest.raises(RuntimeError, match="token_id:N"):
-        parse_token_ids(choice)
+        parse_token_ids({"logprobs": {"tokens": ["a"]}})
+    with pytest.raises(RuntimeError, match="neither"):
+        parse_token_ids({"text": "x"})
 
 
 def test_weight_sync_reaches_the_server(served, tmp_path):

@@ -35,6 +35,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="how long to wait for concurrent requests before a batch starts",
     )
+    parser.add_argument(
+        "--arrival-gap-ms",
+        type=float,
+        default=10.0,
+        help="an idle sampler waits for a burst of requests until none arrived for this long",
+    )
+    parser.add_argument(
+        "--max-arrival-wait-ms",
+        type=float,
+        default=250.0,
+        help="... but never longer than this (0 = no waiting for bursts)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed for requests without a seed")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
 
@@ -55,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         api_key=args.api_key or os.environ.get("TIRL_API_KEY"),
         max_batch=args.max_batch,
         batch_window_s=max(0.0, args.batch_window_ms) / 1000.0,
+        arrival_gap_s=max(0.0, args.arrival_gap_ms) / 1000.0,
+        max_arrival_wait_s=max(0.0, args.max_arrival_wait_ms) / 1000.0,
         seed=args.seed,
     )
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET

@@ -35,6 +35,7 @@ endpoint), weight sync to ``vllm serve`` (see docs/serving.md).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -69,13 +70,12 @@ def _url_hint(base_url: str) -> str:
     return f"nothing answers /models under {base_url!r} — is it an OpenAI-compatible server?"
 
 
-def parse_token_ids(choice: Any) -> list[int]:
-    """The sampled ids of a completions choice: ``token_ids``, else ``"token_id:N"`` log-prob tokens."""
-    ids = getattr(choice, "token_ids", None)
+def parse_token_ids(choice: dict[str, Any]) -> list[int]:
+    """The sampled ids of a completions choice (JSON): ``token_ids``, else ``"token_id:N"`` log-prob tokens."""
+    ids = choice.get("token_ids")
     if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
         return list(ids)
-    lp = getattr(choice, "logprobs", None)
-    tokens = getattr(lp, "tokens", None) if lp is not None else None
+    tokens = (choice.get("logprobs") or {}).get("tokens")
     if tokens is None:
         raise RuntimeError(
             "the server returned neither choice.token_ids nor log-prob tokens; it must support vLLM's "
@@ -212,8 +212,8 @@ class OpenAIGenerator:
         async with self._sem:
             self.stats["wait_s"] += time.perf_counter() - t0
             try:
-                resp = await self._retrying(
-                    lambda: self._client.completions.create(
+                raw = await self._retrying(
+                    lambda: self._client.completions.with_raw_response.create(
                         model=model,
                         prompt=list(prompt_ids),
                         max_tokens=params.max_new_tokens,
@@ -234,34 +234,38 @@ class OpenAIGenerator:
             except openai.APIStatusError as exc:
                 raise RuntimeError(f"{self.base_url}/completions: HTTP {exc.status_code}: {exc.message}") from None
         self.stats["requests"] += 1
-        return self._result(resp, params)
+        try:  # the JSON as is: the client's typed models would cost more than the sampling of a tiny model
+            data = json.loads(raw.http_response.content)
+        except ValueError as exc:
+            raise RuntimeError(f"{self.base_url}/completions returned a body that is not JSON ({exc})") from None
+        return self._result(data, params)
 
-    def _result(self, resp: Any, params: SamplingParams) -> GenerationResult:
-        if not resp.choices:
+    def _result(self, data: dict[str, Any], params: SamplingParams) -> GenerationResult:
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices:
             raise RuntimeError(f"{self.base_url}/completions returned no choices")
-        choice = resp.choices[0]
+        choice = choices[0]
         ids = parse_token_ids(choice)
-        lp = choice.logprobs
-        logprobs = list(lp.token_logprobs) if lp is not None and lp.token_logprobs is not None else None
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
         if logprobs is None or len(logprobs) != len(ids) or any(x is None for x in logprobs):
             raise RuntimeError(
                 f"{self.base_url}/completions returned {0 if logprobs is None else len(logprobs)} log-probs for "
                 f"{len(ids)} tokens; the server must return one log-prob per sampled token (logprobs=0)"
             )
         finish: FinishReason
-        if choice.finish_reason == "length":
+        if choice.get("finish_reason") == "length":
             finish = "length"
         elif (ids and ids[-1] in self.eos_ids) or not params.stop:
             finish = "eos"
         else:
             finish = "stop"
-        version = getattr(resp, "policy_version", None)
+        version = data.get("policy_version")
         self.stats["tokens"] += len(ids)
         return GenerationResult(
             token_ids=ids,
             logprobs=[float(x) for x in logprobs],
             finish_reason=finish,
-            text=choice.text or "",
+            text=choice.get("text") or "",
             policy_version=int(version) if isinstance(version, int) else self.policy_version,
         )
 

@@ -31,7 +31,9 @@ Token-id extension (vLLM's names, so one RL client works against both):
 * Every response has ``policy_version``: the weights version that sampled it.
 
 Concurrent requests are batched by :class:`~tirl.inference.hf.HFGenerator`
-(one sampling loop; no second sampler here).
+(one sampling loop; no second sampler here); :class:`ArrivalGate` lets a
+burst of HTTP arrivals finish before an idle sampler starts, so that the
+burst shares one batch as it would in-process.
 
 Not covered: incremental streaming while sampling — a streamed response
 sends its chunks (one per token) when its sample is complete, because the
@@ -66,6 +68,82 @@ from tirl.models.loading import Policy
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
 
+class ArrivalGate:
+    """Lets requests into the sampler in bursts, so that what would be one batch in-process is one batch here.
+
+    HTTP clients send their next requests one by one as their answers
+    arrive, spread over tens to hundreds of milliseconds. Without this gate
+    the sampler starts a batch with the first few and the rest wait a whole
+    batch: closed-loop clients then split into groups that never re-join.
+    The gate holds requests while a batch runs (they could not start anyway)
+    and, once the sampler is idle, until
+
+    * as many requests wait as were let in last time (closed-loop clients send
+      back what they got), and then none arrived for ``gap_s``; or
+    * ``max_wait_s`` passed since the sampler became idle; or
+    * ``max_batch`` requests wait.
+
+    The cost: a request that arrives alone after a larger burst waits up to
+    ``max_wait_s``; one that arrives alone on an idle server waits ``gap_s``.
+    """
+
+    POLL_S = 0.002  # how often a held burst checks whether the running batch has ended
+
+    def __init__(self, is_busy: Callable[[], bool], *, gap_s: float, max_wait_s: float, max_batch: int) -> None:
+        self.is_busy = is_busy
+        self.gap_s = gap_s
+        self.max_wait_s = max_wait_s
+        self.max_batch = max_batch
+        self.expected = 1  # how many were let in last time
+        self._waiting: list[asyncio.Future[None]] = []
+        self._arrived = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def wait(self) -> None:
+        """Return when this request may go to the sampler."""
+        if self.max_wait_s <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(fut)
+        self._arrived.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run())
+        await fut
+
+    async def _arrival(self, timeout_s: float) -> bool:
+        self._arrived.clear()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._arrived.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        idle_since: float | None = None
+        while len(self._waiting) < self.max_batch:
+            if self.is_busy():
+                idle_since = None
+                await self._arrival(self.POLL_S)
+                continue
+            now = loop.time()
+            idle_since = now if idle_since is None else idle_since
+            left = idle_since + self.max_wait_s - now
+            if left <= 0:
+                break
+            if len(self._waiting) >= self.expected:
+                if not await self._arrival(min(self.gap_s, left)):
+                    break  # the burst is over
+            else:
+                await self._arrival(min(left, self.POLL_S * 5))
+        waiting, self._waiting = self._waiting, []
+        self.expected = max(1, len(waiting))
+        for fut in waiting:
+            if not fut.done():
+                fut.set_result(None)
+
+
 @dataclass(slots=True)
 class Sample:
     """One generated choice: its prompt, the generator's result and the text to return."""
@@ -91,6 +169,8 @@ class ModelServer:
         api_key: str | None = None,
         max_batch: int = 64,
         batch_window_s: float = 0.005,
+        arrival_gap_s: float = 0.01,
+        max_arrival_wait_s: float = 0.25,
         seed: int = 0,
     ) -> None:
         self.policy = policy
@@ -105,9 +185,13 @@ class ModelServer:
             seed=seed,
         )
         self.max_context = self.generator.max_context
+        self.gate = ArrivalGate(
+            lambda: self.generator.is_busy, gap_s=arrival_gap_s, max_wait_s=max_arrival_wait_s, max_batch=max_batch
+        )
         self.vocab_size = len(policy.tokenizer)
         self.created = int(time.time())
         self.requests = 0  # generation requests (one per prompt and choice)
+        self._pieces: dict[tuple[int, bool], str] = {}
         self._reload_lock = asyncio.Lock()
 
     # ----------------------------------------------------------------- checks
@@ -161,6 +245,7 @@ class ModelServer:
                 seed = None if p.seed is None else p.seed + k
                 calls.append((ids, SamplingParams(p.max_new_tokens, p.temperature, p.top_p, p.stop, seed)))
         self.requests += len(calls)
+        await self.gate.wait()
         results = await asyncio.gather(*(self.generator.generate(ids, params) for ids, params in calls))
         samples = []
         for (ids, params), res in zip(calls, results, strict=True):
@@ -172,15 +257,23 @@ class ModelServer:
             samples.append(Sample(ids, res, text, _FINISH[res.finish_reason]))
         return samples
 
+    def _piece(self, tid: int, skip_special: bool) -> str:
+        """The text of one token (cached: the response path decodes every sampled token)."""
+        key = (tid, skip_special)
+        text = self._pieces.get(key)
+        if text is None:
+            text = self._pieces[key] = self._decode([tid], skip_special)
+        return text
+
     def _token_str(self, tid: int, common: Common) -> str:
-        return f"token_id:{tid}" if common.token_ids_as_text else self._decode([tid], False)
+        return f"token_id:{tid}" if common.token_ids_as_text else self._piece(tid, False)
 
     def _completion_logprobs(self, ids: list[int], lps: list[float], common: Common, offset0: int) -> dict[str, Any]:
         tokens = [self._token_str(t, common) for t in ids]
         offsets, pos = [], offset0
         for t in ids:
             offsets.append(pos)
-            pos += len(self._decode([t], common.skip_special))
+            pos += len(self._piece(t, common.skip_special))
         top = [{tok: lp} for tok, lp in zip(tokens, lps, strict=True)] if common.logprobs else None
         return {"tokens": tokens, "token_logprobs": list(lps), "top_logprobs": top, "text_offset": offsets}
 
