@@ -562,7 +562,7 @@ def main() -> int:
     ap.add_argument(
         "--workloads", default="", help="comma-separated subset of: " + ", ".join(w.name for w in WORKLOADS)
     )
-    ap.add_argument("--target-s", type=float, default=3.0, help="wall seconds the bound allows per pipeline run")
+    ap.add_argument("--target-s", type=float, default=4.0, help="wall seconds the bound allows per pipeline run")
     ap.add_argument("--batch-size", type=int, default=0, help="baselines' batch size B (0 = run_workers)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-scale", type=float, default=1.0, help="multiply every workload's trajectory count")
