@@ -17,7 +17,7 @@ across steps). ``X_queue`` counts episodes waiting for stage X (for
 ``init_queue``: not yet initialised), ``X_busy`` workers inside stage X,
 ``X_blocked`` workers that finished stage X and wait for room in the next,
 bounded queue (backpressure), ``X_done`` cumulative completions of stage X
-since the tracer was created (failed attempts included), ``live_envs``
+since the tracer was created (episodes, whether the stage succeeded or not), ``live_envs``
 environments created and not yet closed. ``gpu_util`` is the fraction of the
 interval in which the generator had at least one request in flight, or
 ``null`` when no busy source was given.
