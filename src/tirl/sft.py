@@ -117,6 +117,7 @@ class SFTConfig:
     """Settings of the warm start (the defaults produce the shipped checkpoint)."""
 
     steps: int = 1500  # upper bound; training usually stops earlier at stop_at_accuracy
+    decay_steps: int = 1500  # cosine horizon, independent of ``steps``: a shorter run is a prefix of a longer one
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 30
@@ -148,7 +149,7 @@ class SFTResult:
 def _lr_at(step: int, cfg: SFTConfig) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    frac = (step - cfg.warmup_steps) / max(1, cfg.decay_steps - cfg.warmup_steps)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
@@ -159,8 +160,12 @@ def train_sft(
     *,
     pad_id: int,
     evaluate: Callable[[], float] | None = None,
+    on_eval: Callable[[SFTResult], None] | None = None,
 ) -> SFTResult:
-    """Train ``model`` in place on ``demos``; evaluate every ``eval_every`` steps and stop at the target."""
+    """Train ``model`` in place on ``demos``; evaluate every ``eval_every`` steps and stop at the target.
+
+    ``on_eval`` is called after each evaluation with the result so far (e.g. to save a checkpoint).
+    """
     if not demos:
         raise ValueError("no demonstrations to train on")
     rng = random.Random(cfg.seed)
@@ -199,6 +204,9 @@ def train_sft(
             acc = evaluate()
             evals.append((step, acc))
             cfg.log(f"step {step:5d}  held-out accuracy {acc:.3f}")
+            if on_eval is not None:
+                on_eval(SFTResult(step, len(demos), loss_value, list(evals), time.perf_counter() - t0))
+            model.train()
             if cfg.stop_at_accuracy is not None and acc >= cfg.stop_at_accuracy:
                 break
     model.eval()

@@ -23,10 +23,10 @@ from tirl.inference.base import SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.models.chat_format import chat_format_for
 from tirl.models.loading import load_policy
-from tirl.models.tiny import build_tiny_model, count_parameters, save_policy
+from tirl.models.tiny import TinyModelSpec, build_tiny_model, count_parameters, save_policy
 from tirl.rollout.agent_loop import AgentLoop, evaluate_accuracy
 from tirl.sandbox import create_sandbox
-from tirl.sft import SFTConfig, build_demonstrations, sft_eval_seed, sft_task_seed, train_sft, write_card
+from tirl.sft import SFTConfig, SFTResult, build_demonstrations, sft_eval_seed, sft_task_seed, train_sft, write_card
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.stop_at_accuracy,
         help="stop once held-out accuracy (temperature 1) reaches this; negative = never stop early",
     )
+    spec = TinyModelSpec()
+    parser.add_argument("--layers", type=int, default=spec.layers, help="layers of a fresh tiny model")
+    parser.add_argument("--hidden", type=int, default=spec.hidden_size, help="width of a fresh tiny model")
+    parser.add_argument("--heads", type=int, default=spec.heads, help="attention heads of a fresh tiny model")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--sandbox", choices=("auto", "bwrap", "process"), default="auto", help="sandbox backend")
 
@@ -79,7 +83,14 @@ def run(args: argparse.Namespace) -> int:
         policy = load_policy(args.init)
         model, tokenizer = policy.model, policy.tokenizer
     else:
-        model, tokenizer = build_tiny_model(seed=cfg.seed)
+        spec = TinyModelSpec(
+            hidden_size=args.hidden,
+            layers=args.layers,
+            heads=args.heads,
+            kv_heads=args.heads,
+            intermediate_size=3 * args.hidden,
+        )
+        model, tokenizer = build_tiny_model(spec, seed=cfg.seed)
     chat = chat_format_for(tokenizer)
     print(f"model: {count_parameters(model):,} parameters", flush=True)
     loop = asyncio.new_event_loop()
@@ -117,7 +128,16 @@ def run(args: argparse.Namespace) -> int:
             return report.accuracy
 
         cfg.log = lambda line: print(line, flush=True)
-        result = train_sft(model, demos, cfg, pad_id=int(tokenizer.pad_token_id or 0), evaluate=evaluate)
+        out = Path(args.out)
+        command = "tirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "tirl sft"
+
+        def checkpoint(partial: SFTResult) -> None:  # a usable checkpoint after every evaluation
+            save_policy(model, tokenizer, out)
+            write_card(out, cfg, partial, command)
+
+        result = train_sft(
+            model, demos, cfg, pad_id=int(tokenizer.pad_token_id or 0), evaluate=evaluate, on_eval=checkpoint
+        )
         greedy = AgentLoop(
             generator,
             chat,
@@ -132,8 +152,7 @@ def run(args: argparse.Namespace) -> int:
         loop.run_until_complete(sandbox.close())
     finally:
         loop.close()
-    out = save_policy(model, tokenizer, Path(args.out))
-    command = "tirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "tirl sft"
+    save_policy(model, tokenizer, out)
     write_card(out, cfg, result, command)
     print(f"saved {out} after {result.steps} steps ({result.wall_s:.0f}s); evals {result.evals}", flush=True)
     return 0
