@@ -10,6 +10,7 @@ from tirl.algorithms.losses import (
     LossConfig,
     entropy_from_logits,
     gather_logprobs,
+    logprobs_and_entropy,
     policy_loss,
     tis_weights,
 )
@@ -140,6 +141,9 @@ def test_gather_logprobs_and_entropy_match_loops() -> None:
     targets = torch.randint(0, 5, (2, 3))
     lp = gather_logprobs(logits, targets)
     ent = entropy_from_logits(logits)
+    lp2, ent2 = logprobs_and_entropy(logits, targets)
+    assert torch.allclose(lp.double(), lp2.double(), atol=1e-5)
+    assert torch.allclose(ent.double(), ent2.double(), atol=1e-5)
     for b in range(2):
         for t in range(3):
             row = logits[b, t].tolist()

@@ -209,3 +209,17 @@ def gather_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
     logits = logits.float()
     picked = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T]
     return picked - torch.logsumexp(logits, dim=-1)
+
+
+def logprobs_and_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """Target log-probs (differentiable) and per-position entropy (detached) from one log-softmax.
+
+    logits: Tensor  # [B, T, V]
+    targets: Tensor  # [B, T] long
+    returns: (logprobs  # [B, T], entropy  # [B, T])
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)  # [B, T, V]
+    picked = torch.gather(logp, -1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T]
+    with torch.no_grad():
+        ent = -(logp.exp() * logp).sum(dim=-1)
+    return picked, ent

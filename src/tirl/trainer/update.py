@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tirl.algorithms.losses import LossConfig, entropy_from_logits, gather_logprobs, policy_loss, tis_weights
+from tirl.algorithms.losses import LossConfig, gather_logprobs, logprobs_and_entropy, policy_loss, tis_weights
 from tirl.config import AlgoConfig
-from tirl.trainer.batching import TrainBatch, collate, split_microbatches, split_minibatches
+from tirl.trainer.batching import TrainBatch, collate, loss_weight, split_microbatches, split_minibatches
 from tirl.types import Trajectory
 
 
@@ -46,14 +46,10 @@ def loss_config(algo: AlgoConfig) -> LossConfig:
     )
 
 
-def forward_logprobs(model: Any, batch: TrainBatch) -> tuple[Tensor, Tensor]:
-    """Log-probs of the targets and the logits they came from.
-
-    returns: (logprobs  # [B, L-1], logits  # [B, L-1, V])
-    """
+def forward_logits(model: Any, batch: TrainBatch) -> Tensor:
+    """Logits at every position that predicts a target: Tensor  # [B, L-1, V]."""
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    logits = out.logits[:, :-1, :]
-    return gather_logprobs(logits, batch.targets), logits
+    return out.logits[:, :-1, :]  # type: ignore[no-any-return]
 
 
 def _pad_rows(rows: list[Tensor], width: int) -> Tensor:
@@ -69,7 +65,7 @@ def _pad_rows(rows: list[Tensor], width: int) -> Tensor:
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def score_logprobs(model: Any, trajs: list[Trajectory], pad_id: int, micro_tokens: int) -> list[Tensor]:
     """Per-trajectory target log-probs under ``model`` (no grad), each Tensor  # [L_i - 1]."""
     lengths = [len(t.token_ids) for t in trajs]
@@ -78,7 +74,7 @@ def score_logprobs(model: Any, trajs: list[Trajectory], pad_id: int, micro_token
     budget = micro_tokens if micro_tokens > 0 else 1 << 62
     for micro in split_microbatches(list(range(len(trajs))), lengths, budget):
         batch = collate(trajs, zeros, micro, pad_id)
-        lp, _ = forward_logprobs(model, batch)
+        lp = gather_logprobs(forward_logits(model, batch), batch.targets)
         for j, i in enumerate(micro):
             out[i] = lp[j, : lengths[i] - 1].float().clone()
     return out
@@ -144,6 +140,11 @@ class UpdateStats:
         }
 
 
+def _loss_tokens(traj: Trajectory) -> int:
+    """Loss tokens of a trajectory as the batcher sees them (targets are positions 1..L-1)."""
+    return sum(traj.loss_mask[1:]) if loss_weight(traj) > 0 else 0
+
+
 def _micro_scale(loss_agg: str, mask: Tensor, total_tokens: float, total_seqs: float) -> float:
     """Share of a micro-batch in its mini-batch's aggregate (mask: Tensor  # [B, T])."""
     if loss_agg == "seq_mean":
@@ -193,9 +194,9 @@ class PolicyUpdater:
         micro_tokens: int,
     ) -> None:
         """One optimiser step over ``rows`` (gradient accumulation across micro-batches)."""
-        full = collate(trajs, advantages, rows, self.pad_id)
-        total_tokens = float(full.mask.sum().item())
-        total_seqs = float((full.mask.sum(dim=1) > 0).sum().item())
+        counts = [_loss_tokens(trajs[i]) for i in rows]
+        total_tokens = float(sum(counts))
+        total_seqs = float(sum(1 for c in counts if c > 0))
         if total_tokens == 0:
             return
         self.optimizer.zero_grad(set_to_none=True)
@@ -204,7 +205,7 @@ class PolicyUpdater:
             batch = collate(trajs, advantages, micro, self.pad_id)
             width = batch.targets.shape[1]
             old_lp = _pad_rows([old[i] for i in micro], width)  # [B, T]
-            lp, logits = forward_logprobs(self.model, batch)
+            lp, ent = logprobs_and_entropy(forward_logits(self.model, batch), batch.targets)
             tis = tis_weights(old_lp, batch.gen_logprobs, self.algo.tis_cap)
             ref_lp = _pad_rows([ref[i] for i in micro], width) if ref is not None else None
             out = policy_loss(lp, old_lp, batch.advantages, batch.mask, self.loss_cfg, tis=tis, ref_logprobs=ref_lp)
@@ -215,8 +216,6 @@ class PolicyUpdater:
                 return
             (out.loss * scale).backward()
             mb_loss += float(out.loss.item()) * scale
-            with torch.no_grad():
-                ent = entropy_from_logits(logits.detach())
             stats.add_tokens(batch.mask, out.ratio, ent, tis, old_lp - batch.gen_logprobs, out)
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.algo.grad_clip if self.algo.grad_clip > 0 else math.inf
