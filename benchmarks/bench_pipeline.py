@@ -45,6 +45,7 @@ import asyncio
 import dataclasses
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -580,6 +581,9 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", help="--real: torch device")
     args = ap.parse_args()
     if args.real:
+        # Before torch loads: spinning OpenMP threads starve generation on a busy 2-core machine
+        # (the same setting as `tirl train`/`tirl eval`).
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         real = run_real(args)
         if args.json:
             print(json.dumps({"real": real}))
