@@ -144,6 +144,9 @@ async def bench(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         print(f"model: {what}; {args.requests} requests, concurrency {args.concurrency}, "
               f"max_new_tokens {args.max_new_tokens}, {args.threads} torch thread(s) per side")  # fmt: skip
         print(f"median: in-process {ip:.0f} tok/s | http {hp:.0f} tok/s | HTTP overhead {100 * (1 - hp / ip):.1f}%")
+        pairs = sorted(1 - h[0] / i[0] for i, h in zip(rates["in_process"], rates["http"], strict=True))
+        print(f"per-round overhead (same round, back to back): median {100 * pairs[len(pairs) // 2]:.1f}%, "
+              f"range {100 * pairs[0]:.1f}% .. {100 * pairs[-1]:.1f}%")  # fmt: skip
     return out
 
 
@@ -153,7 +156,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--requests", type=int, default=128)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each side")
     parser.add_argument("--batch-window-ms", type=float, default=5.0, help="batching window of both sides")
     parser.add_argument("--json", action="store_true", help='print {"in_process": {...}, "http": {...}}')
