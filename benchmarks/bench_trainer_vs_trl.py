@@ -5,7 +5,7 @@ and trains the same tiny causal LM (the built-in warm-started model when it is
 installed, else a freshly initialised one of the same shape) on the same
 single-turn task: tir-math prompts rendered with the built-in chat format, one
 completion of at most ``--max-new`` tokens, reward 1 when the boxed answer is
-right. Both use ``--prompts`` prompts per generation batch (in the same order),
+right, else a small dense shaping term (see ``_reward``). Both use ``--prompts`` prompts per generation batch (in the same order),
 ``--group`` completions per prompt, 2 optimiser steps per batch (TRL:
 ``steps_per_generation=2``; tirl: ``algo.minibatches=2``), clip 0.2/0.28,
 token-level loss aggregation (TRL ``loss_type="dapo"``), no KL, temperature 1,
@@ -40,10 +40,17 @@ SYSTEM = None  # no system prompt: the shortest shared prompt format
 
 
 def _reward(text: str, answer: str) -> float:
+    """1 for the right boxed answer, else a dense shaping term (share of digits, times 0.5).
+
+    The shaping term gives every group reward variance even for an untrained
+    model, so both trainers do real updates on every batch.
+    """
     from tirl.parsing import extract_final_answer
 
     got = extract_final_answer(text)
-    return 1.0 if got is not None and got.strip() == answer else 0.0
+    if got is not None and got.strip() == answer:
+        return 1.0
+    return 0.5 * sum(c.isdigit() for c in text) / max(len(text), 1)
 
 
 def _model_dir(tmp: Path, seed: int) -> Path:
@@ -265,7 +272,9 @@ def _spawn(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str, An
     cmd = [sys.executable, __file__, "--child", name, "--model-dir", str(model_dir)]
     for key in ("steps", "prompts", "group", "max_new", "threads", "seed", "lr"):
         cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    # the same OpenMP settings for both (passive waiting: see tirl.commands.train)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(args.threads)}
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):

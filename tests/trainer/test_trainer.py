@@ -132,3 +132,12 @@ async def test_tis_weights_are_truncated_when_generator_logprobs_differ(make_tra
     metrics, _ = await trainer.train_step(1)
     assert metrics["train/tis_weight_mean"] == pytest.approx(2.0, abs=1e-4)
     assert metrics["train/gen_logprob_gap_max"] == pytest.approx(1.0, abs=1e-3)
+
+
+async def test_equal_rewards_give_no_update_and_leave_weights_alone(make_trainer) -> None:
+    trainer = make_trainer(script=lambda task, i, call: Reply([CORRECT, ANSWER], 1.0))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics, _ = await trainer.train_step(1)
+    assert metrics["train/no_signal"] == 1 and metrics["train/optimizer_steps"] == 0
+    assert metrics["filter/valid_trajectories"] == 8
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))

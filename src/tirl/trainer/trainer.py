@@ -18,6 +18,9 @@ generator itself. One step:
    trajectories are absent (``drop``) before any statistic, ratio or KL.
 4. :class:`~tirl.trainer.update.PolicyUpdater` runs the mini-batch updates;
    the policy version goes up by one and ``on_update`` tells the generator.
+   When every advantage is zero (all kept groups have equal rewards) and there
+   is no KL term, the gradient is exactly zero: the update is not run
+   (``train/no_signal`` = 1), so Adam's momentum does not move the weights.
 5. One metrics line, TensorBoard scalars, a trajectory sample; a checkpoint
    every ``trainer.checkpoint_every`` steps and at the last step.
 
@@ -260,6 +263,14 @@ class Trainer:
             )
             metrics.update({"train/skipped_step": 1, "time/step_s": time.perf_counter() - t0})
             return metrics, col.sampled
+        if float(adv.abs().max().item()) == 0.0 and self.cfg.algo.kl_coef == 0:
+            # every kept group has equal rewards: the policy gradient is exactly zero. Skipping the optimiser
+            # also keeps Adam's momentum from moving the weights on a step without any learning signal.
+            metrics.update(
+                {"train/skipped_step": 0, "train/no_signal": 1, "train/optimizer_steps": 0, "train/skipped_updates": 0}
+            )
+            metrics["time/step_s"] = time.perf_counter() - t0
+            return metrics, col.sampled
         t1 = time.perf_counter()
         # the update is CPU/GPU-bound; run it off the event loop so a strategy's background tasks keep going
         stats = await asyncio.to_thread(self.updater.update, trajs, adv, seed=self.cfg.trainer.seed * 1_000_003 + step)
@@ -271,6 +282,7 @@ class Trainer:
         metrics.update(
             {
                 "train/skipped_step": 0,
+                "train/no_signal": 0,
                 "train/advantage_abs_mean": float(adv.abs().mean().item()),
                 "reward/mean_kept": _mean([float(t.reward or 0.0) for t in trajs]),
                 "time/update_s": time.perf_counter() - t1,
