@@ -5,11 +5,14 @@ and trains the same tiny causal LM (the built-in warm-started model when it is
 installed, else a freshly initialised one of the same shape) on the same
 single-turn task: tir-math prompts rendered with the built-in chat format, one
 completion of at most ``--max-new`` tokens, reward 1 when the boxed answer is
-right, else a small dense shaping term (see ``_reward``). Both use ``--prompts`` prompts per generation batch (in the same order),
-``--group`` completions per prompt, 2 optimiser steps per batch (TRL:
+right, else a small dense shaping term (see ``_reward``). Both use
+``--prompts`` prompts per generation batch (in the same order), ``--group``
+completions per prompt, 2 optimiser steps per batch (TRL:
 ``steps_per_generation=2``; tirl: ``algo.minibatches=2``), clip 0.2/0.28,
 token-level loss aggregation (TRL ``loss_type="dapo"``), no KL, temperature 1,
-AdamW at the same learning rate, float32 on the CPU with the same thread count.
+AdamW at the same learning rate, float32 on the CPU with the same thread count
+and ``OMP_WAIT_POLICY=PASSIVE``. TRL keeps its other defaults (notably
+``gradient_checkpointing=True``, which lowers its memory and costs compute).
 tirl runs with ``filter.mode=off`` so that it updates on exactly as many
 trajectories as TRL.
 
