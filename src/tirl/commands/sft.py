@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -26,7 +27,16 @@ from tirl.models.loading import load_policy
 from tirl.models.tiny import TinyModelSpec, build_tiny_model, count_parameters, save_policy
 from tirl.rollout.agent_loop import AgentLoop, evaluate_accuracy
 from tirl.sandbox import create_sandbox
-from tirl.sft import SFTConfig, SFTResult, build_demonstrations, sft_eval_seed, sft_task_seed, train_sft, write_card
+from tirl.sft import (
+    SFTConfig,
+    SFTResult,
+    build_demonstrations,
+    copy_curriculum,
+    sft_eval_seed,
+    sft_task_seed,
+    train_sft,
+    write_card,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=spec.layers, help="layers of a fresh tiny model")
     parser.add_argument("--hidden", type=int, default=spec.hidden_size, help="width of a fresh tiny model")
     parser.add_argument("--heads", type=int, default=spec.heads, help="attention heads of a fresh tiny model")
+    parser.add_argument(
+        "--copy-steps",
+        type=int,
+        default=d.copy_steps,
+        help="steps of the synthetic copy curriculum before the demonstrations (0 = none)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--sandbox", choices=("auto", "bwrap", "process"), default="auto", help="sandbox backend")
 
@@ -72,6 +88,7 @@ def _config(args: argparse.Namespace) -> SFTConfig:
         eval_every=args.eval_every,
         eval_tasks=args.eval_tasks,
         stop_at_accuracy=stop,
+        copy_steps=max(0, args.copy_steps),
     )
 
 
@@ -135,6 +152,17 @@ def run(args: argparse.Namespace) -> int:
             save_policy(model, tokenizer, out)
             write_card(out, cfg, partial, command)
 
+        if cfg.copy_steps:
+            copy_cfg = replace(
+                cfg,
+                steps=cfg.copy_steps,
+                batch_size=cfg.copy_batch_size,
+                decay_steps=cfg.copy_steps,
+                stop_at_accuracy=None,
+            )
+            copies = copy_curriculum(cfg.copy_steps * cfg.copy_batch_size, chat, seed=cfg.seed)
+            print(f"copy curriculum: {cfg.copy_steps} steps of {cfg.copy_batch_size}", flush=True)
+            train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))
         result = train_sft(
             model, demos, cfg, pad_id=int(tokenizer.pad_token_id or 0), evaluate=evaluate, on_eval=checkpoint
         )
