@@ -34,6 +34,7 @@ async def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--tasks", type=int, default=200)
     ap.add_argument("--window", type=float, default=0.005)
+    ap.add_argument("--temperature", type=float, default=1.0)
     args = ap.parse_args()
     policy = load_policy(args.model, threads=args.threads)
     tasks = generate_tasks(args.tasks, difficulty=1, seed=0)
@@ -64,7 +65,13 @@ async def main() -> None:
     sandbox = create_sandbox(SandboxConfig())
     factory = env_factory("tir-math", sandbox=sandbox, max_turns=4)
     gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=policy.chat.eos_ids, seed=0, batch_window_s=args.window)
-    runner = AgentLoop(gen, policy.chat, params=SamplingParams(max_new_tokens=96), max_turns=4, max_total_tokens=512)
+    runner = AgentLoop(
+        gen,
+        policy.chat,
+        params=SamplingParams(max_new_tokens=96, temperature=args.temperature),
+        max_turns=4,
+        max_total_tokens=512,
+    )
     report = await evaluate_accuracy(runner, factory, tasks, concurrency=64)
     print(
         f"eval pass: {report.n} tasks in {report.wall_s:.1f}s, accuracy {report.accuracy:.3f}, "
