@@ -267,6 +267,7 @@ def write_card(out: Path, cfg: SFTConfig, result: SFTResult, command: str) -> No
         "",
         f"Rebuild: `{command}`",
         "",
+        f"- copy curriculum: {cfg.copy_steps} steps of {cfg.copy_batch_size} synthetic copy episodes first",
         f"- demonstrations: {result.demonstrations} (tir-math difficulty {cfg.difficulty}, expert solutions "
         "run through the real env)",
         f"- steps: {result.steps}, batch {cfg.batch_size}, lr {cfg.lr}, final loss {result.final_loss:.4f}",

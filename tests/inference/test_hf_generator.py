@@ -153,6 +153,23 @@ async def test_busy_time_version_and_close(policy: Policy) -> None:
         await gen.generate([1, 2], SamplingParams())
 
 
+async def test_thread_count_is_set_for_the_batch_and_restored(policy: Policy) -> None:
+    before = torch.get_num_threads()
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=policy.chat.eos_ids, threads=1)
+    seen: list[int] = []
+    original = gen._sample_loop
+
+    def spy(prompts, params):  # type: ignore[no-untyped-def]
+        seen.append(torch.get_num_threads())
+        return original(prompts, params)
+
+    gen._sample_loop = spy  # type: ignore[method-assign]
+    await gen.generate(_prompts(policy)[0], SamplingParams(max_new_tokens=2))
+    assert seen == [1] and torch.get_num_threads() == before
+    assert HFGenerator(policy.model, policy.tokenizer, eos_ids=[0]).threads == 1  # "auto" on a tiny model
+    await gen.close()
+
+
 async def test_prompt_at_the_context_limit_returns_length(policy: Policy) -> None:
     gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=policy.chat.eos_ids, max_context=8)
     res = await gen.generate(list(range(3, 11)), SamplingParams(max_new_tokens=4))

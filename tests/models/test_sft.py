@@ -13,7 +13,7 @@ from tirl.envs.tasks.math_gen import expert_solution, generate_tasks
 from tirl.models.chat_format import SimpleChatFormat
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
 from tirl.sandbox import create_sandbox
-from tirl.sft import SFTConfig, build_demonstrations, masked_lm_loss, pad_batch, train_sft
+from tirl.sft import SFTConfig, build_demonstrations, copy_curriculum, masked_lm_loss, pad_batch, train_sft
 from tirl.types import Role, TerminationReason
 
 
@@ -67,6 +67,20 @@ def test_demonstrations_run_through_the_real_env(demos) -> None:  # type: ignore
         sampled = [i for i, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m]
         assert sampled == [i for c in contents for i in chat.assistant_ids(c)]
     assert saw_fix
+
+
+def test_copy_curriculum_masks_only_the_copying_turn() -> None:
+    chat = SimpleChatFormat(build_tiny_model(TinyModelSpec(hidden_size=16, layers=1, heads=1, kv_heads=1))[1])
+    trajs = copy_curriculum(30, chat, seed=1)
+    assert [t.token_ids for t in trajs] == [t.token_ids for t in copy_curriculum(30, chat, seed=1)]
+    for traj in trajs:
+        traj.check_token_view()
+        text = chat.tokenizer.decode(traj.token_ids)
+        user = text.split("<|user|>")[1].split("<|end|>")[0]
+        reply = chat.assistant_text([i for i, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m])
+        digits = "".join(c for c in reply if c.isdigit())
+        assert digits and digits in "".join(c for c in user if c.isdigit())  # every digit is copied
+        assert traj.loss_mask[-1] == 1 and traj.token_ids[-1] == chat.end_id
 
 
 def test_a_short_training_run_lowers_the_loss(demos) -> None:  # type: ignore[no-untyped-def]
