@@ -67,3 +67,17 @@ def test_microbatch_accumulation_gives_the_whole_batch_gradient(agg: str) -> Non
         assert stats.steps == 1
         grads.append(captured["g"])
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+
+
+def test_old_logprobs_from_the_first_minibatch_match_the_scoring_pass() -> None:
+    # with lr 0 the weights never move: every ratio must be exactly 1, whether a row's old log-probs came
+    # from the no-grad scoring pass or from the first mini-batch's own forward
+    trajs = [_traj(i, 6 + 3 * i, 2) for i in range(6)]
+    model, _ = build_tiny_model(SMALL, seed=3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    algo = AlgoConfig(minibatches=3, epochs=2, micro_batch_tokens=25)
+    stats = PolicyUpdater(model=model, optimizer=opt, algo=algo, pad_id=0).update(
+        trajs, torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0]), seed=1
+    )
+    assert stats.steps == 6
+    assert stats.ratio_min == pytest.approx(1.0, abs=1e-5) and stats.ratio_max == pytest.approx(1.0, abs=1e-5)

@@ -140,6 +140,12 @@ class UpdateStats:
         }
 
 
+def _known(t: Tensor | None) -> Tensor:
+    if t is None:
+        raise RuntimeError("old log-probs missing for a row after the first mini-batch (trainer bug)")
+    return t
+
+
 def _loss_tokens(traj: Trajectory) -> int:
     """Loss tokens of a trajectory as the batcher sees them (targets are positions 1..L-1)."""
     return sum(traj.loss_mask[1:]) if loss_weight(traj) > 0 else 0
@@ -166,18 +172,36 @@ class PolicyUpdater:
         self.loss_cfg = loss_config(self.algo)
 
     def update(self, trajs: list[Trajectory], advantages: Tensor, *, seed: int) -> UpdateStats:
-        """All epochs and mini-batches of one step; ``advantages``: Tensor  # [N]."""
+        """All epochs and mini-batches of one step; ``advantages``: Tensor  # [N].
+
+        The old log-probs of the first mini-batch's rows are read off that
+        mini-batch's own forward pass (it runs at the pre-update weights, so
+        they are exactly the old log-probs); only the other rows get a separate
+        no-grad scoring pass before the first optimiser step.
+        """
         stats = UpdateStats()
         micro_tokens = self.algo.micro_batch_tokens or (1 << 62)
         self.model.eval()  # eval mode throughout: dropout would make the ratio noisy even at step 0
-        old = score_logprobs(self.model, trajs, self.pad_id, micro_tokens)
+        rng = random.Random(seed)
+        plan = [split_minibatches(len(trajs), self.algo.minibatches, rng) for _ in range(self.algo.epochs)]
+        first = set(plan[0][0])
+        old: list[Tensor | None] = [None] * len(trajs)
+        self._score_into(old, trajs, [i for i in range(len(trajs)) if i not in first], micro_tokens)
         ref = score_logprobs(self.ref_model, trajs, self.pad_id, micro_tokens) if self._use_ref() else None
         lengths = [len(t.token_ids) for t in trajs]
-        rng = random.Random(seed)
-        for _ in range(self.algo.epochs):
-            for rows in split_minibatches(len(trajs), self.algo.minibatches, rng):
+        for e, epoch in enumerate(plan):
+            for k, rows in enumerate(epoch):
                 self._minibatch(trajs, advantages, rows, lengths, old, ref, stats, micro_tokens)
+                if e == 0 and k == 0:  # skipped or empty first mini-batch: weights unchanged, score what is missing
+                    self._score_into(old, trajs, [i for i in rows if old[i] is None], micro_tokens)
         return stats
+
+    def _score_into(self, old: list[Tensor | None], trajs: list[Trajectory], rows: list[int], micro: int) -> None:
+        """Fill ``old[i]`` for ``rows`` with a no-grad scoring pass at the current weights."""
+        if rows:
+            scored = score_logprobs(self.model, [trajs[i] for i in rows], self.pad_id, micro)
+            for i, lp in zip(rows, scored, strict=True):
+                old[i] = lp
 
     def _use_ref(self) -> bool:
         return self.ref_model is not None and self.algo.kl_coef > 0
@@ -188,12 +212,15 @@ class PolicyUpdater:
         advantages: Tensor,
         rows: list[int],
         lengths: list[int],
-        old: list[Tensor],
+        old: list[Tensor | None],
         ref: list[Tensor] | None,
         stats: UpdateStats,
         micro_tokens: int,
     ) -> None:
-        """One optimiser step over ``rows`` (gradient accumulation across micro-batches)."""
+        """One optimiser step over ``rows`` (gradient accumulation across micro-batches).
+
+        Rows whose ``old`` entry is None take their old log-probs from this forward pass (detached).
+        """
         counts = [_loss_tokens(trajs[i]) for i in rows]
         total_tokens = float(sum(counts))
         total_seqs = float(sum(1 for c in counts if c > 0))
@@ -204,8 +231,11 @@ class PolicyUpdater:
         for micro in split_microbatches(rows, lengths, micro_tokens):
             batch = collate(trajs, advantages, micro, self.pad_id)
             width = batch.targets.shape[1]
-            old_lp = _pad_rows([old[i] for i in micro], width)  # [B, T]
             lp, ent = logprobs_and_entropy(forward_logits(self.model, batch), batch.targets)
+            for j, i in enumerate(micro):
+                if old[i] is None:  # first mini-batch at the pre-update weights: these are the old log-probs
+                    old[i] = lp[j, : lengths[i] - 1].detach().clone()
+            old_lp = _pad_rows([_known(old[i]) for i in micro], width)  # [B, T]
             tis = tis_weights(old_lp, batch.gen_logprobs, self.algo.tis_cap)
             ref_lp = _pad_rows([ref[i] for i in micro], width) if ref is not None else None
             out = policy_loss(lp, old_lp, batch.advantages, batch.mask, self.loss_cfg, tis=tis, ref_logprobs=ref_lp)
