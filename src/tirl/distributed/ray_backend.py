@@ -215,7 +215,13 @@ class RayEnvPool:
             strategy = NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False)
             self.handles.append(
                 actor_cls.options(
-                    num_cpus=0, max_restarts=0, max_concurrency=max_concurrency, scheduling_strategy=strategy
+                    num_cpus=0,
+                    max_restarts=0,
+                    max_concurrency=max_concurrency,
+                    scheduling_strategy=strategy,
+                    # Ray runs async actors on uvloop when it is installed; uvloop's subprocess_exec rejects the
+                    # user/group arguments the sandbox passes, so the hosts keep the standard asyncio loop.
+                    runtime_env={"env_vars": {"RAY_USE_UVLOOP": "0"}},
                 ).remote(recipe)
             )
         self.alive = [True] * count
