@@ -209,3 +209,17 @@ def test_tirl_train_with_openai_generator(tmp_path):
     assert health["policy_version"] == updated  # one weight sync per update
     assert all(r["rollout/trajectories"] >= 4 for r in rows)
     assert Path(run_dir / "checkpoints").is_dir()
+
+
+def test_tirl_train_reports_a_missing_server_in_one_line(tmp_path, capsys):
+    from tirl.cli import main
+
+    model_dir = tiny_checkpoint(tmp_path / "tiny")
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    code = main(["train", "--model", str(model_dir), "--generator", "openai", "--base-url", url,
+                 "--run-dir", str(tmp_path / "run"), "--no-progress", "--set", "trainer.eval_before_after=false",
+                 "--set", "sandbox.backend=process"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"error: no OpenAI-compatible server answers at {url}" in err
+    assert "Traceback" not in err

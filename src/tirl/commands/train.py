@@ -143,6 +143,9 @@ async def train_async(cfg: TirlConfig, run_dir: Path, *, resume: bool, progress:
         cfg, model_path=str(ckpt.model_dir) if ckpt else None, trace_path=str(run_dir / "pipeline_trace.jsonl")
     )
     try:
+        start = getattr(parts.generator, "start", None)  # remote generators: check URL, key and model up front
+        if start is not None:
+            await start()
         tasks = TaskSets(cfg)
         ref = None
         if cfg.algo.kl_coef > 0:
