@@ -197,3 +197,16 @@ async def test_trainer_scores_exactly_the_sampled_ids(policy: Policy) -> None:
         assert traj.loss_mask[: traj.prompt_len] == [0] * traj.prompt_len
         assert sum(traj.loss_mask) == sum(t.sampled_tokens for t in traj.turns)
     await gen.close()
+
+
+async def test_seeded_loop_samples_the_same_episodes_whatever_the_batching(policy: Policy) -> None:
+    async def run(concurrency: int) -> list[list[int]]:
+        gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=policy.chat.eos_ids, seed=concurrency)
+        loop = AgentLoop(gen, policy.chat, params=SamplingParams(max_new_tokens=8), max_turns=2, seed=11)
+        tasks = [Task(id=f"t{i}", prompt="Compute 2+3.", answer="5") for i in range(4)]
+        report = await evaluate_accuracy(loop, lambda task: FakeEnv(), tasks, concurrency=concurrency)
+        await gen.close()
+        return [t.token_ids for t in report.trajectories]
+
+    assert await run(1) == await run(4)
+    assert AgentLoop(Exploding(), SimpleChatFormat(build_char_tokenizer())).turn_seed("a", 0) is None

@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
             params=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0),
             max_turns=cfg.max_turns,
             max_total_tokens=cfg.max_total_tokens,
+            seed=cfg.seed,  # per-turn sampling seeds: the held-out accuracy, hence the stop step, is reproducible
         )
 
         def evaluate() -> float:

@@ -26,6 +26,7 @@ message content); the loop never calls ``env.evaluate`` or ``env.close``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -58,6 +59,14 @@ class AgentLoop:
     max_turns: int = 4
     max_total_tokens: int = 512
     rules: ParseRules = field(default_factory=ParseRules)  # only to label turn records; the env judges
+    seed: int | None = None  # set: each turn samples with a seed from (seed, trajectory id, turn) — reproducible
+
+    def turn_seed(self, traj_id: str, turn: int) -> int | None:
+        """The sampling seed of one turn (``None`` when ``seed`` is unset: the generator's own RNG)."""
+        if self.seed is None:
+            return self.params.seed
+        digest = hashlib.sha256(f"{self.seed}/{traj_id}/{turn}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") >> 1
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -98,7 +107,7 @@ class AgentLoop:
             max_new = min(self.params.max_new_tokens, budget)
             t0 = time.perf_counter()
             res: GenerationResult = await self.generator.generate(
-                list(traj.token_ids), replace(self.params, max_new_tokens=max_new)
+                list(traj.token_ids), replace(self.params, max_new_tokens=max_new, seed=self.turn_seed(traj.id, index))
             )
             gen_s = time.perf_counter() - t0
             versions.append(res.policy_version)
