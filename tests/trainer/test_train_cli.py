@@ -90,3 +90,14 @@ def test_kill_9_then_resume_loses_and_repeats_no_step(model_dir: Path, tmp_path:
     assert code == 0
     assert [r["step"] for r in read_metrics(run_dir)] == list(range(1, steps + 1))
     assert json.loads((run_dir / "checkpoints" / f"step-{steps}" / "state.json").read_text())["step"] == steps
+
+
+def test_bad_model_path_is_one_error_line_and_leaves_no_run_directory(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    code = main(["train", "--model", str(tmp_path / "missing"), "--run-dir", str(run_dir), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "missing: does not exist" in err and "--model" in err
+    assert not run_dir.exists()
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "not a tirl run directory" in capsys.readouterr().err

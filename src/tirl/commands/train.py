@@ -19,13 +19,14 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from tirl.config import TirlConfig, config_to_dict, load_config
-from tirl.errors import InputError
+from tirl.errors import InputError, TirlError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -202,7 +203,13 @@ def run(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
     cfg, run_dir = resolve(args)
-    summary = asyncio.run(train_async(cfg, run_dir, resume=bool(args.resume), progress=not args.no_progress))
+    try:
+        summary = asyncio.run(train_async(cfg, run_dir, resume=bool(args.resume), progress=not args.no_progress))
+    except TirlError:
+        # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
+        if not args.resume and {p.name for p in run_dir.iterdir()} <= {"config.json", "pipeline_trace.jsonl"}:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     if "eval/accuracy_before" in summary:
         print(
             f"eval accuracy ({summary['eval/n']} held-out tasks): "
