@@ -61,6 +61,27 @@ def test_train_writes_the_run_directory_and_eval_reads_the_checkpoint(model_dir:
     res = json.loads(out.strip().splitlines()[-1])
     assert res["n"] == 4 and res["model"].endswith("step-2/model")
     assert res["accuracy"] == summary["eval/accuracy_after"]  # same held-out set, greedy decoding
+    # a finished run can be extended: --resume with more steps continues at step 3, keeps eval_before.json
+    before = (run_dir / "eval_before.json").read_text()
+    code, out = _main(["train", "--resume", str(run_dir), "--steps", "3", "--no-progress"], capsys)
+    assert code == 0
+    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2, 3]
+    assert (run_dir / "eval_before.json").read_text() == before
+    assert json.loads((run_dir / "config.json").read_text())["trainer"]["steps"] == 3
+
+
+def test_config_file_sets_the_run(model_dir: Path, tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(
+        f'[model]\npath = "{model_dir}"\n[trainer]\nsteps = 1\neval_before_after = false\n'
+        '[algo]\nadvantage = "rloo"\nloss_agg = "seq_mean"\n'
+    )
+    run_dir = tmp_path / "run"
+    code, _ = _main(["train", "--config", str(cfg), "--run-dir", str(run_dir), *TINY], capsys)
+    assert code == 0
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["algo"]["advantage"] == "rloo" and saved["algo"]["loss_agg"] == "seq_mean"
+    assert [r["step"] for r in read_metrics(run_dir)] == [1]
 
 
 @pytest.mark.slow
