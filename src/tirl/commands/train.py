@@ -195,10 +195,6 @@ async def train_async(cfg: TirlConfig, run_dir: Path, *, resume: bool, progress:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tirl train``."""
-    # OpenMP threads that spin while waiting starve the generator thread, the update thread and the
-    # sandbox processes on a small CPU: measured 36 s -> 0.55 s for one 16-row generation batch on 2 busy cores.
-    # It must be set before torch is first imported (the OpenMP runtime reads it once).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
