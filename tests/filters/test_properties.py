@@ -58,3 +58,29 @@ def test_non_assistant_text_never_changes_verdict(assistant: list[str], others: 
     got = judge_messages(mixed)
     assert (got.void, got.void_turns) == (expected.void, expected.void_turns)
     assert [t.kind for t in got.turns] == [t.kind for t in expected.turns]
+
+
+@settings(max_examples=600, deadline=None)
+@given(texts)
+def test_single_block_fast_path_agrees_with_general_scanner(text: str) -> None:
+    from tirl.parsing import _scan_fences_general, _single_block
+
+    fast = _single_block(text)
+    if fast is not None:
+        assert fast == _scan_fences_general(text)
+
+
+def test_fast_path_is_taken_and_agrees_on_typical_turns() -> None:
+    from tirl.parsing import _scan_fences_general, _single_block
+
+    for text in [
+        "think\n```python\nprint(1)\n```\nmore",
+        "```bash\nls\n```",
+        "a\n```\n\n```",
+        "x\n```py  extra info\nbody\n```   \ntail",
+    ]:
+        fast = _single_block(text)
+        assert fast is not None
+        assert fast == _scan_fences_general(text)
+    for text in ["  ```python\nx\n```", "```python\nx\n````", "```python\nx\n", "```python ``` \nx\n```"]:
+        assert _single_block(text) is None
