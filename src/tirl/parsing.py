@@ -346,12 +346,14 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
     text = message.content or ""
     answer: str | None = None
     code: tuple[CodeBlock, ...] = ()
-    if "`" in text or "~" in text:  # one-character (memchr) screens first; the scanner checks for fences
+    maybe_answer = "\\" in text or "<" in text  # one-character (memchr) screens before any real work
+    if "`" in text or "~" in text:
         blocks, regions = _scan_fences(text)
         langs = rules.exec_langs
-        code = tuple([b for b in blocks if b.lang.lower() in langs and not b.body.isspace() and b.body])
-        answer = _final_answer(text, regions, rules)
-    elif text:
+        code = tuple([b for b in blocks if b.lang.lower() in langs and b.body and not b.body.isspace()])
+        if maybe_answer:
+            answer = _final_answer(text, regions, rules)
+    elif maybe_answer:
         answer = _final_answer(text, [], rules)
     calls_ok = bool(message.tool_calls) and tool_calls_well_formed(message.tool_calls)
     if answer is not None:
