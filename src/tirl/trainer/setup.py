@@ -22,6 +22,7 @@ actors (:mod:`tirl.distributed.ray_backend`).
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,9 @@ from tirl.inference.base import Generator, SamplingParams
 from tirl.rollout.base import EnvFactory, RolloutStrategy
 
 EVAL_SEED_OFFSET = 1_000_000_007
+
+
+log = logging.getLogger(__name__)
 
 
 def train_seed(env_seed: int, step: int) -> int:
@@ -64,6 +68,19 @@ class TaskSets:
             self._pool = rest or everything
         else:
             self.eval_tasks = load_tasks(env, env.eval_size, seed=eval_seed(env.seed))
+            distinct = list({t.prompt: t for t in self.eval_tasks}.values())
+            if len(distinct) < 0.9 * len(self.eval_tasks):
+                # A small task space (swe-lite has 33 planted bugs): the generator repeats itself, and an
+                # evaluation set of env.eval_size draws would hold every task. Split the distinct tasks instead.
+                k = max(1, len(distinct) // 2)
+                self.eval_tasks, self._pool = distinct[:k], distinct[k:]
+                log.warning(
+                    "env %s has only %d distinct tasks: %d held out for evaluation, %d for training",
+                    env.name,
+                    len(distinct),
+                    k,
+                    len(distinct) - k,
+                )
         self._eval_prompts = {t.prompt for t in self.eval_tasks}
 
     def train(self, step: int, n: int) -> list[Task]:
