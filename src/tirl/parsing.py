@@ -347,8 +347,10 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
     answer: str | None = None
     code: tuple[CodeBlock, ...] = ()
     maybe_answer = "\\" in text or "<" in text  # one-character (memchr) screens before any real work
-    if "`" in text or "~" in text:
-        blocks, regions = _scan_fences(text)
+    tildes = "~" in text and "~~~" in text
+    if tildes or "`" in text:
+        fast = None if tildes else _single_block(text)
+        blocks, regions = fast if fast is not None else _scan_fences_general(text)
         langs = rules.exec_langs
         code = tuple([b for b in blocks if b.lang.lower() in langs and b.body and not b.body.isspace()])
         if maybe_answer:
@@ -364,7 +366,7 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
         kind = ActionKind.TOOL_CALL
     else:
         kind = ActionKind.VOID
-    return TurnVerdict(kind=kind, code=code, answer=answer, tool_calls=message.tool_calls if calls_ok else ())
+    return TurnVerdict(kind, code, answer, message.tool_calls if calls_ok else ())
 
 
 def judge_messages(messages: Sequence[Message], rules: ParseRules = DEFAULT_RULES) -> TrajectoryVerdict:
