@@ -62,7 +62,7 @@ def make_turn(rng: random.Random, i: int) -> Message:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=50_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rng = random.Random(0)

@@ -173,7 +173,7 @@ def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | 
         return None
     info = info.strip()
     lang = info.split(None, 1)[0] if info else ""
-    return [CodeBlock(lang=lang, body=text[eol + 1 : j], start=i, end=end)], [(i, end)]
+    return [CodeBlock(lang, text[eol + 1 : j], i, end)], [(i, end)]
 
 
 def _scan_fences(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]]:
@@ -352,7 +352,12 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
         fast = None if tildes else _single_block(text)
         blocks, regions = fast if fast is not None else _scan_fences_general(text)
         langs = rules.exec_langs
-        code = tuple([b for b in blocks if b.lang.lower() in langs and b.body and not b.body.isspace()])
+        if len(blocks) == 1:  # the common case, without building a comprehension
+            b = blocks[0]
+            if b.lang.lower() in langs and b.body and not b.body.isspace():
+                code = (b,)
+        elif blocks:
+            code = tuple([b for b in blocks if b.lang.lower() in langs and b.body and not b.body.isspace()])
         if maybe_answer:
             answer = _final_answer(text, regions, rules)
     elif maybe_answer:
