@@ -139,6 +139,8 @@ class AlgoConfig:
     tis_cap: float | None = 2.0  # truncated importance sampling cap for generator/trainer log-prob gaps
     lr: float = 5e-5  # at 1e-4 the built-in job drifted into void turns in 2 of 3 runs (see README)
     grad_clip: float = 1.0
+    warmup_steps: int = 10  # linear LR warm-up over the first optimiser steps (0: off); a fresh Adam's first
+    # steps are lr-sized in every coordinate whatever the gradient, which spiked the IS ratio to ~5 at step 1
     minibatches: int = 2
     epochs: int = 1
     micro_batch_tokens: int = 2048  # padded tokens per forward pass (bounds activation memory); 0 = whole mini-batch
@@ -157,6 +159,7 @@ class AlgoConfig:
         _check(self.tis_cap is None or self.tis_cap >= 1, "algo.tis_cap", self.tis_cap, "use >= 1, or unset it")
         _check(self.lr > 0, "algo.lr", self.lr, "use a positive learning rate")
         _check(self.minibatches >= 1, "algo.minibatches", self.minibatches, "use >= 1")
+        _check(self.warmup_steps >= 0, "algo.warmup_steps", self.warmup_steps, "use >= 0 (0 disables warm-up)")
         _check(self.micro_batch_tokens >= 0, "algo.micro_batch_tokens", self.micro_batch_tokens, "use >= 0")
         _check(self.epochs >= 1, "algo.epochs", self.epochs, "use >= 1")
 

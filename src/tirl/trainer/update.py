@@ -203,6 +203,26 @@ class PolicyUpdater:
             for i, lp in zip(rows, scored, strict=True):
                 old[i] = lp
 
+    def _warm_up(self) -> None:
+        """Linear learning-rate warm-up over the first ``algo.warmup_steps`` optimiser steps.
+
+        The count comes from the optimiser's own state (Adam's ``step``), so it survives a resume.
+        """
+        warmup = self.algo.warmup_steps
+        if warmup <= 0:
+            return
+        done = 0
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                state = self.optimizer.state.get(p)
+                if state and "step" in state:
+                    done = int(float(state["step"]))
+                break
+            break
+        factor = min(1.0, (done + 1) / warmup)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.algo.lr * factor
+
     def _use_ref(self) -> bool:
         return self.ref_model is not None and self.algo.kl_coef > 0
 
@@ -254,6 +274,7 @@ class PolicyUpdater:
             stats.skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
             return
+        self._warm_up()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         stats.steps += 1
