@@ -222,7 +222,16 @@ def extract_code_blocks(text: str, rules: ParseRules = DEFAULT_RULES) -> list[Co
     if "```" not in text and "~~~" not in text:
         return []
     blocks, _ = _scan_fences(text)
-    return [b for b in blocks if rules.is_exec_lang(b.lang) and b.body.strip()]
+    return list(_executable(blocks, rules))
+
+
+def _executable(blocks: list[CodeBlock], rules: ParseRules) -> tuple[CodeBlock, ...]:
+    """The blocks whose language is executable and whose body is not blank (the one predicate)."""
+    langs = rules.exec_langs
+    if len(blocks) == 1:  # the common case, without building a comprehension
+        b = blocks[0]
+        return (b,) if b.lang.lower() in langs and b.body and not b.body.isspace() else ()
+    return tuple([b for b in blocks if b.lang.lower() in langs and b.body and not b.body.isspace()])
 
 
 def _outside(text: str, regions: list[tuple[int, int]]) -> str:
@@ -351,13 +360,7 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
     if tildes or "`" in text:
         fast = None if tildes else _single_block(text)
         blocks, regions = fast if fast is not None else _scan_fences_general(text)
-        langs = rules.exec_langs
-        if len(blocks) == 1:  # the common case, without building a comprehension
-            b = blocks[0]
-            if b.lang.lower() in langs and b.body and not b.body.isspace():
-                code = (b,)
-        elif blocks:
-            code = tuple([b for b in blocks if b.lang.lower() in langs and b.body and not b.body.isspace()])
+        code = _executable(blocks, rules)
         if maybe_answer:
             answer = _final_answer(text, regions, rules)
     elif maybe_answer:
