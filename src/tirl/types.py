@@ -160,6 +160,13 @@ class Trajectory:
     exactly for tokens the policy sampled (tool output, prompt and template
     tokens are 0); ``logprobs[i]`` is the sampler's log-prob for sampled
     tokens and 0.0 elsewhere.
+
+    Typed facts that cross modules (never ``info`` keys): ``policy_version``
+    (the rollout: the oldest policy version that sampled a turn), ``correct``
+    (the evaluator's verdict; ``None`` when not evaluated), ``void`` and
+    ``void_turns`` (the void-turn filter's verdict) and ``loss_weight`` (the
+    filter's weight: 0 keeps the trajectory in its group's statistics but
+    takes it out of the loss). ``info`` holds free-form extras only.
     """
 
     id: str
@@ -175,6 +182,11 @@ class Trajectory:
     prompt_len: int = 0
     turns: list[TurnRecord] = field(default_factory=list)
     stages: dict[str, StageTiming] = field(default_factory=dict)
+    policy_version: int = 0
+    correct: bool | None = None
+    void: bool = False
+    void_turns: list[int] = field(default_factory=list)
+    loss_weight: float = 1.0
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -227,6 +239,14 @@ class Trajectory:
                 name: {"queued": s.queued, "started": s.started, "finished": s.finished, "attempts": s.attempts}
                 for name, s in self.stages.items()
             }
+        out["policy_version"] = self.policy_version
+        if self.correct is not None:
+            out["correct"] = self.correct
+        if self.void:
+            out["void"] = True
+            out["void_turns"] = list(self.void_turns)
+        if self.loss_weight != 1.0:
+            out["loss_weight"] = self.loss_weight
         if self.info:
             out["info"] = self.info
         if tokens:
@@ -258,6 +278,12 @@ class Trajectory:
         term = data.get("termination")
         traj_id = data.get("id", default_id)
         group = data.get("group")
+        info = data.get("info") or {}
+        legacy = info if isinstance(info, dict) else {}  # files written before these fields were typed
+        correct = data.get("correct", legacy.get("correct"))
+        version = data.get("policy_version", legacy.get("policy_version", 0))
+        void_turns = data.get("void_turns", legacy.get("void_turns"))
+        weight = data.get("loss_weight", legacy.get("loss_weight", 1.0))
         return cls(
             id=str(traj_id),
             group=None if group is None else str(group),
@@ -266,7 +292,12 @@ class Trajectory:
             answer=None if answer is None else str(answer),
             termination=TerminationReason(str(term)) if term in TerminationReason._value2member_map_ else None,
             error=data.get("error"),
-            info=data.get("info") or {},
+            policy_version=int(version) if isinstance(version, int | float) else 0,
+            correct=correct if isinstance(correct, bool) else None,
+            void=bool(data.get("void", legacy.get("void", False))),
+            void_turns=[i for i in void_turns if isinstance(i, int)] if isinstance(void_turns, list) else [],
+            loss_weight=float(weight) if isinstance(weight, int | float) else 1.0,
+            info=info,
         )
 
     def to_json(self, *, tokens: bool = False) -> str:

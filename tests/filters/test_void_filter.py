@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from tirl.filters.groups import groups_needing_more, zero_variance
-from tirl.filters.void_turn import LOSS_WEIGHT_KEY, VoidTurnFilter
+from tirl.filters import MODES, VoidTurnFilter
 from tirl.types import Group, Message, Role, TerminationReason, Trajectory
 
 CODE = "```python\nprint(1)\n```"
@@ -26,7 +25,9 @@ def batch() -> list[Group]:
 
 def test_drop_removes_void_and_failed_before_groups_are_used() -> None:
     res = VoidTurnFilter("drop").apply(batch())
-    assert [[t.id for t in g.trajectories] for g in res.groups] == [["a", "c"], ["g"]]
+    assert [[t.id for t in g.trajectories] for g in res.groups] == [["a", "c"], [], ["g"]]
+    assert res.usable == [2, 0, 1]
+    assert [g.id for g in res.learnable(1)] == ["g0", "g2"]
     s = res.stats
     assert (s.trajectories, s.valid, s.void, s.failed, s.empty_groups) == (7, 3, 3, 1, 1)
     assert s.min_valid_per_group == 0
@@ -39,24 +40,41 @@ def test_mask_keeps_void_in_groups_with_zero_weight() -> None:
     res = VoidTurnFilter("mask").apply(batch())
     ids = [[t.id for t in g.trajectories] for g in res.groups]
     assert ids == [["a", "b", "c"], ["d", "e"], ["g"]]
-    weights = {t.id: t.info.get(LOSS_WEIGHT_KEY, 1.0) for g in res.groups for t in g.trajectories}
+    weights = {t.id: t.loss_weight for g in res.groups for t in g.trajectories}
     assert weights == {"a": 1.0, "b": 0.0, "c": 1.0, "d": 0.0, "e": 0.0, "g": 1.0}
+    assert res.usable == [2, 0, 1]  # masked void trajectories stay in the group but carry no signal
+    assert {t.id: t.void for g in res.groups for t in g.trajectories}["b"] is True
 
 
 def test_off_counts_but_keeps() -> None:
     res = VoidTurnFilter("off").apply(batch())
     assert sum(len(g) for g in res.groups) == 6
     assert res.stats.void == 3
-    assert all(LOSS_WEIGHT_KEY not in t.info for g in res.groups for t in g.trajectories)
+    assert all(t.loss_weight == 1.0 for g in res.groups for t in g.trajectories)
+    assert res.usable == [3, 2, 1]  # under off a void trajectory is a usable one
+    assert res.stats.min_valid_per_group == 1
 
 
 def test_env_void_termination_counts_as_void() -> None:
     t = traj("x", "\\boxed{1}", term=TerminationReason.VOID)
     res = VoidTurnFilter("drop").apply([Group("g", [t])])
-    assert res.stats.void == 1 and not res.groups
+    assert res.stats.void == 1 and not res.groups[0].trajectories and res.usable == [0]
+    assert t.void and t.void_turns == [0]
 
 
-def test_groups_needing_more_includes_emptied_groups() -> None:
-    res = VoidTurnFilter("drop").apply(batch())
-    assert groups_needing_more(res.groups, ["g0", "g1", "g2"], min_valid=2) == ["g1", "g2"]
-    assert zero_variance(res.groups[1]) and not zero_variance(res.groups[0])
+def test_usable_matches_a_plain_reference_loop_for_every_mode() -> None:
+    for mode, rule in MODES.items():
+        groups = batch()
+        res = VoidTurnFilter(mode).apply(groups)  # type: ignore[arg-type]
+        for group, kept, usable in zip(groups, res.groups, res.usable, strict=True):
+            expect_kept = [t for t in group.trajectories if not t.failed and (not t.void or rule.keep)]
+            expect_usable = sum(1 for t in expect_kept if not t.void or rule.usable)
+            assert [t.id for t in kept.trajectories] == [t.id for t in expect_kept]
+            assert usable == expect_usable
+
+
+def test_unknown_mode_names_the_choices() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="drop, mask, off"):
+        VoidTurnFilter("nope")  # type: ignore[arg-type]

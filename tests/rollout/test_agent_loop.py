@@ -110,7 +110,7 @@ async def test_token_view_is_the_concatenation_of_prompt_turns_and_observations(
     assert [t.action for t in traj.turns] == ["code", "answer"]
     assert traj.turns[0].observation_tokens == len(obs) and traj.turns[0].sampled_tokens == len(turn1)
     assert all(t.gen_s >= 0 and t.env_s >= 0 for t in traj.turns)
-    assert traj.info["policy_version"] == 3
+    assert traj.policy_version == 3
 
 
 async def test_turn_without_eos_gets_a_forced_close_with_mask_zero() -> None:

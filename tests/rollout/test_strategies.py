@@ -29,9 +29,9 @@ async def test_every_trajectory_comes_back_grouped_and_labelled(name: str) -> No
         for traj in group.trajectories:
             assert traj.group == f"task-{ti}"
             assert traj.answer == str(ti)
-            assert traj.info["policy_version"] == 7
+            assert traj.policy_version == 7
             assert traj.termination is TerminationReason.ANSWERED
-            assert traj.reward == 1.0 and traj.info["correct"] is True
+            assert traj.reward == 1.0 and traj.correct is True
             assert traj.info["eval"] == {"steps": 2}
             assert len(traj.messages) == 1 + 2 * 2
             for stage in ("init", "run", "eval"):

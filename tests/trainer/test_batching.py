@@ -15,7 +15,7 @@ def _traj(i: int, n: int, mask_from: int, weight: float = 1.0) -> Trajectory:
     ids = [(i * 7 + k) % 90 + 7 for k in range(n)]
     mask = [0] * mask_from + [1] * (n - mask_from)
     lps = [0.0] * mask_from + [-0.1 * (k + 1) for k in range(n - mask_from)]
-    return Trajectory(id=str(i), messages=[], token_ids=ids, loss_mask=mask, logprobs=lps, info={"loss_weight": weight})
+    return Trajectory(id=str(i), messages=[], token_ids=ids, loss_mask=mask, logprobs=lps, loss_weight=weight)
 
 
 def test_collate_aligns_targets_mask_and_logprobs_like_a_loop() -> None:
@@ -26,7 +26,7 @@ def test_collate_aligns_targets_mask_and_logprobs_like_a_loop() -> None:
         for pos in range(7):
             if pos + 1 < len(t.token_ids):
                 assert batch.targets[r, pos].item() == t.token_ids[pos + 1]
-                want = t.loss_mask[pos + 1] if t.info["loss_weight"] > 0 else 0
+                want = t.loss_mask[pos + 1] if t.loss_weight > 0 else 0
                 assert batch.mask[r, pos].item() == want
                 assert batch.gen_logprobs[r, pos].item() == pytest.approx(t.logprobs[pos + 1])
             else:

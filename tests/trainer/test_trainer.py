@@ -59,7 +59,7 @@ async def test_mask_mode_keeps_void_in_group_statistics_with_zero_loss(make_trai
     metrics, _ = await trainer.train_step(1)
     assert metrics["filter/void_trajectories"] == 2
     assert len(seen["trajs"]) == 8  # void ones stay in the groups (SimpleTIR's masking)
-    assert seen["trajs"][3].info["loss_weight"] == 0.0
+    assert seen["trajs"][3].loss_weight == 0.0
     # rewards [1,0,1,0] with the void one (reward 0) in the mean/std
     assert seen["adv"][:4].tolist() == pytest.approx([0.866, -0.866, 0.866, -0.866], abs=1e-3)
 
@@ -78,6 +78,26 @@ async def test_resamples_groups_left_short_then_trains(make_trainer) -> None:
     assert metrics["filter/groups_used"] == 2
     assert metrics["train/skipped_step"] == 0
     assert trainer.strategy.requests[1].tasks[0].id == "s1-t0"
+
+
+async def test_resampled_episodes_get_ids_and_seeds_unique_within_the_step(make_trainer) -> None:
+    """A resample request of task C (index 2) must not reuse task A's ``s5-t0-g0`` id or its seed."""
+    from tirl.rollout.pipeline import make_episodes
+
+    def script(task, i, call):
+        if call == 1 and task.id.endswith("t2"):
+            return Reply([VOID], 0.0, TerminationReason.VOID)  # only the third task's group is short
+        return Reply([CORRECT, ANSWER], float(i % 2))
+
+    trainer = make_trainer("trainer.prompts_per_step=3", script=script)
+    await trainer.train_step(5)
+    first, again = trainer.strategy.requests
+    assert again.tasks[0].id == "s5-t2" and again.task_indices == (2,) and again.round == 1
+    episodes = [ep for req in (first, again) for ep in make_episodes(req)]
+    ids = [ep.traj.id for ep in episodes]
+    seeds = [ep.seed for ep in episodes]
+    assert len(set(ids)) == len(ids) == 16 and len(set(seeds)) == len(seeds)
+    assert [ep.traj.id for ep in make_episodes(again)] == [f"s5-t2-g{k}" for k in range(4, 8)]
 
 
 async def test_all_void_batch_is_skipped_with_a_warning_never_a_crash(make_trainer, caplog) -> None:

@@ -84,7 +84,8 @@ class ScriptedStrategy:
             prompt_len=len(self.chat.prompt_ids(msgs[:1])),
             reward=reply.reward,
             termination=reply.termination,
-            info={"policy_version": request.policy_version, "correct": reply.reward >= 1.0},
+            policy_version=request.policy_version,
+            correct=reply.reward >= 1.0,
         )
         return traj
 

@@ -142,7 +142,7 @@ def _correct(traj: Trajectory, final_answer: str | None) -> bool | None:
     """
     if traj.answer is not None:
         return answers_match(final_answer, traj.answer)
-    flag = traj.info.get("correct")
+    flag = traj.correct
     if isinstance(flag, bool) and final_answer is not None:
         return flag
     return None

@@ -1,5 +1,33 @@
-"""Batch filters: the void-turn rule and group-level checks."""
+"""Batch filters: the void-turn rule applied to a training batch.
 
-from tirl.filters.void_turn import FilterResult, FilterStats, VoidTurnFilter, judge_trajectory
+Public API (what the trainer, the CLI and the diagnostics use)::
 
-__all__ = ["FilterResult", "FilterStats", "VoidTurnFilter", "judge_trajectory"]
+    from tirl.filters import VoidTurnFilter, FilterResult, FilterStats, MODES, judge_trajectory, rules_from_config
+
+``VoidTurnFilter.from_config(cfg.filter).apply(groups)`` judges every
+trajectory once, sets ``Trajectory.void``/``void_turns``/``loss_weight`` and
+returns the kept groups (aligned with the input) with their ``usable`` counts
+and the batch statistics. A mode is one row of ``MODES``.
+"""
+
+from tirl.filters.void_turn import (
+    MODES,
+    FilterMode,
+    FilterResult,
+    FilterStats,
+    ModeRule,
+    VoidTurnFilter,
+    judge_trajectory,
+    rules_from_config,
+)
+
+__all__ = [
+    "MODES",
+    "FilterMode",
+    "FilterResult",
+    "FilterStats",
+    "ModeRule",
+    "VoidTurnFilter",
+    "judge_trajectory",
+    "rules_from_config",
+]

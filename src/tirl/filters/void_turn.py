@@ -2,21 +2,32 @@
 
 A trajectory with any void assistant turn (see :mod:`tirl.parsing`) is void.
 :class:`VoidTurnFilter` runs on the groups of a batch **before** any group
-statistic, advantage, importance ratio or KL is computed:
+statistic, advantage, importance ratio or KL is computed. What happens to a
+void trajectory is one row of :data:`MODES`:
 
-* ``drop`` (default): void trajectories are removed from their groups, so they
-  are absent from the group mean/std, the ratio statistics and the loss.
-* ``mask``: SimpleTIR's public behaviour, kept for comparison: void
-  trajectories stay in their groups (and so in the group mean/std) but get
-  ``loss_weight`` 0 — their tokens contribute nothing to the loss.
-* ``off``: nothing is removed or masked; verdicts are still counted.
+======  ========================  ===========  ==============================
+mode    stays in its group        loss weight  counts towards ``usable``
+======  ========================  ===========  ==============================
+drop    no (absent from mean/std)  —           no
+mask    yes (in the mean/std)     0            no
+off     yes                       1            yes
+======  ========================  ===========  ==============================
 
-Infrastructure failures (``Trajectory.failed``) are always removed and
-counted separately: they are not evidence about the policy.
+``drop`` is the seed's rule; ``mask`` is SimpleTIR's public behaviour;
+``off`` only counts. Infrastructure failures (``Trajectory.failed``) are
+always removed and counted separately: they are not evidence about the
+policy.
 
-Not covered here: resampling (the trainer asks the rollout for more when
-:attr:`FilterStats.min_valid_per_group` is too low) and zero-variance groups
-(see :mod:`tirl.filters.groups`).
+The hand-off is typed and done in one pass: :meth:`VoidTurnFilter.apply`
+sets ``Trajectory.void``, ``void_turns`` and ``loss_weight`` and returns a
+:class:`FilterResult` whose ``groups`` and ``usable`` line up with the input
+groups. ``usable`` counts the trajectories that can carry a learning signal
+under the mode; the trainer compares it with ``filter.min_valid_per_group``
+to decide what to resample and never looks at the mode itself.
+
+Not covered here: the resampling (the trainer asks the rollout strategy for
+more episodes of the groups that are short) and zero-variance groups (they
+get zero advantages; the trainer skips an update whose advantages are all 0).
 """
 
 from __future__ import annotations
@@ -24,11 +35,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tirl.config import FilterConfig
 from tirl.parsing import DEFAULT_RULES, ParseRules, TrajectoryVerdict, judge_messages
 from tirl.types import Group, TerminationReason, Trajectory
 
 FilterMode = Literal["drop", "mask", "off"]
-LOSS_WEIGHT_KEY = "loss_weight"  # Trajectory.info key read by the batcher: 0.0 zeroes the loss mask
+
+
+@dataclass(frozen=True, slots=True)
+class ModeRule:
+    """What a filter mode does with a void trajectory."""
+
+    keep: bool  # stays in its group (and so in the group's reward mean/std)
+    loss_weight: float  # its ``Trajectory.loss_weight`` when kept
+    usable: bool  # counts towards the group's usable trajectories
+
+
+MODES: dict[str, ModeRule] = {
+    "drop": ModeRule(keep=False, loss_weight=0.0, usable=False),
+    "mask": ModeRule(keep=True, loss_weight=0.0, usable=False),
+    "off": ModeRule(keep=True, loss_weight=1.0, usable=True),
+}
 
 
 def judge_trajectory(traj: Trajectory, rules: ParseRules = DEFAULT_RULES) -> TrajectoryVerdict:
@@ -53,7 +80,7 @@ class FilterStats:
     void: int = 0
     failed: int = 0
     empty_groups: int = 0
-    min_valid_per_group: int = 0
+    min_valid_per_group: int = 0  # the smallest ``usable`` count over the groups
     void_ids: list[str] = field(default_factory=list)
 
     @property
@@ -61,6 +88,14 @@ class FilterStats:
         """Void trajectories over judged (non-failed) ones; 0 for an empty batch."""
         judged = self.valid + self.void
         return self.void / judged if judged else 0.0
+
+    def add(self, other: FilterStats) -> None:
+        """Add the trajectory counts of ``other`` (a resample round); group counts are set by the caller."""
+        self.trajectories += other.trajectories
+        self.valid += other.valid
+        self.void += other.void
+        self.failed += other.failed
+        self.void_ids.extend(other.void_ids)
 
     def metrics(self) -> dict[str, float]:
         """The ``filter/*`` metric names of the training log."""
@@ -76,11 +111,20 @@ class FilterStats:
 
 @dataclass(slots=True)
 class FilterResult:
-    """The groups that go on to advantage computation, and what was taken out."""
+    """One entry per input group, in input order, and what was taken out.
+
+    ``groups[i]`` holds the kept trajectories of input group ``i`` (possibly
+    none); ``usable[i]`` how many of them carry a learning signal.
+    """
 
     groups: list[Group]
+    usable: list[int]
     stats: FilterStats
     removed: list[Trajectory] = field(default_factory=list)
+
+    def learnable(self, min_usable: int) -> list[Group]:
+        """The groups with at least ``min_usable`` usable trajectories, in order."""
+        return [g for g, n in zip(self.groups, self.usable, strict=True) if n >= min_usable and g.trajectories]
 
 
 @dataclass(slots=True)
@@ -91,18 +135,24 @@ class VoidTurnFilter:
     rules: ParseRules = DEFAULT_RULES
 
     def __post_init__(self) -> None:
-        if self.mode not in ("drop", "mask", "off"):
-            raise ValueError(f"filter mode {self.mode!r} is not one of drop, mask, off")
+        if self.mode not in MODES:
+            raise ValueError(f"filter mode {self.mode!r} is not one of {', '.join(MODES)}")
+
+    @classmethod
+    def from_config(cls, config: FilterConfig) -> VoidTurnFilter:
+        """The filter of the ``[filter]`` config section."""
+        return cls(mode=config.mode, rules=rules_from_config(config))
 
     def apply(self, groups: list[Group]) -> FilterResult:
-        """Judge every trajectory; return new groups (inputs are not mutated except ``info``)."""
+        """Judge every trajectory once, set its typed verdict fields, and split kept from removed."""
+        rule = MODES[self.mode]
         stats = FilterStats()
         out: list[Group] = []
+        usable: list[int] = []
         removed: list[Trajectory] = []
-        valid_counts: list[int] = []
         for group in groups:
             kept: list[Trajectory] = []
-            n_valid = 0
+            n_usable = 0
             for traj in group.trajectories:
                 stats.trajectories += 1
                 if traj.failed:
@@ -110,29 +160,28 @@ class VoidTurnFilter:
                     removed.append(traj)
                     continue
                 verdict = judge_trajectory(traj, self.rules)
-                traj.info["void"] = verdict.void
-                traj.info["void_turns"] = list(verdict.void_turns)
-                if verdict.void:
-                    stats.void += 1
-                    stats.void_ids.append(traj.id)
-                    if self.mode == "drop":
-                        removed.append(traj)
-                        continue
-                    if self.mode == "mask":
-                        traj.info[LOSS_WEIGHT_KEY] = 0.0
-                else:
+                traj.void = verdict.void
+                traj.void_turns = list(verdict.void_turns)
+                if not verdict.void:
                     stats.valid += 1
-                    n_valid += 1
+                    n_usable += 1
+                    kept.append(traj)
+                    continue
+                stats.void += 1
+                stats.void_ids.append(traj.id)
+                if not rule.keep:
+                    removed.append(traj)
+                    continue
+                traj.loss_weight = rule.loss_weight
+                n_usable += int(rule.usable)
                 kept.append(traj)
-            valid_counts.append(n_valid)
-            if not kept:
-                stats.empty_groups += 1
-                continue
             out.append(Group(id=group.id, trajectories=kept))
-        stats.min_valid_per_group = min(valid_counts) if valid_counts else 0
-        return FilterResult(groups=out, stats=stats, removed=removed)
+            usable.append(n_usable)
+        stats.empty_groups = sum(1 for n in usable if n == 0)
+        stats.min_valid_per_group = min(usable) if usable else 0
+        return FilterResult(groups=out, usable=usable, stats=stats, removed=removed)
 
 
-def rules_from_config(exec_langs: list[str], boxed: bool = True, answer_tags: bool = True) -> ParseRules:
-    """Build :class:`ParseRules` from the ``[filter]`` config section's fields."""
-    return ParseRules(exec_langs=frozenset(exec_langs), boxed=boxed, answer_tags=answer_tags)
+def rules_from_config(config: FilterConfig) -> ParseRules:
+    """The :class:`ParseRules` of the ``[filter]`` config section (shared by the env, filter and audit)."""
+    return ParseRules(exec_langs=frozenset(config.exec_langs), boxed=config.boxed, answer_tags=config.answer_tags)

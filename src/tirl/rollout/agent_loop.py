@@ -111,7 +111,7 @@ class AgentLoop:
             )
             gen_s = time.perf_counter() - t0
             versions.append(res.policy_version)
-            traj.info["policy_version"] = min(versions)
+            traj.policy_version = min(versions)
             self._append(traj, list(res.token_ids), list(res.logprobs))
             message = Message(role=Role.ASSISTANT, content=self.chat.assistant_text(res.token_ids))
             traj.messages.append(message)

@@ -40,12 +40,39 @@ class EpisodeRunner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RolloutRequest:
-    """``group_size`` episodes of each task; ``policy_version`` is recorded on every trajectory."""
+    """``group_size`` episodes of each task; ``policy_version`` is recorded on every trajectory.
+
+    ``task_indices[i]`` is the index of ``tasks[i]`` in its step's task list
+    (default: ``i``) and ``round`` the resample round (0 = the first
+    request of the step). Both go into the trajectory ids and the episode
+    seeds, so a resample request of the same step gets fresh, unique ones:
+    sample ``k`` of round ``r`` is sample ``r * group_size + k`` of its task.
+    """
 
     tasks: list[Task]
     group_size: int
     policy_version: int = 0
     step: int = 0
+    task_indices: tuple[int, ...] = ()
+    round: int = 0
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1:
+            raise ValueError(f"RolloutRequest.group_size must be >= 1, got {self.group_size}")
+        if self.task_indices and len(self.task_indices) != len(self.tasks):
+            raise ValueError(
+                f"RolloutRequest.task_indices has {len(self.task_indices)} entries for {len(self.tasks)} tasks"
+            )
+        if self.round < 0:
+            raise ValueError(f"RolloutRequest.round must be >= 0, got {self.round}")
+
+    def task_index(self, i: int) -> int:
+        """The step-level index of ``tasks[i]``."""
+        return self.task_indices[i] if self.task_indices else i
+
+    def sample_index(self, k: int) -> int:
+        """The step-level sample number of the ``k``-th episode of a task in this request."""
+        return self.round * self.group_size + k
 
 
 @dataclass(slots=True)

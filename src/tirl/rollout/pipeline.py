@@ -86,22 +86,26 @@ class Episode:
 
 
 def make_episodes(request: RolloutRequest) -> list[Episode]:
-    """``group_size`` episodes per task, in task order, with ids, group, answer and policy version set."""
-    if request.group_size < 1:
-        raise ValueError(f"RolloutRequest.group_size must be >= 1, got {request.group_size}")
+    """``group_size`` episodes per task, in task order, with ids, group, answer and policy version set.
+
+    Ids and seeds use the step-level task index and sample number of the
+    request (:meth:`RolloutRequest.task_index`, :meth:`RolloutRequest.sample_index`),
+    so they are unique within a step across resample rounds.
+    """
     episodes: list[Episode] = []
-    for ti, task in enumerate(request.tasks):
+    for i, task in enumerate(request.tasks):
+        ti = request.task_index(i)
         for k in range(request.group_size):
+            n = request.sample_index(k)
             traj = Trajectory(
-                id=trajectory_id(request.step, ti, k),
+                id=trajectory_id(request.step, ti, n),
                 messages=[],
                 group=task.id,
                 answer=task.answer,
                 stages={s: StageTiming() for s in STAGES},
-                info={"policy_version": request.policy_version},
+                policy_version=request.policy_version,
             )
-            seed = episode_seed(request.step, ti, k)
-            episodes.append(Episode(len(episodes), ti, k, task, seed, traj))
+            episodes.append(Episode(len(episodes), i, k, task, episode_seed(request.step, ti, n), traj))
     return episodes
 
 
@@ -311,7 +315,7 @@ class Stages:
                         error = f"evaluation failed: {result.info.get('error', 'no detail')}"
                         continue
                     ep.traj.reward = float(result.reward)
-                    ep.traj.info["correct"] = bool(result.correct)
+                    ep.traj.correct = bool(result.correct)
                     if result.info:
                         ep.traj.info["eval"] = dict(result.info)
                     return

@@ -6,7 +6,7 @@ target ``x_{t+1}``, its loss-mask bit and the generator's log-prob for it.
 Sequences are right-padded (pad id, mask 0), which leaves the positions of
 real tokens unchanged for a causal LM.
 
-A trajectory whose ``info["loss_weight"]`` is 0 (the filter's ``mask`` mode)
+A trajectory whose ``loss_weight`` is 0 (the filter's ``mask`` mode)
 keeps its place in the batch (and so in its group's advantage statistics)
 but gets an all-zero loss mask.
 
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tirl.filters.void_turn import LOSS_WEIGHT_KEY
 from tirl.types import Trajectory
 
 
@@ -48,11 +47,6 @@ class TrainBatch:
         return int(self.mask.sum().item())
 
 
-def loss_weight(traj: Trajectory) -> float:
-    """The filter's weight of a trajectory (1 unless ``mask`` mode zeroed it)."""
-    return float(traj.info.get(LOSS_WEIGHT_KEY, 1.0))
-
-
 def collate(
     trajs: list[Trajectory], advantages: Tensor, rows: list[int], pad_id: int, max_len: int | None = None
 ) -> TrainBatch:
@@ -74,7 +68,7 @@ def collate(
     for r, (t, n) in enumerate(zip(picked, lengths, strict=True)):
         ids[r, :n] = torch.tensor(t.token_ids[:n], dtype=torch.long)
         attn[r, :n] = 1
-        if loss_weight(t) > 0:
+        if t.loss_weight > 0:
             mask[r, :n] = torch.tensor(t.loss_mask[:n], dtype=torch.float32)
         gen[r, :n] = torch.tensor(t.logprobs[:n], dtype=torch.float32)
     return TrainBatch(

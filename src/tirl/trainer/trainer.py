@@ -44,7 +44,7 @@ import torch
 from tirl.algorithms.advantages import group_advantages
 from tirl.config import TirlConfig
 from tirl.envs.base import Task
-from tirl.filters.void_turn import FilterStats, VoidTurnFilter, rules_from_config
+from tirl.filters import FilterStats, VoidTurnFilter
 from tirl.rollout.base import RolloutRequest, RolloutStrategy
 from tirl.trainer.checkpoint import (
     Checkpoint,
@@ -78,19 +78,6 @@ class Collected:
     rollout_s: float = 0.0
 
 
-def _usable(trajs: list[Trajectory], mode: str) -> int:
-    """Trajectories that can carry a learning signal: not failed and (unless mode is off) not void."""
-    return sum(1 for t in trajs if not t.failed and (mode == "off" or not t.info.get("void", False)))
-
-
-def _merge(total: FilterStats, part: FilterStats) -> None:
-    total.trajectories += part.trajectories
-    total.valid += part.valid
-    total.void += part.void
-    total.failed += part.failed
-    total.void_ids.extend(part.void_ids)
-
-
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -114,10 +101,9 @@ def rollout_metrics(sampled: list[Trajectory]) -> dict[str, Any]:
 
 
 def is_correct(traj: Trajectory) -> bool:
-    """The evaluator's verdict (``info["correct"]``), else reward >= 1."""
-    flag = traj.info.get("correct")
-    if isinstance(flag, bool):
-        return flag
+    """The evaluator's verdict (``Trajectory.correct``), else reward >= 1."""
+    if traj.correct is not None:
+        return traj.correct
     return (traj.reward or 0.0) >= 1.0 - 1e-9
 
 
@@ -140,8 +126,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
-        f = self.cfg.filter
-        self.filter = VoidTurnFilter(mode=f.mode, rules=rules_from_config(f.exec_langs, f.boxed, f.answer_tags))
+        self.filter = VoidTurnFilter.from_config(self.cfg.filter)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad], lr=self.cfg.algo.lr, weight_decay=0.0
         )
@@ -168,50 +153,56 @@ class Trainer:
         return ckpt
 
     # ------------------------------------------------------------------ rollout
-    async def _collect_groups(self, tasks: list[Task], step: int) -> tuple[list[Group], list[Trajectory]]:
+    async def _collect_groups(self, tasks: list[Task], indices: list[int], step: int, attempt: int) -> list[Group]:
         request = RolloutRequest(
-            tasks=tasks, group_size=self.cfg.algo.group_size, policy_version=self.policy_version, step=step
+            tasks=[tasks[i] for i in indices],
+            group_size=self.cfg.algo.group_size,
+            policy_version=self.policy_version,
+            step=step,
+            task_indices=tuple(indices),
+            round=attempt,
         )
         batch = await self.strategy.collect(request)
-        if len(batch.groups) != len(tasks):
-            raise RuntimeError(f"rollout strategy returned {len(batch.groups)} groups for {len(tasks)} tasks")
-        by_id = {g.id: g for g in batch.groups}
-        if len(by_id) == len(tasks) and all(t.id in by_id for t in tasks):
-            return [by_id[t.id] for t in tasks], batch.trajectories
-        return list(batch.groups), batch.trajectories
+        if len(batch.groups) != len(indices):
+            raise RuntimeError(f"rollout strategy returned {len(batch.groups)} groups for {len(indices)} tasks")
+        return batch.groups
 
     async def collect(self, step: int) -> Collected:
-        """Rollout, void filter and bounded resampling of one step."""
+        """Rollout, void filter and bounded resampling of one step.
+
+        The filter's ``usable`` counts decide which groups are short; each
+        resample round asks only for those tasks, with their step-level task
+        indices and the round number (so ids and seeds stay unique).
+        """
         t0 = time.perf_counter()
         tasks = self.tasks(step, self.cfg.trainer.prompts_per_step)
-        groups, sampled = await self._collect_groups(tasks, step)
-        stats = FilterStats()
-        kept: list[list[Trajectory]] = []
-        for g in groups:
-            res = self.filter.apply([g])
-            _merge(stats, res.stats)
-            kept.append(res.groups[0].trajectories if res.groups else [])
         fc = self.cfg.filter
+        need = list(range(len(tasks)))
+        kept: list[list[Trajectory]] = [[] for _ in tasks]
+        usable = [0] * len(tasks)
+        sampled: list[Trajectory] = []
+        stats = FilterStats()
         resampled = rounds = 0
-        for _ in range(fc.max_resample_rounds):
-            need = [i for i, k in enumerate(kept) if _usable(k, fc.mode) < fc.min_valid_per_group]
+        for attempt in range(fc.max_resample_rounds + 1):
+            groups = await self._collect_groups(tasks, need, step, attempt)
+            res = self.filter.apply(groups)
+            stats.add(res.stats)
+            for i, group, n in zip(need, res.groups, res.usable, strict=True):
+                kept[i].extend(group.trajectories)
+                usable[i] += n
+            fresh = [t for g in groups for t in g.trajectories]
+            sampled.extend(fresh)
+            if attempt:
+                rounds += 1
+                resampled += len(fresh)
+            need = [i for i in range(len(tasks)) if usable[i] < fc.min_valid_per_group]
             if not need:
                 break
-            rounds += 1
-            extra_groups, extra = await self._collect_groups([tasks[i] for i in need], step)
-            sampled.extend(extra)
-            resampled += len(extra)
-            for i, g in zip(need, extra_groups, strict=True):
-                res = self.filter.apply([g])
-                _merge(stats, res.stats)
-                if res.groups:
-                    kept[i].extend(res.groups[0].trajectories)
-        counts = [_usable(k, fc.mode) for k in kept]
         final = [
-            Group(id=groups[i].id, trajectories=k) for i, k in enumerate(kept) if counts[i] >= fc.min_valid_per_group
+            Group(id=tasks[i].id, trajectories=k) for i, k in enumerate(kept) if usable[i] >= fc.min_valid_per_group
         ]
-        stats.empty_groups = sum(1 for c in counts if c == 0)
-        stats.min_valid_per_group = min(counts) if counts else 0
+        stats.empty_groups = sum(1 for n in usable if n == 0)
+        stats.min_valid_per_group = min(usable) if usable else 0
         return Collected(
             sampled=sampled,
             groups=final,

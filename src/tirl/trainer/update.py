@@ -30,7 +30,7 @@ from torch import Tensor
 
 from tirl.algorithms.losses import LossConfig, gather_logprobs, logprobs_and_entropy, policy_loss, tis_weights
 from tirl.config import AlgoConfig
-from tirl.trainer.batching import TrainBatch, collate, loss_weight, split_microbatches, split_minibatches
+from tirl.trainer.batching import TrainBatch, collate, split_microbatches, split_minibatches
 from tirl.types import Trajectory
 
 
@@ -148,7 +148,7 @@ def _known(t: Tensor | None) -> Tensor:
 
 def _loss_tokens(traj: Trajectory) -> int:
     """Loss tokens of a trajectory as the batcher sees them (targets are positions 1..L-1)."""
-    return sum(traj.loss_mask[1:]) if loss_weight(traj) > 0 else 0
+    return sum(traj.loss_mask[1:]) if traj.loss_weight > 0 else 0
 
 
 def _micro_scale(loss_agg: str, mask: Tensor, total_tokens: float, total_seqs: float) -> float:
