@@ -7,13 +7,16 @@
 Every section validates itself in ``__post_init__`` and raises
 :class:`~tirl.errors.ConfigError` naming the key, the bad value and the fix.
 Unknown keys are errors (with the closest valid key suggested), never
-silently ignored.
+silently ignored. Numbers are refused at parse time when they are not finite
+(``algo.lr=inf``, ``nan``, ``1e999``) or overflow; a TOML file that is not
+UTF-8, nests too deeply or holds an over-long integer is one ConfigError.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 import types
 import typing
@@ -24,9 +27,15 @@ from typing import Any, Literal
 from tirl.errors import ConfigError
 
 
+def _show(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters (a 5000-digit value must not flood the error line)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...({len(text)} characters)"
+
+
 def _check(cond: bool, key: str, value: Any, fix: str) -> None:
     if not cond:
-        raise ConfigError(f"config {key}={value!r} is invalid: {fix}")
+        raise ConfigError(f"config {key}={_show(value)} is invalid: {fix}")
 
 
 @dataclass
@@ -135,7 +144,7 @@ class AlgoConfig:
     dual_clip: float | None = 3.0
     loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"
     kl_coef: float = 0.0
-    kl_estimator: Literal["k1", "k3"] = "k3"
+    kl_estimator: Literal["k1", "k2", "k3", "k3+"] = "k3"  # k3 is clamped to <= 10; k3+ = k3 value, k2 gradient
     tis_cap: float | None = 2.0  # truncated importance sampling cap for generator/trainer log-prob gaps
     lr: float = 5e-5  # at 1e-4 the built-in job drifted into void turns in 2 of 3 runs (see README)
     grad_clip: float = 1.0
@@ -248,44 +257,49 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, arg, key)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"config {key}={value!r} is invalid")
+        raise ConfigError(errors[0] if errors else f"config {key}={_show(value)} is invalid")
     if origin is Literal:
         if value in args:
             return value
-        raise ConfigError(f"config {key}={value!r} is invalid: choose one of {', '.join(map(str, args))}")
+        raise ConfigError(f"config {key}={_show(value)} is invalid: choose one of {', '.join(map(str, args))}")
     if origin is list:
         (item,) = args
         if isinstance(value, str):
             value = [v for v in (p.strip() for p in value.split(",")) if v]
         if not isinstance(value, list):
-            raise ConfigError(f"config {key}={value!r} is invalid: give a list (comma-separated on the command line)")
+            raise ConfigError(
+                f"config {key}={_show(value)} is invalid: give a list (comma-separated on the command line)"
+            )
         return [_coerce(v, item, key) for v in value]
     if tp is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
             return value.lower() in ("true", "1", "yes", "on")
-        raise ConfigError(f"config {key}={value!r} is invalid: use true or false")
+        raise ConfigError(f"config {key}={_show(value)} is invalid: use true or false")
     if tp is int:
         if isinstance(value, bool):
-            raise ConfigError(f"config {key}={value!r} is invalid: use an integer")
+            raise ConfigError(f"config {key}={_show(value)} is invalid: use an integer")
         try:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
             return int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"config {key}={value!r} is invalid: use an integer") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"config {key}={_show(value)} is invalid: use an integer") from None
     if tp is float:
         if isinstance(value, bool):
-            raise ConfigError(f"config {key}={value!r} is invalid: use a number")
+            raise ConfigError(f"config {key}={_show(value)} is invalid: use a number")
         try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"config {key}={value!r} is invalid: use a number") from None
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"config {key}={_show(value)} is invalid: use a number") from None
+        if not math.isfinite(number):
+            raise ConfigError(f"config {key}={_show(value)} is invalid: use a finite number")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"config {key}={value!r} is invalid: use a string")
+        raise ConfigError(f"config {key}={_show(value)} is invalid: use a string")
     return value
 
 
@@ -324,6 +338,28 @@ def parse_override(text: str) -> tuple[list[str], str]:
     return parts, value.strip()
 
 
+def _read_toml(p: Path) -> dict[str, Any]:
+    """Parse a TOML file; every problem (bytes, syntax, depth, huge integers) is one ConfigError."""
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {p} is not UTF-8 text ({exc.reason} at byte {exc.start}) — re-encode it"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"config file {p} cannot be read ({exc.strerror}) — check the path given to --config"
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {p} is nested too deeply — flatten its arrays and tables") from None
+    except ValueError as exc:  # an integer over Python's 4300-digit conversion limit
+        raise ConfigError(f"config file {p} holds a value tirl cannot read ({exc}) — shorten it") from None
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TirlConfig:
     """Load a :class:`TirlConfig` from an optional TOML file, then apply dotted overrides."""
     data: dict[str, Any] = {}
@@ -331,10 +367,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist — check the path given to --config")
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+        data = _read_toml(p)
     for item in overrides or []:
         parts, value = parse_override(item)
         node = data

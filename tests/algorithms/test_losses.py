@@ -27,9 +27,23 @@ def _ref_token_loss(lp: float, old: float, a: float, lo: float, hi: float, dual:
 
 
 def _ref_kl(lp: float, ref: float, kind: str) -> float:
+    """The value of each estimator, one token at a time (k3 and k3+ clamped to 10 as verl does)."""
     if kind == "k1":
         return lp - ref
-    return math.exp(ref - lp) - (ref - lp) - 1
+    if kind == "k2":
+        return 0.5 * (lp - ref) ** 2
+    return min(math.exp(ref - lp) - (ref - lp) - 1, 10.0)
+
+
+def _ref_kl_grad(lp: float, ref: float, kind: str) -> float:
+    """d(estimator)/d(logp), by hand: k3+ takes k2's gradient; a clamped k3 has none."""
+    if kind == "k1":
+        return 1.0
+    if kind in ("k2", "k3+"):
+        return lp - ref
+    if math.exp(ref - lp) - (ref - lp) - 1 > 10.0:
+        return 0.0
+    return 1.0 - math.exp(ref - lp)
 
 
 def _reference(lp, old, adv, mask, cfg: LossConfig, tis=None, ref=None):
@@ -153,8 +167,73 @@ def test_gather_logprobs_and_entropy_match_loops() -> None:
             assert ent[b, t].item() == pytest.approx(-sum(p * math.log(p) for p in probs), abs=1e-6)
 
 
+@pytest.mark.parametrize("kind", sorted(KL_ESTIMATORS))
+def test_kl_estimators_value_and_gradient_match_loops(kind: str) -> None:
+    rng = random.Random(7)
+    lp_vals = [rng.uniform(-4, -0.05) for _ in range(40)] + [-15.0, -0.01]
+    ref_vals = [x + rng.uniform(-3, 3) for x in lp_vals[:-2]] + [0.0, -15.0]  # the last two hit the clamp
+    lp = torch.tensor(lp_vals, dtype=torch.float64, requires_grad=True)
+    out = KL_ESTIMATORS[kind](lp, torch.tensor(ref_vals, dtype=torch.float64))
+    out.sum().backward()
+    assert lp.grad is not None
+    for i, (a, r) in enumerate(zip(lp_vals, ref_vals, strict=True)):
+        assert out[i].item() == pytest.approx(_ref_kl(a, r, kind), rel=1e-9, abs=1e-12)
+        assert lp.grad[i].item() == pytest.approx(_ref_kl_grad(a, r, kind), rel=1e-9, abs=1e-12)
+
+
+def test_k3_is_clamped_where_it_used_to_explode() -> None:
+    """At a log-ratio of -15 the unclamped k3 was exp(15) - 16 = 3.3e6; verl bounds it at 10."""
+    k3 = KL_ESTIMATORS["k3"](torch.tensor([0.0]), torch.tensor([15.0]))
+    assert k3.item() == 10.0
+    assert KL_ESTIMATORS["k3"](torch.tensor([-1.0]), torch.tensor([-1.5])).item() == pytest.approx(
+        math.exp(-0.5) + 0.5 - 1
+    )
+
+
+def test_k3_plus_gradient_is_unbiased_for_reverse_kl() -> None:
+    """Exact expectation over a categorical pi: E_pi[grad k3+] equals grad KL(pi || ref); E_pi[grad k3] does not."""
+    torch.manual_seed(3)
+    theta = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    ref = torch.log_softmax(torch.randn(6, dtype=torch.float64), dim=0)
+    logp = torch.log_softmax(theta, dim=0)
+    exact = torch.autograd.grad((logp.exp() * (logp - ref)).sum(), theta)[0]
+
+    def expected_grad(kind: str) -> torch.Tensor:
+        lp = torch.log_softmax(theta, dim=0)
+        per_sample = KL_ESTIMATORS[kind](lp, ref)  # one "sampled token" per category
+        p = lp.exp().detach()  # sampling weights, no gradient (the sample is drawn, not differentiated)
+        return torch.autograd.grad((p * per_sample).sum(), theta)[0]
+
+    assert torch.allclose(expected_grad("k3+"), exact, atol=1e-12)
+    assert torch.allclose(expected_grad("k2"), exact, atol=1e-12)
+    assert not torch.allclose(expected_grad("k3"), exact, atol=1e-3)
+    assert expected_grad("k1").abs().max().item() == pytest.approx(0.0, abs=1e-12)
+
+
+def test_logprobs_divide_by_temperature() -> None:
+    """The trainer's log-prob of a token sampled at temperature 0.7 is the sampler's, computed by a loop."""
+    from tirl.inference.hf import sample_tokens
+
+    torch.manual_seed(1)
+    logits = torch.randn(4, 9) * 3
+    temps = torch.full((4,), 0.7)
+    tokens, sampler_lp = sample_tokens(logits, temps, torch.ones(4), torch.rand(4))
+    lp, ent = logprobs_and_entropy(logits[None], tokens[None], 0.7)
+    assert torch.allclose(lp[0], sampler_lp, atol=1e-5)
+    assert torch.allclose(gather_logprobs(logits[None], tokens[None], 0.7)[0], sampler_lp, atol=1e-5)
+    assert not torch.allclose(gather_logprobs(logits[None], tokens[None])[0], sampler_lp, atol=1e-2)
+    for b in range(4):
+        row = [x / 0.7 for x in logits[b].tolist()]
+        z = math.log(sum(math.exp(x) for x in row))
+        assert lp[0, b].item() == pytest.approx(row[int(tokens[b])] - z, abs=1e-5)
+        assert ent[0, b].item() == pytest.approx(-sum(math.exp(x - z) * (x - z) for x in row), abs=1e-5)
+    assert torch.allclose(entropy_from_logits(logits[None], 0.7), ent, atol=1e-6)
+    # greedy sampling (temperature 0) and 1 both leave the logits alone
+    assert torch.equal(gather_logprobs(logits[None], tokens[None], 0.0), gather_logprobs(logits[None], tokens[None]))
+
+
 def test_bad_names_rejected() -> None:
     with pytest.raises(ValueError, match="loss_agg"):
         LossConfig(loss_agg="sum")
     with pytest.raises(ValueError, match="kl_estimator"):
-        LossConfig(kl_estimator="k2")
+        LossConfig(kl_estimator="k4")

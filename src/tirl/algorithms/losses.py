@@ -4,6 +4,10 @@ All per-token tensors are aligned on *target* positions: ``logprobs[b, t]`` is
 the log-prob of token ``t + 1`` of sequence ``b`` given tokens ``0..t``, and
 ``mask[b, t]`` is 1 exactly where that token was sampled by the policy.
 
+With sampling temperature ``T`` != 1, every log-prob here is of
+``softmax(logits / T)``, the distribution the sampler drew from, so the PPO
+ratio and the TIS weight compare like with like.
+
 Variants are tables of small functions (``AGGREGATIONS``, ``KL_ESTIMATORS``),
 chosen by name from :class:`~tirl.config.AlgoConfig`, never if/elif chains.
 
@@ -58,8 +62,13 @@ def seq_mean(values: Tensor, mask: Tensor) -> Tensor:
 AGGREGATIONS: dict[str, AggregateFn] = {"token_mean": token_mean, "seq_mean": seq_mean}
 
 
+KL_VALUE_CLAMP = 10.0  # verl's bound on the per-token k3 value (k3 reached 3.3e6 at a log-ratio of -15)
+
+
 def kl_k1(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """k1 estimator of KL(pi || ref): ``logp - ref_logp`` (unbiased, can be negative).
+    """k1 estimator of KL(pi || ref): ``logp - ref_logp`` (unbiased value, can be negative).
+
+    Its gradient, ``grad logp``, has expectation 0 under pi: as a loss term it pulls nothing.
 
     logprobs, ref_logprobs: Tensor  # [B, T]
     returns: Tensor  # [B, T]
@@ -67,17 +76,48 @@ def kl_k1(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return logprobs - ref_logprobs
 
 
+def kl_k2(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """k2 estimator: ``0.5 * (logp - ref_logp) ** 2`` (biased value, always >= 0).
+
+    Its gradient ``(logp - ref_logp) * grad logp`` is, on samples of pi, an
+    unbiased estimate of the gradient of KL(pi || ref).
+
+    logprobs, ref_logprobs: Tensor  # [B, T]
+    returns: Tensor  # [B, T]
+    """
+    return 0.5 * (logprobs - ref_logprobs).square()
+
+
 def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
-    """k3 estimator: ``exp(ref - logp) - (ref - logp) - 1`` (unbiased, always >= 0).
+    """k3 estimator: ``exp(ref - logp) - (ref - logp) - 1``, clamped to at most 10 (verl's ``low_var_kl``).
+
+    Unbiased, low-variance value (always >= 0), but its gradient is not the
+    gradient of KL(pi || ref) (it estimates the gradient of the forward KL);
+    use ``k3+`` for that. The clamp bounds the value where the policy has
+    moved far from the reference (a log-ratio beyond about -12); there the
+    term has no gradient.
 
     logprobs, ref_logprobs: Tensor  # [B, T]
     returns: Tensor  # [B, T]
     """
     log_r = (ref_logprobs - logprobs).clamp(-20.0, 20.0)
-    return torch.exp(log_r) - log_r - 1.0
+    return (torch.exp(log_r) - log_r - 1.0).clamp(-KL_VALUE_CLAMP, KL_VALUE_CLAMP)
 
 
-KL_ESTIMATORS: dict[str, KLFn] = {"k1": kl_k1, "k3": kl_k3}
+def kl_k3_plus(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """``k3+`` (verl's name): the value of :func:`kl_k3`, the gradient of :func:`kl_k2` (straight-through).
+
+    The logged KL is the low-variance k3 value, while the gradient is an
+    unbiased estimate of the gradient of KL(pi || ref) on on-policy samples.
+
+    logprobs, ref_logprobs: Tensor  # [B, T]
+    returns: Tensor  # [B, T]
+    """
+    k2 = kl_k2(logprobs, ref_logprobs)
+    return k2 - k2.detach() + kl_k3(logprobs, ref_logprobs).detach()
+
+
+KL_ESTIMATORS: dict[str, KLFn] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3, "k3+": kl_k3_plus}
 
 
 def tis_weights(old_logprobs: Tensor, gen_logprobs: Tensor, cap: float | None) -> Tensor:
@@ -189,36 +229,44 @@ def policy_loss(
     )
 
 
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Per-position entropy of the softmax over the vocabulary.
+def _tempered(logits: Tensor, temperature: float) -> Tensor:
+    """``logits / temperature`` in float32; temperature <= 0 (greedy sampling) and 1 leave them as they are."""
+    logits = logits.float()
+    return logits / temperature if temperature > 0 and temperature != 1.0 else logits
+
+
+def entropy_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """Per-position entropy of ``softmax(logits / temperature)`` over the vocabulary.
 
     logits: Tensor  # [B, T, V]
     returns: Tensor  # [B, T]
     """
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp = torch.log_softmax(_tempered(logits, temperature), dim=-1)
     return -(logp.exp() * logp).sum(dim=-1)
 
 
-def gather_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
-    """Log-prob of each target token.
+def gather_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
+    """Log-prob of each target token under ``softmax(logits / temperature)``, the sampler's distribution.
+
+    Not covered: top-p truncation (the sampler renormalises over its top-p set; this does not).
 
     logits: Tensor  # [B, T, V] (position t predicts targets[:, t])
     targets: Tensor  # [B, T] long
     returns: Tensor  # [B, T]
     """
-    logits = logits.float()
+    logits = _tempered(logits, temperature)
     picked = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T]
     return picked - torch.logsumexp(logits, dim=-1)
 
 
-def logprobs_and_entropy(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-    """Target log-probs (differentiable) and per-position entropy (detached) from one log-softmax.
+def logprobs_and_entropy(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+    """Target log-probs (differentiable) and entropy (detached) of ``softmax(logits / temperature)``.
 
     logits: Tensor  # [B, T, V]
     targets: Tensor  # [B, T] long
     returns: (logprobs  # [B, T], entropy  # [B, T])
     """
-    logp = torch.log_softmax(logits.float(), dim=-1)  # [B, T, V]
+    logp = torch.log_softmax(_tempered(logits, temperature), dim=-1)  # [B, T, V]
     picked = torch.gather(logp, -1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T]
     with torch.no_grad():
         ent = -(logp.exp() * logp).sum(dim=-1)

@@ -137,6 +137,7 @@ class Trainer:
             algo=self.cfg.algo,
             pad_id=int(pad if pad is not None else 0),
             ref_model=self.ref_model,
+            temperature=self.cfg.generation.temperature,
         )
 
     # ----------------------------------------------------------------- resume

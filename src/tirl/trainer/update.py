@@ -15,7 +15,12 @@ The steps, for the trajectories kept by the filter (with their advantages):
 4. A non-finite loss or gradient norm skips that optimiser step (gradients
    are dropped, the count goes to ``train/skipped_updates``).
 
-Not covered: learning-rate schedules, mixed precision loss scaling.
+With ``generation.temperature`` T != 1, every log-prob (old, current,
+reference) is of ``softmax(logits / T)``, the distribution the sampler drew
+from, so the ratio and the TIS weight refer to one distribution.
+
+Not covered: learning-rate schedules other than linear warm-up, mixed precision loss scaling, top-p
+renormalisation in the trainer's log-probs.
 """
 
 from __future__ import annotations
@@ -66,15 +71,17 @@ def _pad_rows(rows: list[Tensor], width: int) -> Tensor:
 
 
 @torch.inference_mode()
-def score_logprobs(model: Any, trajs: list[Trajectory], pad_id: int, micro_tokens: int) -> list[Tensor]:
-    """Per-trajectory target log-probs under ``model`` (no grad), each Tensor  # [L_i - 1]."""
+def score_logprobs(
+    model: Any, trajs: list[Trajectory], pad_id: int, micro_tokens: int, temperature: float = 1.0
+) -> list[Tensor]:
+    """Per-trajectory target log-probs of ``softmax(logits / temperature)`` (no grad), each Tensor  # [L_i - 1]."""
     lengths = [len(t.token_ids) for t in trajs]
     out: list[Tensor] = [torch.empty(0)] * len(trajs)
     zeros = torch.zeros(len(trajs))
     budget = micro_tokens if micro_tokens > 0 else 1 << 62
     for micro in split_microbatches(list(range(len(trajs))), lengths, budget):
         batch = collate(trajs, zeros, micro, pad_id)
-        lp = gather_logprobs(forward_logits(model, batch), batch.targets)
+        lp = gather_logprobs(forward_logits(model, batch), batch.targets, temperature)
         for j, i in enumerate(micro):
             out[i] = lp[j, : lengths[i] - 1].float().clone()
     return out
@@ -167,6 +174,7 @@ class PolicyUpdater:
     algo: AlgoConfig
     pad_id: int
     ref_model: Any = None
+    temperature: float = 1.0  # the sampler's (generation.temperature): log-probs are of softmax(logits / T)
 
     def __post_init__(self) -> None:
         self.loss_cfg = loss_config(self.algo)
@@ -187,7 +195,11 @@ class PolicyUpdater:
         first = set(plan[0][0])
         old: list[Tensor | None] = [None] * len(trajs)
         self._score_into(old, trajs, [i for i in range(len(trajs)) if i not in first], micro_tokens)
-        ref = score_logprobs(self.ref_model, trajs, self.pad_id, micro_tokens) if self._use_ref() else None
+        ref = (
+            score_logprobs(self.ref_model, trajs, self.pad_id, micro_tokens, self.temperature)
+            if self._use_ref()
+            else None
+        )
         lengths = [len(t.token_ids) for t in trajs]
         for e, epoch in enumerate(plan):
             for k, rows in enumerate(epoch):
@@ -199,7 +211,7 @@ class PolicyUpdater:
     def _score_into(self, old: list[Tensor | None], trajs: list[Trajectory], rows: list[int], micro: int) -> None:
         """Fill ``old[i]`` for ``rows`` with a no-grad scoring pass at the current weights."""
         if rows:
-            scored = score_logprobs(self.model, [trajs[i] for i in rows], self.pad_id, micro)
+            scored = score_logprobs(self.model, [trajs[i] for i in rows], self.pad_id, micro, self.temperature)
             for i, lp in zip(rows, scored, strict=True):
                 old[i] = lp
 
@@ -251,7 +263,7 @@ class PolicyUpdater:
         for micro in split_microbatches(rows, lengths, micro_tokens):
             batch = collate(trajs, advantages, micro, self.pad_id)
             width = batch.targets.shape[1]
-            lp, ent = logprobs_and_entropy(forward_logits(self.model, batch), batch.targets)
+            lp, ent = logprobs_and_entropy(forward_logits(self.model, batch), batch.targets, self.temperature)
             for j, i in enumerate(micro):
                 if old[i] is None:  # first mini-batch at the pre-update weights: these are the old log-probs
                     old[i] = lp[j, : lengths[i] - 1].detach().clone()
