@@ -102,6 +102,7 @@ class Message:
     role: Role
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None  # a tool message: the id of the call it answers
 
     @classmethod
     def from_dict(cls, data: Any) -> Message:
@@ -118,13 +119,19 @@ class Message:
         raw_calls = data.get("tool_calls") or ()
         if not isinstance(raw_calls, list | tuple):
             raise ValueError("tool_calls must be a list")
-        return cls(role=role, content=content, tool_calls=tuple(ToolCall.from_dict(c) for c in raw_calls))
+        call_id = data.get("tool_call_id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise ValueError(f"tool_call_id must be a string or null, got {type(call_id).__name__}")
+        calls = tuple(ToolCall.from_dict(c) for c in raw_calls)
+        return cls(role=role, content=content, tool_calls=calls, tool_call_id=call_id)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of the trajectory format."""
         out: dict[str, Any] = {"role": self.role.value, "content": self.content}
         if self.tool_calls:
             out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
         return out
 
 
