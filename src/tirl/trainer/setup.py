@@ -186,7 +186,7 @@ def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: fl
         params=SamplingParams(max_new_tokens=g.max_new_tokens, temperature=temperature, top_p=top_p),
         max_turns=cfg.env.max_turns,
         max_total_tokens=g.max_total_tokens,
-        rules=rules_from_config(cfg.filter.exec_langs, cfg.filter.boxed, cfg.filter.answer_tags),
+        rules=rules_from_config(cfg.filter),
     )
 
 
