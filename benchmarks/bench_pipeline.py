@@ -57,7 +57,7 @@ from typing import Any
 from tirl.config import RolloutConfig
 from tirl.envs.base import Env, EvalResult, StepResult, Task
 from tirl.rollout.base import RolloutRequest
-from tirl.rollout.faults import VirtualTimeLoop
+from tirl.testing.faults import VirtualTimeLoop
 from tirl.rollout.strategies import make_strategy
 from tirl.rollout.trace import BusyMeter
 from tirl.types import Message, Role, TerminationReason, Trajectory

@@ -1,4 +1,4 @@
-"""Registry by name and import string; guards that keep failing envs as flagged results."""
+"""Registry by name and import string; failing envs give flagged results through the rollout stages."""
 
 from __future__ import annotations
 
@@ -17,11 +17,6 @@ from tirl.envs import (
     load_tasks,
     make_env,
     register_env,
-    run_script,
-    safe_close,
-    safe_evaluate,
-    safe_reset,
-    safe_step,
     unregister_env,
 )
 from tirl.envs.check import EnvCheckError, check_env
@@ -29,6 +24,7 @@ from tirl.envs.swe_lite import SweLiteEnv
 from tirl.envs.tir_math import TirMathEnv
 from tirl.errors import ConfigError
 from tirl.sandbox.base import Sandbox
+from tirl.testing import play
 from tirl.types import Message, Role, TerminationReason
 
 
@@ -128,23 +124,6 @@ class ExplodingEnv:
 TASK = Task(id="x", prompt="p", answer="1")
 
 
-async def test_guards_turn_exceptions_into_flagged_results() -> None:
-    start = await safe_reset(ExplodingEnv("reset"), TASK)
-    assert not start.ok and start.reason is TerminationReason.INIT_FAILED
-    assert start.error is not None and start.error.startswith("RuntimeError: image pull failed")
-
-    step = await safe_step(ExplodingEnv("step"), Message(role=Role.ASSISTANT, content="hi"))
-    assert step.truncated and not step.terminated and step.reason is TerminationReason.ERROR
-    assert "KeyError" in step.info["error"] and "workspace vanished" in step.info["error"]
-
-    ev = await safe_evaluate(ExplodingEnv("evaluate"))
-    assert ev.reward == 0.0 and not ev.correct and ev.info["reason"] == "eval_failed"
-    assert "TimeoutError: tests hung" in ev.info["error"]
-
-    assert await safe_close(ExplodingEnv("close")) is not None
-    assert await safe_close(ExplodingEnv("none")) is None
-
-
 @pytest.mark.parametrize(
     ("where", "reason"),
     [
@@ -154,8 +133,8 @@ async def test_guards_turn_exceptions_into_flagged_results() -> None:
         ("none", TerminationReason.ANSWERED),
     ],
 )
-async def test_run_script_keeps_failures_counted(where: str, reason: TerminationReason) -> None:
-    result = await run_script(ExplodingEnv(where), TASK, ["\\boxed{1}"])
+async def test_scripted_episode_keeps_failures_counted(where: str, reason: TerminationReason) -> None:
+    result = await play(ExplodingEnv(where), TASK, ["\\boxed{1}"])
     assert result.reason is reason
     assert (result.error is not None) == (where != "none")
     assert result.reason.is_failure == (where != "none")
@@ -176,27 +155,6 @@ class NoVoidEnv(ExplodingEnv):
 async def test_check_env_catches_a_missed_void_turn() -> None:
     with pytest.raises(EnvCheckError, match=r"\[void\]"):
         await check_env(lambda: NoVoidEnv("none"), TASK)
-
-
-async def test_end_episode_through_env_and_fallback(sandbox: Sandbox) -> None:
-    from tirl.envs import end_episode
-    from tirl.envs.base import EpisodeOverError
-
-    env = TirMathEnv(sandbox=sandbox)
-    await env.reset(TASK)
-    result = await end_episode(env, TerminationReason.OVERLONG, {"finish_reason": "length"})
-    assert result.truncated and not result.terminated and result.reason is TerminationReason.OVERLONG
-    assert result.info == {"finish_reason": "length"}
-    with pytest.raises(EpisodeOverError):
-        await env.step(Message(role=Role.ASSISTANT, content="\\boxed{1}"))
-    evaluation = await env.evaluate()
-    assert evaluation.info["reason"] == "overlong" and evaluation.reward == 0.0
-    again = await end_episode(env, TerminationReason.TIMEOUT)  # already ended: still a result, never a raise
-    assert again.reason is TerminationReason.TIMEOUT and "end_error" in again.info
-    await env.close()
-
-    plain = await end_episode(ExplodingEnv("none"), TerminationReason.CANCELLED)  # env without end()
-    assert plain.truncated and plain.reason is TerminationReason.CANCELLED
 
 
 def test_expert_solution_dispatch() -> None:

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tirl.envs import check_env, run_script
+from tirl.envs import check_env
 from tirl.envs.base import EpisodeOverError, Task
 from tirl.envs.swe_lite import SweLiteEnv, expert_solution, generate_swe_tasks, load_swe_tasks, parse_pytest_summary
 from tirl.envs.tasks.swe_gen import all_cases, run_hidden_in_process
 from tirl.envs.tasks.swe_programs import MUTATION_KINDS, PROGRAMS
 from tirl.errors import InputError
 from tirl.sandbox.base import Sandbox
+from tirl.testing import play
 from tirl.types import Message, Role, TerminationReason
 
 
@@ -96,13 +97,13 @@ async def test_scripted_fix_end_to_end_with_real_pytest(make, work_root: Path) -
 async def test_expert_fixes_every_mutation_kind(make) -> None:  # type: ignore[no-untyped-def]
     for kind in MUTATION_KINDS:
         task = generate_swe_tasks(1, seed=5, kinds=(kind,))[0]
-        result = await run_script(make(), task, expert_solution(task))
+        result = await play(make(), task, expert_solution(task))
         assert result.reason is TerminationReason.SUBMITTED, (kind, result.messages[-1])
         assert result.correct, (kind, result.info.get("eval_output"))
 
 
 async def test_fraction_reward_and_answer_tag_submit(make) -> None:  # type: ignore[no-untyped-def]
-    result = await run_script(make(reward_mode="fraction"), TASK, ["<answer>submit</answer>"])
+    result = await play(make(reward_mode="fraction"), TASK, ["<answer>submit</answer>"])
     assert result.reason is TerminationReason.SUBMITTED
     total = result.info["tests_total"]
     assert 0.0 < result.reward < 1.0
@@ -137,7 +138,7 @@ async def test_agent_conftest_cannot_fake_a_pass(make) -> None:  # type: ignore[
         "def pytest_collection_modifyitems(items):\n    items.clear()\nEOF\n"
         "printf '[pytest]\\naddopts = -p no:python\\n' > pytest.ini\nsubmit\n```"
     )
-    result = await run_script(make(), TASK, [cheat])
+    result = await play(make(), TASK, [cheat])
     assert result.reason is TerminationReason.SUBMITTED
     assert result.reward == 0.0 and result.info["tests_failed"] >= 1
 
@@ -145,7 +146,7 @@ async def test_agent_conftest_cannot_fake_a_pass(make) -> None:  # type: ignore[
 async def test_eval_timeout_gives_zero(make) -> None:  # type: ignore[no-untyped-def]
     module = TASK.data["module"]
     hang = f"```bash\nprintf 'while True:\\n    pass\\n' >> {module}\nsubmit\n```"
-    result = await run_script(make(eval_timeout_s=1.5), TASK, [hang])
+    result = await play(make(eval_timeout_s=1.5), TASK, [hang])
     assert result.reward == 0.0
     assert result.info["eval_timed_out"] is True
 
@@ -158,7 +159,7 @@ async def test_limits_and_void(make) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(EpisodeOverError):
         await env.step(asst("```bash\nls\n```"))
     await env.close()
-    void = await run_script(make(), TASK, ["I will look at the code now."])
+    void = await play(make(), TASK, ["I will look at the code now."])
     assert void.reason is TerminationReason.VOID
 
 
@@ -203,11 +204,11 @@ async def test_jsonl_repository_task_end_to_end(make, work_root: Path) -> None: 
     (task,) = load_swe_tasks(tasks_file)
     assert task.data["repo"] == str(repo.resolve())
 
-    broken = await run_script(make(), task, ["<answer>submit</answer>"])
+    broken = await play(make(), task, ["<answer>submit</answer>"])
     assert broken.reward == 0.0 and broken.info["tests_failed"] == 2
 
     fix = "```bash\nsed -i 's/x + x + 1/x + x/' calc/__init__.py\nsubmit\n```"
-    fixed = await run_script(make(), task, [fix])
+    fixed = await play(make(), task, [fix])
     assert fixed.reward == 1.0 and fixed.info["tests_passed"] == 2, fixed.info.get("eval_output")
     assert "x + x + 1" in (repo / "calc" / "__init__.py").read_text()  # the user's repository is untouched
 
@@ -261,7 +262,7 @@ def test_unreachable_work_root_is_a_clear_error(sandbox: Sandbox, swe_cache: Pat
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o700)
     env = SweLiteEnv(sandbox=sandbox, cache_dir=swe_cache, work_root=locked)
-    result = asyncio.run(run_script(env, TASK, ["<answer>submit</answer>"]))
+    result = asyncio.run(play(env, TASK, ["<answer>submit</answer>"]))
     assert result.reason is TerminationReason.INIT_FAILED
     assert result.error is not None and "world-executable" in result.error
 

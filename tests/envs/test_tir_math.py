@@ -6,12 +6,13 @@ import json
 
 import pytest
 
-from tirl.envs import check_env, run_script, safe_step
+from tirl.envs import check_env
 from tirl.envs.base import EpisodeOverError, Task
 from tirl.envs.tir_math import TirMathEnv, expert_solution, generate_tasks
 from tirl.filters.void_turn import judge_trajectory
 from tirl.parsing import judge_message
 from tirl.sandbox.base import ExecResult, Sandbox
+from tirl.testing import play
 from tirl.types import Message, Role, TerminationReason, ToolCall, Trajectory
 
 
@@ -53,7 +54,7 @@ async def test_expert_solutions_through_the_real_env(sandbox: Sandbox, difficult
     tasks = generate_tasks(6, difficulty=difficulty, seed=11)
     for task in tasks:
         script = expert_solution(task)
-        result = await run_script(TirMathEnv(sandbox=sandbox, max_turns=4), task, script)
+        result = await play(TirMathEnv(sandbox=sandbox, max_turns=4), task, script)
         assert result.reason is TerminationReason.ANSWERED, (task, result)
         assert result.correct and result.reward == 1.0
         tool = [m.content for m in result.messages if m.role is Role.TOOL]
@@ -68,7 +69,7 @@ async def test_expert_solutions_through_the_real_env(sandbox: Sandbox, difficult
 async def test_wrong_answer_and_fraction_normalisation(sandbox: Sandbox) -> None:
     half = Task(id="h", prompt="What is 1/2?", answer="0.5")
     for given, reward in [("\\frac{1}{2}", 1.0), ("1/2", 1.0), ("0.5", 1.0), ("0.6", 0.0)]:
-        result = await run_script(TirMathEnv(sandbox=sandbox), half, [f"\\boxed{{{given}}}"])
+        result = await play(TirMathEnv(sandbox=sandbox), half, [f"\\boxed{{{given}}}"])
         assert result.reward == reward, given
 
 
@@ -207,14 +208,12 @@ async def test_sandbox_failure_ends_with_error() -> None:
 
 
 async def test_env_that_raises_gives_error_result_not_exception() -> None:
-    env = TirMathEnv(sandbox=RaisingSandbox())
-    await env.reset(TASK)
-    result = await safe_step(env, asst("```python\nprint(1)\n```"))
-    assert result.reason is TerminationReason.ERROR and result.truncated
-    assert "OSError: no space left on device" in result.info["error"]
+    result = await play(TirMathEnv(sandbox=RaisingSandbox()), TASK, ["```python\nprint(1)\n```"])
+    assert result.reason is TerminationReason.ERROR and result.reason.is_failure
+    assert result.error is not None and "OSError: no space left on device" in result.error
 
 
 async def test_task_without_answer_fails_reset(sandbox: Sandbox) -> None:
-    result = await run_script(TirMathEnv(sandbox=sandbox), Task(id="q", prompt="?"), ["\\boxed{1}"])
+    result = await play(TirMathEnv(sandbox=sandbox), Task(id="q", prompt="?"), ["\\boxed{1}"])
     assert result.reason is TerminationReason.INIT_FAILED
     assert result.error is not None and "no answer" in result.error

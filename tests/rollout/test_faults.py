@@ -8,9 +8,9 @@ import pytest
 from rollout_fakes import STRATEGIES, FakeRunner, World, cfg, pending_tasks, tasks
 
 from tirl.rollout.base import RolloutRequest
-from tirl.rollout.faults import FaultLog, FaultPlan, FaultyRunner, VirtualTimeLoop, faulty_factory
 from tirl.rollout.pipeline import episode_seed
 from tirl.rollout.strategies import make_strategy
+from tirl.testing.faults import FaultLog, FaultPlan, FaultyRunner, VirtualTimeLoop, faulty_factory
 from tirl.types import TerminationReason as TR
 
 PLAN = FaultPlan(
@@ -186,36 +186,6 @@ def test_fault_plan_rejects_impossible_probabilities() -> None:
         FaultPlan(init_error=0.7, init_hang=0.5)
     assert FaultPlan(run_error=1.0).decide("run", "x", 3) == "error"
     assert FaultPlan(run_hang=1.0).decide("run", "x", 3) == "hang"
-
-
-async def test_guarded_evaluate_that_reports_failure_as_a_value_is_eval_failed() -> None:
-    from tirl.envs.base import EvalResult
-
-    world = World()
-
-    class Guarded:
-        def __init__(self, inner):
-            self.inner = inner
-            self.name = "guarded"
-
-        async def reset(self, task, *, seed=None):
-            return await self.inner.reset(task, seed=seed)
-
-        async def step(self, action):
-            return await self.inner.step(action)
-
-        async def evaluate(self):
-            return EvalResult(reward=0.0, correct=False, info={"error": "pytest vanished", "reason": "eval_failed"})
-
-        async def close(self):
-            await self.inner.close()
-
-    strategy = make_strategy(cfg("pipeline", retries=2), lambda task: Guarded(world.factory(task)), FakeRunner(world))
-    batch = await strategy.collect(RolloutRequest(tasks=tasks(2), group_size=1))
-    for traj in batch.trajectories:
-        assert traj.termination is TR.EVAL_FAILED and traj.stages["eval"].attempts == 3
-        assert traj.error == "evaluation failed: pytest vanished [3 attempt(s)]"
-    assert batch.stats["rollout/eval_retries"] == 4
 
 
 async def test_a_factory_that_raises_is_init_failed_and_named() -> None:

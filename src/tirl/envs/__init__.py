@@ -1,14 +1,12 @@
-"""Task environments: the async Env contract, a registry, a conformance checker and two built-ins.
+"""Task environments: the async Env contract, the ToolEnv base, a registry, a conformance checker, two built-ins.
 
 Public API::
 
     from tirl.envs import (
         Env, Task, StepResult, EvalResult, EnvError, EpisodeOverError,      # contract (base.py)
         register_env, make_env, env_factory, load_tasks, list_envs,         # registry.py
+        ToolEnv,                                                            # tool_env.py (the base class)
         check_env, EnvCheckError,                                           # check.py
-        safe_reset, safe_step, safe_evaluate, safe_close, end_episode,      # guard.py
-        ResetOutcome,
-        run_script, ScriptResult,                                           # script.py
         expert_solution,                                                    # by task.kind
     )
     from tirl.envs.tir_math import TirMathEnv, generate_tasks, load_math_tasks, expert_solution
@@ -17,9 +15,8 @@ Public API::
 
 from tirl.envs.base import Env, EnvError, EpisodeOverError, EvalResult, StepResult, Task
 from tirl.envs.check import CheckReport, EnvCheckError, check_env
-from tirl.envs.guard import ResetOutcome, end_episode, safe_close, safe_evaluate, safe_reset, safe_step
 from tirl.envs.registry import env_factory, list_envs, load_tasks, make_env, register_env, unregister_env
-from tirl.envs.script import ScriptResult, run_script
+from tirl.envs.tool_env import ToolEnv
 
 
 def expert_solution(task: Task) -> list[str]:
@@ -42,22 +39,15 @@ __all__ = [
     "EnvError",
     "EpisodeOverError",
     "EvalResult",
-    "ResetOutcome",
-    "ScriptResult",
     "StepResult",
     "Task",
+    "ToolEnv",
     "check_env",
-    "end_episode",
     "env_factory",
     "expert_solution",
     "list_envs",
     "load_tasks",
     "make_env",
     "register_env",
-    "run_script",
-    "safe_close",
-    "safe_evaluate",
-    "safe_reset",
-    "safe_step",
     "unregister_env",
 ]

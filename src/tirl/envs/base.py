@@ -76,8 +76,9 @@ class EnvError(RuntimeError):
     """An infrastructure failure inside an environment (the sandbox broke, a workspace copy failed).
 
     Not a failing program: a program that crashes or times out is an observation.
-    The guards in :mod:`tirl.envs.guard` turn this (and any other exception) into
-    a result with reason ``error`` / ``init_failed`` / ``eval_failed``.
+    The rollout stages (:mod:`tirl.rollout.pipeline`) turn this (and any other
+    exception) into a trajectory with reason ``init_failed`` / ``error`` /
+    ``eval_failed`` and the message in ``Trajectory.error``.
     """
 
 

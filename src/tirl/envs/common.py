@@ -8,21 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from tirl.config import SandboxConfig
-from tirl.envs.base import StepResult
 from tirl.parsing import PYTHON_LANGS, CodeBlock
 from tirl.sandbox.base import ExecResult, Lang, Sandbox
-from tirl.types import Message, TerminationReason
-
-#: Reasons that end the *task* (Gymnasium's terminated); every other reason truncates the episode.
-TERMINATING: frozenset[TerminationReason] = frozenset(
-    {TerminationReason.ANSWERED, TerminationReason.SUBMITTED, TerminationReason.VOID}
-)
-
-
-def final_result(reason: TerminationReason, observation: list[Message], info: dict[str, Any]) -> StepResult:
-    """The last ``StepResult`` of an episode: ``terminated`` for task endings, ``truncated`` for the rest."""
-    terminated = reason in TERMINATING
-    return StepResult(observation, terminated=terminated, truncated=not terminated, reason=reason, info=info)
 
 
 class SandboxLease:

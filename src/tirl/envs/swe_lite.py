@@ -24,6 +24,9 @@ pipeline stages:
     * a void turn ends the episode (reason ``void``); reaching ``max_turns``
       truncates it (``max_turns``); a message longer than ``max_action_chars``
       truncates it (``overlong``); a sandbox failure truncates it (``error``).
+      The call order, this dispatch and the limits are
+      :class:`~tirl.envs.tool_env.ToolEnv`'s; this module writes the
+      workspace, the commands and the hidden-test reward.
 
 ``evaluate()`` — Evaluator
     Copies the hidden tests (and a zip of pytest, see
@@ -54,14 +57,15 @@ from pathlib import Path
 from typing import Any
 
 from tirl.config import EnvConfig, SandboxConfig
-from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, StepResult, Task
-from tirl.envs.common import SandboxLease, block_lang, final_result, run_blocks
-from tirl.envs.observation import clip, observation_text, tool_message, wrap_output
+from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, Task
+from tirl.envs.common import block_lang
+from tirl.envs.observation import clip
 from tirl.envs.tasks.swe_gen import expert_solution, generate_swe_tasks, load_swe_tasks
+from tirl.envs.tool_env import ToolEnv, call_arguments
 from tirl.envs.workspace import Workspace, default_cache_dir, materialise, provision, pytest_bundle
-from tirl.parsing import DEFAULT_RULES, ActionKind, ParseRules, judge_message
+from tirl.parsing import DEFAULT_RULES, ActionKind, ParseRules, TurnVerdict
 from tirl.sandbox.base import ExecResult, Lang, Sandbox
-from tirl.types import Message, Role, TerminationReason, ToolCall
+from tirl.types import Message, TerminationReason, ToolCall
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -124,10 +128,11 @@ def _split_submit(body: str) -> tuple[str, bool]:
     return body, False
 
 
-class SweLiteEnv:
+class SweLiteEnv(ToolEnv):
     """One swe-lite episode (create one per trajectory; share the sandbox)."""
 
     name = "swe-lite"
+    answer_reason = TerminationReason.SUBMITTED  # any final answer submits
 
     def __init__(
         self,
@@ -146,106 +151,60 @@ class SweLiteEnv:
         keep_workspace: bool = False,
         rules: ParseRules = DEFAULT_RULES,
     ) -> None:
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if reward_mode not in ("all", "fraction"):
             raise ValueError(f"reward_mode must be 'all' or 'fraction', got {reward_mode!r}")
-        self.max_turns = max_turns
-        self.system_prompt = system_prompt
-        self.max_obs_chars = max_obs_chars
-        self.max_action_chars = max_action_chars
+        super().__init__(
+            sandbox=sandbox,
+            sandbox_config=sandbox_config,
+            max_turns=max_turns,
+            system_prompt=system_prompt,
+            max_obs_chars=max_obs_chars,
+            max_action_chars=max_action_chars,
+            rules=rules,
+        )
         self.command_timeout_s = command_timeout_s
         self.eval_timeout_s = eval_timeout_s
         self.reward_mode = reward_mode
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.work_root = Path(work_root) if work_root is not None else None
         self.keep_workspace = keep_workspace
-        self.rules = rules
-        self.info: dict[str, Any] = {}
-        self._lease = SandboxLease(sandbox, sandbox_config)
-        self._task: Task | None = None
         self._workspace: Workspace | None = None
         self._hidden: Path | None = None
-        self._turns = 0
-        self._reason: TerminationReason | None = None
-        self._closed = False
 
     @property
     def workspace(self) -> Path | None:
         """The episode's working copy (None before reset and after close)."""
         return None if self._workspace is None else self._workspace.path
 
-    @property
-    def reason(self) -> TerminationReason | None:
-        """Why the episode ended (``None`` while it runs)."""
-        return self._reason
-
-    async def reset(self, task: Task, *, seed: int | None = None) -> list[Message]:
-        """Provision the workspace (Initializer stage); ``seed`` is unused."""
-        if self._closed or self._task is not None:
-            raise EpisodeOverError("an env serves one episode: create a new env per episode")
-        start = time.perf_counter()
+    async def setup(self, task: Task) -> dict[str, Any]:
+        """Materialise the template (cached) and copy it into a fresh workspace (Initializer stage)."""
         template = materialise(task, self.cache_dir)
         self._workspace = provision(template, self.work_root)
         self._hidden = template.hidden
-        await self._lease.get()
-        self._task = task
-        self.info = {
-            "init_s": round(time.perf_counter() - start, 6),
+        return {
             "copy_s": round(self._workspace.copy_s, 6),
             "template_cached": template.cached,
             "workspace": str(self._workspace.path),
         }
-        messages = [] if self.system_prompt is None else [Message(role=Role.SYSTEM, content=self.system_prompt)]
-        messages.append(Message(role=Role.USER, content=task.prompt))
-        return messages
 
-    def _end(self, reason: TerminationReason, observation: list[Message], info: dict[str, Any]) -> StepResult:
-        self._reason = reason
-        return final_result(reason, observation, info)
-
-    async def end(self, reason: TerminationReason, info: dict[str, Any] | None = None) -> StepResult:
-        """End the episode for a reason only the runner sees (token cap → ``overlong``, timeout, cancel).
-
-        Later ``step`` calls raise; ``evaluate`` still works and reports the reason.
-        """
-        if self._reason is not None:
-            raise EpisodeOverError(f"the episode already ended ({self._reason.value})")
-        return self._end(reason, [], dict(info or {}))
-
-    async def step(self, action: Message) -> StepResult:
-        """Judge and apply one assistant message (see the module docstring)."""
-        if self._task is None or self._reason is not None or self._closed:
-            raise EpisodeOverError("step called before reset or after the episode ended")
-        if action.role is not Role.ASSISTANT:
-            raise ValueError(f"step takes an assistant message, got role {action.role.value!r}")
-        self._turns += 1
-        info: dict[str, Any] = {"turn": self._turns}
-        content = action.content or ""
-        if self.max_action_chars is not None and len(content) > self.max_action_chars:
-            info["action"] = "overlong"
-            return self._end(TerminationReason.OVERLONG, [], info)
-        verdict = judge_message(action, self.rules)
-        info["action"] = verdict.kind.value
-        if verdict.kind is ActionKind.ANSWER:
-            info["submission"] = verdict.answer
-            return self._end(TerminationReason.SUBMITTED, [], info)
-        if verdict.kind is ActionKind.VOID:
-            return self._end(TerminationReason.VOID, [], info)
+    async def act(self, verdict: TurnVerdict, info: dict[str, Any]) -> tuple[list[Message], bool]:
+        """Run the turn's commands in the workspace; ``submit`` ends the episode after the lines before it."""
         if verdict.kind is ActionKind.CODE:
             commands, submitted = self._commands_from_blocks([(block_lang(b), b.body) for b in verdict.code])
         else:
             commands, submitted = self._commands_from_calls(verdict.tool_calls)
         observation: list[Message] = []
         if commands:
-            observation = await self._execute(commands, info)
-        if "error" in info:
-            return self._end(TerminationReason.ERROR, observation, info)
-        if submitted:
-            return self._end(TerminationReason.SUBMITTED, observation, info)
-        if self._turns >= self.max_turns:
-            return self._end(TerminationReason.MAX_TURNS, observation, info)
-        return StepResult(observation, info=info)
+            assert self._workspace is not None
+            observation = await self.run_commands(
+                commands,
+                info,
+                timeout_s=self.command_timeout_s,
+                workdir=self._workspace.path,
+                compact_errors=False,
+                show_status=True,
+            )
+        return observation, submitted
 
     @staticmethod
     def _commands_from_blocks(blocks: list[tuple[Lang, str]]) -> tuple[list[tuple[Lang, str]], bool]:
@@ -268,27 +227,16 @@ class SweLiteEnv:
         for call in calls:
             if call.name == SUBMIT:
                 return commands, True
-            args = call.arguments if isinstance(call.arguments, dict) else json.loads(call.arguments)
-            command = args.get("command") if isinstance(args, dict) else None
+            command = call_arguments(call).get("command")
             if call.name in ("bash", "shell") and isinstance(command, str):
                 commands.append(("bash", command))
             else:
                 commands.append(("bash", f"echo {json.dumps(f'[unknown tool: {call.name}; use bash or submit]')}"))
         return commands, False
 
-    async def _execute(self, commands: list[tuple[Lang, str]], info: dict[str, Any]) -> list[Message]:
-        assert self._workspace is not None
-        sandbox = await self._lease.get()
-        runs = await run_blocks(sandbox, commands, timeout_s=self.command_timeout_s, workdir=self._workspace.path)
-        info.update(runs.info())
-        if runs.infra_error is not None:
-            info["error"] = f"sandbox error: {runs.infra_error}"
-        text = "\n".join(observation_text(r, compact_errors=False, show_status=True) for r in runs.results)
-        return [tool_message(wrap_output(clip(text, self.max_obs_chars)))]
-
-    async def evaluate(self) -> EvalResult:
+    async def score(self, task: Task) -> EvalResult:
         """Run the hidden tests with pytest in the sandbox (Evaluator stage)."""
-        if self._task is None or self._workspace is None:
+        if self._workspace is None:
             raise EpisodeOverError("evaluate called before reset or after close")
         start = time.perf_counter()
         ws = self._workspace.path
@@ -296,8 +244,8 @@ class SweLiteEnv:
         shutil.rmtree(eval_dir, ignore_errors=True)
         eval_dir.mkdir()
         shutil.copy(pytest_bundle(self.cache_dir), eval_dir / "pytest.zip")
-        command = self._task.data.get("test_command")
-        sandbox = await self._lease.get()
+        command = task.data.get("test_command")
+        sandbox = await self.sandbox()
         nonce = f"TIRL_PYTEST_{secrets.token_hex(8)}"
         if isinstance(command, str):
             if self._hidden is not None:
@@ -313,7 +261,7 @@ class SweLiteEnv:
         else:
             tests = eval_dir / "tests"
             if self._hidden is None:
-                raise EnvError(f"task {self._task.id!r} has no hidden tests")
+                raise EnvError(f"task {task.id!r} has no hidden tests")
             shutil.copytree(self._hidden, tests)
             (tests / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
             rel = f"{EVAL_DIR}/tests"
@@ -347,7 +295,6 @@ class SweLiteEnv:
         fraction = counts["passed"] / total if total else 0.0
         reward = (1.0 if all_pass else 0.0) if self.reward_mode == "all" else fraction
         info = {
-            **self.info,
             "eval_s": round(eval_s, 6),
             "tests_passed": counts["passed"],
             "tests_failed": counts["failed"],
@@ -355,30 +302,16 @@ class SweLiteEnv:
             "tests_total": total,
             "eval_timed_out": result.timed_out,
             "eval_exit_code": result.exit_code,
-            "reason": None if self._reason is None else self._reason.value,
-            "turns": self._turns,
             "eval_output": clip(self._strip_marker(result.stdout) + result.stderr, 1500),
         }
         return EvalResult(reward=reward, correct=all_pass, info=info)
 
-    async def close(self) -> None:
-        """Delete the workspace (unless ``keep_workspace``) and close an owned sandbox; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._workspace is not None and not self.keep_workspace:
-                self._workspace.remove()
-                shutil.rmtree(self._workspace.path.parent, ignore_errors=True)
-            self._workspace = None
-        finally:
-            await self._lease.close()
-
-    @classmethod
-    def from_config(cls, config: EnvConfig, **kwargs: Any) -> SweLiteEnv:
-        """An env with ``max_turns`` from ``config``."""
-        kwargs.setdefault("max_turns", config.max_turns)
-        return cls(**kwargs)
+    async def teardown(self) -> None:
+        """Delete the workspace (unless ``keep_workspace``)."""
+        if self._workspace is not None and not self.keep_workspace:
+            self._workspace.remove()
+            shutil.rmtree(self._workspace.path.parent, ignore_errors=True)
+        self._workspace = None
 
 
 def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:

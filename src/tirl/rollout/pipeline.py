@@ -310,10 +310,6 @@ class Stages:
                 try:
                     async with asyncio.timeout(self.cfg.eval_timeout_s):
                         result = await ep.env.env.evaluate()
-                    if result.info.get("reason") == TerminationReason.EVAL_FAILED.value:
-                        # an env wrapped in tirl.envs.guard.safe_evaluate reports failure as a value
-                        error = f"evaluation failed: {result.info.get('error', 'no detail')}"
-                        continue
                     ep.traj.reward = float(result.reward)
                     ep.traj.correct = bool(result.correct)
                     if result.info:

@@ -42,7 +42,7 @@ FaultKind = Literal["error", "hang"]
 
 
 class InjectedFault(RuntimeError):
-    """A fault raised on purpose by :mod:`tirl.rollout.faults`."""
+    """A fault raised on purpose by :mod:`tirl.testing.faults`."""
 
 
 def _uniform(*parts: object) -> float:
