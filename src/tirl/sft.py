@@ -1,11 +1,12 @@
 """Warm start: supervised fine-tuning on demonstrations made by the real environment.
 
 Demonstrations are produced by running each task's scripted
-``expert_solution`` through the *real* env (sandbox included) with the same
-:class:`~tirl.rollout.agent_loop.AgentLoop` and chat format that RL uses: a
-:class:`ScriptedGenerator` plays the expert's turns as "sampled" ids. The
-token format the model learns is therefore exactly the one RL will show it
-(prompt, turn ids, the real tool output, turn closes).
+``expert_solution`` through the *real* env (sandbox included) on the same
+rollout path as training (the strategy's stages, a group size of 1) with the
+same :class:`~tirl.rollout.agent_loop.AgentLoop` and chat format that RL
+uses: a :class:`ScriptedGenerator` plays the expert's turns as "sampled"
+ids. The token format the model learns is therefore exactly the one RL will
+show it (prompt, turn ids, the real tool output, turn closes).
 
 The loss is cross-entropy on loss-mask-1 ids only (the assistant's turns);
 prompt, template and tool-output ids are context, not targets.
@@ -21,7 +22,6 @@ torch build, not bit-identical across CPU types.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 import time
@@ -31,12 +31,14 @@ from pathlib import Path
 
 import torch
 
-from tirl.envs.base import Task
+from tirl.config import RolloutConfig
+from tirl.envs.base import Env, Task
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.models.chat_format import ChatFormat
-from tirl.rollout.agent_loop import AgentLoop, EvalReport, evaluate_accuracy, run_episode
-from tirl.rollout.base import EnvFactory
-from tirl.types import Trajectory
+from tirl.rollout.agent_loop import AgentLoop
+from tirl.rollout.base import EnvFactory, RolloutRequest
+from tirl.rollout.evaluation import EvalReport, evaluate_accuracy
+from tirl.types import Message, Trajectory
 
 
 class ScriptedGenerator:
@@ -57,6 +59,27 @@ class ScriptedGenerator:
         """Nothing to release."""
 
 
+@dataclass(slots=True)
+class ScriptedSolutions:
+    """An :class:`~tirl.rollout.base.EpisodeRunner`: the :class:`AgentLoop` with the task's scripted solution."""
+
+    chat: ChatFormat
+    solution: Callable[[Task], list[str]]
+    max_turns: int = 4
+    max_total_tokens: int = 1024
+
+    async def __call__(self, env: Env, task: Task, initial: list[Message], traj: Trajectory) -> None:
+        """Play ``solution(task)`` as sampled ids through the agent loop."""
+        loop = AgentLoop(
+            ScriptedGenerator(self.chat, self.solution(task)),
+            self.chat,
+            params=SamplingParams(max_new_tokens=self.max_total_tokens - 1),
+            max_turns=self.max_turns,
+            max_total_tokens=self.max_total_tokens,
+        )
+        await loop(env, task, initial, traj)
+
+
 async def build_demonstrations(
     tasks: Sequence[Task],
     solution: Callable[[Task], list[str]],
@@ -68,21 +91,16 @@ async def build_demonstrations(
     concurrency: int = 16,
 ) -> list[Trajectory]:
     """One trajectory per task whose scripted solution the env judges correct (others are skipped)."""
-    sem = asyncio.Semaphore(concurrency)
+    from tirl.rollout.strategies import make_strategy
 
-    async def one(task: Task) -> Trajectory:
-        async with sem:
-            loop = AgentLoop(
-                ScriptedGenerator(chat, solution(task)),
-                chat,
-                params=SamplingParams(max_new_tokens=max_total_tokens - 1),
-                max_turns=max_turns,
-                max_total_tokens=max_total_tokens,
-            )
-            return await run_episode(loop, env_factory, task)
-
-    trajs = await asyncio.gather(*(one(t) for t in tasks))
-    return [t for t in trajs if t.info.get("correct") is True]
+    runner = ScriptedSolutions(chat, solution, max_turns=max_turns, max_total_tokens=max_total_tokens)
+    cfg = RolloutConfig(run_workers=concurrency, run_queue_size=concurrency)
+    strategy = make_strategy(cfg, env_factory, runner)
+    try:
+        batch = await strategy.collect(RolloutRequest(tasks=list(tasks), group_size=1))
+    finally:
+        await strategy.close()
+    return [t for t in batch.trajectories if t.correct is True]
 
 
 _COPY_WORDS = ("Compute", "What is", "Find", "Sum", "Copy", "Take", "x =", "Evaluate", "Check")
@@ -166,6 +184,7 @@ class SFTConfig:
     copy_steps: int = 300  # synthetic copy curriculum before the demonstrations (0 = none)
     copy_batch_size: int = 64
     max_turns: int = 4
+    env: str = "tir-math"  # task family of the demonstrations: tir-math | tir-chain
     max_new_tokens: int = 96
     max_total_tokens: int = 512
     log: Callable[[str], None] = field(default=print, repr=False)
@@ -263,13 +282,14 @@ def sft_eval_seed(seed: int) -> int:
 def write_card(out: Path, cfg: SFTConfig, result: SFTResult, command: str) -> None:
     """A short README in the checkpoint directory saying how it was made."""
     lines = [
-        "# tiny-tir: the built-in warm-started tirl policy",
+        f"# {out.name}: a warm-started tirl policy",
         "",
         f"Rebuild: `{command}`",
         "",
         f"- copy curriculum: {cfg.copy_steps} steps of {cfg.copy_batch_size} synthetic copy episodes first",
-        f"- demonstrations: {result.demonstrations} (tir-math difficulty {cfg.difficulty}, expert solutions "
-        "run through the real env)",
+        f"- demonstrations: {result.demonstrations} ("
+        + (f"tir-math difficulty {cfg.difficulty}" if cfg.env == "tir-math" else cfg.env)
+        + ", expert solutions run through the real env)",
         f"- steps: {result.steps}, batch {cfg.batch_size}, lr {cfg.lr}, final loss {result.final_loss:.4f}",
         f"- held-out accuracy (temperature 1) by step: {', '.join(f'{s}: {a:.3f}' for s, a in result.evals)}",
         f"- held-out greedy accuracy after training: {result.greedy_accuracy}",

@@ -3,6 +3,9 @@
 The shipped checkpoint is rebuilt with::
 
     tirl sft --out src/tirl/assets/tiny-tir --seed 0
+
+and the chain-task checkpoint (``tiny-chain``, started from ``tiny-tir``) with
+``tirl sft --env tir-chain --init src/tirl/assets/tiny-tir --out src/tirl/assets/tiny-chain --seed 0 --threads 1``.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from pathlib import Path
 import torch
 
 from tirl.config import SandboxConfig
+from tirl.envs.base import Task
 from tirl.envs.registry import env_factory
+from tirl.envs.tasks.chain_gen import chain_expert_solution, generate_chain_tasks
 from tirl.envs.tasks.math_gen import expert_solution, generate_tasks
 from tirl.errors import ConfigError
+from tirl.fileio import check_output_dir
 from tirl.inference.base import SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.models.chat_format import chat_format_for
@@ -44,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = SFTConfig()
     parser.add_argument("--out", required=True, help="directory to write the checkpoint to (save_pretrained layout)")
     parser.add_argument("--seed", type=int, default=d.seed, help="seed of the model init, data and sampling")
+    parser.add_argument(
+        "--env",
+        choices=("tir-math", "tir-chain"),
+        default=d.env,
+        help="task family to demonstrate (tir-chain: 3-6 tool turns; use --init with the tir-math model)",
+    )
     parser.add_argument("--init", default=None, help="start from this model directory instead of a fresh tiny model")
     parser.add_argument("--steps", type=int, default=d.steps, help="maximum optimizer steps")
     parser.add_argument("--batch-size", type=int, default=d.batch_size, help="episodes per step")
@@ -89,12 +101,22 @@ def _config(args: argparse.Namespace) -> SFTConfig:
         eval_tasks=args.eval_tasks,
         stop_at_accuracy=stop,
         copy_steps=max(0, args.copy_steps),
+        env=args.env,
+        max_turns=6 if args.env == "tir-chain" else SFTConfig.max_turns,
     )
+
+
+def _tasks(cfg: SFTConfig, n: int, seed: int) -> list[Task]:
+    """``n`` generated tasks of the configured family."""
+    if cfg.env == "tir-chain":
+        return generate_chain_tasks(n, seed=seed)
+    return generate_tasks(n, difficulty=cfg.difficulty, seed=seed)
 
 
 def run(args: argparse.Namespace) -> int:
     """Build demonstrations, train, evaluate, save."""
     cfg = _config(args)
+    check_output_dir(args.out)  # a bad --out fails now, not after training
     torch.set_num_threads(max(1, args.threads))
     if args.init:
         policy = load_policy(args.init)
@@ -114,10 +136,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         sandbox = create_sandbox(SandboxConfig(backend=args.sandbox))
         factory = env_factory("tir-math", sandbox=sandbox, max_turns=cfg.max_turns)
-        tasks = generate_tasks(cfg.train_tasks, difficulty=cfg.difficulty, seed=sft_task_seed(cfg.seed))
+        tasks = _tasks(cfg, cfg.train_tasks, sft_task_seed(cfg.seed))
+        solution = chain_expert_solution if cfg.env == "tir-chain" else expert_solution
         demos = loop.run_until_complete(
             build_demonstrations(
-                tasks, expert_solution, chat, factory, max_turns=cfg.max_turns, max_total_tokens=cfg.max_total_tokens
+                tasks, solution, chat, factory, max_turns=cfg.max_turns, max_total_tokens=cfg.max_total_tokens
             )
         )
         lengths = sorted(len(t.token_ids) for t in demos)
@@ -126,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             f"max {lengths[-1]}",
             flush=True,
         )
-        held_out = generate_tasks(cfg.eval_tasks, difficulty=cfg.difficulty, seed=sft_eval_seed(cfg.seed))
+        held_out = _tasks(cfg, cfg.eval_tasks, sft_eval_seed(cfg.seed))
         generator = HFGenerator(model, tokenizer, eos_ids=chat.eos_ids, seed=cfg.seed)
         runner = AgentLoop(
             generator,

@@ -7,13 +7,14 @@ so registering costs nothing. A name that is not registered but looks like
 an import string is imported directly, so ``make_env("mypkg.envs:MyEnv")``
 works without registering.
 
-The built-ins are ``tir-math`` and ``swe-lite``. Each may also register a
+The built-ins are ``tir-math``, ``swe-lite`` and ``tir-chain`` (chained computations,
+run by the tir-math env). Each may also register a
 *task source* (``tasks=``): ``source(env_config, n, seed) -> list[Task]``,
 which :func:`load_tasks` uses (a JSONL file when ``env.tasks_file`` is set,
 else the generator).
 
->>> sorted(list_envs())[:2]
-['swe-lite', 'tir-math']
+>>> sorted(list_envs())[:3]
+['swe-lite', 'tir-chain', 'tir-math']
 """
 
 from __future__ import annotations
@@ -153,3 +154,4 @@ def load_tasks(config: EnvConfig, n: int | None = None, *, seed: int | None = No
 
 register_env("tir-math", "tirl.envs.tir_math:TirMathEnv", tasks="tirl.envs.tir_math:task_source")
 register_env("swe-lite", "tirl.envs.swe_lite:SweLiteEnv", tasks="tirl.envs.swe_lite:task_source")
+register_env("tir-chain", "tirl.envs.tir_math:TirMathEnv", tasks="tirl.envs.tasks.chain_gen:task_source")
