@@ -35,7 +35,8 @@ Observation format
 Reward
     ``evaluate()`` returns 1.0 when the last final answer matches
     ``task.answer`` under :func:`tirl.answers.answers_match` (exact numbers
-    and fractions: ``1/2 == 0.5 == \frac{1}{2}``, ``1,000 == 1000``), else 0.0.
+    and fractions, ``\boxed``/units/``%`` removed, symbolic forms through math-verify
+    off the event loop; hostile answers such as ``1e5000`` score 0), else 0.0.
     ``step`` rewards are always 0.
 
 Not covered: Python state is not kept between turns unless ``keep_state=True``
@@ -48,7 +49,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tirl.answers import answers_match
+from tirl.answers import answers_match_async
 from tirl.config import EnvConfig, SandboxConfig
 from tirl.envs.base import EvalResult, Task
 from tirl.envs.common import block_lang
@@ -129,7 +130,7 @@ class TirMathEnv(ToolEnv):
     async def score(self, task: Task) -> EvalResult:
         """1.0 if the final answer matches the task's answer, else 0.0."""
         expected = task.answer or ""
-        correct = answers_match(self.answer, expected)
+        correct = await answers_match_async(self.answer, expected)  # the math-verify fallback runs off the loop
         info = {"answer": self.answer, "expected": expected}
         return EvalResult(reward=1.0 if correct else 0.0, correct=correct, info=info)
 

@@ -1,0 +1,145 @@
+"""tirl.answers: the careful-grader corpus, exact numbers against a reference, cleaning, decisions."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tirl.answers import answers_match, decide, normalize_answer, parse_number
+from tirl.answers.exact import parse_sequence
+from tirl.answers.normalize import clean
+
+CORPUS_PATH = Path(__file__).parent / "answers_corpus.jsonl"
+CORPUS = [json.loads(line) for line in CORPUS_PATH.read_text(encoding="utf-8").splitlines() if line.strip()]
+CATEGORIES = {
+    "number", "braceless_frac", "negative_frac", "percent", "assignment", "units", "degrees", "boxed", "interval",
+    "set", "tuple", "radical", "pi", "scientific", "thousands", "text", "choice", "trailing_period", "expression",
+    "complex", "unicode_minus", "spacing", "near_miss", "hostile",
+}  # fmt: skip
+
+
+def test_the_corpus_covers_every_category_with_both_verdicts() -> None:
+    seen = Counter((row["cat"], row["match"]) for row in CORPUS)
+    assert {cat for cat, _ in seen} == CATEGORIES
+    for cat in CATEGORIES - {"near_miss", "hostile"}:
+        assert seen[(cat, True)] >= 2 and seen[(cat, False)] >= 1, cat
+    assert seen[("near_miss", False)] >= 5 and seen[("hostile", False)] >= 8
+
+
+@pytest.mark.parametrize("row", CORPUS, ids=[f"{i}-{r['cat']}" for i, r in enumerate(CORPUS)])
+def test_corpus_pair(row: dict) -> None:
+    assert answers_match(row["pred"], row["gold"]) is row["match"], row
+
+
+def test_corpus_agreement_and_no_false_positive() -> None:
+    verdicts = [(answers_match(r["pred"], r["gold"]), r["match"]) for r in CORPUS]
+    false_positives = sum(got and not want for got, want in verdicts)
+    agree = sum(got == want for got, want in verdicts)
+    assert false_positives == 0
+    assert agree == len(CORPUS), f"{agree}/{len(CORPUS)}"
+
+
+def _decimal_strings() -> st.SearchStrategy[str]:
+    ints = st.integers(min_value=-(10**30), max_value=10**30)
+    frac = st.integers(min_value=0, max_value=10**12)
+    exp = st.integers(min_value=-40, max_value=40)
+    return st.one_of(
+        ints.map(str),
+        st.tuples(ints, frac).map(lambda t: f"{t[0]}.{t[1]}"),
+        st.tuples(ints, exp).map(lambda t: f"{t[0]}e{t[1]}"),
+    )
+
+
+@given(_decimal_strings())
+@settings(max_examples=300, deadline=None)
+def test_parse_number_equals_the_fraction_reference(text: str) -> None:
+    assert parse_number(text) == Fraction(text)
+
+
+@given(st.integers(min_value=-(10**20), max_value=10**20), st.integers(min_value=1, max_value=10**9))
+@settings(max_examples=200, deadline=None)
+def test_fractions_and_thousands_against_a_reference_loop(num: int, den: int) -> None:
+    value = Fraction(num, den)
+    assert parse_number(f"\\frac{{{num}}}{{{den}}}") == value
+    assert parse_number(f"{num}/{den}") == value
+    digits = str(abs(num))
+    groups: list[str] = []
+    while digits:  # the reference: group thousands by hand
+        groups.insert(0, digits[-3:])
+        digits = digits[:-3]
+    assert parse_number(("-" if num < 0 else "") + ",".join(groups)) == num
+
+
+@given(st.text(max_size=60))
+@settings(max_examples=400, deadline=None)
+def test_decide_never_raises_and_an_answer_matches_itself(text: str) -> None:
+    d = decide(text, "5")
+    assert d.verdict in (True, False, None)
+    same = decide(text, text)
+    if clean(text).key:
+        assert same.verdict is True, (text, same)
+    else:
+        assert same.verdict is False
+
+
+@pytest.mark.parametrize(
+    ("raw", "text", "extra"),
+    [
+        (r"$\boxed{\boxed{\dfrac12}}$", r"\frac{1}{2}", {}),
+        (r"x = -\frac34", r"-\frac{3}{4}", {"lhs": "x"}),
+        (r"50\%", "50", {"percent": True}),
+        (r"12\,\mathrm{m}^2", "12", {"unit": "m^2"}),
+        (r"30^{\circ}", "30", {}),
+        ("\u22125", "-5", {}),
+        (r"\left( 1,\! 2 \right).", "( 1, 2 )", {}),
+        (r"\sqrt2+\frac1{x}", r"\sqrt{2}+\frac{1}{x}", {}),
+        (r"\text{Yes}", "Yes", {}),
+        ("3m", "3m", {}),  # a product, not metres: a bare unit needs a space
+    ],
+)
+def test_clean(raw: str, text: str, extra: dict) -> None:
+    got = clean(raw)
+    assert got.text == text
+    for key, value in extra.items():
+        assert getattr(got, key) == value
+
+
+def test_sequences_keep_their_brackets() -> None:
+    s = parse_sequence("[0, 1)")
+    assert s is not None and s.ordered and (s.open, s.close, s.items) == ("[", ")", ("0", "1"))
+    bare = parse_sequence("1, 2")
+    assert bare is not None and not bare.ordered
+    assert parse_sequence("1,000") is None and parse_sequence("(5)") is None
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "path"),
+    [
+        ("1/2", "0.5", "exact"),
+        ("Yes", "yes", "text"),
+        (r"\boxed{7}", "7", "string"),
+        (r"\sqrt{8}", r"2\sqrt{2}", "fallback"),
+        ("1e5000", "1", "hostile"),
+        (None, "1", "missing"),
+    ],
+)
+def test_each_path_is_taken_where_documented(pred: str | None, gold: str, path: str) -> None:
+    assert decide(pred, gold).path == path
+
+
+def test_the_fallback_never_sees_a_float() -> None:
+    d = decide("3.14", r"\pi")
+    assert d.verdict is None and d.pred == r"\frac{314}{100}"
+    assert answers_match("3.14", r"\pi") is False
+
+
+def test_normalize_answer_is_a_reduced_fraction_for_numbers() -> None:
+    assert normalize_answer(r"\boxed{\dfrac{2}{4}}") == "1/2"
+    assert normalize_answer("1{,}000") == "1000"
+    assert normalize_answer(r"x^2 + 1") == "x^2+1"
