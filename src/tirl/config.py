@@ -119,7 +119,8 @@ class SandboxConfig:
 class FilterConfig:
     """Void-turn filtering (see ``tirl.parsing`` for the rule)."""
 
-    mode: Literal["drop", "mask", "off"] = "drop"
+    mode: Literal["drop", "mask", "off", "penalize"] = "drop"
+    void_penalty: float = 1.0  # penalize: the fixed negative advantage on a void turn's own tokens
     exec_langs: list[str] = field(default_factory=lambda: ["python", "py", "python3", "bash", "sh", "shell"])
     boxed: bool = True
     answer_tags: bool = True
@@ -130,6 +131,7 @@ class FilterConfig:
         _check(bool(self.exec_langs), "filter.exec_langs", self.exec_langs, "list at least one language")
         _check(self.min_valid_per_group >= 1, "filter.min_valid_per_group", self.min_valid_per_group, "use >= 1")
         _check(self.max_resample_rounds >= 0, "filter.max_resample_rounds", self.max_resample_rounds, "use >= 0")
+        _check(self.void_penalty >= 0, "filter.void_penalty", self.void_penalty, "use >= 0 (0: penalize acts as drop)")
 
 
 @dataclass

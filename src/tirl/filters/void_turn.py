@@ -5,16 +5,20 @@ A trajectory with any void assistant turn (see :mod:`tirl.parsing`) is void.
 statistic, advantage, importance ratio or KL is computed. What happens to a
 void trajectory is one row of :data:`MODES`:
 
-======  ========================  ===========  ==============================
-mode    stays in its group        loss weight  counts towards ``usable``
-======  ========================  ===========  ==============================
-drop    no (absent from mean/std)  —           no
-mask    yes (in the mean/std)     0            no
-off     yes                       1            yes
-======  ========================  ===========  ==============================
+========  =========================  ===========  ==============================
+mode      stays in its group         loss weight  counts towards ``usable``
+========  =========================  ===========  ==============================
+drop      no (absent from mean/std)  —            no
+mask      yes (in the mean/std)      0            no
+off       yes                        1            yes
+penalize  no (as ``drop``)           —            no
+========  =========================  ===========  ==============================
 
 ``drop`` is the seed's rule; ``mask`` is SimpleTIR's public behaviour;
-``off`` only counts. Infrastructure failures (``Trajectory.failed``) are
+``off`` only counts. ``penalize`` is tirl's remedy for void drift: removed
+like ``drop``, and handed back in :attr:`FilterResult.penalized` so the
+trainer can push down the void turn's own tokens with a bounded, fixed
+negative advantage (:mod:`tirl.algorithms.void_penalty`). Infrastructure failures (``Trajectory.failed``) are
 always removed and counted separately: they are not evidence about the
 policy.
 
@@ -39,7 +43,7 @@ from tirl.config import FilterConfig
 from tirl.parsing import DEFAULT_RULES, ParseRules, TrajectoryVerdict, judge_messages
 from tirl.types import Group, TerminationReason, Trajectory
 
-FilterMode = Literal["drop", "mask", "off"]
+FilterMode = Literal["drop", "mask", "off", "penalize"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +53,14 @@ class ModeRule:
     keep: bool  # stays in its group (and so in the group's reward mean/std)
     loss_weight: float  # its ``Trajectory.loss_weight`` when kept
     usable: bool  # counts towards the group's usable trajectories
+    penalize: bool = False  # removed, then trained on its void turn only (FilterResult.penalized)
 
 
 MODES: dict[str, ModeRule] = {
     "drop": ModeRule(keep=False, loss_weight=0.0, usable=False),
     "mask": ModeRule(keep=True, loss_weight=0.0, usable=False),
     "off": ModeRule(keep=True, loss_weight=1.0, usable=True),
+    "penalize": ModeRule(keep=False, loss_weight=0.0, usable=False, penalize=True),
 }
 
 
@@ -121,6 +127,7 @@ class FilterResult:
     usable: list[int]
     stats: FilterStats
     removed: list[Trajectory] = field(default_factory=list)
+    penalized: list[Trajectory] = field(default_factory=list)  # removed void ones the mode trains down
 
     def learnable(self, min_usable: int) -> list[Group]:
         """The groups with at least ``min_usable`` usable trajectories, in order."""
@@ -150,6 +157,7 @@ class VoidTurnFilter:
         out: list[Group] = []
         usable: list[int] = []
         removed: list[Trajectory] = []
+        penalized: list[Trajectory] = []
         for group in groups:
             kept: list[Trajectory] = []
             n_usable = 0
@@ -171,6 +179,8 @@ class VoidTurnFilter:
                 stats.void_ids.append(traj.id)
                 if not rule.keep:
                     removed.append(traj)
+                    if rule.penalize:
+                        penalized.append(traj)
                     continue
                 traj.loss_weight = rule.loss_weight
                 n_usable += int(rule.usable)
@@ -179,7 +189,7 @@ class VoidTurnFilter:
             usable.append(n_usable)
         stats.empty_groups = sum(1 for n in usable if n == 0)
         stats.min_valid_per_group = min(usable) if usable else 0
-        return FilterResult(groups=out, usable=usable, stats=stats, removed=removed)
+        return FilterResult(groups=out, usable=usable, stats=stats, removed=removed, penalized=penalized)
 
 
 def rules_from_config(config: FilterConfig) -> ParseRules:
