@@ -29,7 +29,7 @@ def test_healthy_noisy_logs_have_no_finding(tmp_path: Path, seed: int) -> None:
     assert diag.verdict == "healthy"
     # the generator really contains the noise the rules must ignore
     grads = [r["train/grad_norm"] for r in rows if r["train/grad_norm"] is not None]
-    assert max(grads) > 2.5 * sorted(grads)[len(grads) // 2] or seed % 3  # grad bumps in most seeds
+    assert max(grads) > 2.5 * sorted(grads)[len(grads) // 2]  # a grad bump (4.4-9.6x the median in seeds 0-11)
     assert any(r["train/is_ratio_max"] is None for r in rows)  # skipped steps log nulls
 
 

@@ -184,7 +184,7 @@ async def test_trainer_scores_exactly_the_sampled_ids(policy: Policy) -> None:
     gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=policy.chat.eos_ids, seed=5)
     loop = AgentLoop(gen, policy.chat, params=SamplingParams(max_new_tokens=12), max_turns=3, max_total_tokens=200)
     report = await evaluate_accuracy(loop, lambda task: FakeEnv(), [TASK] * 4, concurrency=4)
-    assert report.n == 4 and 0.0 <= report.accuracy <= 1.0
+    assert report.n == 4 and report.accuracy == sum(t.correct is True for t in report.trajectories) / 4
     assert sum(report.terminations.values()) == 4
     for traj in report.trajectories:
         traj.check_token_view()

@@ -46,7 +46,7 @@ async def test_every_trajectory_comes_back_grouped_and_labelled(name: str) -> No
     assert batch.stats["rollout/failed"] == 0
     assert batch.stats["rollout/termination/answered"] == 15
     assert batch.stats["rollout/init_attempts"] == 15 and batch.stats["rollout/init_retries"] == 0
-    assert batch.wall_s > 0
+    assert batch.wall_s >= max(t.stages["eval"].finished for t in batch.trajectories) - 1e-6  # type: ignore[type-var]
     assert len(world.envs) == 15 and all(e.closes == 1 for e in world.envs)
     assert world.open_envs == 0
     assert pending_tasks() == []
