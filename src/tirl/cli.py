@@ -4,15 +4,25 @@ Each subcommand lives in ``tirl.commands.<module>`` and provides
 ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only
 when their command runs, so ``tirl filter`` never imports torch.
 A :class:`~tirl.errors.TirlError` becomes one ``error: ...`` line and exit 2.
+
+The contract for every command: bad input (arguments, files, values) gives
+one ``error:`` line on stderr and exit 2, never a traceback and never a
+partial output file. Argument errors use the same one line
+(:class:`OneLineParser`). As a last net, the input-caused exceptions that a
+reader could still let through (non-UTF-8 bytes, nesting that exhausts the
+stack, an over-long integer, an output the OS refuses) become an ``error:``
+line too; any other exception is a bug in tirl and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from tirl import __version__
 from tirl.errors import TirlError
@@ -29,11 +39,61 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "review": ("review", "send an evidence bundle to an OpenAI-compatible endpoint"),
     "serve": ("serve", "serve a checkpoint with an OpenAI-compatible HTTP API"),
     "sandbox": ("sandbox", "run code in the sandbox (tirl sandbox exec FILE)"),
+    "model": ("model", "make a small random-weight model (init) or check a model directory (check)"),
 }
 
 
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number (``inf``, ``nan`` and ``1e999`` are refused at parse time)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port: use 1-65535, or 0 for a free one")
+    return value
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one ``error:`` line (with the fix: ``--help``) and exit 2.
+
+    Every ``type=float`` argument of every command is read with :func:`finite_float`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("type", float, finite_float)
+
+    def error(self, message: str) -> NoReturn:  # noqa: D102
+        self.exit(2, f"error: {self.prog}: {message} — see `{self.prog} --help`\n")
+
+
+def _net(exc: BaseException) -> str | None:
+    """The ``error:`` text for an input-caused exception that escaped a reader; None for a tirl bug."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"an input is not UTF-8 text ({exc.reason} at byte {exc.start}) — re-encode it as UTF-8"
+    if isinstance(exc, RecursionError):
+        return "an input is nested too deeply to read — flatten it"
+    if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
+        return f"an input holds an integer with more than {sys.get_int_max_str_digits()} digits — shorten it"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc} — check the path"
+    return None
+
+
 def _top_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="tirl",
         description="RL for multi-turn, tool-using LLM agents.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -67,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: the command {name!r} is not available in this build", file=sys.stderr)
             return 2
         raise
-    parser = argparse.ArgumentParser(prog=f"tirl {name}", description=help_text)
+    parser = OneLineParser(prog=f"tirl {name}", description=help_text)
     module.add_arguments(parser)
     ns = parser.parse_args(rest)
     try:
@@ -82,6 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except (UnicodeDecodeError, RecursionError, ValueError, OSError) as exc:
+        text = _net(exc)
+        if text is None:
+            raise
+        print(f"error: {text}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

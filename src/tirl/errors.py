@@ -35,3 +35,23 @@ class InputError(TirlError):
 
 class SetupError(TirlError):
     """The environment is not set up as needed (missing binary, server, credential)."""
+
+
+class OutputError(InputError):
+    """An output path cannot be written as asked (a directory, under a file, an input, a full device)."""
+
+
+def describe(exc: BaseException, *, where: bool = False) -> str:
+    """The one way tirl turns an exception into text: ``"ExcType: message"`` (``"ExcType"`` when it has none).
+
+    ``where=True`` appends the innermost frame, ``" (file.py:LINE)"``, without a full traceback.
+    """
+    text = str(exc)
+    out = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if where:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None:
+            out += f" ({tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno})"
+    return out

@@ -1,45 +1,162 @@
-"""Reading and writing the JSONL formats, with errors that name the file and the line.
+r"""The one JSON/JSONL reader of tirl, with errors that name the file, the line and the fix.
 
-Writes are atomic: :func:`atomic_write` writes to a temporary file beside the
-target and renames it into place only when the block finishes without an
-exception, so a failed command never leaves a half-written output behind.
+:func:`parse_json` is :func:`json.loads` made safe for hostile text (files
+and the HTTP bodies of ``tirl serve``): every problem is a
+:class:`JSONProblem` (a ``ValueError``) with a one-line reason instead of a
+``RecursionError`` or a conversion error. It refuses
+
+* text that is not JSON;
+* nesting deeper than :data:`MAX_DEPTH` (``[[[[...]]]]`` 1e5 levels deep);
+* integers longer than Python's 4300-digit conversion limit;
+* strings with lone UTF-16 surrogates (the escape ``\ud800`` alone), which no UTF-8 file
+  or response can hold;
+* ``NaN``/``Infinity`` when ``allow_nan=False`` (request bodies).
+
+:func:`read_jsonl` reads a JSONL file line by line through
+:func:`parse_json`: non-UTF-8 bytes, bad lines and non-objects raise
+:class:`~tirl.errors.InputError` naming the line. Options cover the
+differences between tirl's files: ``comments`` (task files skip ``#``
+lines), ``torn_tail`` (logs of a killed run may end with half a line) and
+``objects`` (every line must be an object).
+
+Writes go through :func:`tirl.fileio.atomic_write` (re-exported here).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import tempfile
+import stat
+import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from tirl.errors import InputError
+from tirl.fileio import atomic_write
 from tirl.types import Trajectory
 
+__all__ = ["MAX_DEPTH", "JSONProblem", "atomic_write", "parse_json", "read_jsonl", "read_trajectories"]
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, object)`` for each non-blank line; bad JSON raises :class:`InputError`."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(str(p), None, "file not found", "check the path")
-    with p.open("r", encoding="utf-8", errors="strict") as fh:
-        try:
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
+MAX_DEPTH = 64  # deeper than any file tirl reads or request it serves; deep enough for tool-call arguments
+
+
+class JSONProblem(ValueError):
+    """Text that :func:`parse_json` refuses; ``str()`` is the reason, e.g. ``"nested deeper than 64 levels"``."""
+
+
+def _no_constant(name: str) -> Any:
+    raise JSONProblem(f"{name} is not a JSON number")
+
+
+def _check_tree(value: Any) -> None:
+    """Depth and lone-surrogate checks, iteratively (no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            if not node.isascii():
                 try:
-                    yield number, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(
-                        str(p),
-                        number,
-                        f"not valid JSON ({exc.msg} at column {exc.colno})",
-                        "each line must be one JSON object",
-                    ) from None
-        except UnicodeDecodeError as exc:
-            raise InputError(str(p), None, f"not UTF-8 text ({exc.reason})", "re-encode the file as UTF-8") from None
+                    node.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise JSONProblem("a string holds a lone UTF-16 surrogate (not valid Unicode)") from None
+            continue
+        if isinstance(node, dict):
+            children: Any = [*node.keys(), *node.values()]
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            raise JSONProblem(f"nested deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children)
+
+
+def parse_json(text: str | bytes, *, allow_nan: bool = True) -> Any:
+    """:func:`json.loads` that raises only :class:`JSONProblem` (see the module doc)."""
+    try:
+        value = json.loads(text, parse_constant=None if allow_nan else _no_constant)
+    except json.JSONDecodeError as exc:
+        raise JSONProblem(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise JSONProblem(f"nested deeper than {MAX_DEPTH} levels") from None
+    except UnicodeDecodeError as exc:
+        raise JSONProblem(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except JSONProblem:
+        raise
+    except ValueError as exc:  # int('9' * 5000): "Exceeds the limit (4300 digits) for integer string conversion"
+        if "digits" not in str(exc):
+            raise JSONProblem(f"not valid JSON ({exc})") from None
+        raise JSONProblem(f"an integer has more than {sys.get_int_max_str_digits()} digits") from None
+    if not allow_nan and isinstance(value, float) and not math.isfinite(value):
+        raise JSONProblem("a number is out of range")
+    _check_tree(value)
+    return value
+
+
+def _open_lines(p: Path, missing_fix: str) -> Any:
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(str(p), None, "file not found", missing_fix) from None
+    except OSError as exc:
+        raise InputError(str(p), None, f"cannot be read ({exc.strerror})", missing_fix) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(str(p), None, "is a directory, not a file", missing_fix)
+    try:
+        return p.open("rb")
+    except OSError as exc:
+        raise InputError(str(p), None, f"cannot be read ({exc.strerror})", missing_fix) from None
+
+
+def read_jsonl(
+    path: str | Path,
+    *,
+    comments: bool = False,
+    torn_tail: bool = False,
+    objects: bool = False,
+    fix: str = "each line must be one JSON object",
+    missing_fix: str = "check the path",
+) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, value)`` for each non-blank line; every problem raises :class:`InputError`.
+
+    ``comments``: skip lines starting with ``#``. ``torn_tail``: a last line
+    without a newline that does not parse is ignored (a killed writer's
+    half line). ``objects``: a line that is not a JSON object is an error.
+    """
+    p = Path(path)
+    with _open_lines(p, missing_fix) as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    str(p), number, f"not UTF-8 text ({exc.reason} at byte {exc.start})", "re-encode the file as UTF-8"
+                ) from None
+            text = line.strip()
+            if not text or (comments and text.startswith("#")):
+                continue
+            try:
+                value = parse_json(text)
+            except JSONProblem as exc:
+                if torn_tail and not raw.endswith(b"\n"):
+                    return
+                raise InputError(str(p), number, str(exc), fix) from None
+            if objects and not isinstance(value, dict):
+                raise InputError(str(p), number, f"expected a JSON object, got {type(value).__name__}", fix)
+            yield number, value
+
+
+def read_json(path: str | Path, *, missing_fix: str = "check the path") -> Any:
+    """One JSON document (``config.json``, ``state.json``); problems raise :class:`InputError`."""
+    p = Path(path)
+    with _open_lines(p, missing_fix) as fh:
+        data = fh.read()
+    try:
+        return parse_json(data)
+    except JSONProblem as exc:
+        raise InputError(str(p), None, str(exc), "the file must hold one JSON document") from None
 
 
 def read_trajectories(path: str | Path) -> Iterator[tuple[int, Trajectory]]:
@@ -47,7 +164,7 @@ def read_trajectories(path: str | Path) -> Iterator[tuple[int, Trajectory]]:
     for number, obj in read_jsonl(path):
         try:
             traj = Trajectory.from_dict(obj, default_id=f"line-{number}")
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise InputError(
                 str(path),
                 number,
@@ -57,16 +174,24 @@ def read_trajectories(path: str | Path) -> Iterator[tuple[int, Trajectory]]:
         yield number, traj
 
 
-@contextmanager
-def atomic_write(path: str | Path) -> Iterator[IO[str]]:
-    """Open a text file for writing that appears at ``path`` only if the block succeeds."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+def is_readable_file(path: str | Path) -> bool:
+    """True for an existing path that is not a directory (regular files, FIFOs, ``/dev/stdin``)."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            yield fh
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        return not stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps_json(value: Any, *, indent: int | None = None) -> str:
+    """Strict JSON text: non-finite floats (``inf``, ``nan``) become ``null``, never ``Infinity``/``NaN``."""
+    return json.dumps(_finite(value), indent=indent, allow_nan=False, ensure_ascii=False)

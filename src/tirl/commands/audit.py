@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from tirl.commands.filter import _rules
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.render import print_audit
+from tirl.jsonl import dumps_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     path = args.input / "trajectories.jsonl" if args.input.is_dir() else args.input
     report = audit_file(path, _rules(args))
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(dumps_json(report.to_dict(), indent=2))
     else:
         print_audit(report.to_dict(), str(path))
     return 0

@@ -3,20 +3,22 @@
 Exit status 0 for any verdict (a diagnosis is not a failure); 2 for an
 unreadable input. ``--json`` prints the machine-readable shape documented in
 docs/diagnostics.md; ``--bundle OUT.md`` also writes the evidence bundle for
-``tirl review``.
+``tirl review``. The JSON is strict: a non-finite number is ``null``, never
+``Infinity``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from tirl.diagnostics.adapters import FORMATS, load_metrics
-from tirl.diagnostics.bundle import pipeline_bundle, training_bundle, write_bundle
+from tirl.diagnostics.bundle import pipeline_bundle, training_bundle
 from tirl.diagnostics.pipeline import diagnose_pipeline, load_trace
 from tirl.diagnostics.render import print_pipeline, print_training
 from tirl.diagnostics.training import diagnose_training
+from tirl.fileio import check_output, refuse_overwrite, write_text
+from tirl.jsonl import dumps_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,15 +43,18 @@ def _in_run_dir(path: Path, name: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Diagnose, print, optionally write the bundle."""
+    """Diagnose, print, optionally write the bundle (checked before anything is read)."""
+    if args.bundle:
+        refuse_overwrite(args.bundle, [args.log if args.what == "training" else args.trace], option="--bundle")
+        check_output(args.bundle)
     if args.what == "training":
         args.log = _in_run_dir(args.log, "metrics.jsonl")
         log = load_metrics(args.log, args.format)
         diag = diagnose_training(log)
         if args.bundle:
-            write_bundle(args.bundle, lambda: training_bundle(log, diag, args.log.parent, args.config))
+            write_text(args.bundle, training_bundle(log, diag, args.log.parent, args.config))
         if args.json:
-            print(json.dumps(diag.to_dict(), indent=2))
+            print(dumps_json(diag.to_dict(), indent=2))
         else:
             print_training(diag)
     else:
@@ -57,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
         rows = load_trace(args.trace)
         pdiag = diagnose_pipeline(rows, str(args.trace))
         if args.bundle:
-            write_bundle(args.bundle, lambda: pipeline_bundle(rows, pdiag))
+            write_text(args.bundle, pipeline_bundle(rows, pdiag))
         if args.json:
-            print(json.dumps(pdiag.to_dict(), indent=2))
+            print(dumps_json(pdiag.to_dict(), indent=2))
         else:
             print_pipeline(pdiag)
     if args.bundle and not args.json:

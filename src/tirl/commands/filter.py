@@ -3,7 +3,8 @@
 Writes one verdict line per input trajectory (input order), optionally the
 kept (non-void) trajectories unchanged, and prints a summary with the audit
 of void trajectories that nevertheless ended with the correct answer.
-Nothing is written unless the whole input is valid.
+Nothing is written unless the whole input is valid; an output that is also
+an input (``tirl filter X --kept X``) is refused.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from pathlib import Path
 from tirl.answers import answers_match
 from tirl.config import load_config
 from tirl.errors import ConfigError
+from tirl.fileio import atomic_write, check_output, refuse_overwrite
 from tirl.filters.void_turn import judge_trajectory
-from tirl.jsonl import atomic_write, read_jsonl, read_trajectories
+from tirl.jsonl import read_jsonl, read_trajectories
 from tirl.parsing import ParseRules
 
 
@@ -51,6 +53,11 @@ def _rules(args: argparse.Namespace) -> ParseRules:
 
 def run(args: argparse.Namespace) -> int:
     """Validate the whole input first, then write verdicts (and kept lines) atomically."""
+    refuse_overwrite(args.verdicts, [args.input], option="--verdicts")
+    refuse_overwrite(args.kept, [args.input, args.verdicts], option="--kept")
+    check_output(args.verdicts)
+    if args.kept:
+        check_output(args.kept)
     rules = _rules(args)
     trajectories = list(read_trajectories(args.input))  # raises InputError before anything is written
     raw_lines = {n: obj for n, obj in read_jsonl(args.input)} if args.kept else {}

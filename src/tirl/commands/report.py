@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tirl.diagnostics.report import write_report
 from tirl.errors import InputError
+from tirl.fileio import check_output, refuse_overwrite
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,5 +20,9 @@ def run(args: argparse.Namespace) -> int:
     """Write the report and print its path."""
     if not args.run_dir.is_dir():
         raise InputError(str(args.run_dir), None, "not a directory", "give the run directory the trainer wrote")
+    out = args.out if args.out is not None else args.run_dir / "report.html"
+    inputs = [args.run_dir / name for name in ("metrics.jsonl", "pipeline_trace.jsonl", "trajectories.jsonl")]
+    refuse_overwrite(out, [*inputs, args.run_dir / "summary.json"], option="--out")
+    check_output(out)
     print(write_report(args.run_dir, args.out))
     return 0

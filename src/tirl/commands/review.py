@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tirl.diagnostics.review import review_bundle
 from tirl.errors import InputError
+from tirl.fileio import check_output, refuse_overwrite, write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,11 +24,20 @@ def run(args: argparse.Namespace) -> int:
     """Check the set-up, send the bundle, print the answer."""
     if not args.bundle.is_file():
         raise InputError(str(args.bundle), None, "file not found", "write one with `tirl diagnose ... --bundle`")
-    bundle = args.bundle.read_text(encoding="utf-8")
+    if args.timeout <= 0:
+        raise InputError("--timeout", None, f"{args.timeout} is not a positive number of seconds", "give e.g. 120")
+    if args.out:
+        refuse_overwrite(args.out, [args.bundle], option="--out")
+        check_output(args.out)
+    try:
+        bundle = args.bundle.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = f"{exc.reason} at byte {exc.start}"
+        raise InputError(str(args.bundle), None, f"not UTF-8 text ({where})", "re-encode it as UTF-8") from None
     result = review_bundle(
         bundle, base_url=args.base_url, model=args.model, env_key=args.env_key, timeout_s=args.timeout
     )
     print(result.text)
     if args.out:
-        args.out.write_text(result.text + "\n", encoding="utf-8")
+        write_text(args.out, result.text + "\n")
     return 0

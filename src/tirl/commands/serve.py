@@ -13,6 +13,9 @@ import os
 import socket
 import sys
 
+from tirl.cli import port
+from tirl.errors import ConfigError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``tirl serve``."""
@@ -21,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--served-model-name", default=None, help="the name clients pass as 'model' (default: the directory name)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port to bind; 0 = a free port (default 8000)")
+    parser.add_argument("--port", type=port, default=8000, help="port to bind; 0 = a free port (default 8000)")
     parser.add_argument(
         "--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: $TIRL_API_KEY, else no key)"
     )
@@ -48,11 +51,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="... but never longer than this (0 = no waiting for bursts)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for requests without a seed")
+    parser.add_argument(
+        "--max-body-mb", type=float, default=8.0, help="refuse request bodies larger than this with 413 (default 8)"
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the model and serve until interrupted."""
+    """Load the model and serve until interrupted (every argument is checked before the model loads)."""
+    for flag, value, low in (("--max-batch", args.max_batch, 1), ("--threads", args.threads, 1)):
+        if value is not None and value < low:
+            raise ConfigError(f"{flag} {value} is invalid: use at least {low}")
+    if not 0 < args.max_body_mb <= 4096:
+        raise ConfigError(f"--max-body-mb {args.max_body_mb} is invalid: use a size in (0, 4096] MB")
+    if not 0 <= args.seed < 2**63:
+        raise ConfigError(f"--seed {args.seed} is invalid: use 0 <= seed < 2**63")
     import uvicorn
 
     from tirl.errors import SetupError
@@ -70,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         arrival_gap_s=max(0.0, args.arrival_gap_ms) / 1000.0,
         max_arrival_wait_s=max(0.0, args.max_arrival_wait_ms) / 1000.0,
         seed=args.seed,
+        max_body_bytes=int(args.max_body_mb * 2**20),
     )
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

@@ -30,6 +30,7 @@ from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.pipeline import NEXT_STEP, PipelineDiagnosis, diagnose_pipeline, load_trace
 from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines
 from tirl.errors import TirlError
+from tirl.fileio import write_text
 
 FILES: dict[str, str] = {
     "metrics.jsonl": "training plots and the training diagnosis",
@@ -298,8 +299,6 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     """Write ``run_dir/report.html`` (or ``out``) and return its path; ``tirl train`` calls this at the end."""
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / "report.html"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(render_report(run_dir), encoding="utf-8")
-    tmp.replace(target)
+    html_text = render_report(run_dir)
+    write_text(target, html_text)  # atomic, unique temp name, through links and devices
     return target

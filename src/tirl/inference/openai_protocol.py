@@ -17,10 +17,19 @@ Fields beyond OpenAI's follow vLLM's names, so one client works against
 ``presence_penalty``/``frequency_penalty`` when 0, ``stream_options`` other
 than ``include_usage``. Fields that are refused with 400: ``echo``,
 ``best_of`` > n, ``suffix``, ``logit_bias``, non-zero penalties, ``tools``.
+
+Hostile values are 400s, never 500s: non-finite or overflowing numbers,
+seeds outside what torch takes (:data:`SEED_RANGE`), non-string roles, stop
+strings over :data:`MAX_STOP_CHARS`. A temperature below
+:data:`GREEDY_BELOW` is greedy (``1e-40`` gives the ``temperature=0``
+output); dividing logits by it would overflow. Body-level checks (size,
+nesting, over-long integers, lone surrogates, ``NaN``) happen before these,
+in :func:`tirl.jsonl.parse_json` called by the server.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +37,10 @@ from tirl.inference.base import SamplingParams
 from tirl.types import Message, Role
 
 MAX_N = 16
+GREEDY_BELOW = 1e-5  # temperatures below this sample greedily (as vLLM does): logits / 1e-40 overflow float32
+SEED_RANGE = (-(2**63), 2**63 - MAX_N)  # what torch.Generator.manual_seed takes, for seed + k of n choices
+MAX_STOP_CHARS = 1000
+MAX_TOKENS = 2**31 - 1  # any larger max_tokens is refused as a number; the context length refuses the rest
 
 
 class APIError(Exception):
@@ -61,14 +74,24 @@ def bad(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param=param)
 
 
-def _int(body: dict[str, Any], key: str, default: int | None, *, lo: int | None = None) -> int | None:
+def _show(value: Any) -> str:
+    """``repr(value)`` cut to 40 characters: an error message never echoes a megabyte of the request."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
+
+
+def _int(
+    body: dict[str, Any], key: str, default: int | None, *, lo: int | None = None, hi: int | None = None
+) -> int | None:
     value = body.get(key, default)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(f"'{key}' must be an integer, got {value!r}", key)
+        raise bad(f"'{key}' must be an integer, got {_show(value)}", key)
     if lo is not None and value < lo:
-        raise bad(f"'{key}' must be >= {lo}, got {value}", key)
+        raise bad(f"'{key}' must be >= {lo}, got {_show(value)}", key)
+    if hi is not None and value > hi:
+        raise bad(f"'{key}' must be <= {hi}, got {_show(value)}", key)
     return value
 
 
@@ -77,8 +100,14 @@ def _float(body: dict[str, Any], key: str, default: float) -> float:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad(f"'{key}' must be a number, got {value!r}", key)
-    return float(value)
+        raise bad(f"'{key}' must be a number, got {_show(value)}", key)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise bad(f"'{key}' must be a finite number, got {_show(value)}", key)
+    return number
 
 
 def _bool(body: dict[str, Any], key: str, default: bool) -> bool:
@@ -95,15 +124,24 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
     if stop is None:
         return ()
     if isinstance(stop, str):
+        if len(stop) > MAX_STOP_CHARS:
+            raise bad(f"the 'stop' string is longer than {MAX_STOP_CHARS} characters", "stop")
         return (stop,) if stop else ()
     if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
         if len(stop) > 16:
             raise bad("'stop' has more than 16 strings", "stop")
+        if any(len(s) > MAX_STOP_CHARS for s in stop):
+            raise bad(f"a 'stop' string is longer than {MAX_STOP_CHARS} characters", "stop")
         return tuple(s for s in stop if s)
     raise bad("'stop' must be a string or a list of strings", "stop")
 
 
 def _refuse_unsupported(body: dict[str, Any]) -> None:
+    """Refuse the OpenAI fields tirl serve does not implement (400 naming the field).
+
+    This is the one place to extend when a field becomes supported (e.g. ``tools``/``tool_choice``):
+    remove it here and parse it in :func:`parse_chat`.
+    """
     if body.get("echo"):
         raise bad("'echo' is not supported by tirl serve", "echo")
     if body.get("suffix"):
@@ -140,23 +178,23 @@ def _common(body: dict[str, Any], *, default_max_tokens: int, logprobs: int | No
     if not isinstance(model, str) or not model:
         raise bad("'model' is required: the served model name (see GET /v1/models)", "model")
     _refuse_unsupported(body)
-    max_tokens = _int(body, "max_tokens", default_max_tokens, lo=1)
-    mct = _int(body, "max_completion_tokens", None, lo=1)
+    max_tokens = _int(body, "max_tokens", default_max_tokens, lo=1, hi=MAX_TOKENS)
+    mct = _int(body, "max_completion_tokens", None, lo=1, hi=MAX_TOKENS)
     if mct is not None:
         max_tokens = mct
     temperature = _float(body, "temperature", 1.0)
     if not 0.0 <= temperature <= 2.0:
         raise bad(f"'temperature' must be in [0, 2], got {temperature}", "temperature")
+    if temperature < GREEDY_BELOW:
+        temperature = 0.0
     top_p = _float(body, "top_p", 1.0)
     if not 0.0 < top_p <= 1.0:
         raise bad(f"'top_p' must be in (0, 1], got {top_p}", "top_p")
-    n = _int(body, "n", 1, lo=1) or 1
-    if n > MAX_N:
-        raise bad(f"'n' must be <= {MAX_N}, got {n}", "n")
-    best_of = _int(body, "best_of", None, lo=1)
+    n = _int(body, "n", 1, lo=1, hi=MAX_N) or 1
+    best_of = _int(body, "best_of", None, lo=1, hi=MAX_N)
     if best_of is not None and best_of != n:
         raise bad("'best_of' other than n is not supported", "best_of")
-    seed = _int(body, "seed", None)
+    seed = _int(body, "seed", None, lo=SEED_RANGE[0], hi=SEED_RANGE[1])
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, dict):
         raise bad("'stream_options' must be an object", "stream_options")
@@ -215,9 +253,7 @@ def parse_completion(body: Any, *, default_max_tokens: int = 16) -> CompletionJo
     if "prompt" not in body:
         raise bad("'prompt' is required", "prompt")
     prompts = _prompts(body["prompt"])
-    logprobs = _int(body, "logprobs", None, lo=0)
-    if logprobs is not None and logprobs > 20:
-        raise bad(f"'logprobs' must be <= 20, got {logprobs}", "logprobs")
+    logprobs = _int(body, "logprobs", None, lo=0, hi=20)
     return CompletionJob(
         common=_common(body, default_max_tokens=default_max_tokens, logprobs=logprobs), prompts=prompts
     )
@@ -263,12 +299,10 @@ def parse_chat(body: Any, *, default_max_tokens: int = 256) -> ChatJob:
         role = m.get("role")
         if role == "developer":
             role = "system"
-        if role not in _ROLES:
-            raise bad(f"messages[{i}].role {role!r} is not one of {sorted(_ROLES)}", f"messages[{i}].role")
+        if not isinstance(role, str) or role not in _ROLES:
+            raise bad(f"messages[{i}].role {_show(role)} is not one of {sorted(_ROLES)}", f"messages[{i}].role")
         messages.append(Message(role=_ROLES[role], content=_content(m, i)))
     want = _bool(body, "logprobs", False)
-    top = _int(body, "top_logprobs", 0, lo=0) or 0
-    if top > 20:
-        raise bad(f"'top_logprobs' must be <= 20, got {top}", "top_logprobs")
+    top = _int(body, "top_logprobs", 0, lo=0, hi=20) or 0
     common = _common(body, default_max_tokens=default_max_tokens, logprobs=top if want else None)
     return ChatJob(common=common, messages=messages, top_logprobs=top)

@@ -60,12 +60,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tirl.errors import describe
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.inference.openai_protocol import APIError, ChatJob, Common, CompletionJob, bad, parse_chat, parse_completion
+from tirl.jsonl import JSONProblem, parse_json
 from tirl.models.loading import Policy
 
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+MAX_BODY_BYTES = 8 * 2**20  # default request body cap (413 above it); tirl serve --max-body-mb
+
+
+def _longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token's text can have (at least 1); the bound of the pre-tokenize check."""
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    longest = max((len(p) for p in pieces if isinstance(p, str)), default=1)
+    return max(1, longest, *(len(t) for t in getattr(tokenizer, "all_special_tokens", [])))
 
 
 class ArrivalGate:
@@ -172,8 +182,10 @@ class ModelServer:
         arrival_gap_s: float = 0.01,
         max_arrival_wait_s: float = 0.25,
         seed: int = 0,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.policy = policy
+        self.max_body_bytes = max_body_bytes
         self.model_name = model_name
         self.api_key = api_key or None
         self.generator = HFGenerator(
@@ -189,6 +201,9 @@ class ModelServer:
             lambda: self.generator.is_busy, gap_s=arrival_gap_s, max_wait_s=max_arrival_wait_s, max_batch=max_batch
         )
         self.vocab_size = len(policy.tokenizer)
+        # the longest text one token can stand for: a text longer than max_context * this cannot fit, and is
+        # refused before the tokenizer sees it (a 20 MB prompt took 37 s and +3.9 GB to tokenize and refuse)
+        self.max_prompt_chars = self.max_context * _longest_token_chars(policy.tokenizer)
         self.created = int(time.time())
         self.requests = 0  # generation requests (one per prompt and choice)
         self._pieces: dict[tuple[int, bool], str] = {}
@@ -216,18 +231,29 @@ class ModelServer:
     def _check_ids(self, ids: list[int], max_tokens: int, what: str) -> None:
         if not ids:
             raise bad(f"the {what} is empty", "prompt")
-        bad_ids = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad_ids:
-            raise bad(f"token id {bad_ids[0]} is out of range [0, {self.vocab_size})", "prompt")
-        if len(ids) + max_tokens > self.max_context:
+        if len(ids) + max_tokens > self.max_context:  # before the id scan: a long list is refused in O(1)
             raise bad(
                 f"This model's maximum context length is {self.max_context} tokens. However, you requested "
                 f"{len(ids) + max_tokens} tokens ({len(ids)} in the {what}, {max_tokens} in the completion). "
                 "Please reduce the length of the prompt or max_tokens.",
                 "max_tokens",
             )
+        bad_ids = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad_ids:
+            shown = str(bad_ids[0]) if len(str(bad_ids[0])) <= 20 else f"{str(bad_ids[0])[:20]}..."
+            raise bad(f"token id {shown} is out of range [0, {self.vocab_size})", "prompt")
+
+    def _check_chars(self, chars: int, what: str, param: str) -> None:
+        """The cheap length check before tokenizing: more characters than any fitting prompt can have."""
+        if chars > self.max_prompt_chars:
+            raise bad(
+                f"This model's maximum context length is {self.max_context} tokens; the {what} has {chars} "
+                f"characters, more than {self.max_context} tokens can hold. Please reduce the length of the {what}.",
+                param,
+            )
 
     def _encode(self, text: str) -> list[int]:
+        self._check_chars(len(text), "prompt", "prompt")
         return list(self.policy.tokenizer.encode(text, add_special_tokens=False))
 
     def _decode(self, ids: list[int], skip_special: bool) -> str:
@@ -295,12 +321,24 @@ class ModelServer:
 
     # --------------------------------------------------------------- handlers
     async def _body(self, request: Request) -> Any:
+        """The request's JSON, read with a size cap (413) and parsed strictly (400): see :func:`parse_json`."""
         self._auth(request)
-        raw = await request.body()
+        limit = self.max_body_bytes
+        too_big = APIError(413, f"the request body is larger than {limit} bytes (tirl serve --max-body-mb)")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and len(declared) < 20 and int(declared) > limit:
+            raise too_big
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
         try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise bad(f"could not parse the request body as JSON ({exc})") from None
+            return parse_json(b"".join(chunks), allow_nan=False)
+        except JSONProblem as exc:
+            raise bad(f"could not parse the request body as JSON: {exc}") from None
 
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``."""
@@ -377,6 +415,7 @@ class ModelServer:
         job = parse_chat(await self._body(request))
         common = job.common
         self._model(common.model)
+        self._check_chars(sum(len(m.content or "") for m in job.messages), "messages", "messages")
         try:
             ids = list(self.policy.chat.prompt_ids(job.messages))
         except Exception as exc:
@@ -423,11 +462,13 @@ class ModelServer:
     async def load_weights(self, request: Request) -> Response:
         """``POST /v1/load_weights``: ``{"path": DIR, "policy_version": N?}``."""
         body = await self._body(request)
-        if not isinstance(body, dict) or not isinstance(body.get("path"), str) or not body["path"]:
+        if not isinstance(body, dict) or not isinstance(body.get("path"), str) or not body["path"].strip("\x00"):
             raise bad("'path' is required: a checkpoint directory written with save_pretrained", "path")
         version = body.get("policy_version")
         if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
             raise bad("'policy_version' must be an integer", "policy_version")
+        if "\x00" in body["path"]:
+            raise bad("'path' holds a NUL character", "path")
         path = Path(body["path"]).expanduser()
         if not (path / "config.json").is_file():
             raise bad(f"{path} is not a checkpoint directory (no config.json readable by the server)", "path")
@@ -550,6 +591,9 @@ class ModelServer:
                     return await fn(request)  # type: ignore[no-any-return]
                 except APIError as exc:
                     return JSONResponse(exc.body(), status_code=exc.status)
+                except Exception as exc:  # a bug, not the client's fault: still OpenAI-shaped, never plain text
+                    err = APIError(500, f"internal error: {describe(exc)}")
+                    return JSONResponse(err.body(), status_code=500)
 
             return handler
 

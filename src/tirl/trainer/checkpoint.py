@@ -10,17 +10,25 @@ A checkpoint directory holds::
 It is written into a temporary sibling directory and renamed into place, so
 ``step-N`` either exists complete or not at all; a ``kill -9`` mid-write
 leaves only a ``.tmp-*`` directory, which the next save or resume removes.
+Every file is fsynced before the rename. ``state.json`` carries the size and
+SHA-256 of every other file (``"files": {relative path: {"size", "sha256"}}``);
+:func:`latest_checkpoint` returns the newest checkpoint that verifies against
+them and skips a damaged newer one (a truncated shard, a missing file) with a
+warning on stderr. Checkpoints written before checksums existed are accepted
+unverified.
 
 Not covered: sharded (FSDP/DeepSpeed) states and remote storage.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 from transformers.utils import logging as hf_logging
+
+from tirl.fileio import fsync_file
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -90,11 +100,12 @@ def save_checkpoint(
     tokenizer.save_pretrained(tmp / "model")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(rng if rng is not None else rng_state(), tmp / "rng.pt")
-    full_state = {"step": step, **(state or {})}
+    full_state = {"step": step, **(state or {}), "files": _manifest(tmp)}
     with (tmp / "state.json").open("w", encoding="utf-8") as fh:
         json.dump(full_state, fh, indent=1)
         fh.flush()
         os.fsync(fh.fileno())
+    _fsync_dir(tmp / "model")
     _fsync_dir(tmp)
     if final.exists():  # re-saving a step (resumed run): replace it as a whole
         shutil.rmtree(final)
@@ -117,16 +128,62 @@ def list_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
             continue
         try:
             state = json.loads((child / "state.json").read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+            continue
+        if not isinstance(state, dict):
             continue
         out.append(Checkpoint(path=child, step=int(m.group(1)), state=state))
     return sorted(out, key=lambda c: c.step)
 
 
-def latest_checkpoint(run_dir: str | Path) -> Checkpoint | None:
-    """The newest complete checkpoint, or None."""
-    found = list_checkpoints(run_dir)
-    return found[-1] if found else None
+def latest_checkpoint(run_dir: str | Path, *, verify: bool = True) -> Checkpoint | None:
+    """The newest complete checkpoint that verifies against its checksums, or None.
+
+    A newer checkpoint that fails verification is skipped with one warning on stderr.
+    """
+    for ckpt in reversed(list_checkpoints(run_dir)):
+        problem = verify_checkpoint(ckpt) if verify else None
+        if problem is None:
+            return ckpt
+        if ckpt.path not in _warned:
+            _warned.add(ckpt.path)
+            print(f"warning: skipping checkpoint {ckpt.path}: {problem}; using an older one", file=sys.stderr)
+    return None
+
+
+_warned: set[Path] = set()
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _manifest(root: Path) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of every file under ``root`` (each fsynced on the way: it is about to be renamed)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        fsync_file(path)
+        out[path.relative_to(root).as_posix()] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    return out
+
+
+def verify_checkpoint(ckpt: Checkpoint) -> str | None:
+    """None when every file listed in ``state.json`` is present with its size and SHA-256; else the problem."""
+    files = ckpt.state.get("files")
+    if files is None:
+        return None  # written before checksums existed
+    if not isinstance(files, dict):
+        return "state.json has no valid file list"
+    for rel, want in files.items():
+        path = ckpt.path / rel
+        if not isinstance(want, dict) or not path.is_file():
+            return f"{rel} is missing"
+        if path.stat().st_size != want.get("size"):
+            return f"{rel} has {path.stat().st_size} bytes, {want.get('size')} were written"
+        if _sha256(path) != want.get("sha256"):
+            return f"{rel} does not match its checksum"
+    return None
 
 
 def load_training_state(ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -1,0 +1,217 @@
+"""The one way tirl writes an output file: atomically, through links and devices, never over an input.
+
+:func:`atomic_write` is a context manager that yields a text (or binary)
+file object. What the block writes appears at the target only if the block
+finishes without an exception:
+
+* a regular file (or a new path) is written to a uniquely named temporary
+  file beside it, flushed, fsynced and renamed over the target; the directory
+  is fsynced after the rename. The temporary name comes from
+  :func:`tempfile.mkstemp`, so a user's ``X.tmp`` is never touched. An
+  existing file keeps its permission bits; a new one gets ``0o666 & ~umask``.
+* a symbolic link is followed: the file it points to is replaced (the link
+  stays a link). A dangling link is written to its target path.
+* a FIFO, character or block device (``/dev/stdout``, ``/dev/null``,
+  ``/dev/full``) is written into, never replaced: the text is collected in
+  memory and written in one go when the block succeeds, so a failing command
+  writes nothing there either. A device that refuses the write
+  (``/dev/full``: no space) raises :class:`~tirl.errors.OutputError`.
+* a directory, a socket, or a path whose parent is a file (``file.txt/out``)
+  is refused with :class:`~tirl.errors.OutputError` before anything runs.
+
+:func:`check_output` runs the same checks without writing (call it before a
+long job, so that a bad ``--out`` fails in the first second, not after
+training), and :func:`refuse_overwrite` refuses an output that is one of the
+command's inputs (``tirl filter X --kept X``).
+
+Not covered: writes to network file systems without rename atomicity, and
+outputs larger than memory for device targets.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from tirl.errors import OutputError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _refuse(path: Path, problem: str, fix: str) -> OutputError:
+    return OutputError(str(path), None, problem, fix)
+
+
+def _existing_parent(path: Path) -> None:
+    """Refuse a path whose nearest existing ancestor is not a directory."""
+    for parent in path.parents:
+        try:
+            st = parent.stat()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise _refuse(
+                path, f"its directory {parent} cannot be used ({exc.strerror})", "choose another path"
+            ) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise _refuse(path, f"{parent} is a file, not a directory", "choose a path inside a directory")
+        return
+
+
+def check_output(path: str | Path) -> Path:
+    """The path a write to ``path`` goes to (links followed), or :class:`OutputError` if it cannot be written."""
+    target = Path(path)
+    if str(path) == "":
+        raise _refuse(target, "the output path is empty", "give a file path")
+    real = Path(os.path.realpath(target))  # through symbolic links (dangling ones too)
+    _existing_parent(real)
+    try:
+        st = real.stat()
+    except FileNotFoundError:
+        return real
+    except OSError as exc:
+        raise _refuse(target, f"cannot be written ({exc.strerror})", "choose another path") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _refuse(target, "is a directory", "give a file path, e.g. DIR/out.jsonl")
+    if stat.S_ISSOCK(st.st_mode):
+        raise _refuse(target, "is a socket", "give a file path")
+    return real
+
+
+def check_output_dir(path: str | Path) -> Path:
+    """A directory tirl may write into (existing or creatable), or :class:`OutputError` — checked before a long job."""
+    target = Path(path)
+    real = Path(os.path.realpath(target))
+    _existing_parent(real)
+    if real.exists() and not real.is_dir():
+        raise _refuse(target, "exists and is not a directory", "give a directory path (it is created if missing)")
+    return real
+
+
+def refuse_overwrite(output: str | Path | None, inputs: Iterable[str | Path | None], *, option: str = "") -> None:
+    """Refuse an output path that is (or links to) one of the inputs; tirl never overwrites its input."""
+    if output is None:
+        return
+    out = Path(os.path.realpath(output))
+    for given in inputs:
+        if given is None:
+            continue
+        if out == Path(os.path.realpath(given)):
+            what = f"{option} " if option else ""
+            raise _refuse(Path(output), f"{what}is also an input of this command", "write the output to another path")
+
+
+def _is_special(real: Path) -> bool:
+    try:
+        mode = real.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
+def _write_special(real: Path, data: bytes, shown: Path) -> None:
+    try:
+        fd = os.open(real, os.O_WRONLY)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _refuse(shown, f"could not be written ({exc.strerror or exc})", "choose another output path") from None
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems do not sync directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _make_parent(real: Path, shown: Path) -> None:
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _refuse(shown, f"its directory cannot be created ({exc.strerror})", "choose another path") from None
+
+
+@contextmanager
+def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """A file object whose contents appear at ``path`` only if the block succeeds (see the module doc)."""
+    shown = Path(path)
+    real = check_output(shown)
+    binary = mode == "wb"
+    if _is_special(real):
+        buf: IO[Any] = io.BytesIO() if binary else io.StringIO()
+        yield buf
+        data = buf.getvalue()
+        _write_special(real, data if binary else data.encode("utf-8"), shown)
+        return
+    _make_parent(real, shown)
+    try:
+        old_mode = stat.S_IMODE(real.stat().st_mode)
+    except OSError:
+        old_mode = 0o666 & ~_umask()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    except OSError as exc:
+        raise _refuse(
+            shown, f"cannot create a file beside it ({exc.strerror})", "choose a writable directory"
+        ) from None
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, old_mode)
+        os.replace(tmp, real)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            raise _refuse(
+                shown, f"could not be written ({exc.strerror})", "free space or choose another path"
+            ) from None
+        raise
+    _fsync_dir(real.parent)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` with :func:`atomic_write`."""
+    with atomic_write(path) as fh:
+        fh.write(text)
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` with :func:`atomic_write`."""
+    with atomic_write(path, "wb") as fh:
+        fh.write(data)
+
+
+def fsync_file(path: str | Path) -> None:
+    """Flush to disk a file that another library wrote (checkpoint shards) before it is renamed into place."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+fsync_dir = _fsync_dir
