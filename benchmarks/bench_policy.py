@@ -21,7 +21,8 @@ from tirl.envs.tasks.math_gen import generate_tasks
 from tirl.inference.base import SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.models.loading import load_policy
-from tirl.rollout.agent_loop import AgentLoop, evaluate_accuracy
+from tirl.rollout.agent_loop import AgentLoop
+from tirl.rollout.evaluation import evaluate_accuracy
 from tirl.sandbox import create_sandbox
 from tirl.types import Message, Role
 

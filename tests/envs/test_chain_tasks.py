@@ -46,7 +46,7 @@ def test_generator_is_deterministic_and_every_chain_stops_after_2_to_4_calls() -
 
 def test_validation_split_is_not_the_evaluation_or_sft_set() -> None:
     from tirl.sft import sft_eval_seed, sft_task_seed
-    from tirl.trainer.setup import eval_seed
+    from tirl.trainer.wiring import eval_seed
 
     val = {t.prompt for t in validation_tasks(200)}
     for seed in (eval_seed(0), sft_task_seed(0), sft_eval_seed(0)):

@@ -60,9 +60,9 @@ def test_demonstrations_run_through_the_real_env(demos) -> None:  # type: ignore
         traj.check_token_view()
         assert traj.termination is TerminationReason.ANSWERED and traj.reward == 1.0
         contents = [m.content for m in traj.assistant_messages]
-        assert contents == expert_solution(by_id[traj.id])
+        assert contents == expert_solution(by_id[traj.group])
         tool = [m.content for m in traj.messages if m.role is Role.TOOL]
-        assert tool[-1] == f"```output\n{by_id[traj.id].answer}\n```"  # the real sandbox output
+        assert tool[-1] == f"```output\n{by_id[traj.group].answer}\n```"  # the real sandbox output
         saw_fix |= len(contents) == 3
         sampled = [i for i, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m]
         assert sampled == [i for c in contents for i in chat.assistant_ids(c)]

@@ -15,8 +15,9 @@ from tirl.models.loading import Policy, load_policy
 from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
 from tirl.models.tokenizer import build_char_tokenizer
 from tirl.parsing import judge_message
-from tirl.rollout.agent_loop import AgentLoop, evaluate_accuracy
+from tirl.rollout.agent_loop import AgentLoop
 from tirl.rollout.base import EpisodeRunner
+from tirl.rollout.evaluation import evaluate_accuracy
 from tirl.types import Message, Role, TerminationReason, Trajectory
 
 TASK = Task(id="t0", prompt="Compute 2+3.", answer="5")

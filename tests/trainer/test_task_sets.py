@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tirl.config import load_config
-from tirl.trainer.setup import TaskSets
+from tirl.trainer.wiring import TaskSets
 
 
 def test_tir_math_eval_set_is_200_distinct_and_disjoint_from_training() -> None:

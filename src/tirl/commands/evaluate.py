@@ -1,7 +1,7 @@
 """``tirl eval``: greedy accuracy of a checkpoint on the fixed held-out evaluation set.
 
 The set is ``--n`` tasks of the environment generated from the evaluation
-seed of ``--seed`` (see :mod:`tirl.trainer.setup`: disjoint from every
+seed of ``--seed`` (see :mod:`tirl.trainer.wiring`: disjoint from every
 training step's tasks). With the defaults it is exactly the set behind
 ``eval/accuracy_before``/``eval/accuracy_after`` in a default run's
 ``summary.json``. ``--model`` takes a model directory or a run directory (its
@@ -49,9 +49,9 @@ def _model_dir(path: str | None) -> str | None:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
-    from tirl.trainer.setup import TaskSets, build_parts, evaluate
+    from tirl.trainer.wiring import TaskSets, build_parts, evaluate
 
-    sets = [*args.overrides, "rollout.strategy=sync_batch"]
+    sets = list(args.overrides)
     if args.n is not None:
         sets.append(f"env.eval_size={args.n}")
     if args.seed is not None:

@@ -11,6 +11,10 @@ and prints its path at the end. ``--resume RUN_DIR`` continues a run from its
 newest checkpoint with the run's saved config (plus any ``--set``/shortcut
 overrides, e.g. ``--steps`` to extend it); steps after that checkpoint are
 redone, and the logs are cut back so that no step is lost or repeated.
+
+This module only turns arguments into a config and a run directory; the run
+itself (evaluation before and after, reference model, trainer, summary,
+report) is the recipe in :mod:`tirl.trainer.run`.
 """
 
 from __future__ import annotations
@@ -18,14 +22,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from tirl.config import TirlConfig, config_to_dict, load_config
+from tirl.config import TirlConfig, load_config
 from tirl.errors import InputError, TirlError
 
 
@@ -103,96 +105,6 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path]:
     return cfg, run_dir
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _report(run_dir: Path) -> str | None:
-    """Call the diagnostics report writer when it is installed; never fail the run because of it."""
-    try:
-        from tirl.diagnostics.report import write_report
-    except ImportError:
-        return None
-    try:
-        return str(write_report(run_dir))
-    except Exception as exc:  # the report is a bonus; the run already succeeded
-        print(f"warning: the diagnostics report could not be written: {exc}", file=sys.stderr)
-        return None
-
-
-async def _eval(parts: Any, tasks: list[Any], seed: int) -> dict[str, Any]:
-    from tirl.trainer.setup import evaluate
-
-    rep = await evaluate(parts, tasks, seed=seed)
-    return {"accuracy": rep.accuracy, "n": rep.n, "correct": rep.correct, "wall_s": rep.wall_s,
-            "terminations": rep.terminations, "mean_turns": rep.mean_turns}  # fmt: skip
-
-
-async def train_async(cfg: TirlConfig, run_dir: Path, *, resume: bool, progress: bool = True) -> dict[str, Any]:
-    """Run (or continue) a training job in ``run_dir``; returns the summary."""
-    from tirl.trainer.checkpoint import latest_checkpoint
-    from tirl.trainer.logging import read_metrics
-    from tirl.trainer.setup import TaskSets, build_parts
-    from tirl.trainer.trainer import Trainer
-
-    t0 = time.perf_counter()
-    _write_json(run_dir / "config.json", config_to_dict(cfg))
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    parts = build_parts(
-        cfg, model_path=str(ckpt.model_dir) if ckpt else None, trace_path=str(run_dir / "pipeline_trace.jsonl")
-    )
-    try:
-        start = getattr(parts.generator, "start", None)  # remote generators: check URL, key and model up front
-        if start is not None:
-            await start()
-        tasks = TaskSets(cfg)
-        ref = None
-        if cfg.algo.kl_coef > 0:
-            from tirl.models.loading import load_policy
-
-            ref = load_policy(cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype).model
-            ref.requires_grad_(False)
-        before_path = run_dir / "eval_before.json"
-        if cfg.trainer.eval_before_after and not before_path.exists():
-            _write_json(before_path, await _eval(parts, tasks.eval_tasks, cfg.trainer.seed))
-        trainer = Trainer(
-            cfg=cfg,
-            model=parts.policy.model,
-            tokenizer=parts.policy.tokenizer,
-            strategy=parts.strategy,
-            tasks=tasks.train,
-            run_dir=run_dir,
-            on_update=parts.set_policy_version,
-            ref_model=ref,
-            progress=progress,
-        )
-        if resume:
-            trainer.resume()
-        await trainer.run()
-        summary: dict[str, Any] = {"run_dir": str(run_dir), "steps": cfg.trainer.steps}
-        if cfg.trainer.eval_before_after:
-            before = json.loads(before_path.read_text(encoding="utf-8"))
-            after = await _eval(parts, tasks.eval_tasks, cfg.trainer.seed)
-            summary.update({
-                "eval/accuracy_before": before["accuracy"], "eval/accuracy_after": after["accuracy"],
-                "eval/n": after["n"], "eval/seed": cfg.trainer.seed, "eval/before": before, "eval/after": after,
-            })  # fmt: skip
-    finally:
-        await parts.close()
-    rows = read_metrics(run_dir)
-    summary["steps_logged"] = len(rows)
-    summary["skipped_steps"] = sum(1 for r in rows if r.get("train/skipped_step") == 1)
-    summary["skipped_updates"] = sum(int(r.get("train/skipped_updates") or 0) for r in rows)
-    summary["time/total_s"] = time.perf_counter() - t0
-    _write_json(run_dir / "summary.json", summary)
-    report = _report(run_dir)
-    if report:
-        summary["report"] = report
-    return summary
-
-
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tirl train``."""
     from transformers.utils import logging as hf_logging
@@ -200,9 +112,11 @@ def run(args: argparse.Namespace) -> int:
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
     cfg, run_dir = resolve(args)
     try:
-        summary = asyncio.run(train_async(cfg, run_dir, resume=bool(args.resume), progress=not args.no_progress))
+        summary = asyncio.run(train_run(cfg, run_dir, resume=bool(args.resume), progress=not args.no_progress))
     except TirlError:
         # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
+    from tirl.trainer.run import train_run
+
         if not args.resume and {p.name for p in run_dir.iterdir()} <= {"config.json", "pipeline_trace.jsonl"}:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise

@@ -21,7 +21,7 @@ A solved expert episode therefore has 3–6 assistant turns; use
 ``max_turns >= 6``.
 
 Splits (all disjoint by seed and, for evaluation, by prompt — see
-:mod:`tirl.trainer.setup`): training tasks per step, the trainer's held-out
+:mod:`tirl.trainer.wiring`): training tasks per step, the trainer's held-out
 evaluation set, SFT's own tasks (seeds 100000+) and the **validation** split
 (:func:`validation_tasks`, seeds 300000+), which is the one to use for any
 choice of settings; the held-out set is only read for the final figures.

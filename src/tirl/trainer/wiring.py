@@ -1,9 +1,14 @@
-"""Wire a run from a :class:`~tirl.config.TirlConfig`: policy, generator, sandbox, env, runner, strategy, tasks.
+"""Wire a run from a :class:`~tirl.config.TirlConfig`: policy, generator, sandbox, env, runners, strategies, tasks.
 
 Everything here is assembled from the other packages' public entry points
 (``load_policy``, ``HFGenerator``, ``create_sandbox``, ``env_factory``,
 ``AgentLoop``, ``make_strategy``, ``load_tasks``); the trainer itself only
-sees the resulting :class:`~tirl.rollout.base.RolloutStrategy`.
+sees the resulting :class:`~tirl.rollout.base.RolloutStrategy`. There are two
+strategies over the same env factory: the training one (sampling, with the
+pipeline trace) and the evaluation one (greedy, one episode per task, at least
+:data:`~tirl.rollout.evaluation.EVAL_CONCURRENCY` episodes in flight, no
+trace) — one rollout path for both. The recipe that uses these parts is
+:mod:`tirl.trainer.run`.
 
 Task sets: the evaluation set is ``env.eval_size`` tasks generated from the
 evaluation seed (``EVAL_SEED_OFFSET + env.seed``); training tasks of step
@@ -30,8 +35,9 @@ from typing import Any
 from tirl.config import TirlConfig
 from tirl.envs.base import Task
 from tirl.errors import ConfigError, SetupError
-from tirl.inference.base import Generator, SamplingParams
+from tirl.inference.base import BusyMetered, Generator, SamplingParams, Versioned, WeightSyncing
 from tirl.rollout.base import EnvFactory, RolloutStrategy
+from tirl.rollout.evaluation import EvalReport, eval_rollout_config, evaluate_policy
 
 EVAL_SEED_OFFSET = 1_000_000_007
 
@@ -115,19 +121,23 @@ class RunParts:
     runner: Any  # AgentLoop (sampling)
     eval_runner: Any  # AgentLoop (greedy)
     strategy: RolloutStrategy
+    eval_strategy: RolloutStrategy
 
     def set_policy_version(self, version: int) -> None:
-        """Tell the generator which policy version its samples now come from."""
-        sync = getattr(self.generator, "sync_weights", None)  # HTTP generators: push the weights to the server
-        if callable(sync):
-            sync(self.policy.model, self.policy.tokenizer, version)
-        elif hasattr(self.generator, "policy_version"):
-            self.generator.policy_version = version
+        """Tell the generator which policy version its samples now come from (and sync its weights if it can)."""
+        gen = self.generator
+        if isinstance(gen, WeightSyncing):  # HTTP and vLLM generators: load the trainer's weights
+            gen.sync_weights(self.policy.model, self.policy.tokenizer, version)
+        elif isinstance(gen, Versioned):  # in-process generators share the trainer's model
+            gen.policy_version = version
 
     async def close(self) -> None:
-        """Close the strategy, generator and sandbox (each even if another fails)."""
+        """Close the strategies, generator and sandbox (each even if another fails)."""
         try:
-            await self.strategy.close()
+            try:
+                await self.strategy.close()
+            finally:
+                await self.eval_strategy.close()
         finally:
             try:
                 await self.generator.close()
@@ -213,9 +223,9 @@ def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | No
     g = cfg.generation
     runner = _runner(cfg, generator, policy.chat, temperature=g.temperature, top_p=g.top_p)
     eval_runner = _runner(cfg, generator, policy.chat, temperature=0.0, top_p=1.0)
-    strategy = make_strategy(
-        cfg.rollout, factory, runner, trace_path=trace_path, generator_busy=getattr(generator, "busy_seconds", None)
-    )
+    busy = generator if isinstance(generator, BusyMetered) else None
+    strategy = make_strategy(cfg.rollout, factory, runner, trace_path=trace_path, generator_busy=busy)
+    eval_strategy = make_strategy(eval_rollout_config(cfg.rollout), factory, eval_runner)
     return RunParts(
         policy=policy,
         generator=generator,
@@ -224,11 +234,10 @@ def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | No
         runner=runner,
         eval_runner=eval_runner,
         strategy=strategy,
+        eval_strategy=eval_strategy,
     )
 
 
-async def evaluate(parts: RunParts, tasks: list[Task], *, seed: int = 0) -> Any:
-    """Greedy accuracy of the current policy on ``tasks`` (an ``EvalReport``)."""
-    from tirl.rollout.agent_loop import evaluate_accuracy
-
-    return await evaluate_accuracy(parts.eval_runner, parts.env_factory, tasks, concurrency=64, seed=seed)
+async def evaluate(parts: RunParts, tasks: list[Task], *, seed: int = 0) -> EvalReport:
+    """Greedy accuracy of the current policy on ``tasks``, through the evaluation strategy (group size 1)."""
+    return await evaluate_policy(parts.eval_strategy, tasks, step=seed)
