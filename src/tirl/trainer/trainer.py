@@ -16,6 +16,9 @@ generator itself. One step:
    nothing is left, the step is skipped with a warning and logs nulls.
 3. Group-relative advantages (GRPO/RLOO) over the kept groups only — void
    trajectories are absent (``drop``) before any statistic, ratio or KL.
+   Under ``penalize`` the removed void trajectories are then appended as
+   rows masked to their void turn with advantage ``-filter.void_penalty``
+   (:mod:`tirl.algorithms.void_penalty`); they never enter a group statistic.
 4. :class:`~tirl.trainer.update.PolicyUpdater` runs the mini-batch updates;
    the policy version goes up by one and ``on_update`` tells the generator.
    When every advantage is zero (all kept groups have equal rewards) and there
@@ -42,6 +45,7 @@ from typing import Any
 import torch
 
 from tirl.algorithms.advantages import group_advantages
+from tirl.algorithms.void_penalty import penalty_rows
 from tirl.config import TirlConfig
 from tirl.envs.base import Task
 from tirl.filters import FilterStats, VoidTurnFilter
@@ -76,6 +80,7 @@ class Collected:
     groups_requested: int = 0
     min_usable: int = 0
     rollout_s: float = 0.0
+    penalized: list[Trajectory] = field(default_factory=list)  # filter.mode=penalize: removed void ones
 
 
 def _mean(values: list[float]) -> float | None:
@@ -183,11 +188,13 @@ class Trainer:
         usable = [0] * len(tasks)
         sampled: list[Trajectory] = []
         stats = FilterStats()
+        penalized: list[Trajectory] = []
         resampled = rounds = 0
         for attempt in range(fc.max_resample_rounds + 1):
             groups = await self._collect_groups(tasks, need, step, attempt)
             res = self.filter.apply(groups)
             stats.add(res.stats)
+            penalized.extend(res.penalized)
             for i, group, n in zip(need, res.groups, res.usable, strict=True):
                 kept[i].extend(group.trajectories)
                 usable[i] += n
@@ -213,6 +220,7 @@ class Trainer:
             groups_requested=len(tasks),
             min_usable=stats.min_valid_per_group,
             rollout_s=time.perf_counter() - t0,
+            penalized=penalized,
         )
 
     # ------------------------------------------------------------------- update
@@ -242,6 +250,10 @@ class Trainer:
             }
         )
         trajs, adv = self.advantages(col.groups)
+        if col.penalized and self.cfg.filter.void_penalty > 0:  # after the group statistics, never in them
+            rows, row_adv = penalty_rows(col.penalized, self.cfg.filter.void_penalty)
+            trajs, adv = [*trajs, *rows], torch.cat([adv, row_adv])
+            metrics["filter/penalized_trajectories"] = len(rows)
         if not trajs or not any(sum(t.loss_mask) for t in trajs):
             log.warning(
                 "step %d skipped: no group kept %d usable trajectories after %d resample round(s) "
