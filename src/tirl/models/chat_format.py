@@ -22,12 +22,19 @@ Two implementations:
   template. The pieces are derived by rendering a probe conversation and
   taking suffix differences, so the template's own text is used.
 
+Tool calls: :meth:`ChatFormat.assistant_message` turns a sampled turn into
+the assistant :class:`~tirl.types.Message`; with a template that renders tool
+calls in the Hermes convention (``<tool_call>{"name": …, "arguments": …}</tool_call>``,
+as tirl's own template from ``tirl model init`` does) the calls are parsed
+into ``tool_calls`` (:mod:`tirl.models.toolcalls`). ``prompt_ids`` takes the
+tool definitions (``tools=``) and passes them to the template.
+
 Not covered: templates whose rendering of a conversation is not a prefix of
 the rendering of that conversation plus more messages (e.g. templates that
 rewrite earlier assistant turns) — :class:`TemplateChatFormat` raises
-:class:`~tirl.errors.SetupError` for them at construction; tool-call
-messages are passed to the template but the built-in format renders only
-``content``.
+:class:`~tirl.errors.SetupError` for them at construction; the built-in
+format renders only ``content`` and has no tools; tool-call conventions other
+than Hermes are rendered by their templates but not parsed from samples.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ from typing import Any, Protocol, runtime_checkable
 from transformers import PreTrainedTokenizerBase
 
 from tirl.errors import SetupError
+from tirl.models.template import ToolSupport, template_supports_tools
 from tirl.models.tokenizer import END, ROLE_TOKENS
+from tirl.models.toolcalls import parse_tool_calls
 from tirl.types import Message, Role
 
 # Used when a tokenizer has no chat template: plain-text role markers, turns closed by the EOS token.
@@ -59,9 +68,10 @@ class ChatFormat(Protocol):
     """Renders messages to token ids, piece by piece."""
 
     eos_ids: frozenset[int]
+    tool_support: ToolSupport  # what the template renders of tools, tool calls and tool results
 
-    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
-        """The initial messages, ending with the assistant header (generation prompt)."""
+    def prompt_ids(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        """The initial messages (and tool definitions), ending with the assistant header (generation prompt)."""
         ...
 
     def observation_ids(self, messages: Sequence[Message], turn_ids: Sequence[int]) -> list[int]:
@@ -76,6 +86,10 @@ class ChatFormat(Protocol):
         """The message content of a sampled turn (a trailing EOS id dropped)."""
         ...
 
+    def assistant_message(self, turn_ids: Sequence[int], *, call_id_prefix: str = "call") -> Message:
+        """The assistant message of a sampled turn: content and, where the template has them, tool calls."""
+        ...
+
     def assistant_ids(self, content: str) -> list[int]:
         """The ids a policy should sample to write ``content`` and end the turn (for demonstrations)."""
         ...
@@ -85,7 +99,12 @@ def _as_dict(m: Message) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.role.value, "content": m.content or ""}
     if m.tool_calls:
         out["tool_calls"] = [c.to_dict() for c in m.tool_calls]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
     return out
+
+
+_NO_TOOLS = ToolSupport(tools=False, calls=False, results=True)
 
 
 class SimpleChatFormat:
@@ -110,6 +129,7 @@ class SimpleChatFormat:
         self.end_id: int = vocab[END]
         self.role_ids: dict[Role, int] = {Role(r): vocab[t] for r, t in ROLE_TOKENS.items()}
         self.eos_ids = frozenset({self.end_id})
+        self.tool_support = _NO_TOOLS
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -117,8 +137,10 @@ class SimpleChatFormat:
     def _message(self, m: Message) -> list[int]:
         return [self.role_ids[m.role], *self._encode(m.content or ""), self.end_id]
 
-    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
-        """``<|role|>content<|end|>`` for each message, then ``<|assistant|>``."""
+    def prompt_ids(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        """``<|role|>content<|end|>`` for each message, then ``<|assistant|>`` (no tool definitions)."""
+        if tools:
+            raise SetupError("the built-in chat format has no tool definitions; use a model with a tool template")
         ids: list[int] = []
         for m in messages:
             ids.extend(self._message(m))
@@ -139,6 +161,10 @@ class SimpleChatFormat:
         if ids and ids[-1] == self.end_id:
             ids.pop()
         return str(self.tokenizer.decode(ids))
+
+    def assistant_message(self, turn_ids: Sequence[int], *, call_id_prefix: str = "call") -> Message:
+        """The decoded content (the built-in format has no tool calls)."""
+        return Message(role=Role.ASSISTANT, content=self.assistant_text(turn_ids))
 
     def assistant_ids(self, content: str) -> list[int]:
         """``content`` then ``<|end|>``."""
@@ -182,10 +208,17 @@ class TemplateChatFormat:
         except Exception:
             self._tool_role = "user"
             self._observation_text([Message(role=Role.TOOL, content="1")])
+        self.tool_support = template_supports_tools(tokenizer, self.template)
 
-    def _render(self, messages: list[dict[str, Any]], *, gen: bool) -> str:
+    def _render(
+        self, messages: list[dict[str, Any]], *, gen: bool, tools: Sequence[dict[str, Any]] | None = None
+    ) -> str:
         text = self.tokenizer.apply_chat_template(
-            messages, chat_template=self.template, tokenize=False, add_generation_prompt=gen
+            messages,
+            tools=list(tools) if tools else None,
+            chat_template=self.template,
+            tokenize=False,
+            add_generation_prompt=gen,
         )
         return str(text)
 
@@ -207,9 +240,14 @@ class TemplateChatFormat:
             )
         return full[len(self._base_text) :]
 
-    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
-        """The template applied to the initial messages with the generation prompt."""
-        return self._encode(self._render([_as_dict(m) for m in messages], gen=True))
+    def prompt_ids(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        """The template applied to the initial messages (and ``tools``) with the generation prompt."""
+        if tools and not self.tool_support.tools:
+            raise SetupError(
+                "the chat template does not render tool definitions (tools=); use a template with tool support, "
+                "e.g. the chat_template.jinja that `tirl model init` writes"
+            )
+        return self._encode(self._render([_as_dict(m) for m in messages], gen=True, tools=tools))
 
     def observation_ids(self, messages: Sequence[Message], turn_ids: Sequence[int]) -> list[int]:
         """Rest of the turn close, then the rendered observation with the next assistant header."""
@@ -223,6 +261,14 @@ class TemplateChatFormat:
         if ids and ids[-1] in self.eos_ids:
             ids.pop()
         return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+
+    def assistant_message(self, turn_ids: Sequence[int], *, call_id_prefix: str = "call") -> Message:
+        """Content and Hermes ``<tool_call>`` blocks parsed into ``tool_calls`` (when the template has them)."""
+        text = self.assistant_text(turn_ids)
+        if not self.tool_support.hermes:
+            return Message(role=Role.ASSISTANT, content=text)
+        parsed = parse_tool_calls(text, id_prefix=call_id_prefix)
+        return Message(role=Role.ASSISTANT, content=parsed.content, tool_calls=parsed.tool_calls)
 
     def assistant_ids(self, content: str) -> list[int]:
         """``content`` then the first id of the turn close (the EOS the model should sample)."""

@@ -3,6 +3,12 @@
 The built-in warm-started checkpoint (:func:`builtin_model_path`) and a user's
 ``--model PATH`` go through the same :func:`load_policy`.
 
+Checked before anything heavy loads, each a one-line :class:`~tirl.errors.InputError`
+naming what is missing and the fix: a directory without ``config.json``,
+without tokenizer files, whose tokenizer has no chat template, or (when
+``need_tools``) whose template does not render tools, tool calls and tool
+results.
+
 Not covered: remote hub ids (only local directories are loaded, nothing is
 downloaded), quantised checkpoints, models that are not causal LMs.
 """
@@ -17,10 +23,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from tirl.errors import InputError, SetupError
 from tirl.models.chat_format import ChatFormat, chat_format_for
+from tirl.models.template import template_supports_tools
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 BUILTIN_SFT_COMMAND = "tirl sft --out src/tirl/assets/tiny-tir --seed 0 --threads 1"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+_TEMPLATE_FIX = (
+    "add a chat template: save chat_template.jinja next to the tokenizer (e.g. the one `tirl model init "
+    "--out DIR` writes: tirl's ChatML template with Hermes tool calls), or set tokenizer.chat_template and "
+    "save_pretrained"
+)
 
 
 def builtin_model_path() -> Path:
@@ -53,16 +66,46 @@ def _check_dir(path: Path) -> None:
         )
 
 
+def _check_tokenizer_files(path: Path) -> None:
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(
+            str(path),
+            None,
+            f"has no tokenizer (none of {', '.join(TOKENIZER_FILES)})",
+            "save it next to the model with tokenizer.save_pretrained(DIR), or copy the tokenizer files of the "
+            "model it was trained from",
+        )
+
+
+def check_chat_template(path: Path, tokenizer: PreTrainedTokenizerBase, *, need_tools: bool) -> None:
+    """Raise :class:`InputError` when the tokenizer has no chat template, or (``need_tools``) one without tools."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        problem = "has no chat template (no chat_template.jinja, none in tokenizer_config.json)"
+        raise InputError(str(path), None, problem, _TEMPLATE_FIX)
+    if need_tools:
+        support = template_supports_tools(tokenizer)
+        if not support.ok:
+            raise InputError(
+                str(path),
+                None,
+                f"its chat template has no tool support: it does not render {'; '.join(support.missing)}",
+                _TEMPLATE_FIX.replace("add a chat template", "use a template with tool support"),
+            )
+
+
 def load_policy(
     path: str | Path | None = None,
     *,
     device: str = "cpu",
     dtype: str = "float32",
     threads: int | None = None,
+    need_tools: bool = False,
 ) -> Policy:
     """Load a causal LM, its tokenizer and chat format; ``path=None`` loads the built-in model.
 
-    ``threads`` sets ``torch.set_num_threads`` (process-wide) when given.
+    ``threads`` sets ``torch.set_num_threads`` (process-wide) when given. ``need_tools``: the episodes
+    render tool definitions and parse tool calls, so the checkpoint's template must support them.
     """
     if threads is not None:
         torch.set_num_threads(max(1, threads))
@@ -73,6 +116,7 @@ def load_policy(
     else:
         p = Path(path).expanduser()
         _check_dir(p)
+        _check_tokenizer_files(p)
     if dtype not in _DTYPES:
         raise InputError("model.dtype", None, f"unknown dtype {dtype!r}", f"use one of {', '.join(_DTYPES)}")
     try:
@@ -84,6 +128,8 @@ def load_policy(
             f"the tokenizer could not be loaded ({exc})",
             "save it with tokenizer.save_pretrained(PATH) next to the model",
         ) from None
+    if path is not None or need_tools:
+        check_chat_template(p, tokenizer, need_tools=need_tools)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(p), dtype=_DTYPES[dtype])
     except (OSError, ValueError) as exc:

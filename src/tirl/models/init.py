@@ -1,0 +1,203 @@
+r"""``tirl model init``: a small random-weight Qwen2 or Llama model with a real BPE tokenizer and chat template.
+
+What it writes (the standard Hugging Face layout, loadable by ``AutoConfig``,
+``AutoTokenizer`` and ``AutoModelForCausalLM`` with nothing downloaded):
+
+* ``config.json`` / ``model.safetensors`` / ``generation_config.json`` — a
+  ``Qwen2ForCausalLM`` or ``LlamaForCausalLM`` with random weights
+  (``torch.manual_seed(seed)``, so the same flags give the same weights);
+* ``tokenizer.json`` / ``tokenizer_config.json`` / ``chat_template.jinja`` —
+  a byte-level BPE tokenizer trained here with ``tokenizers`` on a built-in
+  corpus (:func:`builtin_corpus`: generated English, arithmetic, Python and
+  tool-call text; deterministic), with the ChatML specials ``<|endoftext|>``,
+  ``<|im_start|>``, ``<|im_end|>`` and the tool markers as added tokens, and
+  tirl's chat template (:mod:`tirl.models.template`).
+
+Sizes: with no flags the model is tiny (2 layers, width 64, 1024 tokens:
+about 0.2M parameters) so that a training step on a CPU takes well under a
+second; ``layers``/``hidden``/``vocab`` make it larger (e.g. 8 layers, width
+768, 8192 tokens: about 63M parameters). When the corpus yields fewer tokens
+than ``vocab``, the embedding still has ``vocab`` rows (as real checkpoints
+pad theirs).
+
+Not covered: pretrained weights (the model is random: it emits noise until
+trained), architectures other than Qwen2 and Llama, tokenizers trained on
+user data.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from tirl.errors import ConfigError, OutputError
+from tirl.models.template import ADDED_TOKENS, CHAT_TEMPLATE, EOS, EOT, SPECIAL_TOKENS
+
+ARCHS = ("qwen2", "llama")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """The shape of a model made by :func:`init_model`; ``heads`` 0 means derived from ``hidden``."""
+
+    arch: str = "qwen2"
+    layers: int = 2
+    hidden: int = 64
+    vocab: int = 1024
+    heads: int = 0
+    max_positions: int = 2048
+    seed: int = 0
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` naming the flag that is out of range."""
+        if self.arch not in ARCHS:
+            raise ConfigError(f"--arch {self.arch!r} is not supported: use one of {', '.join(ARCHS)}")
+        if not 1 <= self.layers <= 128:
+            raise ConfigError(f"--layers {self.layers} is out of range: use 1 to 128")
+        if not 16 <= self.hidden <= 16384:
+            raise ConfigError(f"--hidden {self.hidden} is out of range: use 16 to 16384")
+        min_vocab = 256 + len(SPECIAL_TOKENS) + len(ADDED_TOKENS)
+        if not min_vocab <= self.vocab <= 262144:
+            raise ConfigError(f"--vocab {self.vocab} is out of range: use {min_vocab} (the byte alphabet) to 262144")
+        if self.hidden % self.n_heads:
+            raise ConfigError(f"--hidden {self.hidden} is not divisible by --heads {self.n_heads}: choose them so")
+
+    @property
+    def n_heads(self) -> int:
+        """Attention heads: ``heads`` when given, else ``hidden`` / 64 (``hidden`` / 16 for widths under 256)."""
+        if self.heads > 0:
+            return self.heads
+        return max(1, self.hidden // (64 if self.hidden >= 256 else 16))
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: half the attention heads when that divides evenly (grouped-query attention)."""
+        h = self.n_heads
+        return h // 2 if h % 2 == 0 else h
+
+    @property
+    def intermediate(self) -> int:
+        """MLP width: about 8/3 of ``hidden``, rounded up to a multiple of 32."""
+        return -(-self.hidden * 8 // 3 // 32) * 32
+
+
+_WORDS = (
+    "the model writes code and reads the output before it answers compute sum product value result number "
+    "first then check print answer tool call function python run list sort count total each step user "
+    "assistant system question solve find how many what is divide multiply add subtract remainder square"
+).split()
+
+
+def builtin_corpus(lines: int = 6000, seed: int = 0) -> list[str]:
+    """Deterministic training text for the tokenizer: prose, arithmetic, Python, JSON tool calls."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    for i in range(lines):
+        a, b = rng.randint(0, 9999), rng.randint(1, 999)
+        kind = i % 5
+        if kind == 0:
+            out.append(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(6, 16))).capitalize() + ".")
+        elif kind == 1:
+            out.append(f"What is {a} + {b}? The answer is \\boxed{{{a + b}}}.")
+        elif kind == 2:
+            out.append(f"```python\nx = {a}\ny = {b}\nprint(x * y, x // y, x % y)\n```")
+        elif kind == 3:
+            out.append(f'<tool_call>\n{{"name": "python", "arguments": {{"code": "print({a} - {b})"}}}}\n</tool_call>')
+        else:
+            out.append(f"```output\n{a * b}\n```\nSo the result is {a * b}. def f(n):\n    return n + {b}\n")
+    return out
+
+
+def build_tokenizer(vocab: int = 1024, *, max_length: int = 2048, seed: int = 0) -> PreTrainedTokenizerFast:
+    """Train the byte-level BPE tokenizer on :func:`builtin_corpus` (same ids on every call)."""
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab - len(ADDED_TOKENS),
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(builtin_corpus(seed=seed), trainer=trainer)
+    core.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token=EOT,
+        pad_token=EOS,
+        clean_up_tokenization_spaces=False,
+        model_max_length=max_length,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def build_model(spec: ModelSpec, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
+    """A randomly initialised causal LM of ``spec`` over ``tokenizer`` (seeded)."""
+    spec.check()
+    eot = tokenizer.convert_tokens_to_ids(EOT)
+    pad = tokenizer.convert_tokens_to_ids(EOS)
+    kwargs = {
+        "vocab_size": max(spec.vocab, len(tokenizer)),
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.intermediate,
+        "num_hidden_layers": spec.layers,
+        "num_attention_heads": spec.n_heads,
+        "num_key_value_heads": spec.kv_heads,
+        "max_position_embeddings": spec.max_positions,
+        "tie_word_embeddings": True,
+        "eos_token_id": eot,
+        "pad_token_id": pad,
+        "bos_token_id": None,
+    }
+    torch.manual_seed(spec.seed)
+    arch: tuple[type[PreTrainedModel], type] = (
+        (Qwen2ForCausalLM, Qwen2Config) if spec.arch == "qwen2" else (LlamaForCausalLM, LlamaConfig)
+    )
+    model = arch[0](arch[1](**kwargs))
+    model.generation_config.eos_token_id = [eot, pad]
+    model.generation_config.pad_token_id = pad
+    return model
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise OutputError(str(out), None, "exists and is not an empty directory", "choose a new --out or remove it")
+    if not out.parent.exists():
+        raise OutputError(str(out), None, f"its parent {out.parent} does not exist", "create the parent directory")
+
+
+def init_model(spec: ModelSpec, out: str | Path) -> Path:
+    """Build the tokenizer and the model and save both to ``out`` (written whole or not at all)."""
+    spec.check()
+    path = Path(out).expanduser()
+    _check_out(path)
+    tokenizer = build_tokenizer(spec.vocab, max_length=spec.max_positions, seed=spec.seed)
+    model = build_model(spec, tokenizer)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if path.exists():
+            path.rmdir()  # empty (checked above)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path

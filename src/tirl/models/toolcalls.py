@@ -1,0 +1,111 @@
+r"""Tool calls in the Hermes convention: sampled text to ``content`` + :class:`~tirl.types.ToolCall`\ s.
+
+A model that uses tirl's chat template (:mod:`tirl.models.template`) calls a
+function by writing::
+
+    <tool_call>
+    {"name": "python", "arguments": {"code": "print(6*7)"}}
+    </tool_call>
+
+:func:`parse_tool_calls` splits an assistant turn's text into the message
+``content`` (the text outside the blocks, without the newline the template
+puts before a block) and one :class:`~tirl.types.ToolCall` per block, in
+order, with ids ``{id_prefix}_{k}``. ``arguments`` become a JSON string (as
+OpenAI's wire format has them): ``json.dumps(obj, ensure_ascii=False)`` of
+the object the model wrote, which is exactly what the template's ``tojson``
+renders back, so a call written in the template's own form round-trips to the
+same text and the same token ids.
+
+Malformed calls are kept, not repaired, so that the void rule
+(:func:`tirl.parsing.judge_message`) can judge them: a block that is not JSON,
+an unclosed ``<tool_call>``, or ``arguments`` that are a string which does not
+parse as JSON give a :class:`ToolCall` whose arguments are the raw text (and
+whose name is ``None`` when none can be read), which is *not* an action.
+
+Not covered: other tool-call conventions (Llama 3.1 ``<|python_tag|>``,
+Mistral ``[TOOL_CALLS]``, JSON without markers); text that the model writes
+between or after blocks is kept in ``content`` but then does not round-trip
+to the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from tirl.models.template import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from tirl.types import ToolCall
+
+_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedTurn:
+    """An assistant turn's text split into content and tool calls."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+
+
+def _call(body: str, call_id: str) -> ToolCall:
+    """One block's body (between the markers) as a call; malformed bodies keep their raw text."""
+    raw = body.strip()
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        found = _NAME.search(raw)
+        return ToolCall(name=found.group(1) if found else None, arguments=raw, id=call_id)
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return ToolCall(name=None, arguments=raw, id=call_id)
+    args = obj.get("arguments", {})
+    if not isinstance(args, str):  # an object (the convention): the JSON string OpenAI's wire format carries
+        args = json.dumps(args, ensure_ascii=False)
+    return ToolCall(name=obj["name"], arguments=args, id=call_id)
+
+
+def parse_tool_calls(text: str, *, id_prefix: str = "call") -> ParsedTurn:
+    r"""Split ``text`` into content and Hermes tool calls.
+
+    >>> t = parse_tool_calls('Run it.\n<tool_call>\n{"name": "python", "arguments": {"code": "1"}}\n</tool_call>')
+    >>> t.content, t.tool_calls[0].name, t.tool_calls[0].arguments, t.tool_calls[0].id
+    ('Run it.', 'python', '{"code": "1"}', 'call_0')
+    >>> parse_tool_calls("no calls").tool_calls
+    ()
+    """
+    if TOOL_CALL_OPEN not in text:
+        return ParsedTurn(content=text, tool_calls=())
+    outside: list[str] = []
+    calls: list[ToolCall] = []
+    pos = 0
+    while True:
+        start = text.find(TOOL_CALL_OPEN, pos)
+        if start < 0:
+            outside.append(text[pos:])
+            break
+        outside.append(text[pos:start])
+        body_start = start + len(TOOL_CALL_OPEN)
+        end = text.find(TOOL_CALL_CLOSE, body_start)
+        call_id = f"{id_prefix}_{len(calls)}"
+        if end < 0:  # unclosed (cut by a token limit): kept raw, never an action
+            calls.append(ToolCall(name=None, arguments=text[body_start:], id=call_id))
+            break
+        calls.append(_call(text[body_start:end], call_id))
+        pos = end + len(TOOL_CALL_CLOSE)
+    pieces = [outside[0].removesuffix("\n"), *(p.strip("\n") for p in outside[1:])]
+    return ParsedTurn(content="\n".join(p for p in pieces if p), tool_calls=tuple(calls))
+
+
+#: The python tool as an OpenAI function definition: the call tir-math executes (``{"code": "..."}``).
+PYTHON_TOOL: dict[str, object] = {
+    "type": "function",
+    "function": {
+        "name": "python",
+        "description": "Run Python code in a sandbox and return what it prints.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "the program to run"}},
+            "required": ["code"],
+        },
+    },
+}

@@ -1,0 +1,160 @@
+"""Tool calls with the template of `tirl model init`: rendering, parsing, the void rule and exact token ids."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transformers import AutoTokenizer
+
+from tirl.envs.base import Task
+from tirl.envs.tir_math import TirMathEnv
+from tirl.models.chat_format import TemplateChatFormat
+from tirl.models.loading import load_policy
+from tirl.models.template import template_supports_tools
+from tirl.models.toolcalls import PYTHON_TOOL, parse_tool_calls
+from tirl.parsing import ActionKind, judge_message
+from tirl.rollout.agent_loop import AgentLoop
+from tirl.sandbox.base import Sandbox
+from tirl.sft import ScriptedGenerator
+from tirl.types import Message, Role, TerminationReason, Trajectory
+
+from test_chat_format import chatml_tokenizer
+
+
+def _call(name: str, args: Any, cid: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": args}}
+    if cid:
+        out["id"] = cid
+    return out
+
+
+def _block(name: str, args: dict[str, Any]) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+
+
+def _ids(tok: Any, messages: list[dict[str, Any]], *, gen: bool) -> list[int]:
+    out = tok.apply_chat_template(messages, tools=[PYTHON_TOOL], tokenize=True, add_generation_prompt=gen)
+    return list(out["input_ids"] if not isinstance(out, list) else out)
+
+
+def test_openai_string_arguments_and_object_arguments_render_the_same(qwen2_dir: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(qwen2_dir)
+    args = {"code": "print('é', 6*7)"}
+    user = {"role": "user", "content": "go"}
+    string = json.dumps(args, ensure_ascii=False)  # what the template's tojson writes
+    as_openai = [user, {"role": "assistant", "content": None, "tool_calls": [_call("python", string)]}]
+    as_object = [user, {"role": "assistant", "content": "", "tool_calls": [_call("python", args)]}]
+    flat = [user, {"role": "assistant", "content": "", "tool_calls": [{"name": "python", "arguments": args}]}]
+    texts = {tok.apply_chat_template(m, tokenize=False) for m in (as_openai, as_object, flat)}
+    assert len(texts) == 1
+    text = texts.pop()
+    assert '<tool_call>\n{"name": "python", "arguments": {"code": "print(\'é\', 6*7)"}}\n</tool_call>' in text
+    # a string argument is inserted verbatim (json.dumps' default ASCII escapes stay: the same JSON value)
+    escaped = [user, {"role": "assistant", "content": None, "tool_calls": [_call("python", json.dumps(args))]}]
+    assert '"arguments": {"code": "print(\'\\u00e9\', 6*7)"}}' in tok.apply_chat_template(escaped, tokenize=False)
+    # the tool message names its call; the tools are listed in the system turn
+    tool_turn = [*as_openai, {"role": "tool", "tool_call_id": "call_9", "content": "42"}]
+    rendered = tok.apply_chat_template(tool_turn, tools=[PYTHON_TOOL], tokenize=False)
+    assert '<|im_start|>tool\n<tool_response id="call_9">\n42\n</tool_response><|im_end|>' in rendered
+    assert rendered.startswith("<|im_start|>system\n# Tools") and '"name": "python"' in rendered
+
+
+def test_parsed_turn_re_renders_to_the_sampled_text(qwen2_dir: Path) -> None:
+    policy = load_policy(qwen2_dir)
+    chat = policy.chat
+    assert isinstance(chat, TemplateChatFormat) and chat.tool_support.ok and chat.tool_support.hermes
+    for content, calls in [
+        ("", [("python", {"code": "print(1)"})]),
+        ("I will run it.", [("python", {"code": "x = 2\nprint(x)"}), ("python", {"code": "print(3)"})]),
+    ]:
+        text = "\n".join([content] if content else []) + ("\n" if content else "")
+        text += "\n".join(_block(n, a) for n, a in calls)
+        ids = chat.assistant_ids(text)
+        msg = chat.assistant_message(ids, call_id_prefix="call_3")
+        assert msg.content == content
+        assert [(c.name, json.loads(c.arguments), c.id) for c in msg.tool_calls] == [
+            (n, a, f"call_3_{k}") for k, (n, a) in enumerate(calls)
+        ]
+        assert judge_message(msg).kind is ActionKind.TOOL_CALL
+        full = policy.tokenizer.apply_chat_template(
+            [{"role": "user", "content": "q"}, msg.to_dict()], tokenize=False, add_generation_prompt=False
+        )
+        assert f"<|im_start|>assistant\n{text}<|im_end|>\n" in full  # re-renders to exactly the sampled text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>\n{"name": "python", "arguments": {code: 1}}\n</tool_call>',  # not JSON
+        '<tool_call>\n{"name": "python", "arguments": "{\\"code\\": "}\n</tool_call>',  # a string that is not JSON
+        '<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}',  # unclosed (cut by a limit)
+        '<tool_call>\n{"arguments": {"code": "print(1)"}}\n</tool_call>',  # no name
+        "<tool_call>\n[1, 2]\n</tool_call>",  # not an object
+    ],
+)
+def test_a_call_whose_arguments_are_not_json_is_not_an_action(text: str) -> None:
+    parsed = parse_tool_calls(text)
+    assert len(parsed.tool_calls) == 1
+    msg = Message(role=Role.ASSISTANT, content=parsed.content, tool_calls=parsed.tool_calls)
+    assert judge_message(msg).kind is ActionKind.VOID  # judged by the rule as today: nothing else acts
+    with_code = Message(role=Role.ASSISTANT, content="```python\nprint(1)\n```", tool_calls=parsed.tool_calls)
+    assert judge_message(with_code).kind is ActionKind.CODE
+
+
+def test_a_template_without_tool_support_is_named() -> None:
+    support = template_supports_tools(chatml_tokenizer())
+    assert not support.ok
+    assert support.missing == ["the tool definitions passed as tools=", "assistant tool_calls"]
+    chat = TemplateChatFormat(chatml_tokenizer())
+    with pytest.raises(Exception, match="does not render tool definitions"):
+        chat.prompt_ids([Message(role=Role.USER, content="q")], tools=[PYTHON_TOOL])
+    # a sampled "<tool_call>" is plain content there (the template has no such convention)
+    assert chat.assistant_message(chat.assistant_ids(_block("python", {"code": "1"}))).tool_calls == ()
+
+
+async def test_episode_ids_equal_apply_chat_template_turn_by_turn(qwen2_dir: Path, model_sandbox: Sandbox) -> None:
+    """The ids tirl builds for a 3-turn tool episode against the template applied to the same messages.
+
+    Legitimate differences, asserted: (1) every turn starts after the generation prompt
+    ``<|im_start|>assistant\\n`` (tirl's prefix ids equal ``apply_chat_template(..., add_generation_prompt=True)``);
+    (2) the template closes the last turn with ``<|im_end|>\\n``; the episode ends at the sampled ``<|im_end|>``,
+    so tirl's ids lack that final ``\\n``.
+    """
+    policy = load_policy(qwen2_dir)
+    tok, chat = policy.tokenizer, policy.chat
+    turns = [
+        "Let me compute.\n" + _block("python", {"code": "print(6*7)"}),
+        _block("python", {"code": "print(40+2)"}) + "\n" + _block("python", {"code": "print(84//2)"}),
+        "\\boxed{42}",
+    ]
+    loop = AgentLoop(ScriptedGenerator(chat, turns), chat, max_turns=4, max_total_tokens=4000, tools=(PYTHON_TOOL,))
+    task = Task(id="t", prompt="What is 6*7?", answer="42")
+    env = TirMathEnv(sandbox=model_sandbox, max_turns=4)
+    traj = Trajectory(id=task.id, messages=[])
+    await loop(env, task, await env.reset(task), traj)
+    result = await env.evaluate()
+    await env.close()
+    assert traj.termination is TerminationReason.ANSWERED and result.reward == 1.0, traj.error
+    assert [t.action for t in traj.turns] == ["tool_call", "tool_call", "answer"]
+    tools = [m for m in traj.messages if m.role is Role.TOOL]
+    assert [m.tool_call_id for m in tools] == ["call_0_0", "call_1_0", "call_1_1"]
+    assert all("42" in (m.content or "") for m in tools)  # the env executed every call
+
+    msgs = [m.to_dict() for m in traj.messages]
+    starts = [i for i, m in enumerate(traj.messages) if m.role is Role.ASSISTANT]
+    pos = 0
+    for k, a in enumerate(starts):
+        before = _ids(tok, msgs[:a], gen=True)  # the context the policy saw for turn k
+        assert traj.token_ids[: len(before)] == before, f"turn {k}: context differs"
+        pos = len(before)
+        n = traj.turns[k].sampled_tokens
+        through = _ids(tok, msgs[: a + 1], gen=False)  # the same turn as the template renders it
+        assert traj.token_ids[pos : pos + n] == through[pos : pos + n], f"turn {k}: sampled ids differ"
+        assert traj.loss_mask[pos : pos + n] == [1] * n and sum(traj.loss_mask[:pos]) == sum(
+            t.sampled_tokens for t in traj.turns[:k]
+        )
+    full = _ids(tok, msgs, gen=False)
+    assert traj.token_ids == full[:-1] and tok.decode(full[-1:]) == "\n"
