@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_chat_format import chatml_tokenizer
 from transformers import AutoTokenizer
 
 from tirl.envs.base import Task
@@ -20,8 +21,6 @@ from tirl.rollout.agent_loop import AgentLoop
 from tirl.sandbox.base import Sandbox
 from tirl.sft import ScriptedGenerator
 from tirl.types import Message, Role, TerminationReason, Trajectory
-
-from test_chat_format import chatml_tokenizer
 
 
 def _call(name: str, args: Any, cid: str | None = None) -> dict[str, Any]:
