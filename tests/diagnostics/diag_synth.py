@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 BATCH = 64
+DRIFT_RISE = 0.2
+DRIFT_STEPS = 30
 TIRL_KEYS = (
     "rollout/trajectories",
     "filter/valid_trajectories",
@@ -49,18 +51,24 @@ def tirl_log(
     at: tuple[int, ...] = (120,),
     is_sigma: float = 0.1,
     tail: float = 0.0,
+    void_p: tuple[float, float] = (0.06, 0.03),
 ) -> list[dict[str, Any]]:
-    """Per-step rows with tirl's keys; ``inject`` in void_leak, late_filter, detector_inactive, empty_batch.
+    """Per-step rows with tirl's keys; ``inject`` in void_leak, late_filter, detector_inactive, empty_batch,
+    void_drift.
 
     ``is_sigma`` is the log-scale noise of the IS-ratio extremes; ``tail`` the probability of an extra
-    ``3 * is_sigma`` Gaussian kick on ``is_max`` (heavier tails than the default log-normal).
+    ``3 * is_sigma`` Gaussian kick on ``is_max`` (heavier tails than the default log-normal). The void
+    probability goes linearly from ``void_p[0]`` to ``void_p[1]``; ``void_drift`` adds a ramp of
+    +``DRIFT_RISE`` over ``DRIFT_STEPS`` steps from ``at[0]`` on, which then stays.
     """
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
     skipped = set(rng.sample(range(5, n), min(3, max(0, n - 5))))
     for step in range(n):
         frac = step / n
-        p = 0.06 - 0.03 * frac
+        p = void_p[0] + (void_p[1] - void_p[0]) * frac
+        if inject == "void_drift" and step >= at[0]:
+            p += DRIFT_RISE * min(1.0, (step - at[0]) / DRIFT_STEPS)
         void = _binom(rng, BATCH, p)
         if inject == "detector_inactive":
             void = 0
@@ -226,6 +234,82 @@ def trace(kind: str, seed: int = 0, n: int = 400, dt: float = 0.25) -> list[dict
                 "run_done": done["run"],
                 "eval_done": done["eval"],
                 "live_envs": 20,
+            }
+        )
+    return rows
+
+
+# The runs of issue 10 (the built-in job, 30 steps, 8 prompts x 8 episodes, resampling of emptied groups),
+# mirrored from the numbers measured there; the row keys are those tirl's trainer writes
+# (src/tirl/trainer/trainer.py rollout_metrics, src/tirl/filters/void_turn.py FilterStats.metrics).
+ISSUE10_KINDS = ("drop_collapse", "drop_slow", "off_spike", "mask_wander")
+
+
+def _void_share_issue10(kind: str, step: int) -> float:
+    if kind == "drop_collapse":  # seed 1 at lr 1e-4: 14 -> 23 -> 143 of 152 void between steps 19 and 25
+        if step < 19:
+            return 0.08 + 0.1 * step / 19
+        return {19: 0.2, 20: 0.22, 21: 0.25, 22: 0.27, 23: 0.55, 24: 0.8}.get(step, 0.93)
+    if kind == "drop_slow":  # seed 0 at lr 1e-4: void share 9 % -> 26 %, held out 0.825 -> 0.800
+        return 0.09 + 0.17 * step / 29
+    if kind == "off_spike":  # lr 3e-4, filter off: void share ~10 % rising to 18 %
+        return 0.1 + 0.08 * step / 29
+    if kind == "mask_wander":  # a share that moves around and ends lower: 17 % falling to 8 %
+        return 0.17 - 0.09 * step / 29 + 0.03 * math.sin(step / 2.5)
+    raise ValueError(kind)
+
+
+def issue10_run(kind: str, seed: int = 0, steps: int = 30, cap: int = 1024) -> list[dict[str, Any]]:
+    """A 30-step tirl metrics log shaped like one of the runs measured in issue 10 (``ISSUE10_KINDS``).
+
+    ``drop_collapse``: void share creeping up, then 143 of 152 trajectories void from step 25 with resampling at
+    its limit, an IS-ratio spike with the void jump at step 23, reward to 0. ``drop_slow``: 9 % -> 26 %.
+    ``off_spike``: noisy IS ratios, a spike of 37 at step 5 where the longest trajectory hit the length cap
+    (``cap``) and the valid count did not drop. ``mask_wander``: a share that moves around and falls.
+    """
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    for step in range(1, steps + 1):
+        share = _void_share_issue10(kind, step)
+        sampled = BATCH
+        void = _binom(rng, BATCH, share)
+        resampled = 0
+        if kind.startswith("drop") and share > 0.5:  # groups emptied: resampling at its limit
+            resampled = 88
+            sampled += resampled
+            void += _binom(rng, resampled, share)
+        valid = sampled - void
+        noisy = kind == "off_spike"
+        is_max = math.exp(rng.gauss(math.log(2.0 if noisy else 1.4), 0.35 if noisy else 0.08))
+        max_len = min(cap, int(rng.gauss(700, 90)))
+        if noisy and rng.random() < 0.2:
+            max_len = cap  # an off run hits the cap now and then
+        if kind == "off_spike" and step == 5:
+            is_max, max_len = 37.0, cap
+        if kind == "drop_collapse" and step == 23:
+            is_max = 9.5
+        if kind == "drop_collapse" and step > 23:
+            is_max = math.exp(rng.gauss(math.log(2.5), 0.3))
+        reward = 0.8 * (1 - share) + rng.gauss(0, 0.03)
+        if kind == "drop_collapse" and step >= 25:
+            reward = max(0.0, rng.gauss(0.02, 0.02))
+        rows.append(
+            {
+                "step": step,
+                "rollout/trajectories": sampled,
+                "filter/valid_trajectories": valid if kind != "off_spike" else sampled - void,
+                "filter/void_trajectories": void,
+                "filter/void_ratio": void / sampled,
+                "filter/resampled": resampled,
+                "train/is_ratio_min": math.exp(rng.gauss(math.log(0.7), 0.08)),
+                "train/is_ratio_max": is_max,
+                "train/is_ratio_mean": 1.0,
+                "train/clip_frac": abs(rng.gauss(0.02, 0.006)),
+                "train/grad_norm": math.exp(rng.gauss(math.log(0.5), 0.2)),
+                "rollout/max_seq_len": max_len,
+                "rollout/mean_seq_len": int(max_len * 0.5),
+                "rollout/turns_mean": 2.0 + rng.gauss(0, 0.05),
+                "reward/mean": reward,
             }
         )
     return rows

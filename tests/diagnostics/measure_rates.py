@@ -2,9 +2,14 @@
 
     cd tests/diagnostics && ../../.venv/bin/python measure_rates.py [N_SEEDS] [IS_SIGMA] [TAIL]
 
-Healthy logs: every finding is a false alarm. Injected logs (one symptom at a
-random step in 30..170): counted as detected when the verdict is the injected
-kind *at* the injected step (detector_inactive: any window).
+Healthy logs: every finding is a false alarm; two families, the default (void
+share 6 % falling to 3 %) and a wandering one (void share 17 % falling to 8 %
+with the same binomial noise). Injected logs (one symptom at a random step in
+30..170; void_drift in 30..150, so its 30-step ramp ends inside the log):
+counted as detected when the verdict is the injected kind *at* the injected
+step (detector_inactive: any window; void_drift: onset within -5..+20 steps
+of the ramp's start). Then the issue-10-shaped 30-step runs of
+``diag_synth.issue10_run`` with the verdict each must get.
 """
 
 from __future__ import annotations
@@ -15,12 +20,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from diag_synth import tirl_log, write_jsonl
+from diag_synth import ISSUE10_KINDS, issue10_run, tirl_log, write_jsonl
 
 from tirl.diagnostics.adapters import load_metrics
 from tirl.diagnostics.training import diagnose_training
 
-SYMPTOMS = ("void_leak", "late_filter", "detector_inactive", "empty_batch")
+SYMPTOMS = ("void_leak", "late_filter", "detector_inactive", "empty_batch", "void_drift")
+EXPECTED = {
+    "drop_collapse": "void_drift",
+    "drop_slow": "void_drift",
+    "off_spike": "void_leak",
+    "mask_wander": "healthy",
+}
 
 
 def main(n: int, is_sigma: float = 0.1, tail: float = 0.0) -> None:
@@ -28,27 +39,30 @@ def main(n: int, is_sigma: float = 0.1, tail: float = 0.0) -> None:
     t0 = time.perf_counter()
     alarms = 0
     for seed in range(n):
-        diag = diagnose_training(
-            load_metrics(write_jsonl(tmp / "h.jsonl", tirl_log(seed=10_000 + seed, is_sigma=is_sigma, tail=tail)))
-        )
-        alarms += bool(diag.findings)
+        for void_p in ((0.06, 0.03), (0.17, 0.08)):
+            rows = tirl_log(seed=10_000 + seed, is_sigma=is_sigma, tail=tail, void_p=void_p)
+            alarms += bool(diagnose_training(load_metrics(write_jsonl(tmp / "h.jsonl", rows))).findings)
     print(f"IS noise sigma {is_sigma}, tail {tail}")
-    print(f"healthy: {alarms}/{n} logs with a finding (200 steps each)")
+    print(f"healthy: {alarms}/{2 * n} logs with a finding (200 steps each)")
     for kind in SYMPTOMS:
         hit = 0
         for seed in range(n):
-            at = random.Random(seed).randint(30, 170)
-            diag = diagnose_training(
-                load_metrics(
-                    write_jsonl(
-                        tmp / "s.jsonl", tirl_log(seed=seed, inject=kind, at=(at,), is_sigma=is_sigma, tail=tail)
-                    )
-                )
-            )
-            ok = diag.verdict == kind and (kind == "detector_inactive" or any(f.step == at for f in diag.findings))
+            at = random.Random(seed).randint(30, 150 if kind == "void_drift" else 170)
+            rows = tirl_log(seed=seed, inject=kind, at=(at,), is_sigma=is_sigma, tail=tail)
+            diag = diagnose_training(load_metrics(write_jsonl(tmp / "s.jsonl", rows)))
+            if kind == "void_drift":
+                ok = diag.verdict == kind and any(at - 5 <= (f.step or 0) <= at + 20 for f in diag.findings)
+            else:
+                ok = diag.verdict == kind and (kind == "detector_inactive" or any(f.step == at for f in diag.findings))
             hit += ok
         print(f"{kind}: detected {hit}/{n}")
-    print(f"{(time.perf_counter() - t0) / (5 * n) * 1000:.1f} ms per 200-step log")
+    for kind in ISSUE10_KINDS:
+        verdicts = [
+            diagnose_training(load_metrics(write_jsonl(tmp / "r.jsonl", issue10_run(kind, seed)))).verdict
+            for seed in range(n)
+        ]
+        print(f"issue-10 {kind} (30 steps): {verdicts.count(EXPECTED[kind])}/{n} {EXPECTED[kind]}")
+    print(f"{(time.perf_counter() - t0) / (7 * n) * 1000:.1f} ms per 200-step log (30-step runs included)")
 
 
 if __name__ == "__main__":

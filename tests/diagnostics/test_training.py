@@ -158,11 +158,18 @@ def test_void_count_fluctuation_without_is_spike_is_noise(tmp_path: Path) -> Non
     assert diagnose_rows(tmp_path, rows).verdict == "healthy"
 
 
-def test_short_log_reports_only_what_needs_no_baseline(tmp_path: Path) -> None:
+def test_short_log_early_spike_counts_before_a_baseline_forms(tmp_path: Path) -> None:
     rows = tirl_log(seed=0, n=6, inject="empty_batch", at=(3,))
-    rows[4]["train/is_ratio_max"] = 80.0  # too few neighbours for a baseline: no spike verdict
+    rows[4]["train/is_ratio_max"] = 80.0  # too few neighbours for a rolling baseline
+    rows[4]["rollout/max_seq_len"] = 4096  # the longest trajectory of the run (the length cap)
     diag = diagnose_rows(tmp_path, rows)
-    assert [(f.kind, f.step) for f in diag.findings] == [("empty_batch", 3)]
+    assert [(f.kind, f.step) for f in diag.findings] == [("empty_batch", 3), ("void_leak", 4)]
+    assert diag.findings[1].evidence["max_len_is_runs_longest"] is True
+    rows[4]["rollout/max_seq_len"] = 10  # the same spike without the longest trajectory matches no row
+    assert [(f.kind, f.step) for f in diagnose_rows(tmp_path, rows).findings] == [("empty_batch", 3)]
+    rows[4]["rollout/max_seq_len"] = 4096
+    rows[4]["train/is_ratio_max"] = 4.0  # a modest ratio without a baseline is not a spike
+    assert [(f.kind, f.step) for f in diagnose_rows(tmp_path, rows).findings] == [("empty_batch", 3)]
 
 
 def test_run_directory_stands_for_its_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,13 +1,18 @@
-"""Verdicts from a per-step training log: the four void-turn symptoms of ``DESIGN.md``.
+"""Verdicts from a per-step training log: the void-turn symptoms of ``DESIGN.md`` and void drift.
 
 Every rule compares a step with a rolling baseline of the steps around it
 (:mod:`tirl.diagnostics.robust`: median and MAD, the step itself excluded),
 so a spike means "unusual for this run", not "above a fixed number":
 
 * **IS-ratio spike**: ``log(is_max)`` at least ``is_z`` robust z-scores above
-  its baseline *and* at least ``is_factor`` times the baseline median (or the
-  mirror image for ``is_min``). Ratios are compared on a log scale.
-* **length spike**: ``max_len`` at least ``len_z`` z-scores above baseline.
+  its baseline *and* at least ``is_factor`` times the baseline median, or at
+  least ``is_big_z`` z-scores and ``is_big_factor`` times the median (a huge
+  jump in a noisy run); the mirror image for ``is_min``. Ratios are compared
+  on a log scale. Early steps count: where too few steps exist for a
+  baseline, a ratio of at least ``is_abs`` (at most ``1 / is_abs``) that is
+  also ``is_big_factor`` times the run's median is a spike.
+* **longest trajectory**: ``max_len`` at least ``len_z`` z-scores above
+  baseline, or the run's longest (within 1 %: the length cap was hit).
 * **filter drop**: the void count (scale floor: Poisson, ``sqrt(median)``) or
   the void ratio ``drop_z`` z-scores above baseline; when the log has neither,
   the valid count ``drop_z`` below.
@@ -23,6 +28,11 @@ Verdicts (``SEVERITY`` lists them from most to least severe):
   count is always 0 and the valid count never changes.
 * ``empty_batch``: a step with 0 valid trajectories (consecutive steps are
   one finding).
+* ``void_drift``: the void share rises and stays up over many steps
+  (:mod:`tirl.diagnostics.drift`); the finding's step is where the rise
+  began. An IS-ratio spike at or after that step is part of the drift
+  (listed in its evidence), not a ``late_filter`` or ``void_leak`` of its
+  own; spikes before the onset keep their verdicts.
 
 A grad-norm bump is evidence, never a trigger: without an IS-ratio spike it
 is ordinary noise. IS-ratio spikes with neither a length spike nor a filter
@@ -32,14 +42,17 @@ skipped (a skipped step logs nulls).
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.diagnostics.adapters import MetricsLog
+from tirl.diagnostics.drift import DriftThresholds, find_drift
 from tirl.diagnostics.robust import Baseline, baseline, log_values
 
-SEVERITY: tuple[str, ...] = ("void_leak", "late_filter", "detector_inactive", "empty_batch")
+SEVERITY: tuple[str, ...] = ("void_leak", "void_drift", "late_filter", "detector_inactive", "empty_batch")
 
 # The seed's "check this first" column.
 CHECK_FIRST: dict[str, str] = {
@@ -47,6 +60,9 @@ CHECK_FIRST: dict[str, str] = {
     "judged void and went into the loss (tirl.parsing.judge_message, the filter call in the trainer)",
     "late_filter": "the order of the training step: the filter must run before advantages, ratios and KL "
     "are computed, not after the update",
+    "void_drift": "what pushes void turns down: under filter.mode=drop a void trajectory gets no gradient, so "
+    "its share can random-walk up; compare filter modes (mask, or a remedy) and lower the learning rate, and "
+    "watch the void share from the onset step on",
     "detector_inactive": "the code-block pattern and where the final answer is read from (a pre-filled field "
     "instead of the model's text); run `tirl audit` on the trajectories to see what the rule finds",
     "empty_batch": "resampling (filter.max_resample_rounds) and the logged minimum valid count — resample, "
@@ -55,6 +71,7 @@ CHECK_FIRST: dict[str, str] = {
 SUMMARY: dict[str, str] = {
     "void_leak": "IS-ratio spike with the longest trajectory, valid count not reduced",
     "late_filter": "valid count dropped, but the IS ratio still spiked",
+    "void_drift": "the void share rose over many steps and stayed up",
     "detector_inactive": "valid count never changes, void count always 0",
     "empty_batch": "no valid trajectory in the step",
 }
@@ -68,9 +85,13 @@ class Thresholds:
     min_points: int = 8
     is_z: float = 6.0
     is_factor: float = 2.0
+    is_big_z: float = 3.0
+    is_big_factor: float = 8.0
+    is_abs: float = 10.0
     len_z: float = 3.0
     drop_z: float = 4.0
     inactive_steps: int = 25
+    drift: DriftThresholds = field(default_factory=DriftThresholds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,41 +203,46 @@ class _Signals:
             log_values(log.get("grad_norm") or []) if log.get("grad_norm") else None, th, abs_floor=0.05
         )
 
-    def is_spike(self, i: int) -> tuple[bool, dict[str, Any]]:
-        import math
-
+    def _extreme(self, series: _Series, i: int, sign: float) -> bool:
+        """``sign`` +1: an upward spike of a log series at ``i``; -1: a downward one."""
         th = self.th
-        hi_z, lo_z = self.is_max_log.z(i), self.is_min_log.z(i)
+        value, z, med = series.at(i), series.z(i), series.median(i)
+        if value is None:
+            return False
+        if z is None or med is None:  # no baseline yet: early steps still count
+            others = [v for j, v in enumerate(series.values or []) if j != i and v is not None]
+            ref = statistics.median(others) if others else 0.0
+            return sign * value >= math.log(th.is_abs) and sign * (value - ref) >= math.log(th.is_big_factor)
+        jump, z = sign * (value - med), sign * z
+        return (z >= th.is_z and jump >= math.log(th.is_factor)) or (
+            z >= th.is_big_z and jump >= math.log(th.is_big_factor)
+        )
+
+    def is_spike(self, i: int) -> tuple[bool, dict[str, Any]]:
         hi_med, lo_med = self.is_max_log.median(i), self.is_min_log.median(i)
-        hi_v, lo_v = self.is_max_log.at(i), self.is_min_log.at(i)
-        up = (
-            hi_z is not None
-            and hi_v is not None
-            and hi_med is not None
-            and hi_z >= th.is_z
-            and (hi_v - hi_med >= math.log(th.is_factor))
-        )
-        down = (
-            lo_z is not None
-            and lo_v is not None
-            and lo_med is not None
-            and -lo_z >= th.is_z
-            and (lo_med - lo_v >= math.log(th.is_factor))
-        )
+        is_max, is_min = self.log.get("is_max"), self.log.get("is_min")
         ev = {
-            "is_ratio_max": _r(self.log.get("is_max")[i]) if self.log.get("is_max") else None,  # type: ignore[index]
+            "is_ratio_max": _r(is_max[i]) if is_max else None,
             "is_ratio_max_baseline": _r(math.exp(hi_med)) if hi_med is not None else None,
-            "is_ratio_max_z": _r(hi_z, 2),
-            "is_ratio_min": _r(self.log.get("is_min")[i]) if self.log.get("is_min") else None,  # type: ignore[index]
+            "is_ratio_max_z": _r(self.is_max_log.z(i), 2),
+            "is_ratio_min": _r(is_min[i]) if is_min else None,
             "is_ratio_min_baseline": _r(math.exp(lo_med)) if lo_med is not None else None,
-            "is_ratio_min_z": _r(lo_z, 2),
+            "is_ratio_min_z": _r(self.is_min_log.z(i), 2),
         }
-        return up or down, ev
+        return self._extreme(self.is_max_log, i, 1.0) or self._extreme(self.is_min_log, i, -1.0), ev
 
     def len_spike(self, i: int) -> tuple[bool | None, dict[str, Any]]:
-        z = self.max_len.z(i)
-        ev = {"max_len": self.max_len.at(i), "max_len_baseline": _r(self.max_len.median(i), 1), "max_len_z": _r(z, 2)}
-        return (None if z is None else z >= self.th.len_z), ev
+        if self.max_len.values is None:
+            return None, {}
+        z, value = self.max_len.z(i), self.max_len.at(i)
+        ev = {"max_len": value, "max_len_baseline": _r(self.max_len.median(i), 1), "max_len_z": _r(z, 2)}
+        longest = max((v for v in self.max_len.values if v is not None), default=None)
+        at_cap = value is not None and longest is not None and value >= 0.99 * longest
+        if at_cap:
+            ev["max_len_is_runs_longest"] = True
+        if z is None and value is None:
+            return None, ev
+        return (z is not None and z >= self.th.len_z) or at_cap, ev
 
     def dropped(self, i: int) -> tuple[bool | None, dict[str, Any]]:
         th = self.th
@@ -253,7 +279,7 @@ def _spike_findings(log: MetricsLog, th: Thresholds) -> list[Finding]:
             out.append(Finding("late_filter", step, (step,), evidence))
         elif longest or longest is None:
             if longest is None:
-                evidence["note"] = "no max-length series in this log: the length condition was not checked"
+                evidence["note"] = "no max-length value for this step: the length condition was not checked"
             if drop_now is None:
                 evidence["note_valid"] = "no valid/void counts in this log (no filter): 'not reduced' assumed"
             out.append(Finding("void_leak", step, (step,), evidence))
@@ -295,14 +321,14 @@ def _empty_batch_findings(log: MetricsLog) -> list[Finding]:
 def _inactive_findings(log: MetricsLog, th: Thresholds) -> list[Finding]:
     """Longest stretches with void always 0 and a constant valid count (nulls inside are skipped)."""
     valid, void, ratio, trajs = log.get("valid"), log.get("void"), log.get("void_ratio"), log.get("trajectories")
-    if valid is None or (void is None and ratio is None and trajs is None):
-        return []
+    if (valid is None and ratio is None) or (void is None and ratio is None and trajs is None):
+        return []  # a void share alone (SimpleTIR) is enough; the valid count is then not checked
 
     def zero_void(i: int) -> bool | None:
         d = void[i] if void else None
         r = ratio[i] if ratio else None
         if d is None and r is None:
-            t, v = (trajs[i] if trajs else None), valid[i]
+            t, v = (trajs[i] if trajs else None), (valid[i] if valid else None)
             return None if t is None or v is None else v == t
         return (d is None or d == 0) and (r is None or r == 0)
 
@@ -324,7 +350,7 @@ def _inactive_findings(log: MetricsLog, th: Thresholds) -> list[Finding]:
                         "first_step": steps[0],
                         "last_step": steps[-1],
                         "steps_in_window": len(steps),
-                        "valid_constant": value,
+                        "valid_constant": value if valid else None,
                         "void_always": 0,
                         "void_steps_elsewhere": len(elsewhere),
                     },
@@ -332,7 +358,7 @@ def _inactive_findings(log: MetricsLog, th: Thresholds) -> list[Finding]:
             )
 
     for i in range(len(log)):
-        v = valid[i]
+        v = valid[i] if valid else 0.0
         z = zero_void(i)
         if v is None or z is None:
             continue  # a skipped step does not break the stretch
@@ -348,9 +374,54 @@ def _inactive_findings(log: MetricsLog, th: Thresholds) -> list[Finding]:
     return out
 
 
+def _drift_finding(log: MetricsLog, th: Thresholds, spikes: list[Finding]) -> tuple[Finding | None, list[Finding]]:
+    """The ``void_drift`` finding (if any) and the spike findings it does not explain.
+
+    An IS-ratio spike at or after the onset (``late_filter``: the void count jumped with the rest of the
+    rise; ``void_leak``: a long garbage trajectory of a policy that now writes void turns often) is the
+    drift seen in one step, so it moves into the drift's evidence instead of being a verdict of its own.
+    """
+    share = log.get("void_ratio")
+    if share is None:
+        return None, spikes
+    valid, void = log.get("valid"), log.get("void")
+    counts = (
+        [v + d if v is not None and d is not None else None for v, d in zip(valid, void, strict=True)]
+        if valid is not None and void is not None
+        else None
+    )
+    drift = find_drift(share, counts, th.drift)
+    if drift is None:
+        return None, spikes
+    onset = log.steps[drift.onset_index]
+    absorbed = [f for f in spikes if f.step is not None and f.step >= onset]
+    lo, hi = drift.late_indices
+    evidence: dict[str, Any] = {
+        "onset_step": onset,
+        "void_share_baseline": _r(drift.baseline),
+        "baseline_steps": [log.steps[drift.baseline_indices[0]], log.steps[drift.baseline_indices[1]]],
+        "void_share_end": _r(drift.late),
+        "end_steps": [log.steps[lo], log.steps[hi]],
+        "rise": _r(drift.late - drift.baseline),
+        "rise_z": _r(drift.rise_z, 2),
+        "noise_per_step": _r(drift.noise_per_step),
+        "window_steps": drift.window,
+        "test": drift.test,
+    }
+    if void is not None and valid is not None:
+        evidence["void_at_onset"] = void[drift.onset_index]
+        evidence["void_last"] = next((d for d in reversed(void) if d is not None), None)
+    if absorbed:
+        evidence["is_spikes_during_rise"] = [f"{f.step} ({f.kind} alone)" for f in absorbed]
+    steps = tuple(s for s, v in zip(log.steps, share, strict=True) if s >= onset and v is not None)
+    finding = Finding("void_drift", onset, steps, evidence)
+    return finding, [f for f in spikes if f not in absorbed]
+
+
 def diagnose_training(log: MetricsLog, thresholds: Thresholds | None = None) -> TrainingDiagnosis:
     """Run every rule on ``log``; findings are ordered by step."""
     th = thresholds or Thresholds()
-    findings = _spike_findings(log, th) + _empty_batch_findings(log) + _inactive_findings(log, th)
+    drift, spikes = _drift_finding(log, th, _spike_findings(log, th))
+    findings = spikes + _empty_batch_findings(log) + _inactive_findings(log, th) + ([drift] if drift else [])
     findings.sort(key=lambda f: (f.steps[0] if f.steps else -1, SEVERITY.index(f.kind)))
     return TrainingDiagnosis(path=log.path, format=log.format, steps=len(log), findings=tuple(findings))

@@ -1,0 +1,88 @@
+"""Reading a wandb CSV export ("Export panel data → CSV" of a line chart, or a runs-history export).
+
+A chart export has one x column (``Step``, or whatever the chart's x axis is)
+and, per run drawn in the chart, three columns::
+
+    Step,"RUN - METRIC","RUN - METRIC__MIN","RUN - METRIC__MAX"
+
+``__MIN``/``__MAX`` are the smallest and largest value inside each plotted
+point's bucket (equal to the value itself when wandb did not downsample, the
+spread of the group for grouped runs). A run name may itself contain
+``" - "`` (``grpo - lr 1e-4 - seed 1``), so a header is split on its *last*
+``" - "``; a metric name containing ``" - "`` is therefore not supported.
+Columns without ``" - "`` (the x column) are shared by every run.
+
+The result keeps the runs apart: ``{run name: rows}``, where each row holds
+the shared columns and that run's metrics (``METRIC``, ``METRIC__MIN``,
+``METRIC__MAX``) as strings; a CSV line on which a run has no value at all
+is not a row of that run. A file whose headers name no run maps to the key
+``None``.
+
+Not covered: exports of the runs *table* (one row per run, summary values),
+which have no steps, and panels with a custom x axis that is not a step.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from tirl.errors import InputError
+
+AGGREGATES: tuple[str, str] = ("__MIN", "__MAX")
+RUN_SEPARATOR = " - "
+
+Row = dict[str, str]
+
+
+def split_header(header: str) -> tuple[str | None, str, str]:
+    """``(run, metric, aggregate)`` of one column header; ``run`` is ``None`` for a shared column.
+
+    >>> split_header("grpo - lr 1e-4 - seed 1 - actor/grad_norm__MAX")
+    ('grpo - lr 1e-4 - seed 1', 'actor/grad_norm', '__MAX')
+    >>> split_header("Step")
+    (None, 'Step', '')
+    """
+    name = header.strip()
+    suffix = next((s for s in AGGREGATES if name.endswith(s)), "")
+    base = name[: len(name) - len(suffix)]
+    if RUN_SEPARATOR not in base:
+        return None, base.strip(), suffix
+    run, metric = base.rsplit(RUN_SEPARATOR, 1)
+    return run.strip(), metric.strip(), suffix
+
+
+def read_wandb_csv(path: str | Path) -> dict[str | None, list[Row]]:
+    """The rows of each run in a wandb CSV export (see the module docstring)."""
+    p = Path(path)
+    with p.open(encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            return {}
+        columns = [split_header(h) for h in header]
+        runs: list[str | None] = []
+        for run, _, _ in columns:
+            if run is not None and run not in runs:
+                runs.append(run)
+        seen: dict[tuple[str | None, str], int] = {}
+        for col, (run, metric, suffix) in enumerate(columns):
+            key = (run, metric + suffix)
+            if key in seen:
+                raise InputError(str(p), 1, f"column {header[col]!r} appears twice", "export each metric once per run")
+            seen[key] = col
+        out: dict[str | None, list[Row]] = {r: [] for r in runs or [None]}
+        for values in reader:
+            if not any(v.strip() for v in values):
+                continue
+            shared: Row = {}
+            per_run: dict[str | None, Row] = {r: {} for r in out}
+            for (run, metric, suffix), value in zip(columns, values, strict=False):
+                if run is None:
+                    shared[metric + suffix] = value
+                elif value.strip():
+                    per_run[run][metric + suffix] = value
+            for run, row in per_run.items():
+                if row or not runs:
+                    out[run].append({**shared, **row})
+    return out
