@@ -85,7 +85,10 @@ class EnvConfig:
     """The task environment."""
 
     name: str = "tir-math"  # tir-math | swe-lite | a registered name
-    tasks_file: str | None = None  # JSONL of tasks; None = the built-in generator
+    tasks_file: str | None = None  # parquet or JSONL of tasks (tirl, verl, SkyRL); None = the built-in generator
+    prompt_key: str = "prompt"  # task files: dotted path of the chat prompt
+    answer_key: str | None = None  # dotted path of the ground truth; None: reward_model.ground_truth,
+    # then reward_spec.ground_truth, then answer
     difficulty: int = 1
     max_turns: int = 4
     eval_size: int = 200
@@ -95,6 +98,7 @@ class EnvConfig:
         _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")
         _check(1 <= self.difficulty <= 5, "env.difficulty", self.difficulty, "use a level from 1 to 5")
         _check(self.eval_size >= 1, "env.eval_size", self.eval_size, "use at least 1")
+        _check(bool(self.prompt_key.strip()), "env.prompt_key", self.prompt_key, "name a field, e.g. prompt")
 
 
 @dataclass

@@ -26,6 +26,7 @@ class Task:
     answer: str | None = None
     kind: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    messages: tuple[Message, ...] = ()  # a chat to start from (task files); () = the env builds [system?, user]
 
 
 @dataclass(slots=True)

@@ -46,7 +46,6 @@ model that reuses a variable from an earlier turn gets a ``NameError``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from tirl.answers import answers_match_async
@@ -142,8 +141,9 @@ class TirMathEnv(ToolEnv):
 
 
 def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
-    """Registry task source: the JSONL file ``config.tasks_file`` (first ``n``) or ``n`` generated tasks."""
+    """Registry task source: ``config.tasks_file`` (first ``n``; parquet or JSONL, see tasks/files.py) or generated."""
     if config.tasks_file:
-        tasks = load_math_tasks(Path(config.tasks_file))
-        return tasks[:n]
+        from tirl.envs.tasks.files import load_tasks_file
+
+        return load_tasks_file(config, n, kind="tir-math")
     return generate_tasks(n, difficulty=config.difficulty, seed=seed)

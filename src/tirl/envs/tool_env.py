@@ -162,6 +162,9 @@ class ToolEnv:
         self._task = task
         self.info = {"init_s": round(time.perf_counter() - start, 6), **facts}
         messages = [] if self.system_prompt is None else [Message(role=Role.SYSTEM, content=self.system_prompt)]
+        if task.messages:  # a task file's chat; the env's system prompt only where the chat has none
+            has_system = any(m.role is Role.SYSTEM for m in task.messages)
+            return [*([] if has_system else messages), *task.messages]
         messages.append(Message(role=Role.USER, content=task.prompt))
         return messages
 

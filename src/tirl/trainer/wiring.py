@@ -15,7 +15,8 @@ evaluation seed (``EVAL_SEED_OFFSET + env.seed``); training tasks of step
 ``s`` come from seed ``env.seed * 1_000_003 + s``, and any training task whose
 prompt is in the evaluation set is replaced, so the two are disjoint by
 construction, not only by seed. With ``env.tasks_file`` the first
-``eval_size`` tasks are the evaluation set and training samples the rest.
+``eval_size`` tasks are the evaluation set and training samples the rest; a
+file with fewer than ``2 * eval_size`` tasks is halved (first half held out).
 
 Weights after each update: ``generator=openai`` pushes them to the server
 (``POST /v1/load_weights``, which ``tirl serve`` has; a server without it,
@@ -69,9 +70,13 @@ class TaskSets:
         env = self.cfg.env
         if env.tasks_file:
             everything = load_tasks(env, 1 << 30)
-            self.eval_tasks = everything[: env.eval_size]
-            rest = everything[env.eval_size :]
-            self._pool = rest or everything
+            k = min(env.eval_size, len(everything) // 2)  # a small file is halved: training never sees eval tasks
+            if k < 1:
+                raise ConfigError(f"env.tasks_file {env.tasks_file} holds {len(everything)} task — add tasks: "
+                                  "at least one is held out for evaluation and one trains")  # fmt: skip
+            if k < env.eval_size:
+                log.warning("task file %s: %d tasks, first %d held out", env.tasks_file, len(everything), k)
+            self.eval_tasks, self._pool = everything[:k], everything[k:]
         else:
             self.eval_tasks = load_tasks(env, env.eval_size, seed=eval_seed(env.seed))
             distinct = list({t.prompt: t for t in self.eval_tasks}.values())
