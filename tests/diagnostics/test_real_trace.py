@@ -1,4 +1,4 @@
-"""`diagnose pipeline` on traces written by tirl's own PipelineStrategy + PipelineTracer (fake envs, real asyncio).
+"""`diagnose pipeline` on traces written by tirl's own pipeline strategy + PipelineTracer (fake envs, real asyncio).
 
 Each scenario makes one stage clearly slow (sleeps), runs one collect with the
 real pipeline and trace writer, and checks that the verdict names that stage.

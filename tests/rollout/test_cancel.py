@@ -65,7 +65,7 @@ async def test_cancel_while_envs_wait_in_the_bounded_queues() -> None:
     req = RolloutRequest(tasks=tasks(10, eval_s=0.05, turns=1), group_size=2)
     task = asyncio.create_task(strategy.collect(req))
     for _ in range(500):
-        board = strategy.core.last_board  # type: ignore[attr-defined]
+        board = strategy.last_board
         if board is not None and board.queued["eval"] >= 2 and board.blocked["init"] > 0:
             break
         await asyncio.sleep(0.002)

@@ -9,8 +9,8 @@ from tirl.config import RolloutConfig, load_config
 from tirl.envs.base import Env, Task
 from tirl.errors import ConfigError
 from tirl.rollout.base import RolloutRequest, RolloutStrategy
-from tirl.rollout.pipeline import PipelineStrategy, episode_seed
-from tirl.rollout.strategies import AsyncBatchStrategy, SyncBatchStrategy, batch_size, make_strategy
+from tirl.rollout.pipeline import episode_seed
+from tirl.rollout.strategies import DISPATCH, Rollout, batch_size, make_strategy
 from tirl.types import Message, TerminationReason, Trajectory
 
 
@@ -68,7 +68,7 @@ async def test_pipeline_bounded_queues_bound_live_envs_and_show_backpressure(tmp
     world = World()
     c = cfg("pipeline", init_workers=4, run_workers=2, eval_workers=1, run_queue_size=1, eval_queue_size=1)
     trace = tmp_path / "trace.jsonl"
-    strategy = PipelineStrategy(c, world.factory, FakeRunner(world), trace_path=trace)
+    strategy = Rollout(c, world.factory, FakeRunner(world), trace_path=trace)
     # Evaluation is the slow stage: the queues fill and hold the Initializer back.
     work = tasks(10, init_s=0.0, step_s=0.0, eval_s=0.01, turns=1)
     batch = await strategy.collect(RolloutRequest(tasks=work, group_size=2))
@@ -87,7 +87,7 @@ async def test_pipeline_bounded_queues_bound_live_envs_and_show_backpressure(tmp
 async def test_sync_batch_runs_phase_by_phase_within_each_batch() -> None:
     world = World()
     c = cfg("sync_batch", init_workers=4, run_workers=4, eval_workers=4, batch_size=4)
-    strategy = SyncBatchStrategy(c, world.factory, FakeRunner(world))
+    strategy = Rollout(c, world.factory, FakeRunner(world))
     work = [Task(id=f"t{i}", prompt="", data={"init_s": 0.001 * i, "turns": 1 + i}) for i in range(8)]
     batch = await strategy.collect(RolloutRequest(tasks=work, group_size=1))
     trajs = batch.trajectories
@@ -109,7 +109,7 @@ async def test_async_batch_has_a_barrier_between_batches_and_pipeline_has_none()
 
     world = World()
     c = cfg("async_batch", init_workers=3, run_workers=3, eval_workers=3, batch_size=3)
-    batch = await AsyncBatchStrategy(c, world.factory, FakeRunner(world)).collect(request)
+    batch = await Rollout(c, world.factory, FakeRunner(world)).collect(request)
     t = batch.trajectories
     end_b0 = max(x.stages["eval"].finished for x in t[:3])  # type: ignore[type-var]
     assert min(x.stages["init"].started for x in t[3:]) >= end_b0  # type: ignore[type-var]
@@ -118,7 +118,7 @@ async def test_async_batch_has_a_barrier_between_batches_and_pipeline_has_none()
 
     world = World()
     c = cfg("pipeline", init_workers=3, run_workers=3, eval_workers=3)
-    batch = await PipelineStrategy(c, world.factory, FakeRunner(world)).collect(request)
+    batch = await Rollout(c, world.factory, FakeRunner(world)).collect(request)
     t = batch.trajectories
     # the pipeline starts later episodes while the first long one is still running
     assert t[4].stages["init"].started < t[0].stages["run"].finished  # type: ignore[operator]
@@ -177,12 +177,9 @@ def test_make_strategy_maps_config_names_and_batch_size() -> None:
     async def runner(env: Env, task: Task, initial: list[Message], traj: Trajectory) -> None:
         return None
 
-    for name, cls in (
-        ("sync_batch", SyncBatchStrategy),
-        ("async_batch", AsyncBatchStrategy),
-        ("pipeline", PipelineStrategy),
-    ):
-        assert type(make_strategy(RolloutConfig(strategy=name), runner_factory, runner)) is cls  # type: ignore[arg-type]
+    for name in ("sync_batch", "async_batch", "pipeline"):
+        strategy = make_strategy(RolloutConfig(strategy=name), runner_factory, runner)  # type: ignore[arg-type]
+        assert type(strategy) is Rollout and strategy.name == name and strategy.dispatch is DISPATCH[name]
     bad = RolloutConfig()
     bad.strategy = "warp"  # type: ignore[assignment]
     with pytest.raises(ValueError, match="warp"):

@@ -31,9 +31,10 @@ attempt) — with ``Trajectory.error`` saying what happened, and the batch
 always has ``len(tasks) * group_size`` trajectories.
 
 :class:`Stages` (the stage bodies and their accounting) and
-:class:`RolloutCore` (episodes, tracing, shutdown, batch assembly) are shared
-with the baseline strategies in :mod:`tirl.rollout.strategies`, which differ
-only in *when* they call each stage body.
+:func:`pipeline` (this schedule) are used by the one strategy class,
+:class:`tirl.rollout.strategies.Rollout`, whose other schedules (the
+``sync_batch`` and ``async_batch`` baselines) call the same stage bodies and
+differ only in *when* they call them.
 
 Not covered: distributing stages over machines (see ``tirl.distributed``),
 retrying the Agent Runner, and priority scheduling (episodes enter the
@@ -45,14 +46,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tirl.config import RolloutConfig
 from tirl.envs.base import Env, Task
 from tirl.rollout.base import EnvFactory, EpisodeRunner, RolloutBatch, RolloutRequest
-from tirl.rollout.trace import STAGES, GeneratorBusy, PipelineTracer, StageBoard, TraceSummary
+from tirl.rollout.trace import STAGES, StageBoard, TraceSummary
 from tirl.types import Group, Message, StageTiming, TerminationReason, Trajectory
 
 log = logging.getLogger(__name__)
@@ -371,154 +371,54 @@ class Stages:
         return RolloutBatch(groups=groups, wall_s=wall, stats=stats)
 
 
-Dispatch = Callable[[Stages, list[Episode]], Awaitable[None]]
+async def pipeline(stages: Stages, episodes: list[Episode]) -> None:
+    """Stream the episodes through three worker pools joined by bounded queues (see the module docstring).
 
-
-class RolloutCore:
-    """What every strategy shares: episodes, stage bodies, tracing, shutdown and batch assembly.
-
-    A strategy supplies a *dispatch* coroutine that drives the stage bodies
-    for a list of episodes; :meth:`collect` wraps it so that, however it ends
-    (normally, by an error or by cancellation), the trace gets a final
-    snapshot and every env that was opened is closed exactly once.
+    A long episode holds one runner worker, never the others; set-up and
+    evaluation of other episodes overlap with generation; no barrier before
+    the end of the request.
     """
+    if not episodes:
+        return
+    cfg = stages.cfg
+    init_queue: asyncio.Queue[Episode] = asyncio.Queue()
+    for ep in episodes:
+        init_queue.put_nowait(ep)
+    run_queue: asyncio.Queue[Episode] = asyncio.Queue(maxsize=cfg.run_queue_size)
+    eval_queue: asyncio.Queue[Episode] = asyncio.Queue(maxsize=cfg.eval_queue_size)
+    all_done = asyncio.Event()
 
-    def __init__(
-        self,
-        name: str,
-        cfg: RolloutConfig,
-        env_factory: EnvFactory,
-        runner: EpisodeRunner,
-        *,
-        trace_path: str | Path | None = None,
-        generator_busy: GeneratorBusy | None = None,
-    ) -> None:
-        self.name = name
-        self.cfg = cfg
-        self.env_factory = env_factory
-        self.runner = runner
-        self.tracer = PipelineTracer(trace_path, cfg.trace_interval_s, generator_busy=generator_busy, strategy=name)
-        self.last_board: StageBoard | None = None
-        self._tasks: set[asyncio.Task[object]] = set()
-        self._closed = False
+    async def finish(ep: Episode) -> None:
+        await stages.finish(ep)
+        if stages.finished == len(episodes):
+            all_done.set()
 
-    async def collect(self, request: RolloutRequest, dispatch: Dispatch) -> RolloutBatch:
-        """Run ``dispatch`` over the request's episodes and return exactly one trajectory per episode."""
-        if self._closed:
-            raise RuntimeError(f"{self.name}: collect() called after close(); create a new strategy")
-        episodes = make_episodes(request)
-        board = StageBoard(done_base=dict(self.tracer.done_totals))
-        self.last_board = board
-        stages = Stages(self.cfg, self.env_factory, self.runner, board)
-        summary = self.tracer.begin()
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        for ep in episodes:
-            stages.queue(ep, "init")
-        sampler = asyncio.create_task(self.tracer.sample(board, request.step, summary))
-        try:
-            await dispatch(stages, episodes)
-        finally:
-            sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
-            await stages.shutdown()
-            self.tracer.snapshot(board, request.step, summary)
-            self.tracer.end(board)
-            if task is not None:
-                self._tasks.discard(task)
-        unfinished = [ep.traj.id for ep in episodes if not ep.done]
-        if unfinished:
-            raise RuntimeError(
-                f"{self.name}: internal error, {len(unfinished)} episode(s) never finished: {unfinished[:5]}"
-            )
-        return stages.assemble(request, episodes, summary)
-
-    async def close(self) -> None:
-        """Cancel running ``collect`` calls (their envs get closed) and refuse new ones."""
-        self._closed = True
-        current = asyncio.current_task()
-        pending = [t for t in self._tasks if t is not current and not t.done()]
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.wait(pending)
-
-
-class PipelineStrategy:
-    """Initializer, Agent Runner and Evaluator worker pools joined by bounded queues.
-
-    The whole request streams through: a long episode holds one runner
-    worker, never the others, and set-up and evaluation of other episodes
-    overlap with generation.
-    """
-
-    name = "pipeline"
-
-    def __init__(
-        self,
-        cfg: RolloutConfig,
-        env_factory: EnvFactory,
-        runner: EpisodeRunner,
-        *,
-        trace_path: str | Path | None = None,
-        generator_busy: GeneratorBusy | None = None,
-    ) -> None:
-        self.cfg = cfg
-        self.core = RolloutCore(
-            self.name, cfg, env_factory, runner, trace_path=trace_path, generator_busy=generator_busy
-        )
-
-    async def collect(self, request: RolloutRequest) -> RolloutBatch:
-        """Stream every episode of the request through the three stages."""
-        return await self.core.collect(request, self._dispatch)
-
-    async def close(self) -> None:
-        """Stop workers and close every env of a running ``collect``."""
-        await self.core.close()
-
-    async def _dispatch(self, stages: Stages, episodes: list[Episode]) -> None:
-        if not episodes:
-            return
-        cfg = self.cfg
-        init_queue: asyncio.Queue[Episode] = asyncio.Queue()
-        for ep in episodes:
-            init_queue.put_nowait(ep)
-        run_queue: asyncio.Queue[Episode] = asyncio.Queue(maxsize=cfg.run_queue_size)
-        eval_queue: asyncio.Queue[Episode] = asyncio.Queue(maxsize=cfg.eval_queue_size)
-        all_done = asyncio.Event()
-
-        async def finish(ep: Episode) -> None:
-            await stages.finish(ep)
-            if stages.finished == len(episodes):
-                all_done.set()
-
-        async def initializer() -> None:
-            while not init_queue.empty():
-                ep = init_queue.get_nowait()
-                if await stages.initialize(ep):
-                    await stages.handoff(ep, "init", "run", run_queue)
-                else:
-                    await finish(ep)
-
-        async def agent_runner() -> None:
-            while True:
-                ep = await run_queue.get()
-                if await stages.run(ep):
-                    await stages.handoff(ep, "run", "eval", eval_queue)
-                else:
-                    await finish(ep)
-
-        async def evaluator() -> None:
-            while True:
-                ep = await eval_queue.get()
-                await stages.evaluate(ep)
+    async def initializer() -> None:
+        while not init_queue.empty():
+            ep = init_queue.get_nowait()
+            if await stages.initialize(ep):
+                await stages.handoff(ep, "init", "run", run_queue)
+            else:
                 await finish(ep)
 
-        async with asyncio.TaskGroup() as tg:
-            workers = [tg.create_task(initializer(), name=f"init-{i}") for i in range(cfg.init_workers)]
-            workers += [tg.create_task(agent_runner(), name=f"run-{i}") for i in range(cfg.run_workers)]
-            workers += [tg.create_task(evaluator(), name=f"eval-{i}") for i in range(cfg.eval_workers)]
-            await all_done.wait()
-            for w in workers:
-                w.cancel()
+    async def agent_runner() -> None:
+        while True:
+            ep = await run_queue.get()
+            if await stages.run(ep):
+                await stages.handoff(ep, "run", "eval", eval_queue)
+            else:
+                await finish(ep)
+
+    async def evaluator() -> None:
+        while True:
+            ep = await eval_queue.get()
+            await stages.evaluate(ep)
+            await finish(ep)
+
+    async with asyncio.TaskGroup() as tg:
+        workers = [tg.create_task(initializer(), name=f"init-{i}") for i in range(cfg.init_workers)]
+        workers += [tg.create_task(agent_runner(), name=f"run-{i}") for i in range(cfg.run_workers)]
+        workers += [tg.create_task(evaluator(), name=f"eval-{i}") for i in range(cfg.eval_workers)]
+        await all_done.wait()
+        for w in workers:
+            w.cancel()

@@ -1,10 +1,12 @@
-"""Three ways to dispatch the same rollout work, behind one interface.
+"""One rollout strategy class, three schedules: which stage body runs when.
 
-All three run the same stage bodies (:class:`tirl.rollout.pipeline.Stages`:
-the same timeouts, retries, fault accounting, env closing and trace) and cap
+:class:`Rollout` is the :class:`~tirl.rollout.base.RolloutStrategy` of tirl.
+Every schedule runs the same stage bodies (:class:`tirl.rollout.pipeline.Stages`:
+the same timeouts, retries, fault accounting, env closing and trace) and caps
 each stage's concurrency with the same worker counts
-(``init_workers``/``run_workers``/``eval_workers``); they differ only in
-scheduling:
+(``init_workers``/``run_workers``/``eval_workers``). ``rollout.strategy``
+picks the *dispatch* — a coroutine ``dispatch(stages, episodes)`` from
+:data:`DISPATCH`:
 
 - ``sync_batch`` — the request is cut into batches of ``B`` trajectories
   (``rollout.batch_size``, 0 = ``run_workers``). Per batch: initialise all,
@@ -15,9 +17,13 @@ scheduling:
   trajectory goes init → run → eval on its own. The batch still ends when
   its slowest member ends (the barrier), and at most ``B`` episodes are in
   flight.
-- ``pipeline`` — :class:`~tirl.rollout.pipeline.PipelineStrategy`: the whole
-  request streams through three worker pools joined by bounded queues; no
-  barrier before the end of the request.
+- ``pipeline`` — :func:`tirl.rollout.pipeline.pipeline`: the whole request
+  streams through three worker pools joined by bounded queues; no barrier
+  before the end of the request.
+
+However a dispatch ends (normally, by an error or by cancellation),
+:meth:`Rollout.collect` gives the trace a final snapshot and closes every env
+that was opened exactly once.
 
 >>> from tirl.config import RolloutConfig
 >>> async def runner(env, task, initial, traj): ...
@@ -28,18 +34,20 @@ scheduling:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from tirl.config import RolloutConfig
-from tirl.rollout.base import EnvFactory, EpisodeRunner, RolloutBatch, RolloutRequest, RolloutStrategy
-from tirl.rollout.pipeline import Episode, PipelineStrategy, RolloutCore, Stages
-from tirl.rollout.trace import GeneratorBusy
+from tirl.rollout.base import EnvFactory, EpisodeRunner, RolloutBatch, RolloutRequest
+from tirl.rollout.pipeline import Episode, Stages, make_episodes, pipeline
+from tirl.rollout.trace import GeneratorBusy, PipelineTracer, StageBoard
 
-__all__ = ["AsyncBatchStrategy", "PipelineStrategy", "SyncBatchStrategy", "make_strategy"]
+__all__ = ["DISPATCH", "Dispatch", "Rollout", "batch_size", "make_strategy"]
 
 T = TypeVar("T")
+
+Dispatch = Callable[[Stages, list[Episode]], Awaitable[None]]
 
 
 def _batches(items: Sequence[T], size: int) -> list[Sequence[T]]:
@@ -51,78 +59,87 @@ def batch_size(cfg: RolloutConfig) -> int:
     return cfg.batch_size or cfg.run_workers
 
 
-class SyncBatchStrategy:
+async def sync_batch(stages: Stages, episodes: list[Episode]) -> None:
     """Batches of ``B``: initialise all, then run all, then evaluate all (a barrier after each phase)."""
+    cfg = stages.cfg
+    init_sem = asyncio.Semaphore(cfg.init_workers)
+    run_sem = asyncio.Semaphore(cfg.run_workers)
+    eval_sem = asyncio.Semaphore(cfg.eval_workers)
 
-    name = "sync_batch"
+    async def init_one(ep: Episode) -> None:
+        async with init_sem:
+            ok = await stages.initialize(ep)
+        if not ok:
+            await stages.finish(ep)
 
-    def __init__(
-        self,
-        cfg: RolloutConfig,
-        env_factory: EnvFactory,
-        runner: EpisodeRunner,
-        *,
-        trace_path: str | Path | None = None,
-        generator_busy: GeneratorBusy | None = None,
-    ) -> None:
-        self.cfg = cfg
-        self.core = RolloutCore(
-            self.name, cfg, env_factory, runner, trace_path=trace_path, generator_busy=generator_busy
-        )
+    async def run_one(ep: Episode) -> None:
+        async with run_sem:
+            ok = await stages.run(ep)
+        if not ok:
+            await stages.finish(ep)
 
-    async def collect(self, request: RolloutRequest) -> RolloutBatch:
-        """Run the request batch by batch, phase by phase."""
-        return await self.core.collect(request, self._dispatch)
+    async def eval_one(ep: Episode) -> None:
+        async with eval_sem:
+            await stages.evaluate(ep)
+        await stages.finish(ep)
 
-    async def close(self) -> None:
-        """Cancel a running ``collect`` and close its envs."""
-        await self.core.close()
+    for batch in _batches(episodes, batch_size(cfg)):
+        async with asyncio.TaskGroup() as tg:
+            for ep in batch:
+                tg.create_task(init_one(ep))
+        ready = [ep for ep in batch if not ep.done]
+        for ep in ready:
+            stages.queue(ep, "run")
+        async with asyncio.TaskGroup() as tg:
+            for ep in ready:
+                tg.create_task(run_one(ep))
+        ready = [ep for ep in ready if not ep.done]
+        for ep in ready:
+            stages.queue(ep, "eval")
+        async with asyncio.TaskGroup() as tg:
+            for ep in ready:
+                tg.create_task(eval_one(ep))
 
-    async def _dispatch(self, stages: Stages, episodes: list[Episode]) -> None:
-        cfg = self.cfg
-        init_sem = asyncio.Semaphore(cfg.init_workers)
-        run_sem = asyncio.Semaphore(cfg.run_workers)
-        eval_sem = asyncio.Semaphore(cfg.eval_workers)
 
-        async def init_one(ep: Episode) -> None:
-            async with init_sem:
-                ok = await stages.initialize(ep)
-            if not ok:
-                await stages.finish(ep)
+async def async_batch(stages: Stages, episodes: list[Episode]) -> None:
+    """Batches of ``B``: each trajectory runs init → run → eval on its own; the batch ends with its slowest."""
+    cfg = stages.cfg
+    init_sem = asyncio.Semaphore(cfg.init_workers)
+    run_sem = asyncio.Semaphore(cfg.run_workers)
+    eval_sem = asyncio.Semaphore(cfg.eval_workers)
 
-        async def run_one(ep: Episode) -> None:
+    async def one(ep: Episode) -> None:
+        async with init_sem:
+            ok = await stages.initialize(ep)
+        if ok:
+            stages.queue(ep, "run")
             async with run_sem:
                 ok = await stages.run(ep)
-            if not ok:
-                await stages.finish(ep)
-
-        async def eval_one(ep: Episode) -> None:
+        if ok:
+            stages.queue(ep, "eval")
             async with eval_sem:
                 await stages.evaluate(ep)
-            await stages.finish(ep)
+        await stages.finish(ep)
 
-        for batch in _batches(episodes, batch_size(cfg)):
-            async with asyncio.TaskGroup() as tg:
-                for ep in batch:
-                    tg.create_task(init_one(ep))
-            ready = [ep for ep in batch if not ep.done]
-            for ep in ready:
-                stages.queue(ep, "run")
-            async with asyncio.TaskGroup() as tg:
-                for ep in ready:
-                    tg.create_task(run_one(ep))
-            ready = [ep for ep in ready if not ep.done]
-            for ep in ready:
-                stages.queue(ep, "eval")
-            async with asyncio.TaskGroup() as tg:
-                for ep in ready:
-                    tg.create_task(eval_one(ep))
+    for batch in _batches(episodes, batch_size(cfg)):
+        async with asyncio.TaskGroup() as tg:
+            for ep in batch:
+                tg.create_task(one(ep))
 
 
-class AsyncBatchStrategy:
-    """Batches of ``B``: each trajectory runs init → run → eval on its own; the batch ends with its slowest."""
+#: The schedules by ``rollout.strategy`` name.
+DISPATCH: dict[str, Dispatch] = {"sync_batch": sync_batch, "async_batch": async_batch, "pipeline": pipeline}
 
-    name = "async_batch"
+
+class Rollout:
+    """The rollout strategy: episodes, stage bodies, tracing, shutdown and batch assembly, with one dispatch.
+
+    ``trace_path``: append pipeline-trace JSONL there (one snapshot every
+    ``cfg.trace_interval_s``). ``generator_busy``: a generator with
+    ``busy_seconds()`` (:class:`~tirl.inference.base.BusyMetered`), a
+    :class:`~tirl.rollout.trace.BusyMeter`, or a callable returning cumulative
+    busy seconds; it becomes ``gpu_util`` in the trace.
+    """
 
     def __init__(
         self,
@@ -133,49 +150,63 @@ class AsyncBatchStrategy:
         trace_path: str | Path | None = None,
         generator_busy: GeneratorBusy | None = None,
     ) -> None:
+        try:
+            self.dispatch: Dispatch = DISPATCH[cfg.strategy]
+        except KeyError:
+            known = ", ".join(DISPATCH)
+            raise ValueError(f"unknown rollout strategy {cfg.strategy!r}: choose one of {known}") from None
+        self.name: str = cfg.strategy
         self.cfg = cfg
-        self.core = RolloutCore(
-            self.name, cfg, env_factory, runner, trace_path=trace_path, generator_busy=generator_busy
+        self.env_factory = env_factory
+        self.runner = runner
+        self.tracer = PipelineTracer(
+            trace_path, cfg.trace_interval_s, generator_busy=generator_busy, strategy=self.name
         )
+        self.last_board: StageBoard | None = None  # the live board of the latest collect
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._closed = False
 
     async def collect(self, request: RolloutRequest) -> RolloutBatch:
-        """Run the request batch by batch, each trajectory independently inside its batch."""
-        return await self.core.collect(request, self._dispatch)
+        """Run every episode of the request and return exactly one trajectory per episode, failed ones flagged."""
+        if self._closed:
+            raise RuntimeError(f"{self.name}: collect() called after close(); create a new strategy")
+        episodes = make_episodes(request)
+        board = StageBoard(done_base=dict(self.tracer.done_totals))
+        self.last_board = board
+        stages = Stages(self.cfg, self.env_factory, self.runner, board)
+        summary = self.tracer.begin()
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        for ep in episodes:
+            stages.queue(ep, "init")
+        sampler = asyncio.create_task(self.tracer.sample(board, request.step, summary))
+        try:
+            await self.dispatch(stages, episodes)
+        finally:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+            await stages.shutdown()
+            self.tracer.snapshot(board, request.step, summary)
+            self.tracer.end(board)
+            if task is not None:
+                self._tasks.discard(task)
+        unfinished = [ep.traj.id for ep in episodes if not ep.done]
+        if unfinished:
+            raise RuntimeError(
+                f"{self.name}: internal error, {len(unfinished)} episode(s) never finished: {unfinished[:5]}"
+            )
+        return stages.assemble(request, episodes, summary)
 
     async def close(self) -> None:
-        """Cancel a running ``collect`` and close its envs."""
-        await self.core.close()
-
-    async def _dispatch(self, stages: Stages, episodes: list[Episode]) -> None:
-        cfg = self.cfg
-        init_sem = asyncio.Semaphore(cfg.init_workers)
-        run_sem = asyncio.Semaphore(cfg.run_workers)
-        eval_sem = asyncio.Semaphore(cfg.eval_workers)
-
-        async def one(ep: Episode) -> None:
-            async with init_sem:
-                ok = await stages.initialize(ep)
-            if ok:
-                stages.queue(ep, "run")
-                async with run_sem:
-                    ok = await stages.run(ep)
-            if ok:
-                stages.queue(ep, "eval")
-                async with eval_sem:
-                    await stages.evaluate(ep)
-            await stages.finish(ep)
-
-        for batch in _batches(episodes, batch_size(cfg)):
-            async with asyncio.TaskGroup() as tg:
-                for ep in batch:
-                    tg.create_task(one(ep))
-
-
-_STRATEGIES: dict[str, type[SyncBatchStrategy] | type[AsyncBatchStrategy] | type[PipelineStrategy]] = {
-    "sync_batch": SyncBatchStrategy,
-    "async_batch": AsyncBatchStrategy,
-    "pipeline": PipelineStrategy,
-}
+        """Cancel running ``collect`` calls (their envs get closed) and refuse new ones."""
+        self._closed = True
+        current = asyncio.current_task()
+        pending = [t for t in self._tasks if t is not current and not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending)
 
 
 def make_strategy(
@@ -185,17 +216,6 @@ def make_strategy(
     *,
     trace_path: str | Path | None = None,
     generator_busy: GeneratorBusy | None = None,
-) -> RolloutStrategy:
-    """The strategy named by ``cfg.strategy`` (``pipeline``, ``async_batch`` or ``sync_batch``).
-
-    ``trace_path``: append pipeline-trace JSONL there (one snapshot every
-    ``cfg.trace_interval_s``). ``generator_busy``: a
-    :class:`~tirl.rollout.trace.BusyMeter` (or anything with
-    ``busy_seconds()``, or a callable returning cumulative busy seconds) that
-    the generator updates; it becomes ``gpu_util`` in the trace.
-    """
-    try:
-        cls = _STRATEGIES[cfg.strategy]
-    except KeyError:
-        raise ValueError(f"unknown rollout strategy {cfg.strategy!r}: choose one of {', '.join(_STRATEGIES)}") from None
-    return cls(cfg, env_factory, runner, trace_path=trace_path, generator_busy=generator_busy)
+) -> Rollout:
+    """The strategy whose schedule is ``cfg.strategy`` (``pipeline``, ``async_batch`` or ``sync_batch``)."""
+    return Rollout(cfg, env_factory, runner, trace_path=trace_path, generator_busy=generator_busy)
