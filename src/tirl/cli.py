@@ -10,7 +10,8 @@ one ``error:`` line on stderr and exit 2, never a traceback and never a
 partial output file. Argument errors use the same one line
 (:class:`OneLineParser`). As a last net, the input-caused exceptions that a
 reader could still let through (non-UTF-8 bytes, nesting that exhausts the
-stack, an over-long integer, an output the OS refuses) become an ``error:``
+stack, an over-long integer, a number too large to compute with, an output
+the OS refuses) become an ``error:``
 line too; any other exception is a bug in tirl and keeps its traceback.
 """
 
@@ -88,6 +89,8 @@ def _net(exc: BaseException) -> str | None:
         return "an input is nested too deeply to read — flatten it"
     if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
         return f"an input holds an integer with more than {sys.get_int_max_str_digits()} digits — shorten it"
+    if isinstance(exc, OverflowError):
+        return f"a number in an input is too large to compute with ({exc}) — check the input's values"
     if isinstance(exc, OSError) and exc.filename is not None:
         return f"{exc.filename}: {exc.strerror or exc} — check the path"
     return None
@@ -143,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except (UnicodeDecodeError, RecursionError, ValueError, OSError) as exc:
+    except (UnicodeDecodeError, RecursionError, ValueError, OverflowError, OSError) as exc:
         text = _net(exc)
         if text is None:
             raise

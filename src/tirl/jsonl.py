@@ -99,7 +99,7 @@ def _open_lines(p: Path, missing_fix: str) -> Any:
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise InputError(str(p), None, "file not found", missing_fix) from None
+        raise InputError(str(p), None, "file does not exist", missing_fix) from None
     except OSError as exc:
         raise InputError(str(p), None, f"cannot be read ({exc.strerror})", missing_fix) from None
     if stat.S_ISDIR(st.st_mode):

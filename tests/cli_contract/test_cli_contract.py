@@ -1,0 +1,171 @@
+"""The CLI contract on hostile input: one ``error:`` line naming the input, exit 2, never a traceback.
+
+One property per test. Inputs come from the red-team list of issue 11:
+non-UTF-8 bytes, nesting depth 1e5, integers over 4300 digits, bad ports,
+non-finite numbers, and ``diagnose --json`` that must stay strict JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_run import DEEP, LONG_INT, NOT_UTF8, TRAJ, assert_refused, metrics_row, run_cli, trace_row, write_jsonl
+
+
+def _strict(text: str) -> object:
+    def refuse(name: str) -> object:
+        raise AssertionError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+# ------------------------------------------------------------------ non-UTF-8 input, per reader
+@pytest.mark.parametrize("command", ["filter", "audit", "diagnose-training", "diagnose-pipeline", "diagnose-csv"])
+def test_non_utf8_input_is_one_error_line(capsys, tmp_path, command):
+    good = json.dumps(TRAJ if command in ("filter", "audit") else metrics_row(1)).encode() + b"\n"
+    path = tmp_path / ("log.csv" if command == "diagnose-csv" else "in.jsonl")
+    path.write_bytes(good + NOT_UTF8 if command != "diagnose-csv" else b"step,reward/mean\n1,0.5\n2,\xff\n")
+    argv = {
+        "filter": ["filter", path, "--verdicts", tmp_path / "v.jsonl"],
+        "audit": ["audit", path],
+        "diagnose-training": ["diagnose", "training", path],
+        "diagnose-pipeline": ["diagnose", "pipeline", path],
+        "diagnose-csv": ["diagnose", "training", path],
+    }[command]
+    assert_refused(run_cli(capsys, *argv), "UTF-8")
+    assert not (tmp_path / "v.jsonl").exists()
+
+
+def test_non_utf8_bundle_for_review(capsys, tmp_path):
+    bundle = tmp_path / "bundle.md"
+    bundle.write_bytes(b"# evidence\n\xff\xfe\n")
+    out = run_cli(capsys, "review", bundle, "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
+    assert_refused(out, str(bundle), "UTF-8")
+
+
+def test_non_utf8_toml_config(capsys, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(b'[filter]\nmode = "drop"\n# \xff\xfe\n')
+    traj = write_jsonl(tmp_path / "t.jsonl", [TRAJ])
+    assert_refused(run_cli(capsys, "filter", traj, "--verdicts", tmp_path / "v", "--config", cfg), "UTF-8", str(cfg))
+
+
+@pytest.mark.parametrize("text", ["a = " + "[" * 100_000 + "]" * 100_000, "a = " + LONG_INT])
+def test_hostile_toml_config(capsys, tmp_path, text):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text + "\n", encoding="utf-8")
+    traj = write_jsonl(tmp_path / "t.jsonl", [TRAJ])
+    assert_refused(run_cli(capsys, "filter", traj, "--verdicts", tmp_path / "v", "--config", cfg), str(cfg))
+
+
+# ------------------------------------------------------------------ depth and long integers in JSONL
+@pytest.mark.parametrize("line", [DEEP, '{"id": "x", "messages": [], "reward": ' + LONG_INT + "}"])
+@pytest.mark.parametrize("command", ["filter", "audit", "diagnose-training", "diagnose-pipeline"])
+def test_deep_or_long_number_line_is_refused_with_its_line(capsys, tmp_path, line, command):
+    first = json.dumps(TRAJ if command in ("filter", "audit") else metrics_row(1))
+    path = tmp_path / "in.jsonl"
+    path.write_text(first + "\n" + line + "\n", encoding="utf-8")
+    argv = {
+        "filter": ["filter", path, "--verdicts", tmp_path / "v.jsonl"],
+        "audit": ["audit", path],
+        "diagnose-training": ["diagnose", "training", path],
+        "diagnose-pipeline": ["diagnose", "pipeline", path],
+    }[command]
+    assert_refused(run_cli(capsys, *argv), f"{path}:2")
+
+
+# ------------------------------------------------------------------ arguments
+def test_serve_port_out_of_range(capsys):
+    assert_refused(run_cli(capsys, "serve", "--port", "99999"), "--port", "99999")
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "1e999"])
+def test_review_timeout_not_finite(capsys, tmp_path, value):
+    bundle = tmp_path / "b.md"
+    bundle.write_text("# b\n", encoding="utf-8")
+    out = run_cli(capsys, "review", bundle, "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--timeout", value)
+    assert_refused(out, "--timeout")
+
+
+def test_sandbox_timeout_inf(capsys, tmp_path):
+    code = tmp_path / "x.py"
+    code.write_text("print(1)\n", encoding="utf-8")
+    assert_refused(run_cli(capsys, "sandbox", "exec", code, "--timeout", "inf"), "--timeout")
+
+
+@pytest.mark.parametrize("override", ["algo.lr=inf", "algo.lr=nan", "algo.clip_high=1e999", "trainer.steps=" + LONG_INT])
+def test_train_refuses_non_finite_set_at_parse_time(capsys, tmp_path, override):
+    run_dir = tmp_path / "run"
+    out = run_cli(capsys, "train", "--set", override, "--run-dir", run_dir, "--no-progress")
+    assert_refused(out, override.split("=")[0])
+    assert len(out.err) < 400  # a 5000-digit value is not echoed in full
+    assert not run_dir.exists()
+
+
+def test_unknown_option_is_one_line(capsys, tmp_path):
+    assert_refused(run_cli(capsys, "filter", tmp_path / "x", "--verdicts", tmp_path / "v", "--bogus"), "--bogus")
+
+
+# ------------------------------------------------------------------ strict JSON output
+def test_diagnose_pipeline_huge_values_never_traceback(capsys, tmp_path):
+    rows = [trace_row(0.0), {**trace_row(1.0), "init_queue": 1e308}, {**trace_row(2.0), "init_queue": 1e308}]
+    path = write_jsonl(tmp_path / "trace.jsonl", rows + [trace_row(float(t)) for t in range(3, 12)])
+    out = run_cli(capsys, "diagnose", "pipeline", path, "--json")
+    if out.code == 0:
+        assert isinstance(_strict(out.out), dict)
+    else:
+        assert_refused(out, "too large")
+
+
+def test_diagnose_pipeline_json_never_prints_infinity(capsys, tmp_path):
+    path = write_jsonl(tmp_path / "trace.jsonl", [trace_row(float(t)) for t in range(12)])
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write('{"t": 12, "init_queue": Infinity, "run_queue": 1, "eval_queue": 0}\n')
+    out = run_cli(capsys, "diagnose", "pipeline", path, "--json")
+    assert out.code == 0, out.err
+    assert "Infinity" not in out.out and "NaN" not in out.out
+    assert isinstance(_strict(out.out), dict)
+
+
+def test_diagnose_training_json_is_strict(capsys, tmp_path):
+    rows = [metrics_row(s) for s in range(1, 12)]
+    rows[5]["train/is_ratio_max"] = float("inf")
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")  # json.dumps writes Infinity
+    out = run_cli(capsys, "diagnose", "training", path, "--json")
+    assert out.code == 0, out.err
+    assert isinstance(_strict(out.out), dict)
+
+
+# ------------------------------------------------------------------ answers the model wrote (issue 11, item 3)
+@pytest.mark.parametrize("answer", ["1e5000", "1e10000000"])
+def test_audit_and_report_survive_huge_numeric_answers(capsys, tmp_path, answer):
+    """Fails until tirl.answers caps numeric parsing (H4's part); the CLI must then exit 0."""
+    traj = {**TRAJ, "answer": answer}
+    traj["messages"] = [*TRAJ["messages"][:-1], {"role": "assistant", "content": f"\\boxed{{{answer}}}"}]
+    void = {**traj, "id": "v", "messages": [{"role": "assistant", "content": f"so \\boxed{{{answer}}}"}] * 2}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_jsonl(run_dir / "trajectories.jsonl", [traj, void])
+    audit = run_cli(capsys, "audit", run_dir, "--json")
+    assert audit.code == 0, audit.err
+    assert _strict(audit.out)
+    report = run_cli(capsys, "report", run_dir)
+    assert report.code == 0, report.err
+    assert (run_dir / "report.html").is_file()
+
+
+def test_subprocess_contract_for_a_bad_file(tmp_path):
+    """The same contract through a real process (the console entry point's path)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(NOT_UTF8)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tirl.cli", "audit", str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

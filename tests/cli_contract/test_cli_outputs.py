@@ -1,0 +1,164 @@
+"""Output paths: never a partial or replaced file, never an overwritten input or run.
+
+Writes go through symbolic links and into devices and FIFOs (never replacing
+them); directories and paths under a file are refused before any work; a
+user's ``X.tmp`` survives ``--out X``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+from cli_run import TRAJ, assert_refused, metrics_row, run_cli, write_jsonl
+
+from tirl.errors import OutputError
+from tirl.fileio import atomic_write, check_output
+
+
+@pytest.fixture
+def traj(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "in.jsonl", [TRAJ, {**TRAJ, "id": "t1"}])
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", [metrics_row(s) for s in range(1, 6)])
+    return run
+
+
+# ------------------------------------------------------------------ refused before any work
+@pytest.mark.parametrize("where", ["directory", "under_a_file"])
+def test_filter_output_directory_or_under_a_file(capsys, tmp_path, traj, where):
+    target = tmp_path if where == "directory" else traj / "v.jsonl"
+    assert_refused(run_cli(capsys, "filter", traj, "--verdicts", target), str(target))
+    assert traj.read_text(encoding="utf-8").count("\n") == 2
+
+
+@pytest.mark.parametrize("where", ["directory", "under_a_file"])
+def test_report_out_directory_or_under_a_file(capsys, tmp_path, where):
+    run = _run_dir(tmp_path)
+    target = tmp_path if where == "directory" else run / "metrics.jsonl" / "r.html"
+    assert_refused(run_cli(capsys, "report", run, "--out", target), str(target))
+
+
+def test_diagnose_bundle_under_a_file(capsys, tmp_path):
+    run = _run_dir(tmp_path)
+    target = run / "metrics.jsonl" / "b.md"
+    assert_refused(run_cli(capsys, "diagnose", "training", run, "--bundle", target), str(target))
+
+
+def test_filter_kept_is_the_input(capsys, traj):
+    before = traj.read_bytes()
+    assert_refused(run_cli(capsys, "filter", traj, "--verdicts", traj.with_name("v"), "--kept", traj), "--kept")
+    assert traj.read_bytes() == before
+    assert not traj.with_name("v").exists()
+
+
+def test_filter_verdicts_is_the_input_through_a_link(capsys, tmp_path, traj):
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(traj)
+    before = traj.read_bytes()
+    assert_refused(run_cli(capsys, "filter", traj, "--verdicts", link), "--verdicts")
+    assert traj.read_bytes() == before
+
+
+def test_train_run_dir_of_an_existing_run_names_resume(capsys, tmp_path):
+    run = _run_dir(tmp_path)
+    (run / "config.json").write_text("{}", encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    out = run_cli(capsys, "train", "--run-dir", run, "--no-progress")
+    assert_refused(out, "--resume", str(run))
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+def test_sft_out_existing_file_fails_before_training(capsys, tmp_path):
+    out_file = tmp_path / "model.bin"
+    out_file.write_text("keep me", encoding="utf-8")
+    out = run_cli(capsys, "sft", "--out", out_file, "--steps", "1")
+    assert_refused(out, str(out_file))
+    assert "model:" not in out.out  # nothing was built
+    assert out_file.read_text(encoding="utf-8") == "keep me"
+
+
+# ------------------------------------------------------------------ written through, never replaced
+def test_symlink_output_is_written_through(capsys, tmp_path, traj):
+    real = tmp_path / "real.jsonl"
+    real.write_text("old\n", encoding="utf-8")
+    link = tmp_path / "v.jsonl"
+    link.symlink_to(real)
+    assert run_cli(capsys, "filter", traj, "--verdicts", link).code == 0
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert [json.loads(x)["id"] for x in real.read_text(encoding="utf-8").splitlines()] == ["t0", "t1"]
+
+
+def test_dev_full_is_refused_and_stays_a_device(capsys, traj):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this machine")
+    assert_refused(run_cli(capsys, "filter", traj, "--verdicts", "/dev/full"), "/dev/full")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_dev_null_is_written_into_not_replaced(capsys, traj):
+    assert run_cli(capsys, "filter", traj, "--verdicts", "/dev/null").code == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_fifo_output_is_written_into(capsys, tmp_path, traj):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    assert run_cli(capsys, "filter", traj, "--verdicts", fifo).code == 0
+    reader.join(30)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [json.loads(x)["id"] for x in got[0].decode().splitlines()] == ["t0", "t1"]
+
+
+def test_report_out_keeps_the_users_tmp_file(capsys, tmp_path):
+    run = _run_dir(tmp_path)
+    out = tmp_path / "r.html"
+    mine = tmp_path / "r.html.tmp"
+    mine.write_text("user data", encoding="utf-8")
+    assert run_cli(capsys, "report", run, "--out", out).code == 0
+    assert mine.read_text(encoding="utf-8") == "user data"
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+# ------------------------------------------------------------------ the one atomic write, directly
+def test_atomic_write_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("before", encoding="utf-8")
+    with pytest.raises(RuntimeError), atomic_write(target) as fh:
+        fh.write("half")
+        raise RuntimeError("boom")
+    assert target.read_text(encoding="utf-8") == "before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_atomic_write_keeps_the_mode_of_an_existing_file(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("x", encoding="utf-8")
+    target.chmod(0o640)
+    with atomic_write(target) as fh:
+        fh.write("y")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640 and target.read_text(encoding="utf-8") == "y"
+
+
+def test_check_output_refuses_a_socket(tmp_path):
+    import socket
+
+    path = tmp_path / "s.sock"
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(path))
+        with pytest.raises(OutputError, match="socket"):
+            check_output(path)
+    finally:
+        sock.close()
