@@ -8,7 +8,6 @@ non-finite numbers, and ``diagnose --json`` that must stay strict JSON.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from cli_run import DEEP, LONG_INT, NOT_UTF8, TRAJ, assert_refused, metrics_row, run_cli, trace_row, write_jsonl
@@ -95,7 +94,10 @@ def test_sandbox_timeout_inf(capsys, tmp_path):
     assert_refused(run_cli(capsys, "sandbox", "exec", code, "--timeout", "inf"), "--timeout")
 
 
-@pytest.mark.parametrize("override", ["algo.lr=inf", "algo.lr=nan", "algo.clip_high=1e999", "trainer.steps=" + LONG_INT])
+NON_FINITE = ["algo.lr=inf", "algo.lr=nan", "algo.clip_high=1e999", "trainer.steps=" + LONG_INT]
+
+
+@pytest.mark.parametrize("override", NON_FINITE)
 def test_train_refuses_non_finite_set_at_parse_time(capsys, tmp_path, override):
     run_dir = tmp_path / "run"
     out = run_cli(capsys, "train", "--set", override, "--run-dir", run_dir, "--no-progress")
