@@ -1,4 +1,4 @@
-"""``tirl diagnose training LOG`` and ``tirl diagnose pipeline TRACE``: verdicts with evidence.
+"""``tirl diagnose training LOG...`` and ``tirl diagnose pipeline TRACE``: verdicts with evidence.
 
 Exit status 0 for any verdict (a diagnosis is not a failure); 2 for an
 unreadable input. ``--json`` prints the machine-readable shape documented in
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tirl.diagnostics.adapters import FORMATS, load_metrics
+from tirl.diagnostics.adapters import FORMATS, load_logs
 from tirl.diagnostics.bundle import pipeline_bundle, training_bundle
 from tirl.diagnostics.pipeline import diagnose_pipeline, load_trace
 from tirl.diagnostics.render import print_pipeline, print_training
@@ -26,8 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="what", required=True, metavar="{training,pipeline}")
     tr = sub.add_parser("training", help="void-turn symptoms in a per-step metrics log (JSONL or wandb CSV)")
     tr.add_argument(
-        "log", type=Path, help="metrics.jsonl (or its run directory), a verl/SimpleTIR JSONL, or a wandb CSV export"
+        "log",
+        type=Path,
+        nargs="+",
+        help="metrics.jsonl (or its run directory), a verl/SimpleTIR JSONL, or a wandb CSV export; several files "
+        "are parts of the same run(s), e.g. one wandb chart export per metric",
     )
+    tr.add_argument("--run", help="diagnose only this run of a wandb export (default: each run separately)")
     tr.add_argument("--format", default="auto", choices=FORMATS, help="key names of the log (default: auto)")
     tr.add_argument("--config", type=Path, help="tirl TOML config whose [filter] goes into the bundle")
     pi = sub.add_parser("pipeline", help="the bottleneck stage from a pipeline trace JSONL")
@@ -45,18 +50,23 @@ def _in_run_dir(path: Path, name: str) -> Path:
 def run(args: argparse.Namespace) -> int:
     """Diagnose, print, optionally write the bundle (checked before anything is read)."""
     if args.bundle:
-        refuse_overwrite(args.bundle, [args.log if args.what == "training" else args.trace], option="--bundle")
+        refuse_overwrite(args.bundle, args.log if args.what == "training" else [args.trace], option="--bundle")
         check_output(args.bundle)
     if args.what == "training":
-        args.log = _in_run_dir(args.log, "metrics.jsonl")
-        log = load_metrics(args.log, args.format)
-        diag = diagnose_training(log)
+        paths = [_in_run_dir(p, "metrics.jsonl") for p in args.log]
+        logs = load_logs(paths, args.format, args.run)
+        diags = [diagnose_training(log) for log in logs]
         if args.bundle:
-            write_text(args.bundle, training_bundle(log, diag, args.log.parent, args.config))
-        if args.json:
-            print(dumps_json(diag.to_dict(), indent=2))
+            bundles = [
+                training_bundle(log, d, paths[0].parent, args.config) for log, d in zip(logs, diags, strict=True)
+            ]
+            write_text(args.bundle, "\n".join(bundles))
+        if args.json:  # one run: its verdict object; several (a multi-run wandb export): {"runs": [...]}
+            shape = diags[0].to_dict() if len(diags) == 1 else {"runs": [d.to_dict() for d in diags]}
+            print(dumps_json(shape, indent=2))
         else:
-            print_training(diag)
+            for d in diags:
+                print_training(d)
     else:
         args.trace = _in_run_dir(args.trace, "pipeline_trace.jsonl")
         rows = load_trace(args.trace)

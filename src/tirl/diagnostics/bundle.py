@@ -199,7 +199,7 @@ def training_bundle(
     """The Markdown bundle of a training diagnosis."""
     index = {s: i for i, s in enumerate(log.steps)}
     parts = [
-        f"# Evidence bundle: training log `{log.path}`\n",
+        f"# Evidence bundle: training log `{log.path}`" + (f", run `{log.run}`" if log.run is not None else "") + "\n",
         f"Format: {log.format}; {len(log)} steps; verdict: **{diag.verdict}**.\n",
         "The void-turn rule: an assistant turn with neither executable code nor a final answer is void; a "
         "trajectory with a void turn must leave the batch before advantages, ratios and KL are computed.\n",

@@ -30,8 +30,9 @@ def print_training(diag: TrainingDiagnosis, console: Console | None = None) -> N
     """The verdict line and one row per finding: steps, evidence, what to check first."""
     console = console or Console()
     style = "green" if diag.verdict == "healthy" else "bold red"
+    run = f" run {diag.run!r}" if diag.run is not None else ""
     console.print(
-        f"[bold]{diag.path}[/bold] ({diag.format} format, {diag.steps} steps): verdict [{style}]{diag.verdict}[/]"
+        f"[bold]{diag.path}[/bold]{run} ({diag.format} format, {diag.steps} steps): verdict [{style}]{diag.verdict}[/]"
     )
     if not diag.findings:
         console.print("No symptom of the void-turn table: no IS-ratio spike, no empty batch, the filter is active.")

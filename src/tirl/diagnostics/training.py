@@ -116,6 +116,7 @@ class TrainingDiagnosis:
     format: str
     steps: int
     findings: tuple[Finding, ...]
+    run: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -124,8 +125,11 @@ class TrainingDiagnosis:
         return next((k for k in SEVERITY if k in kinds), "healthy")
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` shape."""
-        return {"verdict": self.verdict, "findings": [f.to_dict() for f in self.findings]}
+        """The ``--json`` shape (with ``"run"`` when the log came from a wandb export that names its runs)."""
+        out: dict[str, Any] = {"verdict": self.verdict, "findings": [f.to_dict() for f in self.findings]}
+        if self.run is not None:
+            out = {"run": self.run, **out}
+        return out
 
 
 def _fmt(value: Any) -> str:
@@ -424,4 +428,4 @@ def diagnose_training(log: MetricsLog, thresholds: Thresholds | None = None) -> 
     drift, spikes = _drift_finding(log, th, _spike_findings(log, th))
     findings = spikes + _empty_batch_findings(log) + _inactive_findings(log, th) + ([drift] if drift else [])
     findings.sort(key=lambda f: (f.steps[0] if f.steps else -1, SEVERITY.index(f.kind)))
-    return TrainingDiagnosis(path=log.path, format=log.format, steps=len(log), findings=tuple(findings))
+    return TrainingDiagnosis(path=log.path, format=log.format, steps=len(log), findings=tuple(findings), run=log.run)

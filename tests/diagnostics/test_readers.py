@@ -1,0 +1,110 @@
+"""The training-log readers on logs laid out as verl, SimpleTIR and wandb write them (``framework_logs``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from diag_synth import tirl_log
+from framework_logs import chart_exports, simpletir_step_metrics, write_verl_file_log, write_wandb_chart_csv
+
+from tirl.cli import main
+from tirl.diagnostics.adapters import load_logs, load_metrics
+from tirl.diagnostics.training import diagnose_training
+from tirl.errors import InputError
+
+
+@pytest.mark.parametrize("version", ["0.6.0", "main"])
+def test_verl_file_logger(tmp_path: Path, version: str) -> None:
+    rows = tirl_log(seed=2, inject="void_leak")
+    path = write_verl_file_log(tmp_path / "experiment.jsonl", rows, version)
+    first = json.loads(path.read_text().splitlines()[1])
+    assert set(first) >= {"step", "data"} and "actor/grad_norm" in first["data"]  # the layout verl writes
+    log = load_metrics(path)
+    assert log.format == "verl" and log.steps[:3] == [0, 0, 1]  # validation line at step 0, then training
+    assert log.get("is_max")[0] is None and log.get("is_max")[1] == pytest.approx(rows[0]["train/is_ratio_max"])
+    assert log.get("turns_mean")[5] == pytest.approx(rows[4]["rollout/turns_mean"])
+    assert log.get("entropy")[5] == pytest.approx(rows[4]["train/entropy"])
+    diag = diagnose_training(log)
+    assert diag.verdict == "void_leak" and [f.step for f in diag.findings] == [120]
+    assert "note_valid" in diag.findings[0].evidence  # verl has no void filter
+
+
+def test_verl_healthy_file_log_has_no_finding(tmp_path: Path) -> None:
+    log = load_metrics(write_verl_file_log(tmp_path / "m.jsonl", tirl_log(seed=3), "main"))
+    assert diagnose_training(log).verdict == "healthy"
+
+
+def _simpletir_runs(drift_run: str, healthy_run: str) -> dict[str, list[dict]]:
+    out = {}
+    for run, rows in (
+        (drift_run, tirl_log(seed=4, inject="void_drift", at=(90,))),
+        (healthy_run, tirl_log(seed=5)),
+    ):
+        out[run] = [{"step": r["step"], **simpletir_step_metrics(r)} for r in rows]
+    return out
+
+
+METRICS = [
+    "env/void_turn_ratio",
+    "response_length/max",
+    "actor/grad_norm",
+    "actor/entropy_loss",
+    "env/num_turns/mean",
+    "batch/effective_batch_size",
+]
+
+
+def test_several_chart_exports_of_two_simpletir_runs_are_diagnosed_per_run(tmp_path: Path) -> None:
+    drift, healthy = "simpletir - qwen 7b - seed 1", "simpletir - qwen 7b - seed 0"  # run names with " - "
+    runs = _simpletir_runs(drift, healthy)
+    paths = chart_exports(tmp_path, runs, METRICS)
+    logs = load_logs(paths)
+    assert [log.run for log in logs] == [drift, healthy] and all(log.format == "simpletir" for log in logs)
+    for log in logs:
+        assert len(log) == 200 and log.get("valid") is None  # effective_batch_size counts groups: not read
+        assert log.get("void_ratio") == [r["env/void_turn_ratio"] for r in runs[log.run]]
+        assert log.get("entropy") is not None and log.get("turns_mean") is not None
+    verdicts = {log.run: diagnose_training(log).verdict for log in logs}
+    assert verdicts == {drift: "void_drift", healthy: "healthy"}
+    (only,) = load_logs(paths, run=healthy)
+    assert only.run == healthy
+    with pytest.raises(InputError, match="runs found: 'simpletir - qwen 7b - seed 1'"):
+        load_logs(paths, run="simpletir")
+    with pytest.raises(InputError, match="pick one with --run"):
+        load_metrics(paths[0])
+
+
+def test_bucket_max_keeps_a_spike_that_the_bucket_mean_hides(tmp_path: Path) -> None:
+    rows = [{"step": r["step"], **simpletir_step_metrics(r)} for r in tirl_log(seed=6, inject="void_leak")]
+    verl_rows = tirl_log(seed=6, inject="void_leak")
+    series = {"grpo - a": [(r["step"], r["train/is_ratio_max"]) for r in verl_rows]}
+    is_csv = write_wandb_chart_csv(tmp_path / "is.csv", "rollout_corr/rollout_is_max", series, bucket=4)
+    lens = {"grpo - a": [(r["step"], r["response_length/max"]) for r in rows]}
+    len_csv = write_wandb_chart_csv(tmp_path / "len.csv", "response_length/max", lens, bucket=4)
+    (log,) = load_logs([is_csv, len_csv])
+    assert log.format == "verl" and log.steps[:3] == [0, 4, 8]
+    at = log.steps.index(120)
+    assert log.get("is_max")[at] == pytest.approx(verl_rows[120]["train/is_ratio_max"])  # the __MAX column
+    assert log.get("max_len")[at] == 4096
+    diag = diagnose_training(log)
+    assert diag.verdict == "void_leak" and [f.step for f in diag.findings] == [120]
+
+
+def test_cli_several_exports_and_run_selection(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    drift, healthy = "a - b - 1", "a - b - 0"
+    paths = [str(p) for p in chart_exports(tmp_path, _simpletir_runs(drift, healthy), METRICS)]
+    assert main(["diagnose", "training", *paths, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["run"], r["verdict"]) for r in out["runs"]] == [(drift, "void_drift"), (healthy, "healthy")]
+    assert main(["diagnose", "training", *paths, "--run", drift, "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["run"] == drift and one["verdict"] == "void_drift"
+    assert one["findings"][0]["kind"] == "void_drift" and one["findings"][0]["evidence"]["onset_step"] >= 85
+    assert main(["diagnose", "training", *paths, "--run", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no run named 'nope'" in err and "--run" in err
+    assert main(["diagnose", "training", *paths]) == 0
+    text = capsys.readouterr().out
+    assert f"run '{drift}'" in text and "void_drift" in text and f"run '{healthy}'" in text
