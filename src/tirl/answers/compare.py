@@ -31,6 +31,7 @@ from tirl.answers.normalize import Cleaned, choice_letter, clean, is_text_answer
 __all__ = ["MAX_CHARS", "Decision", "decide"]
 
 MAX_CHARS = 1000  # longer answers are only compared as identical strings
+_PLAIN_CHARS = 64
 _DECIMAL_LITERAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
 
 
@@ -106,6 +107,10 @@ def decide(predicted: object, truth: object) -> Decision:
         return Decision(False, "missing")
     if len(predicted) > MAX_CHARS or len(truth) > MAX_CHARS:
         return Decision(predicted.strip() == truth.strip(), "hostile")
+    if len(predicted) <= _PLAIN_CHARS and len(truth) <= _PLAIN_CHARS:  # the fast path: two plain numbers
+        pn, gn = parse_number(predicted), parse_number(truth)
+        if pn is not None and gn is not None:
+            return Decision(pn == gn, "exact")
     p, g = clean(predicted), clean(truth)
     if not p.key or not g.key:
         return Decision(False, "missing")
