@@ -153,6 +153,19 @@ def build_result(
     )
 
 
+NUL_MESSAGE = "error: the code contains a NUL byte (\\x00); a program's text cannot hold one\n"
+
+
+def nul_result(code: str) -> ExecResult | None:
+    """The failed result for code that holds a NUL byte (no program can be given it), else None.
+
+    This is the program's failure (exit status 1, the reason on stderr), not the sandbox's.
+    """
+    if "\0" not in code:
+        return None
+    return ExecResult(stdout="", stderr=NUL_MESSAGE, exit_code=1)
+
+
 def exit_status(status: int) -> int:
     """A ``waitpid`` status as an exit code (negative signal number when killed)."""
     if os.WIFSIGNALED(status):

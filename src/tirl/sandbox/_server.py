@@ -13,9 +13,18 @@ and answers on fd 1, one request at a time:
 ``{"op": "end", "session"}``
     Kill that session's kernel.
 
-After every run the server kills every process it did not start as a kernel
-(it is a child subreaper, so double-forked daemons come back to it) and empties
-WORK and TMP, so nothing of one execution is visible to the next.
+Every request carries a ``nonce`` that its answer repeats, and the server writes ``{"ready": true}``
+when it starts and after the cleanup that follows every answer: the host sends a request only after
+a ready frame, and replaces a server that does not send one in time (stopped, stuck, or gone).
+
+After every run the server kills every process it did not start as a kernel and empties WORK and
+TMP (:mod:`tirl.sandbox._tree`, whose source is put in front of this one: any depth, no recursion),
+so nothing of one execution is visible to the next. In ``isolated`` mode the server is the PID
+namespace's init (bwrap ``--as-pid-1``): no process of the sandbox can signal it (the kernel drops
+signals from inside the namespace to an init without a handler), and ``kill(-1)`` reaches every
+other process of the namespace. It is never dumpable, so no process can ptrace it or open its
+descriptors through ``/proc`` (and the seccomp filter denies ``ptrace`` anyway). A tree too large to
+empty within the budget makes the server exit; the host then starts a fresh one.
 """
 
 import base64
@@ -42,7 +51,6 @@ import random
 import re
 import resource
 import select
-import shutil
 import signal
 import socket
 import statistics
@@ -58,11 +66,16 @@ import typing
 PREIMPORTED = [bisect, cmath, collections, copy, dataclasses, datetime, decimal, fractions, functools]
 PREIMPORTED += [heapq, itertools, math, operator, re, statistics, string, textwrap, typing, json, random]
 
+if "empty_dir" not in globals():  # imported as a module; inside the sandbox _tree.py's source comes first
+    from tirl.sandbox._tree import TreeTooLarge, empty_dir
+
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 LIBC = ctypes.CDLL(None, use_errno=True)
 DRAIN_GRACE_S = 0.1
 MB = 1024 * 1024
+CLEAN_BUDGET = 200_000  # entries; past it the server exits and the host starts a fresh one
+READY = {"ready": True}
 
 
 class Capped:
@@ -176,6 +189,7 @@ def child_main(req, out_w, err_w, work):
         if req["lang"] == "bash":
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             os.execve("/bin/bash", ["bash", "-c", req["code"]], os.environ)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         random.seed()
         sys.argv = ["-c"]
         fresh_stdio()
@@ -198,6 +212,7 @@ def kernel_main(sock, work, req):
     os.closerange(keep + 1, 65536)
     os.chdir(work)
     set_limits(req, cpu=False)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = ["-c"]
     env = new_globals()
     null = os.open(os.devnull, os.O_RDWR)
@@ -234,11 +249,16 @@ class Server:
         for fd in (0, 1):
             os.dup2(null, fd)
         LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        # Not dumpable: a child (same uid) cannot ptrace the server or read its memory.
+        # Not dumpable: a child (same uid) cannot ptrace the server, read its memory or open its fds.
         LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         self.me = os.getpid()
+        # As the namespace's init, a signal without a handler cannot reach us from inside: drop Python's.
+        self.init = isolated and self.me == 1
+        if self.init:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     def serve(self):
+        write_msg(self.ctrl_out, READY)
         while True:
             req = read_msg(self.ctrl_in)
             if req is None:
@@ -246,15 +266,18 @@ class Server:
                 return
             if req["op"] == "end":
                 self.end(req["session"])
-                write_msg(self.ctrl_out, {"ok": True})
+                write_msg(self.ctrl_out, {"ok": True, "nonce": req.get("nonce")})
             elif req["op"] == "run":
                 session = req.get("session")
-                write_msg(self.ctrl_out, self.run(req))
-                # Clean up after answering: the next request waits in the pipe until this is done.
+                reply = self.run(req)
+                reply["nonce"] = req.get("nonce")
+                write_msg(self.ctrl_out, reply)
+                # Clean up after answering; the host sends the next request once it reads READY.
                 self.sweep()
                 if session is None:
                     self.clean()
                     self.zygote = self.make_zygote()
+            write_msg(self.ctrl_out, READY)
 
     def make_zygote(self):
         """Fork the next child now, off the critical path; it waits for its request on a pipe."""
@@ -368,6 +391,16 @@ class Server:
 
     def sweep(self):
         """Kill every process below the server except the session kernels; reap them."""
+        if self.init and not self.kernels and self.zygote is None:
+            # Init of the namespace: kill(-1) reaches every other process in it, escaped or not.
+            for _ in range(1000):
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+                self.reap_all()
+            self.reap_all()
+            return
         for _ in range(1000):
             keep = {self.me, *(pid for pid, _ in self.kernels.values())}
             if self.zygote is not None:
@@ -402,9 +435,12 @@ class Server:
         """Empty WORK and TMP (not in a session: there they are the session's files)."""
         if self.isolated:
             remove_sysv_ipc()
-        for root in (self.work, *self.scratch):
-            for name in os.listdir(root):
-                remove(os.path.join(root, name))
+        try:
+            for root in (self.work, *self.scratch):
+                empty_dir(root, CLEAN_BUDGET)
+        except (OSError, TreeTooLarge):
+            # Cannot empty it (in budget): the host replaces this server, and its tmpfs goes with it.
+            os._exit(3)
 
     def shutdown(self):
         if self.zygote is not None:
@@ -414,24 +450,6 @@ class Server:
         for session in list(self.kernels):
             self.end(session)
         self.sweep()
-
-
-def remove(path):
-    def fix(func, p, _exc):
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
-        except OSError:
-            pass
-
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, onerror=fix)
-    else:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
 
 
 def remove_sysv_ipc():

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tirl.sandbox._common import CappedBuffer, Limits, apply_rlimits, build_result
+from tirl.sandbox._launch import Launch
 from tirl.sandbox.base import ExecResult
 
 # After the main process exits, how long a background child may keep the pipes open.
@@ -42,12 +43,17 @@ async def spawn(
     user: int | None = None,
     pass_fds: Sequence[int] = (),
     kill_grace_s: float = _DRAIN_GRACE_S,
+    launch: Launch | None = None,
 ) -> ExecResult:
     """Start ``argv`` in a new session, collect its output, kill its process group at the deadline.
 
     ``limits`` become rlimits of the child (inherited by all it starts);
-    ``user`` (only when we are root) switches the child to that uid/gid first.
+    ``user`` (only when we are root) switches the child to that uid/gid first;
+    ``launch`` (a bubblewrap sandbox): its descriptors are passed, and its whole PID namespace is
+    killed when the program ends or at the deadline, whichever comes first.
     """
+    if launch is not None:
+        pass_fds = (*pass_fds, *launch.pass_fds)
     timeout_s = limits.timeout_s if limits else 30.0
     out, err = CappedBuffer(max_chars * 4), CappedBuffer(max_chars * 4)
 
@@ -71,10 +77,13 @@ async def spawn(
             extra_groups=[] if user is not None else None,
             pass_fds=tuple(pass_fds),
         )
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument
         return build_result(
             out, err, None, timed_out=False, wall_s=0.0, max_chars=max_chars, error=f"could not start: {exc}"
         )
+    if launch is not None:
+        launch.started()
+        await asyncio.to_thread(launch.read_info)
     pumps = asyncio.gather(_pump(proc.stdout, out), _pump(proc.stderr, err))
     timed_out = False
     try:
@@ -82,7 +91,9 @@ async def spawn(
     except TimeoutError:
         timed_out = True
     finally:
-        # Whatever happened, nothing of the group may outlive the call.
+        # Whatever happened, nothing of the group (or of the sandbox's PID namespace) may outlive the call.
+        if launch is not None:
+            launch.kill_namespace()
         _killpg(proc.pid)
         with contextlib.suppress(ProcessLookupError):
             proc.kill()

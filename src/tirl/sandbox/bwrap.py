@@ -40,6 +40,7 @@ Not covered:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import random
@@ -50,8 +51,11 @@ import sys
 from pathlib import Path
 
 from tirl.errors import SetupError
-from tirl.sandbox._common import CLEAN_ENV, Limits
+from tirl.sandbox._common import CLEAN_ENV, Limits, nul_result
+from tirl.sandbox._launch import DEFAULT_INODES, MOUNT_POINT, Launch, can_mount, prepare
+from tirl.sandbox._seccomp import seccomp_problem
 from tirl.sandbox._spawn import spawn
+from tirl.sandbox._tree import restore_tree
 from tirl.sandbox.base import ExecResult, Lang
 
 WORK = "/work"
@@ -121,8 +125,15 @@ def bwrap_argv(
     workdir: Path | None = None,
     tmp_mb: int = 64,
     hostname: str = "sandbox",
+    as_pid_1: bool = False,
+    capped: bool = False,
 ) -> list[str]:
-    """The ``bwrap ... --`` prefix that builds the sandbox described in the module docstring."""
+    """The ``bwrap ...`` arguments (without ``--``) that build the sandbox described in the module docstring.
+
+    ``as_pid_1``: the program itself is the PID namespace's init (no bwrap reaper inside);
+    ``capped``: ``/work``, ``/tmp`` and ``/dev/shm`` are bound from the inode-capped tmpfs that
+    :func:`tirl.sandbox._launch.wrapper` mounts (else bwrap's own size-capped tmpfs).
+    """
     size = str(tmp_mb * 1024 * 1024)
     argv = [
         shutil.which("bwrap") or "bwrap",
@@ -131,6 +142,8 @@ def bwrap_argv(
         "--disable-userns",
         "--die-with-parent",
     ]
+    if as_pid_1:
+        argv.append("--as-pid-1")
     argv += ["--new-session", "--hostname", hostname, "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib32", "lib64", "sbin"):
         host = Path("/") / name
@@ -143,17 +156,38 @@ def bwrap_argv(
     prefix = _python_prefix(python)
     if prefix is not None:
         argv += ["--ro-bind", str(prefix), str(prefix)]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
-    argv += ["--size", size, "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if capped:
+        argv += ["--bind", f"{MOUNT_POINT}/shm", SHM, "--bind", f"{MOUNT_POINT}/tmp", TMP]
+    else:
+        argv += ["--size", size, "--tmpfs", SHM, "--size", size, "--tmpfs", TMP]
     if workdir is not None:
         argv += ["--bind", str(workdir), WORK]
+    elif capped:
+        argv += ["--bind", f"{MOUNT_POINT}/work", WORK]
     else:
         argv += ["--size", size, "--tmpfs", WORK]
     # Everything else (the root, /etc, /dev itself) read-only: the writable places are exactly the three tmpfs.
     argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK, "--clearenv"]
     for key, value in dict(CLEAN_ENV, HOME=WORK, TMPDIR="/tmp").items():
         argv += ["--setenv", key, value]
-    return [*argv, "--"]
+    return argv
+
+
+def launch(
+    *,
+    python: str,
+    prog: list[str],
+    workdir: Path | None = None,
+    disk_mb: int = 64,
+    inodes: int = DEFAULT_INODES,
+    as_pid_1: bool = False,
+) -> Launch:
+    """Everything needed to start one sandbox running ``prog`` (seccomp, info descriptor, capped tmpfs as root)."""
+    uid = sandbox_uid()
+    capped = uid is not None and can_mount()
+    argv = bwrap_argv(python=python, workdir=workdir, tmp_mb=disk_mb, as_pid_1=as_pid_1, capped=capped)
+    return prepare(argv, prog, uid=uid, capped=capped, disk_mb=disk_mb, inodes=inodes)
 
 
 @functools.cache
@@ -161,31 +195,44 @@ def bwrap_problem() -> str | None:
     """None when bubblewrap can build the sandbox here, else why not (cached)."""
     if shutil.which("bwrap") is None:
         return "the bwrap binary is not installed (apt-get install bubblewrap)"
+    if (problem := seccomp_problem()) is not None:
+        return problem
     try:
-        argv = [*bwrap_argv(python=sandbox_python()), sandbox_python(), "-I", "-c", "pass"]
+        start = launch(python=sandbox_python(), prog=[sandbox_python(), "-I", "-c", "pass"])
     except SetupError as exc:
         return str(exc)
-    uid = sandbox_uid()
+    uid = start.user
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=30, user=uid, group=uid, extra_groups=[] if uid else None
+            start.argv,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            user=uid,
+            group=uid,
+            extra_groups=[] if uid else None,
+            pass_fds=start.pass_fds,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not start: {exc}"
+    finally:
+        start.kill_namespace()
     if proc.returncode != 0:
         return f"bwrap failed (status {proc.returncode}): {proc.stderr.strip()[:300]}"
     return None
 
 
 def give_to(path: Path, uid: int | None, owner: tuple[int, int] | None = None) -> None:
-    """Change the owner of ``path`` and everything below it (uid None: leave it)."""
-    if uid is None:
+    """Hand ``path`` and everything below it to the sandbox's ``uid`` (``owner`` None), or back to ``owner``.
+
+    Handing back also clears set-id, sticky and group/world-write bits that the run may have left.
+    Any depth works (:mod:`tirl.sandbox._tree`). Blocking: call it in a thread.
+    """
+    if owner is None:
+        if uid is not None:
+            restore_tree(str(path), (uid, uid), strip=False)
         return
-    u, g = owner if owner is not None else (uid, uid)
-    os.lchown(path, u, g)
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), u, g)
+    restore_tree(str(path), owner if uid is not None else None, strip=True)
 
 
 class BwrapSandbox:
@@ -225,15 +272,13 @@ class BwrapSandbox:
             memory_mb=memory_mb or self.memory_mb,
             fsize_mb=self.disk_mb,
         )
+        if (refused := nul_result(code)) is not None:
+            return refused
         prog = [self.python, "-I", "-c", code] if lang == "python" else ["/bin/bash", "-c", code]
-        argv = [*bwrap_argv(python=self.python, workdir=workdir, tmp_mb=self.disk_mb), *prog]
-        uid = sandbox_uid()
-        if uid is not None:
-            self.uids.add(uid)
         owner = None
         if workdir is not None:
             workdir = Path(workdir).resolve()
-            if uid is not None and not _world_reachable(workdir):
+            if os.geteuid() == 0 and not _world_reachable(workdir):
                 return ExecResult(
                     "",
                     "",
@@ -244,12 +289,25 @@ class BwrapSandbox:
                 )
             st = os.stat(workdir)
             owner = (st.st_uid, st.st_gid)
-            give_to(workdir, uid)
+        start = launch(python=self.python, prog=prog, workdir=workdir, disk_mb=self.disk_mb)
+        if start.uid is not None:
+            self.uids.add(start.uid)
         try:
-            return await spawn(argv, cwd=Path("/"), env={}, limits=limits, max_chars=self.max_output_chars, user=uid)
-        finally:
             if workdir is not None:
-                give_to(workdir, uid, owner)
+                await asyncio.to_thread(give_to, workdir, start.uid)
+            return await spawn(
+                start.argv,
+                cwd=Path("/"),
+                env={},
+                limits=limits,
+                max_chars=self.max_output_chars,
+                user=start.user,
+                launch=start,
+            )
+        finally:
+            start.kill_namespace()
+            if workdir is not None:
+                await asyncio.to_thread(give_to, workdir, start.uid, owner)
 
     async def end_session(self, session: str) -> None:
         """Nothing to forget: this backend keeps no state between runs."""

@@ -62,6 +62,7 @@ import base64
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import struct
@@ -72,15 +73,26 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tirl.sandbox._common import CLEAN_ENV, CappedBuffer, build_result
+from tirl.sandbox._common import CLEAN_ENV, CappedBuffer, build_result, nul_result
+from tirl.sandbox._launch import DEFAULT_INODES, Launch
 from tirl.sandbox.base import ExecResult, Lang
-from tirl.sandbox.bwrap import SHM, TMP, WORK, BwrapSandbox, bwrap_argv, sandbox_python, sandbox_uid
+from tirl.sandbox.bwrap import SHM, TMP, WORK, BwrapSandbox, launch, sandbox_python
 from tirl.sandbox.process import WARNING, ProcessSandbox
 
-SERVER_SOURCE = (Path(__file__).parent / "_server.py").read_text()
+_HERE = Path(__file__).parent
+# The server runs the tree walker's source first (it has only the standard library inside the sandbox).
+SERVER_SOURCE = (_HERE / "_tree.py").read_text() + "\n" + (_HERE / "_server.py").read_text()
 # Host-side margin over the program's timeout before a silent server is declared dead.
 _SERVER_MARGIN_S = 5.0
+# How long a started server may take to say it is ready (interpreter start-up, imports; a loaded machine).
+_START_S = 60.0
+# How long a used server's cleanup may take before it is replaced (the next run then goes to a fresh one).
+_READY_S = 5.0
 MAX_SESSIONS = 256
+
+
+class ServerNotReady(Exception):
+    """The server did not announce itself ready in time (stopped, stuck in cleanup, or gone)."""
 
 
 class _Worker:
@@ -90,11 +102,16 @@ class _Worker:
     is not tied to one event loop's transports.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], uid: int | None, tmp: Path | None) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], uid: int | None, tmp: Path | None, start: Launch | None = None
+    ) -> None:
         assert proc.stdin is not None and proc.stdout is not None
         self.proc = proc
         self.uid = uid
         self.tmp = tmp  # host directory of a non-isolated server
+        self.start = start  # an isolated server's sandbox (its PID namespace is killed with it)
+        self.ready = False  # a ready frame arrived since the last request
+        self.fresh = True  # no request sent yet
         self.lock = asyncio.Lock()
         self._in = proc.stdin.fileno()
         self._out = proc.stdout.fileno()
@@ -142,19 +159,44 @@ class _Worker:
         del self._buf[:n]
         return data
 
+    async def _frame(self) -> dict[str, Any]:
+        head = await self._read_exact(4)
+        size = struct.unpack(">I", head)[0]
+        if size > 1 << 26:
+            raise ConnectionError(f"a reply frame of {size} bytes")
+        reply = json.loads(await self._read_exact(size))
+        if not isinstance(reply, dict):
+            raise ConnectionError("a reply frame that is not an object")
+        return reply
+
+    async def wait_ready(self) -> None:
+        """Wait for the server's ready frame (sent at start and after each cleanup); ServerNotReady if none."""
+        if self.ready:
+            return
+        try:
+            frame = await asyncio.wait_for(self._frame(), _START_S if self.fresh else _READY_S)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
+            raise ServerNotReady(type(exc).__name__) from exc
+        if frame != {"ready": True}:
+            raise ServerNotReady(f"unexpected frame {str(frame)[:80]!r}")
+        self.ready = True
+
     async def call(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        data = json.dumps(msg).encode()
+        """Send one request (after the ready frame) and return its answer, whose nonce must match."""
+        await self.wait_ready()
+        nonce = secrets.token_hex(8)
+        data = json.dumps(dict(msg, nonce=nonce)).encode()
+        self.ready = self.fresh = False
         await self._write(struct.pack(">I", len(data)) + data)
-
-        async def _reply() -> dict[str, Any]:
-            head = await self._read_exact(4)
-            reply: dict[str, Any] = json.loads(await self._read_exact(struct.unpack(">I", head)[0]))
-            return reply
-
-        return await asyncio.wait_for(_reply(), timeout_s)
+        reply = await asyncio.wait_for(self._frame(), timeout_s)
+        if reply.get("nonce") != nonce:
+            raise ConnectionError("a reply that does not answer this request")
+        return reply
 
     def kill(self) -> None:
-        """Kill the server's whole process group (its sandbox dies with it) and reap it."""
+        """Kill the server's PID namespace and process group (its sandbox dies with it) and reap it."""
+        if self.start is not None:
+            self.start.kill_namespace()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
@@ -200,6 +242,7 @@ class WarmPool:
         memory_mb: int = 1024,
         max_output_chars: int = 2000,
         disk_mb: int = 64,
+        inodes: int = DEFAULT_INODES,
         nproc: int = 64,
         python: str | None = None,
         warn: bool = True,
@@ -211,6 +254,7 @@ class WarmPool:
         self.memory_mb = memory_mb
         self.max_output_chars = max_output_chars
         self.disk_mb = disk_mb
+        self.inodes = inodes
         # Outside a user namespace the count is the whole uid's: there it can only stop a runaway bomb.
         self.nproc = nproc if isolate else max(nproc, 1024)
         self.python = python or (sandbox_python() if isolate else sys.executable)
@@ -226,13 +270,16 @@ class WarmPool:
             warnings.warn(WARNING, RuntimeWarning, stacklevel=2)
 
     async def _spawn(self) -> _Worker:
-        uid = sandbox_uid() if self.isolate else None
-        if uid is not None:
-            self.uids.add(uid)
+        uid = None
         tmp = None
+        start = None
+        pass_fds: tuple[int, ...] = ()
         if self.isolate:
-            argv = [*bwrap_argv(python=self.python, tmp_mb=self.disk_mb), self.python]
-            argv += ["-I", "-c", SERVER_SOURCE, "isolated", WORK, TMP, SHM]
+            prog = [self.python, "-I", "-c", SERVER_SOURCE, "isolated", WORK, TMP, SHM]
+            start = launch(python=self.python, prog=prog, disk_mb=self.disk_mb, inodes=self.inodes, as_pid_1=True)
+            argv, uid, pass_fds = start.argv, start.user, start.pass_fds
+            if start.uid is not None:
+                self.uids.add(start.uid)
             env: dict[str, str] = {}
         else:
             tmp = Path(tempfile.mkdtemp(prefix="tirl-pool-"))
@@ -251,8 +298,12 @@ class WarmPool:
             user=uid,
             group=uid,
             extra_groups=[] if uid is not None else None,
+            pass_fds=pass_fds,
         )
-        return _Worker(proc, uid, tmp)
+        if start is not None:
+            start.started()
+            await asyncio.to_thread(start.read_info)
+        return _Worker(proc, start.uid if start else None, tmp, start)
 
     def _check_loop(self) -> None:
         """Servers belong to the event loop that started them; a new loop gets new servers."""
@@ -290,6 +341,8 @@ class WarmPool:
         """Run ``code`` in a forked child of a warm server (see the module docstring)."""
         if self._closed:
             return ExecResult("", "", None, error="the sandbox pool is closed")
+        if (refused := nul_result(code)) is not None:
+            return refused
         timeout = timeout_s or self.timeout_s
         memory = memory_mb or self.memory_mb
         if workdir is not None:  # the servers have their own workspaces: a fresh run binds this one
@@ -326,6 +379,10 @@ class WarmPool:
         try:
             if not worker.alive:  # died, or killed by a cancelled call: replace it before use
                 worker = await self._replace(worker)
+            try:
+                await worker.wait_ready()
+            except ServerNotReady:  # the last run left it stopped, stuck or gone: not this run's fault
+                worker = await self._replace(worker)
             return await self._call(worker, req)
         finally:
             self._idle.put_nowait(worker)  # a dead one is replaced by the next run that takes it
@@ -349,7 +406,7 @@ class WarmPool:
     async def _call(self, worker: _Worker, req: dict[str, Any]) -> ExecResult:
         try:
             reply = await worker.call(req, req["timeout_s"] + _SERVER_MARGIN_S)
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as exc:
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError, ServerNotReady) as exc:
             worker.kill()
             return ExecResult("", "", None, error=f"sandbox server failed ({type(exc).__name__}); replaced")
         except asyncio.CancelledError:

@@ -35,7 +35,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from tirl.sandbox._common import CLEAN_ENV, Limits
+from tirl.sandbox._common import CLEAN_ENV, Limits, nul_result
 from tirl.sandbox._spawn import spawn
 from tirl.sandbox.base import ExecResult, Lang
 
@@ -80,6 +80,8 @@ class ProcessSandbox:
         session: str | None = None,
     ) -> ExecResult:
         """Run ``code`` once; ``session`` is accepted but state is not kept (each run is fresh)."""
+        if (refused := nul_result(code)) is not None:
+            return refused
         # The process count covers all of the user's processes here, so it can only stop a runaway bomb.
         limits = Limits(timeout_s=timeout_s or self.timeout_s, memory_mb=memory_mb or self.memory_mb, nproc=1024)
         argv = [self.python, "-I", "-c", code] if lang == "python" else ["/bin/bash", "-c", code]
