@@ -177,8 +177,17 @@ def write_wandb_csv(path: Path, rows: list[dict[str, Any]], run: str = "grpo-7b"
     return path
 
 
-def trace(kind: str, seed: int = 0, n: int = 400, dt: float = 0.25) -> list[dict[str, Any]]:
-    """Pipeline snapshots for a bottleneck ``kind`` (a verdict name), with noise and cumulative counts."""
+CAPS = {"init": 64, "run": 32, "eval": 32}  # the request, run_queue_size, eval_queue_size
+WORKERS = {"init": 4, "run": 16, "eval": 4}
+
+
+def trace(kind: str, seed: int = 0, n: int = 400, dt: float = 0.25, caps: bool = True) -> list[dict[str, Any]]:
+    """Pipeline snapshots for a bottleneck ``kind`` (a verdict name), with noise and cumulative counts.
+
+    ``healthy_busy`` is the case of issue 15: a few items in every queue, none rising, the generator 93 %
+    busy. ``caps=False`` leaves out the capacities and pool sizes, as traces written before tirl recorded
+    them (and the batch schedules' traces).
+    """
     rng = random.Random(seed)
     rows = []
     done = {"init": 0, "run": 0, "eval": 0}
@@ -194,6 +203,8 @@ def trace(kind: str, seed: int = 0, n: int = 400, dt: float = 0.25) -> list[dict
         util = min(1.0, max(0.0, rng.gauss(0.93, 0.03)))
         if kind == "healthy":
             iq, rq, eq = noisy(0.3), noisy(0.6), noisy(0.2)
+        elif kind == "healthy_busy":
+            iq, rq, eq = noisy(3), noisy(3), noisy(3)
         elif kind == "initializer":
             iq, rq, eq = noisy(24), noisy(0.3), noisy(0.2)
             run_b, util = noisy(5), rng.uniform(0.3, 0.5)
@@ -204,7 +215,7 @@ def trace(kind: str, seed: int = 0, n: int = 400, dt: float = 0.25) -> list[dict
         elif kind == "evaluator":
             iq, rq, eq = noisy(0.5), noisy(1.0), noisy(2 + 26 * frac)
         elif kind == "overall":
-            iq, rq, eq = noisy(12), noisy(14), noisy(10)
+            iq, rq, eq = noisy(30), noisy(20), noisy(16)
         elif kind == "starved":
             iq, rq, eq = noisy(0.1), noisy(0.2), noisy(0.1)
             run_b, util = noisy(2), max(0.0, rng.gauss(0.2, 0.05))
@@ -216,8 +227,11 @@ def trace(kind: str, seed: int = 0, n: int = 400, dt: float = 0.25) -> list[dict
         done["init"] += rng.randint(0, 2)
         done["run"] += rng.randint(0, 2)
         done["eval"] += rng.randint(0, 2)
+        row: dict[str, Any] = {f"{s}_queue_cap": c for s, c in CAPS.items()} if caps else {}
+        row.update({f"{s}_workers": c for s, c in WORKERS.items()} if caps else {})
         rows.append(
             {
+                **row,
                 "t": t,
                 "step": 0 if i < n // 2 else 1,
                 "strategy": "pipeline",

@@ -21,12 +21,48 @@ def test_each_bottleneck_is_named(kind: str, seed: int) -> None:
     diag = diagnose_pipeline(trace(kind, seed))
     assert diag.verdict == kind
     assert diag.next_step == NEXT_STEP[kind]
+    assert diag.evidence["capacity_known"] is True
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_few_items_in_every_queue_of_a_busy_pipeline_is_healthy(seed: int) -> None:
+    rows = trace("healthy_busy", seed)
+    diag = diagnose_pipeline(rows)
+    ev = diag.evidence
+    assert all(q["mean"] >= 2.5 and q["nonempty_frac"] > 0.9 for q in ev["queues"].values())  # a few, always
+    assert ev["generator_busy_frac"] > 0.9 and not any(ev["rising"].values())
+    assert diag.verdict == "healthy"  # buffering, not a shortage: every fill is under 15 %
+    assert all(q["fill_mean"] < 0.15 for q in ev["queues"].values())
+    assert ev["workers"] == {"init": 4, "run": 16, "eval": 4}
+    assert diagnose_pipeline(trace("healthy_busy", seed, caps=False)).verdict == "healthy"
+
+
+@pytest.mark.parametrize(
+    ("kind", "verdict"),
+    [
+        ("healthy", "healthy"),
+        ("healthy_busy", "healthy"),
+        ("initializer", "initializer"),  # generator idle while init_queue holds the work
+        ("runner", "runner"),  # initializers blocked: run_queue is full
+        ("evaluator", "evaluator"),  # rising
+        ("evaluator_backpressure", "evaluator"),  # runners blocked: eval_queue is full
+        ("starved", "starved"),
+        ("overall", "healthy"),  # steady deep queues, nothing blocked: cannot be judged without capacities
+    ],
+)
+def test_without_capacities_judged_by_blocking_trend_and_generator_use(kind: str, verdict: str) -> None:
+    diag = diagnose_pipeline(trace(kind, 0, caps=False))
+    assert diag.verdict == verdict
+    assert diag.evidence["capacity_known"] is False
+    assert all(q["capacity"] is None and q["fill_mean"] is None for q in diag.evidence["queues"].values())
+    assert any("no queue capacities" in n for n in diag.evidence["notes"])
 
 
 def test_full_run_queue_blocking_the_initializer_is_backpressure_not_an_initializer_fault() -> None:
     diag = diagnose_pipeline(trace("runner", 0))
     ev = diag.evidence
     assert ev["high"]["init_queue"] and ev["high"]["run_queue"]  # both high ...
+    assert ev["queues"]["run_queue"]["fill_mean"] > 0.8 and ev["queues"]["init_queue"]["fill_mean"] > 0.25
     assert ev["stages"]["init_blocked_frac"] > 0.9
     assert diag.verdict == "runner"  # ... but the Initializer is not the bottleneck
     assert any("backpressure" in n for n in ev["notes"])

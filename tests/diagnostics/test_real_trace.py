@@ -7,6 +7,7 @@ real pipeline and trace writer, and checks that the verdict names that stage.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,9 @@ async def test_verdict_names_the_slow_stage_on_a_real_trace(slow: str, tmp_path:
     diag = diagnose_trace_file(path)
     assert diag.evidence["snapshots"] >= 20
     assert diag.verdict == slow, diag.evidence
+    # the pipeline records what each queue can hold and the pool sizes, and the verdict uses them
+    first = json.loads(path.read_text().splitlines()[0])
+    caps = {k: first[k] for k in ("init_queue_cap", "run_queue_cap", "eval_queue_cap")}
+    assert caps == {"init_queue_cap": 24, "run_queue_cap": 32, "eval_queue_cap": 32}
+    assert (first["init_workers"], first["run_workers"], first["eval_workers"]) == (iw, rw, ew)
+    assert diag.evidence["capacity_known"] is True

@@ -2,18 +2,26 @@
 
 Reads the trace JSONL of ``DESIGN.md`` (one snapshot per line: ``t``,
 ``init_queue``, ``run_queue``, ``eval_queue``, ``gpu_util`` and, when the
-writer has them, ``X_busy``, ``X_blocked``, ``X_done``). Depths are averaged
+writer has them, ``X_busy``, ``X_blocked``, ``X_done``, the capacity of each
+queue ``X_queue_cap`` and the pool sizes ``X_workers``). Depths are averaged
 over time (each snapshot weighted by the time to the next one; gaps longer
 than three typical intervals — the trainer's update between two collects —
-are not counted). Then:
+are not counted). "High" is relative, never an absolute depth: a few items
+in every queue of a busy pipeline is buffering, not a shortage.
 
-* a queue is **high** when its time-averaged depth is at least
-  ``high_depth`` and it is non-empty at least ``busy_frac`` of the time:
-  work waits for its consumer stage most of the time;
-* a queue is **rising** when the mean of the last third of the trace exceeds
-  the first third by at least ``max(2, 50 %)``;
-* the accelerator is **idle** when the time-averaged ``gpu_util`` (the
-  fraction of time the generator had work) is below ``idle_util``.
+* With capacities, a queue is **high** when its time-averaged *fill*
+  (depth / capacity) is at least ``high_frac`` and it is non-empty at least
+  ``busy_frac`` of the time. ``init_queue``'s capacity is the whole request.
+* Without capacities (older traces, the batch schedules), a queue is high
+  only when it is shown to be full — the stage upstream is blocked on it at
+  least ``blocked_frac`` of the time (``init_blocked`` → ``run_queue``,
+  ``run_blocked`` → ``eval_queue``) — or when it is rising. Steady depths
+  are then not judged, and the evidence says so.
+* A queue is **rising** when the mean of the last third of the trace exceeds
+  the first third by at least ``max(rise_items, 50 %, rise_frac × capacity)``
+  and its slope is positive.
+* The generator is **idle** when the time-averaged ``gpu_util`` (the
+  fraction of time it had work) is below ``idle_util``.
 
 The verdict takes the most downstream congested stage, because a congested
 stage fills the bounded queue in front of it and blocks the stages upstream:
@@ -24,8 +32,9 @@ that backpressure is the design working, not a second bottleneck.
 * ``overall``: all three high and nothing blocked — every stage is saturated;
 * ``runner``: ``run_queue`` high, ``eval_queue`` low (a high ``init_queue``
   with blocked initializers is backpressure);
-* ``initializer``: ``init_queue`` high, ``run_queue`` low;
-* ``starved``: all low but the accelerator idle;
+* ``initializer``: ``init_queue`` high — or non-empty most of the time while
+  the generator is idle — and ``run_queue`` low;
+* ``starved``: all low but the generator idle;
 * ``healthy``: none of these (also when utilisation is unknown — said so in
   the evidence).
 
@@ -64,12 +73,14 @@ NEXT_STEP: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class PipelineThresholds:
-    """Tuning of the pipeline rules."""
+    """Tuning of the pipeline rules (fractions of capacity and of time; ``rise_items`` is a noise floor)."""
 
-    high_depth: float = 2.0
+    high_frac: float = 0.25
     busy_frac: float = 0.6
     idle_util: float = 0.5
     blocked_frac: float = 0.3
+    rise_frac: float = 0.15
+    rise_items: float = 2.0
     gap_factor: float = 3.0
 
 
@@ -146,13 +157,18 @@ def _slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx > 0 else 0.0
 
 
-def _queue_stats(depths: list[float], w: list[float], active_t: list[float]) -> dict[str, Any]:
+def _queue_stats(rows: list[dict[str, Any]], q: str, w: list[float], active_t: list[float]) -> dict[str, Any]:
+    depths = [float(r[q]) for r in rows]
     n = len(depths)
     third = max(1, n // 3)
     first = statistics.fmean(depths[:third])
     last = statistics.fmean(depths[-third:])
     avg = _wmean(list(depths), w) or 0.0
     nonempty = _wmean([1.0 if d > 0 else 0.0 for d in depths], w) or 0.0
+    caps = [_num(r.get(f"{q}_cap")) for r in rows]
+    fills = [d / c if c else None for d, c in zip(depths, caps, strict=True)]
+    fill = _wmean(fills, w)
+    known = [c for c in caps if c]
     return {
         "mean": round(avg, 3),
         "max": max(depths),
@@ -160,12 +176,31 @@ def _queue_stats(depths: list[float], w: list[float], active_t: list[float]) -> 
         "first_third_mean": round(first, 3),
         "last_third_mean": round(last, 3),
         "slope_per_s": round(_slope(active_t, depths), 4),
+        "capacity": max(known) if known else None,
+        "fill_mean": None if fill is None else round(fill, 3),
     }
 
 
-def _rising(q: dict[str, Any]) -> bool:
+def _rising(q: dict[str, Any], th: PipelineThresholds) -> bool:
     first, last = q["first_third_mean"], q["last_third_mean"]
-    return bool(q["slope_per_s"] > 0 and last - first >= max(2.0, 0.5 * first))
+    floor = max(th.rise_items, 0.5 * first, th.rise_frac * (q["capacity"] or 0.0))
+    return bool(q["slope_per_s"] > 0 and last - first >= floor)
+
+
+def _high(queues: dict[str, Any], rising: dict[str, bool], stages: dict[str, Any], th: PipelineThresholds) -> dict:
+    """High by fill where the capacity is known; else only when shown full (upstream blocked) or rising."""
+    full_by_blocking = {
+        "init_queue": False,
+        "run_queue": (stages.get("init_blocked_frac") or 0.0) >= th.blocked_frac,
+        "eval_queue": (stages.get("run_blocked_frac") or 0.0) >= th.blocked_frac,
+    }
+    out = {}
+    for name, q in queues.items():
+        if q["fill_mean"] is not None:
+            out[name] = q["fill_mean"] >= th.high_frac and q["nonempty_frac"] >= th.busy_frac
+        else:
+            out[name] = full_by_blocking[name] or rising[name]
+    return out
 
 
 def _stage_stats(rows: list[dict[str, Any]], w: list[float], duration: float) -> dict[str, Any]:
@@ -187,6 +222,39 @@ def _stage_stats(rows: list[dict[str, Any]], w: list[float], duration: float) ->
     return out
 
 
+def _verdict(
+    queues: dict[str, Any], high: dict[str, bool], rising: dict[str, bool], util: float | None, stages: dict[str, Any],
+    th: PipelineThresholds,
+) -> tuple[str, list[str]]:  # fmt: skip
+    """The most downstream congested stage (see the module docstring) and the notes that explain it."""
+    notes: list[str] = []
+    run_blocked = stages.get("run_blocked_frac") or 0.0
+    init_blocked = stages.get("init_blocked_frac") or 0.0
+    idle = util is not None and util < th.idle_util
+    init_waiting = queues["init_queue"]["nonempty_frac"] >= th.busy_frac and idle
+    if high["init_queue"] and high["run_queue"] and high["eval_queue"]:
+        if run_blocked >= th.blocked_frac:
+            notes.append("runners wait for room in the full eval_queue: the upstream queues are backpressure")
+            return "evaluator", notes
+        return "overall", notes
+    if high["eval_queue"] or rising["eval_queue"]:
+        return "evaluator", notes
+    if high["run_queue"]:
+        if high["init_queue"]:
+            backpressure = ": the initializers are blocked on the bounded run_queue — backpressure, the design working"
+            notes.append("init_queue is high too" + (backpressure if init_blocked >= th.blocked_frac else ""))
+        return "runner", notes
+    if high["init_queue"] or init_waiting:
+        if not high["init_queue"]:
+            notes.append("init_queue holds work most of the time while the generator is idle")
+        return "initializer", notes
+    if idle:
+        return "starved", notes
+    if util is None:
+        notes.append("no gpu_util in the trace: an idle accelerator (starved) cannot be told from healthy")
+    return "healthy", notes
+
+
 def diagnose_pipeline(
     rows: list[dict[str, Any]], path: str = "", thresholds: PipelineThresholds | None = None
 ) -> PipelineDiagnosis:
@@ -200,52 +268,33 @@ def diagnose_pipeline(
         active_t.append(acc)
         acc += wi
     duration = sum(w[:-1]) if len(w) > 1 else 0.0
-    queues = {q: _queue_stats([float(r[q]) for r in rows], w, active_t) for q in QUEUES}
-    high = {q: queues[q]["mean"] >= th.high_depth and queues[q]["nonempty_frac"] >= th.busy_frac for q in QUEUES}
-    rising = {q: _rising(queues[q]) for q in QUEUES}
+    queues = {q: _queue_stats(rows, q, w, active_t) for q in QUEUES}
+    rising = {q: _rising(queues[q], th) for q in QUEUES}
     util = _wmean([_num(r.get("gpu_util")) for r in rows], w)
     stages = _stage_stats(rows, w, duration)
-    run_blocked = stages.get("run_blocked_frac") or 0.0
-    init_blocked = stages.get("init_blocked_frac") or 0.0
-    notes: list[str] = []
-    if high["init_queue"] and high["run_queue"] and high["eval_queue"]:
-        if run_blocked >= th.blocked_frac:
-            verdict = "evaluator"
-            notes.append("runners wait for room in the full eval_queue: the upstream queues are backpressure")
-        else:
-            verdict = "overall"
-    elif high["eval_queue"] or rising["eval_queue"]:
-        verdict = "evaluator"
-    elif high["run_queue"]:
-        verdict = "runner"
-        if high["init_queue"]:
-            notes.append(
-                "init_queue is high too"
-                + (
-                    ": the initializers are blocked on the bounded run_queue — backpressure, the design working"
-                    if init_blocked >= th.blocked_frac
-                    else ""
-                )
-            )
-    elif high["init_queue"]:
-        verdict = "initializer"
-    elif util is not None and util < th.idle_util:
-        verdict = "starved"
-    else:
-        verdict = "healthy"
-        if util is None:
-            notes.append("no gpu_util in the trace: an idle accelerator (starved) cannot be told from healthy")
-    if init_blocked >= th.blocked_frac and verdict != "runner":
+    high = _high(queues, rising, stages, th)
+    verdict, notes = _verdict(queues, high, rising, util, stages, th)
+    capacity_known = all(queues[q]["capacity"] is not None for q in QUEUES)
+    if not capacity_known:
+        notes.append(
+            "no queue capacities in the trace: a queue counts as high only when the stage upstream is blocked on it "
+            "or it is rising; steady depths are not judged (tirl's pipeline writes X_queue_cap)"
+        )
+    if (stages.get("init_blocked_frac") or 0.0) >= th.blocked_frac and verdict != "runner":
         notes.append("initializers are often blocked on the bounded run_queue: backpressure is the design working")
     evidence: dict[str, Any] = {
         "snapshots": len(rows),
         "duration_s": round(duration, 3),
+        "capacity_known": capacity_known,
         "queues": queues,
         "high": high,
         "rising": rising,
         "generator_busy_frac": None if util is None else round(util, 3),
         "stages": stages,
     }
+    workers = {s: int(n) for s in STAGES if (n := _num(rows[-1].get(f"{s}_workers"))) is not None}
+    if workers:
+        evidence["workers"] = workers
     if notes:
         evidence["notes"] = notes
     return PipelineDiagnosis(path=path, verdict=verdict, evidence=evidence)

@@ -62,12 +62,14 @@ def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> N
         f"verdict [{style}]{diag.verdict}[/]"
     )
     table = Table()
-    for col in ("queue", "time-avg depth", "max", "non-empty", "first→last third", "trend /s", "high"):
+    for col in ("queue", "time-avg depth", "fill", "max", "non-empty", "first→last third", "trend /s", "high"):
         table.add_column(col)
     for name, q in ev["queues"].items():
+        fill = "cap. unknown" if q.get("fill_mean") is None else f"{q['fill_mean']:.0%} of {_fmt(q['capacity'])}"
         table.add_row(
             name,
             f"{q['mean']:.2f}",
+            fill,
             _fmt(q["max"]),
             f"{q['nonempty_frac']:.0%}",
             f"{q['first_third_mean']:.1f} → {q['last_third_mean']:.1f}",

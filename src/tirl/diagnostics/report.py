@@ -153,6 +153,12 @@ def _gap_indices(ts: list[float], factor: float = 3.0) -> list[int]:
     return [i + 1 for i, d in enumerate(dts) if d > factor * typical]
 
 
+def _fill(q: dict[str, Any]) -> str:
+    if q.get("fill_mean") is None:
+        return "<span class='missing'>capacity not in the trace</span>"
+    return f"{q['fill_mean']:.0%} of {q['capacity']:g}"
+
+
 def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis) -> str:
     ts = [float(r["t"]) for r in rows]
     gaps = set(_gap_indices(ts))
@@ -177,7 +183,7 @@ def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis) -> st
     util = _figure("stage utilisation (fraction of peak workers busy)", util_series, xlabel="seconds", ylim=(0.0, 1.05))
     ev = diag.evidence
     qrows = "".join(
-        f"<tr><td>{q}</td><td>{d['mean']:.2f}</td><td>{d['max']:g}</td><td>{d['nonempty_frac']:.0%}</td>"
+        f"<tr><td>{q}</td><td>{d['mean']:.2f}</td><td>{_fill(d)}</td><td>{d['max']:g}</td><td>{d['nonempty_frac']:.0%}</td>"
         f"<td>{d['first_third_mean']:.1f} → {d['last_third_mean']:.1f}</td><td>{'yes' if ev['high'][q] else 'no'}"
         f"{' (rising)' if ev['rising'][q] else ''}</td></tr>"
         for q, d in ev["queues"].items()
@@ -188,7 +194,8 @@ def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis) -> st
         f"<h2>Pipeline: {_verdict(diag.verdict)}</h2>"
         f"<p>{ev['snapshots']} snapshots over {ev['duration_s']} s; generator busy "
         f"{'unknown' if util_v is None else f'{util_v:.0%}'}. Next: check {html.escape(NEXT_STEP[diag.verdict])}.</p>"
-        f"<table><tr><th>queue</th><th>time-avg depth</th><th>max</th><th>non-empty</th><th>first → last third</th>"
+        f"<table><tr><th>queue</th><th>time-avg depth</th><th>fill of capacity</th><th>max</th><th>non-empty</th>"
+        f"<th>first → last third</th>"
         f"<th>high</th></tr>{qrows}</table>{f'<ul>{notes}</ul>' if notes else ''}"
         f"<div class='plots'>{_img('queue depths', depth)}{_img('stage utilisation', util)}</div>"
     )

@@ -386,6 +386,9 @@ async def pipeline(stages: Stages, episodes: list[Episode]) -> None:
         init_queue.put_nowait(ep)
     run_queue: asyncio.Queue[Episode] = asyncio.Queue(maxsize=cfg.run_queue_size)
     eval_queue: asyncio.Queue[Episode] = asyncio.Queue(maxsize=cfg.eval_queue_size)
+    # in the trace, so a diagnosis judges each depth against what its queue can hold
+    stages.board.capacity = {"init": len(episodes), "run": cfg.run_queue_size, "eval": cfg.eval_queue_size}
+    stages.board.workers = {"init": cfg.init_workers, "run": cfg.run_workers, "eval": cfg.eval_workers}
     all_done = asyncio.Event()
 
     async def finish(ep: Episode) -> None:

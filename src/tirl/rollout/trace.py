@@ -10,7 +10,9 @@ JSON line per snapshot (the pipeline trace format of ``DESIGN.md``)::
      "init_queue": 40, "run_queue": 8, "eval_queue": 0, "gpu_util": 0.93,
      "init_busy": 4, "run_busy": 16, "eval_busy": 2,
      "init_blocked": 4, "run_blocked": 0,
-     "init_done": 120, "run_done": 101, "eval_done": 96, "live_envs": 30}
+     "init_done": 120, "run_done": 101, "eval_done": 96, "live_envs": 30,
+     "init_queue_cap": 128, "run_queue_cap": 32, "eval_queue_cap": 32,
+     "init_workers": 4, "run_workers": 16, "eval_workers": 4}
 
 ``t`` is seconds since the tracer was created (one file per run, appended
 across steps). ``X_queue`` counts episodes waiting for stage X (for
@@ -18,7 +20,10 @@ across steps). ``X_queue`` counts episodes waiting for stage X (for
 ``X_blocked`` workers that finished stage X and wait for room in the next,
 bounded queue (backpressure), ``X_done`` cumulative completions of stage X
 since the tracer was created (episodes, whether the stage succeeded or not), ``live_envs``
-environments created and not yet closed. ``gpu_util`` is the fraction of the
+environments created and not yet closed. ``X_queue_cap`` is what queue X can
+hold (``init_queue``: the whole request; the bounded ``run_queue_size`` and
+``eval_queue_size``) and ``X_workers`` the size of stage X's worker pool; the
+pipeline schedule records them (the batch schedules do not). ``gpu_util`` is the fraction of the
 interval in which the generator had at least one request in flight, or
 ``null`` when no busy source was given.
 
@@ -147,6 +152,8 @@ class StageBoard:
     live_envs: int = 0
     max_live_envs: int = 0
     done_base: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAGES, 0))
+    capacity: dict[str, int] = field(default_factory=dict)  # stage -> what its input queue can hold
+    workers: dict[str, int] = field(default_factory=dict)  # stage -> worker pool size
 
     def queue(self, stage: str) -> None:
         """An episode now waits for ``stage``."""
@@ -186,6 +193,8 @@ class StageBoard:
         out.update({f"{s}_blocked": self.blocked[s] for s in ("init", "run")})
         out.update({f"{s}_done": self.done_base.get(s, 0) + self.done[s] for s in STAGES})
         out["live_envs"] = self.live_envs
+        out.update({f"{s}_queue_cap": n for s, n in self.capacity.items()})
+        out.update({f"{s}_workers": n for s, n in self.workers.items()})
         return out
 
 
