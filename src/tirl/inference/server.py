@@ -37,7 +37,8 @@ burst shares one batch as it would in-process.
 
 Not covered: incremental streaming while sampling — a streamed response
 sends its chunks (one per token) when its sample is complete, because the
-batched sampler returns whole samples; multi-model serving; tool calls;
+batched sampler returns whole samples; multi-model serving; streaming with
+``tools`` (``tools``/``tool_choice`` otherwise: :mod:`tirl.inference.tools_api`);
 ``echo``; penalties; top-k alternatives in log-probs; TLS (put a proxy in
 front for that).
 """
@@ -64,6 +65,7 @@ from tirl.errors import describe
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.inference.openai_protocol import APIError, ChatJob, Common, CompletionJob, bad, parse_chat, parse_completion
+from tirl.inference.tools_api import tool_reply
 from tirl.jsonl import JSONProblem, parse_json
 from tirl.models.loading import Policy
 
@@ -417,7 +419,9 @@ class ModelServer:
         self._model(common.model)
         self._check_chars(sum(len(m.content or "") for m in job.messages), "messages", "messages")
         try:
-            ids = list(self.policy.chat.prompt_ids(job.messages))
+            ids = self._chat_prompt_ids(job)
+        except APIError:
+            raise
         except Exception as exc:
             raise bad(f"the messages could not be rendered with the model's chat format ({exc})", "messages") from None
         self._check_ids(ids, common.params.max_new_tokens, "messages")
@@ -431,10 +435,11 @@ class ModelServer:
         samples = await self._sample([ids], common, text_of)
         choices = []
         for i, s in enumerate(samples):
+            message, called = tool_reply(job.tools.forced_start + s.text if job.tools else s.text, job.tools)
             choice: dict[str, Any] = {
                 "index": i,
-                "message": {"role": "assistant", "content": s.text},
-                "finish_reason": s.finish_reason,
+                "message": message,
+                "finish_reason": "tool_calls" if called and s.finish_reason == "stop" else s.finish_reason,
                 "stop_reason": None,
                 "logprobs": None,
             }
@@ -456,6 +461,17 @@ class ModelServer:
             body["prompt_token_ids"] = ids
         return JSONResponse(body)
 
+    def _chat_prompt_ids(self, job: ChatJob) -> list[int]:
+        """The rendered messages (with ``tools``), then the forced start of a required call (tools_api)."""
+        chat = self.policy.chat
+        if job.tools is None:
+            return list(chat.prompt_ids(job.messages))
+        support = chat.tool_support
+        if not (support.ok and support.hermes):
+            missing = "; ".join(support.missing) or "<tool_call> blocks"
+            raise bad(f"the served model's chat template has no tool support (it does not render {missing})", "tools")
+        return [*chat.prompt_ids(job.messages, tools=job.tools.tools), *self._encode(job.tools.forced_start)]
+
     def _version(self, samples: list[Sample]) -> int:
         return min((s.result.policy_version for s in samples), default=self.generator.policy_version)
 
@@ -469,8 +485,12 @@ class ModelServer:
             raise bad("'policy_version' must be an integer", "policy_version")
         if "\x00" in body["path"]:
             raise bad("'path' holds a NUL character", "path")
-        path = Path(body["path"]).expanduser()
-        if not (path / "config.json").is_file():
+        try:
+            path = Path(body["path"]).expanduser()
+            readable = (path / "config.json").is_file()
+        except (OSError, RuntimeError) as exc:  # "~nobody" (no such home), a name too long for the file system
+            raise bad(f"'path' cannot be used: {exc}", "path") from None
+        if not readable:
             raise bad(f"{path} is not a checkpoint directory (no config.json readable by the server)", "path")
         async with self._reload_lock:
             t0 = time.perf_counter()
