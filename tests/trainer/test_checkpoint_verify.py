@@ -1,0 +1,78 @@
+"""Checkpoint checksums: resume takes the newest checkpoint that verifies; files are fsynced before the rename."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from trainer_fakes import SMALL
+
+from tirl.models.tiny import build_tiny_model
+from tirl.trainer.checkpoint import latest_checkpoint, list_checkpoints, save_checkpoint, verify_checkpoint
+
+
+def _save(run: Path, steps: tuple[int, ...]) -> None:
+    model, tok = build_tiny_model(SMALL, seed=1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in steps:
+        save_checkpoint(run, step, model=model, tokenizer=tok, optimizer=opt)
+
+
+def test_state_json_lists_every_file_with_size_and_sha256(tmp_path):
+    _save(tmp_path, (1,))
+    (ckpt,) = list_checkpoints(tmp_path)
+    files = ckpt.state["files"]
+    on_disk = {p.relative_to(ckpt.path).as_posix() for p in ckpt.path.rglob("*") if p.is_file()} - {"state.json"}
+    assert set(files) == on_disk and "model/model.safetensors" in files
+    assert all(len(v["sha256"]) == 64 and v["size"] > 0 for v in files.values())
+    assert verify_checkpoint(ckpt) is None
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete"])
+def test_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path, capsys, damage):
+    _save(tmp_path, (1, 2))
+    shard = tmp_path / "checkpoints" / "step-2" / "model" / "model.safetensors"
+    if damage == "truncate":
+        with shard.open("r+b") as fh:
+            fh.truncate(shard.stat().st_size // 2)
+    elif damage == "flip":
+        data = bytearray(shard.read_bytes())
+        data[-1] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    else:
+        shard.unlink()
+    ckpt = latest_checkpoint(tmp_path)
+    assert ckpt is not None and ckpt.step == 1
+    err = capsys.readouterr().err
+    assert "warning: skipping checkpoint" in err and "step-2" in err and "model.safetensors" in err
+
+
+def test_no_checkpoint_verifies(tmp_path, capsys):
+    _save(tmp_path, (1,))
+    (tmp_path / "checkpoints" / "step-1" / "optimizer.pt").write_bytes(b"")
+    assert latest_checkpoint(tmp_path) is None
+    assert latest_checkpoint(tmp_path, verify=False) is not None
+
+
+def test_every_file_is_fsynced_before_the_rename(tmp_path, monkeypatch):
+    synced: set[str] = set()
+    renamed_with: list[set[str]] = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd: int) -> None:
+        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def rename(src, dst, *a, **kw):
+        renamed_with.append(set(synced))
+        real_rename(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    _save(tmp_path, (3,))
+    (ckpt,) = list_checkpoints(tmp_path)
+    tmp_names = {str(Path(p)) for p in renamed_with[-1]}
+    for rel in [*ckpt.state["files"], "state.json"]:
+        assert any(name.endswith(f"/{rel}") and "/.tmp-step-3-" in name for name in tmp_names), rel
