@@ -55,35 +55,26 @@ async def test_ptrace_seize_of_pid1_and_the_server_is_refused(host_audit: object
     assert "seized" not in a.stdout and "refused 1" in a.stdout
 
 
-# Writes a well-formed reply frame into every pipe of PID 1 and of the parent that it can open.
-FORGE_CODE = """
-import json, os, struct
-frame = json.dumps({"out": ["Zm9yZ2VkCg==", "", 7], "err": ["", "", 0], "exit": 0, "timed_out": False,
-                    "wall": 0.0, "note": "", "nonce": "x", "ready": True}).encode()
-frame = struct.pack('>I', len(frame)) + frame
-done = []
-for pid in sorted({1, os.getppid()}):
-    for fd in range(0, 16):
-        try:
-            w = os.open(f'/proc/{pid}/fd/{fd}', os.O_WRONLY | os.O_NONBLOCK)
-            os.write(w, frame)
-            os.close(w)
-            done.append((pid, fd))
-        except OSError:
-            pass
-print('forged into', done)
-"""
-
-
-async def test_a_forged_reply_never_reaches_the_host(host_audit: object) -> None:
-    a, b, _ = await _two("pool", FORGE_CODE, "print('real')")
-    assert a.stdout.startswith("forged into") and a.stdout != "forged\n"
-    assert b.stdout == "real\n" and b.error is None
-
-
 # Makes PID 1 execve a Python implant through ptrace (PTRACE_SEIZE + INTERRUPT, registers set to
 # execve at the syscall instruction it is stopped after). The implant writes /work/leak forever and
 # has no parent the server knows: it is the escaped process.
+# The implant: no parent-death signal; writes /work/leak forever; once, a forged reply frame on fd 1.
+IMPLANT = r"""
+import ctypes, json, os, struct, time
+ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)
+frame = json.dumps({"out": ["Zm9yZ2VkCg==", "", 7], "err": ["", "", 0], "exit": 0, "timed_out": False,
+                    "wall": 0.0, "note": ""}).encode()
+try:
+    os.write(1, struct.pack('>I', len(frame)) + frame)
+except OSError:
+    pass
+while True:
+    try:
+        open('/work/leak', 'w').write('implant')
+    except OSError:
+        pass
+    time.sleep(0.02)
+"""
 TAKEOVER_CODE = r"""
 import ctypes, os, struct, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
@@ -100,14 +91,7 @@ ok(libc.ptrace(0x4207, 1, None, None), 'interrupt')
 os.waitpid(1, 0x40000000)
 regs = Regs()
 ok(libc.ptrace(12, 1, None, ctypes.byref(regs)), 'getregs')
-implant = ("import os, time\n"
-           "import ctypes; ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\n"
-           "while True:\n"
-           "    try:\n"
-           "        open('/work/leak', 'w').write('implant')\n"
-           "    except OSError:\n"
-           "        pass\n"
-           "    time.sleep(0.02)\n")
+implant = IMPLANT
 strings = [sys.executable.encode() + b'\0', b'-c\0', implant.encode() + b'\0']
 base = (regs.rsp - 65536) & ~15
 addrs, blob = [], b''
@@ -124,7 +108,13 @@ ok(libc.ptrace(13, 1, None, ctypes.byref(regs)), 'setregs')
 ok(libc.ptrace(17, 1, None, None), 'detach')
 time.sleep(0.3)
 print('took over PID 1')
-"""
+""".replace("IMPLANT", repr(IMPLANT))
+
+
+async def test_a_forged_reply_never_reaches_the_host(host_audit: object) -> None:
+    a, b, _ = await _two("pool", TAKEOVER_CODE, "print('real')")
+    assert "forged" not in a.stdout + b.stdout, (a, b)
+    assert b.stdout == "real\n" and b.error is None, b
 
 
 async def test_an_escaped_process_cannot_write_into_the_next_run(host_audit: object) -> None:
@@ -208,11 +198,10 @@ print('sent')
 """
 
 
-async def test_sigstop_of_the_server_does_not_break_the_next_run(host_audit: object) -> None:
-    t = time.monotonic()
-    _, b, _ = await _two("pool", STOPPER, "print('next')", timeout_s=2)
+async def test_sigstop_of_the_server_has_no_effect(host_audit: object) -> None:
+    a, b, _ = await _two("pool", STOPPER, "print('next')", timeout_s=2)
+    assert a.stdout == "sent\n" and a.error is None, a  # the server neither stopped nor died
     assert b.stdout == "next\n" and b.error is None, b
-    assert time.monotonic() - t < 30
 
 
 NETWORK_PROBE = r"""

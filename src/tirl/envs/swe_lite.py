@@ -62,7 +62,7 @@ from tirl.envs.common import block_lang
 from tirl.envs.observation import clip
 from tirl.envs.tasks.swe_gen import expert_solution, generate_swe_tasks, load_swe_tasks
 from tirl.envs.tool_env import ToolEnv, call_arguments
-from tirl.envs.workspace import Workspace, default_cache_dir, materialise, provision, pytest_bundle
+from tirl.envs.workspace import Workspace, clear_path, default_cache_dir, materialise, provision, pytest_bundle
 from tirl.parsing import DEFAULT_RULES, ActionKind, ParseRules, TurnVerdict
 from tirl.sandbox.base import ExecResult, Lang, Sandbox
 from tirl.types import Message, TerminationReason, ToolCall
@@ -241,7 +241,7 @@ class SweLiteEnv(ToolEnv):
         start = time.perf_counter()
         ws = self._workspace.path
         eval_dir = ws / EVAL_DIR
-        shutil.rmtree(eval_dir, ignore_errors=True)
+        clear_path(eval_dir)  # whatever the agent left there (a link, a file, a deep tree) goes; never followed
         eval_dir.mkdir()
         shutil.copy(pytest_bundle(self.cache_dir), eval_dir / "pytest.zip")
         command = task.data.get("test_command")
@@ -250,7 +250,7 @@ class SweLiteEnv(ToolEnv):
         if isinstance(command, str):
             if self._hidden is not None:
                 dest = ws / self._hidden.name
-                shutil.rmtree(dest, ignore_errors=True)
+                clear_path(dest)
                 shutil.copytree(self._hidden, dest, symlinks=True)
             script = (
                 f'export PYTHONPATH="{EVAL_DIR}/pytest.zip:.${{PYTHONPATH:+:$PYTHONPATH}}" '

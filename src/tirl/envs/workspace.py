@@ -8,17 +8,33 @@ to). A *workspace* is a fresh copy of the template under ``work_root``,
 owned by one episode and deleted by :meth:`Workspace.remove`.
 
 The copy uses ``shutil.copytree`` (symlinks kept as links). Its time is
-returned so the env can record it (``info["copy_s"]``). Not covered: huge
-repositories (no copy-on-write or overlay file systems are used; a
-``.git`` directory is copied like any other).
+returned so the env can record it (``info["copy_s"]``).
+
+Limits: when tirl runs as root, a workspace is its own tmpfs (``size=``
+``disk_mb``, ``nr_inodes=`` ``inodes``, ``nosuid``, ``nodev``) mounted on
+the host for the episode and unmounted by :meth:`Workspace.remove`, so the
+agent's commands cannot write more than that in bytes or files. Without root
+(or where the kernel refuses the mount) the workspace is a plain directory:
+only the sandbox's per-file size limit applies, not the total size or the
+number of files. Removal and the hand-back of ownership walk the tree
+without recursion (:mod:`tirl.sandbox._tree`), so no tree depth breaks them.
+
+Not covered: huge repositories (no copy-on-write or overlay file systems are
+used; a ``.git`` directory is copied like any other; as root a repository
+larger than the cap cannot be provisioned); a workspace kept with
+``keep_workspace`` stays mounted until someone unmounts it; a crash of the
+tirl process (``kill -9``) leaves the mounts of its open workspaces behind.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -27,6 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tirl.envs.base import EnvError, Task
+from tirl.sandbox._tree import empty_dir
+
+DISK_MB = 64
+INODES = 16384
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
 
 
 def default_cache_dir() -> Path:
@@ -81,18 +102,60 @@ def materialise(task: Task, cache_dir: Path) -> Template:
 
 @dataclass(slots=True)
 class Workspace:
-    """One episode's writable copy of a template."""
+    """One episode's writable copy of a template (``mounted``: it is its own capped tmpfs)."""
 
     path: Path
     copy_s: float
+    mounted: bool = False
 
     def remove(self) -> None:
-        """Delete the workspace (idempotent)."""
-        shutil.rmtree(self.path, ignore_errors=True)
+        """Delete the workspace, whatever the agent left in it (idempotent)."""
+        if self.mounted:
+            _umount(self.path)
+            self.mounted = False
+        clear_path(self.path)
 
 
-def provision(template: Template, work_root: Path | None = None) -> Workspace:
-    """Copy ``template.repo`` into a fresh directory under ``work_root`` (default: the system temp dir)."""
+def clear_path(path: Path) -> None:
+    """Remove whatever is at ``path``; nothing there is fine.
+
+    A link or file is unlinked (never followed), a directory emptied at any depth and removed.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        empty_dir(str(path))
+        os.rmdir(path)
+    else:
+        os.unlink(path)
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount_tmpfs(path: Path, disk_mb: int, inodes: int) -> bool:
+    """Mount a capped tmpfs on ``path`` (root only); False when not root or the kernel refuses."""
+    if os.geteuid() != 0:
+        return False
+    opts = f"size={disk_mb * 1024 * 1024},nr_inodes={inodes},mode=0755".encode()
+    flags = _MS_NOSUID | _MS_NODEV
+    return _libc().mount(b"tirl-workspace", os.fsencode(path), b"tmpfs", flags, opts) == 0
+
+
+def _umount(path: Path) -> None:
+    _libc().umount2(os.fsencode(path), _MNT_DETACH)
+
+
+def provision(
+    template: Template, work_root: Path | None = None, *, disk_mb: int = DISK_MB, inodes: int = INODES
+) -> Workspace:
+    """Copy ``template.repo`` into a fresh directory under ``work_root`` (default: the system temp dir).
+
+    As root the directory is a tmpfs capped at ``disk_mb`` and ``inodes`` (see the module docstring).
+    """
     root = Path(work_root) if work_root is not None else Path(tempfile.gettempdir())
     root.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0 and not _traversable(root):
@@ -103,14 +166,23 @@ def provision(template: Template, work_root: Path | None = None) -> Workspace:
     parent = Path(tempfile.mkdtemp(prefix="tirl-swe-", dir=root))
     os.chmod(parent, 0o711)  # the sandbox may run as another uid: it must be able to reach repo/
     path = parent / "repo"
+    path.mkdir()
+    ws = Workspace(path=path, copy_s=0.0, mounted=_mount_tmpfs(path, disk_mb, inodes))
     start = time.perf_counter()
     try:
-        shutil.copytree(template.repo, path, symlinks=True)
-    except BaseException:
+        shutil.copytree(template.repo, path, symlinks=True, dirs_exist_ok=True)
+    except BaseException as exc:
+        ws.remove()
         shutil.rmtree(parent, ignore_errors=True)
+        if isinstance(exc, OSError) and (exc.errno == errno.ENOSPC or "[Errno 28]" in str(exc)):
+            raise EnvError(
+                f"repository {template.repo} does not fit in a workspace of {disk_mb} MB and {inodes} files; "
+                "raise the workspace caps"
+            ) from exc
         raise
     os.chmod(path, 0o755)
-    return Workspace(path=path, copy_s=time.perf_counter() - start)
+    ws.copy_s = time.perf_counter() - start
+    return ws
 
 
 def _traversable(path: Path) -> bool:
