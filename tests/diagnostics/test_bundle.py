@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from diag_synth import tirl_log, trace, write_jsonl
+from diag_synth import issue10_run, tirl_log, trace, write_jsonl
 
 import tirl.parsing
 from tirl.cli import main
@@ -38,6 +38,18 @@ def test_training_bundle_window_config_and_code(tmp_path: Path, capsys: pytest.C
     m = re.search(r"VoidTurnFilter\): `(.+?):(\d+)`", text)
     assert m is not None and "class VoidTurnFilter" in Path(m.group(1)).read_text().splitlines()[int(m.group(2)) - 1]
     assert "in source order the filter call comes before the advantage computation" in text  # the real trainer
+
+
+def test_training_bundle_names_void_drift_and_its_onset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = write_jsonl(tmp_path / "metrics.jsonl", issue10_run("drop_collapse", 1))
+    out = tmp_path / "bundle.md"
+    assert main(["diagnose", "training", str(log), "--json", "--bundle", str(out)]) == 0
+    (finding,) = json.loads(capsys.readouterr().out)["findings"]
+    onset = finding["step"]
+    text = out.read_text()
+    assert f"## Finding 1: void_drift at step {onset}" in text
+    assert "the void share rose over many steps and stayed up" in text and "filter.mode=drop" in text
+    assert "| void share |" in text and f"| **{onset}** ←" in text
 
 
 def test_window_is_clipped_at_the_ends_and_nulls_are_shown(tmp_path: Path) -> None:

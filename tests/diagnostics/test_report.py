@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from diag_synth import tirl_log, trace, write_jsonl
+from diag_synth import issue10_run, tirl_log, trace, write_jsonl
 
 from tirl.cli import main
 from tirl.diagnostics import write_report
@@ -64,12 +64,23 @@ def test_report_is_self_contained_with_all_sections(report: Path) -> None:
     assert out.name == "report.html" and out.parent.name == "run"
     page = out.read_text(encoding="utf-8")
     srcs = re.findall(r'<img [^>]*src="([^"]+)"', page)
-    assert len(srcs) == 7  # reward, valid/void, IS min/max, grad norm, max len, queue depths, utilisation
+    assert len(srcs) == 8  # reward, valid/void, void share, IS min/max, grad norm, max len, queues, utilisation
     assert all(s.startswith("data:image/png;base64,") for s in srcs)
     assert "http://" not in page and "https://" not in page and "<script" not in page
     for text in ("Training: ", "void_leak", "Pipeline: ", "runner", "backpressure", "Trajectory audit", "1 void"):
         assert text in page
     assert "events" not in page or "1 event file(s)" in page
+
+
+def test_report_shows_void_drift_with_its_onset(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", issue10_run("drop_collapse", 0))
+    page = write_report(run).read_text(encoding="utf-8")
+    assert 'Training: <span class="verdict bad">void_drift</span>' in page
+    assert "the void share rose over many steps and stayed up" in page and "onset_step" in page
+    assert 'alt="void share (void_drift: a sustained rise)"' in page
+    assert "fill of capacity" not in page  # no trace in this run directory
 
 
 def test_missing_parts_are_reported_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,7 +108,7 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> No
     dom = _chromium("--virtual-time-budget=5000", "--dump-dom", probe.as_uri(), user_dir=tmp_path / "ud1")
     m = re.search(r'id="imgcheck">loaded (\d+) of (\d+)<', dom.stdout)
     assert m, f"no image check in the DOM; stderr: {dom.stderr[-2000:]}"
-    assert m.group(1) == m.group(2) == "7"
+    assert m.group(1) == m.group(2) == "8"
     shot = tmp_path / "report.png"
     res = _chromium("--window-size=1200,2400", f"--screenshot={shot}", report.as_uri(), user_dir=tmp_path / "ud2")
     assert shot.is_file(), res.stderr[-2000:]

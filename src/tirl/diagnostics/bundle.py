@@ -30,6 +30,7 @@ WINDOW = 20
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("valid", "valid"),
     ("void", "void"),
+    ("void_ratio", "void share"),
     ("is_min", "IS min"),
     ("is_max", "IS max"),
     ("grad_norm", "grad norm"),

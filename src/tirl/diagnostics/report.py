@@ -120,6 +120,7 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
     plots = [
         ("reward (mean)", [("reward", xs, s("reward"))], False),
         ("valid and void trajectories", [("valid", xs, s("valid")), ("void", xs, s("void"))], False),
+        ("void share (void_drift: a sustained rise)", [("void share", xs, s("void_ratio"))], False),
         ("IS ratio min / max (log scale)", [("max", xs, s("is_max")), ("min", xs, s("is_min"))], True),
         ("grad norm", [("grad norm", xs, s("grad_norm"))], False),
         ("max sequence length", [("max len", xs, s("max_len"))], False),
