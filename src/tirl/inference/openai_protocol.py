@@ -16,7 +16,8 @@ Fields beyond OpenAI's follow vLLM's names, so one client works against
 ``skip_special_tokens``. Fields that are accepted but ignored: ``user``,
 ``presence_penalty``/``frequency_penalty`` when 0, ``stream_options`` other
 than ``include_usage``. Fields that are refused with 400: ``echo``,
-``best_of`` > n, ``suffix``, ``logit_bias``, non-zero penalties, ``tools``.
+``best_of`` > n, ``suffix``, ``logit_bias``, non-zero penalties. ``tools`` and
+``tool_choice`` (chat only) are parsed by :mod:`tirl.inference.tools_api`.
 
 Hostile values are 400s, never 500s: non-finite or overflowing numbers,
 seeds outside what torch takes (:data:`SEED_RANGE`), non-string roles, stop
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tirl.inference.base import SamplingParams
+from tirl.inference.tools_api import ToolRequest, ToolRequestError, message_tool_fields, parse_tools
 from tirl.types import Message, Role
 
 MAX_N = 16
@@ -139,8 +141,8 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
 def _refuse_unsupported(body: dict[str, Any]) -> None:
     """Refuse the OpenAI fields tirl serve does not implement (400 naming the field).
 
-    This is the one place to extend when a field becomes supported (e.g. ``tools``/``tool_choice``):
-    remove it here and parse it in :func:`parse_chat`.
+    This is the one place to extend when a field becomes supported: remove it here and parse it in
+    :func:`parse_chat` (as ``tools``/``tool_choice`` are, by :mod:`tirl.inference.tools_api`).
     """
     if body.get("echo"):
         raise bad("'echo' is not supported by tirl serve", "echo")
@@ -148,8 +150,6 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
         raise bad("'suffix' is not supported by tirl serve", "suffix")
     if body.get("logit_bias"):
         raise bad("'logit_bias' is not supported by tirl serve", "logit_bias")
-    if body.get("tools"):
-        raise bad("'tools' (function calling) is not supported by tirl serve; send the tool text in messages", "tools")
     for key in ("presence_penalty", "frequency_penalty"):
         if _float(body, key, 0.0) != 0.0:
             raise bad(f"'{key}' is not supported by tirl serve (only 0)", key)
@@ -266,6 +266,7 @@ class ChatJob:
     common: Common
     messages: list[Message]
     top_logprobs: int
+    tools: ToolRequest | None = None  # tools / tool_choice (tirl.inference.tools_api)
 
 
 _ROLES = {r.value: r for r in Role}
@@ -301,8 +302,21 @@ def parse_chat(body: Any, *, default_max_tokens: int = 256) -> ChatJob:
             role = "system"
         if not isinstance(role, str) or role not in _ROLES:
             raise bad(f"messages[{i}].role {_show(role)} is not one of {sorted(_ROLES)}", f"messages[{i}].role")
-        messages.append(Message(role=_ROLES[role], content=_content(m, i)))
+        messages.append(_message(m, i, _ROLES[role]))
     want = _bool(body, "logprobs", False)
     top = _int(body, "top_logprobs", 0, lo=0, hi=20) or 0
     common = _common(body, default_max_tokens=default_max_tokens, logprobs=top if want else None)
-    return ChatJob(common=common, messages=messages, top_logprobs=top)
+    try:
+        tools = parse_tools(body)
+    except ToolRequestError as exc:
+        raise bad(str(exc), exc.param) from None
+    return ChatJob(common=common, messages=messages, top_logprobs=top, tools=tools)
+
+
+def _message(m: dict[str, Any], i: int, role: Role) -> Message:
+    """One request message, with its ``tool_calls`` / ``tool_call_id`` (validated by tools_api)."""
+    try:
+        calls, call_id = message_tool_fields(m, i)
+    except ToolRequestError as exc:
+        raise bad(str(exc), exc.param) from None
+    return Message(role=role, content=_content(m, i), tool_calls=calls, tool_call_id=call_id)
