@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from tirl.models.toolcalls import PYTHON_TOOL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
-from server_proc import serve  # noqa: E402
+from server_proc import serve
 
 MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "What is 6*7?"}]
 CALL = '<tool_call>\n{"name": "python", "arguments": {"code": "print(6*7)"}}\n</tool_call>'
