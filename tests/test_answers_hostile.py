@@ -86,6 +86,20 @@ def test_tirl_audit_reads_a_hostile_answer(tmp_path: Path, capsys: pytest.Captur
     assert "Traceback" not in out and out.strip()
 
 
+def test_tirl_report_reads_a_hostile_answer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    user = {"role": "user", "content": "What is 1?"}
+    rows = [
+        {"id": "a", "answer": "1", "messages": [user, {"role": "assistant", "content": "\\boxed{1e5000}"}]},
+        {"id": "b", "answer": "1", "messages": [user, {"role": "assistant", "content": "\\boxed{1}"}]},
+    ]
+    (run / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert "Trajectory audit" in page and "2 trajectories" in page
+
+
 async def test_the_fallback_runs_off_the_event_loop() -> None:
     order: list[str] = []
 
