@@ -226,3 +226,40 @@ def test_cli_exec_names_a_missing_file(tmp_path: Path) -> None:
         check=False,
     )
     assert out.returncode == 2 and "nope.py" in out.stderr and "traceback" not in out.stderr.lower()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tirl.cli", "sandbox", "exec", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_cli_exec_pool_runs_every_file_through_one_server_in_order(tmp_path: Path) -> None:
+    if bwrap_problem() is not None:
+        pytest.skip(f"bubblewrap cannot run on this machine: {bwrap_problem()}")
+    # The start time of PID 1 (the warm server) identifies the server; /work must be empty for each file.
+    code = "import os\nprint(open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19], os.listdir('/work'))\n"
+    code += "open('/work/left', 'w').write('x')\n"
+    files = []
+    for i in range(3):
+        f = tmp_path / f"p{i}.py"
+        f.write_text(code)
+        files.append(str(f))
+    out = _cli(*files, "--pool", "--json")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["file"] for r in lines] == files
+    assert {r["backend"] for r in lines} == {"warm-pool"}
+    starts = {r["stdout"].split()[0] for r in lines}
+    assert len(starts) == 1, lines  # one server for all three
+    assert all(r["stdout"].split()[1] == "[]" for r in lines)
+
+
+def test_cli_exec_refuses_a_device_instead_of_hanging() -> None:
+    out = _cli("/dev/zero", "--json")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("error: /dev/zero") and "regular file" in out.stderr

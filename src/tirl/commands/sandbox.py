@@ -1,39 +1,95 @@
-"""``tirl sandbox exec FILE``: run one file in the sandbox and print its :class:`ExecResult`."""
+"""``tirl sandbox exec FILE...``: run files in the sandbox and print each :class:`ExecResult`.
+
+Without ``--pool`` every file gets a fresh sandbox (the ``bwrap`` backend, or the process fallback).
+With ``--pool`` the files run one after another through ONE warm-pool server, in the order given:
+the way to reproduce an incident where one execution affected the next. ``--json`` prints one
+ExecResult object per line (with ``file`` and ``backend``). ``--timeout`` bounds each file's run
+whatever its code does: past the timeout plus a grace period the command reports a timeout and moves
+on; the sandbox's whole PID namespace is killed either way.
+
+Inputs are read before anything runs: a file that is not a regular file (``/dev/zero``, a FIFO, a
+directory), is larger than 10 MB or is not readable is refused with an ``error:`` line and exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
+import stat
 import sys
 import warnings
 from pathlib import Path
 
 from tirl.config import SandboxConfig
 from tirl.errors import InputError
-from tirl.sandbox import ExecResult, create_sandbox
+from tirl.sandbox import ExecResult, Sandbox, create_sandbox
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+# How long past its own timeout a run may take (sandbox start-up on a loaded machine) before it is abandoned.
+GRACE_S = 15.0
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0 and below 86400")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 < value <= 1 << 20:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 1 and {1 << 20}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``exec`` and its options."""
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    ex = sub.add_parser("exec", help="run one file and print the result")
-    ex.add_argument("file", type=Path, help="the program to run")
-    ex.add_argument("--lang", choices=["python", "bash"], default=None, help="default: from the file suffix")
-    ex.add_argument("--timeout", type=float, default=5.0, help="wall-clock limit in seconds (default 5)")
-    ex.add_argument("--memory-mb", type=int, default=1024, help="address-space limit in MB (default 1024)")
-    ex.add_argument("--max-output-chars", type=int, default=2000, help="cut longer output (default 2000)")
+    ex = sub.add_parser("exec", help="run files and print each result")
+    ex.add_argument("file", type=Path, nargs="+", help="the programs to run, in order")
+    ex.add_argument("--lang", choices=["python", "bash"], default=None, help="default: from each file's suffix")
+    ex.add_argument("--timeout", type=_positive, default=5.0, help="wall-clock limit per file in seconds (default 5)")
+    ex.add_argument("--memory-mb", type=_count, default=1024, help="address-space limit in MB (default 1024)")
+    ex.add_argument("--max-output-chars", type=_count, default=2000, help="cut longer output (default 2000)")
     ex.add_argument("--backend", choices=["auto", "bwrap", "process"], default="auto", help="auto: bwrap if it works")
-    ex.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    ex.add_argument("--pool", action="store_true", help="run all files through one warm-pool server, in order")
+    ex.add_argument("--json", action="store_true", help="print one JSON object per file")
 
 
-def _lang(args: argparse.Namespace) -> str:
+def _lang(args: argparse.Namespace, path: Path) -> str:
     if args.lang:
         return str(args.lang)
-    return "bash" if args.file.suffix in (".sh", ".bash") else "python"
+    return "bash" if path.suffix in (".sh", ".bash") else "python"
 
 
-def _print(result: ExecResult, backend: str) -> None:
+def read_program(path: Path) -> str:
+    """The text of ``path``: a readable regular file of at most 10 MB (InputError otherwise)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the open
+    except OSError as exc:
+        raise InputError(str(path), None, f"cannot read the file ({exc.strerror})", "pass a readable file") from exc
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(str(path), None, "is not a regular file", "pass a program file (not a device or FIFO)")
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(str(path), None, f"is larger than {MAX_FILE_BYTES >> 20} MB", "pass a smaller program")
+    return data.decode("utf-8", errors="replace")
+
+
+def _print(path: Path, result: ExecResult, backend: str, many: bool) -> None:
+    if many:
+        print(f"=== {path}")
     if result.stdout:
         print(result.stdout, end="" if result.stdout.endswith("\n") else "\n")
     flags = [name for name in ("timed_out", "memory_exceeded", "truncated") if getattr(result, name)]
@@ -46,35 +102,45 @@ def _print(result: ExecResult, backend: str) -> None:
         print(f"--- sandbox error: {result.error}")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the file; exit status 0 when it ran to completion with status 0, else 1."""
-    path: Path = args.file
+async def _run_one(sandbox: Sandbox, code: str, lang: str, timeout_s: float) -> ExecResult:
+    """One run, bounded whatever the code does (the sandbox's own timeout, then GRACE_S more)."""
     try:
-        code = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(str(path), None, f"cannot read the file ({exc.strerror})", "pass a readable file") from exc
+        return await asyncio.wait_for(sandbox.run(code, lang=lang, timeout_s=timeout_s), timeout_s + GRACE_S)  # type: ignore[arg-type]
+    except TimeoutError:
+        return ExecResult("", "", None, timed_out=True, wall_s=timeout_s + GRACE_S, error="the sandbox did not stop")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the files; exit status 0 when every one ran to completion with status 0, else 1."""
+    programs = [(path, read_program(path)) for path in args.file]  # every input checked before anything runs
     cfg = SandboxConfig(
         backend=args.backend,
         timeout_s=args.timeout,
         memory_mb=args.memory_mb,
         max_output_chars=args.max_output_chars,
-        warm_pool=False,
+        warm_pool=bool(args.pool),
+        pool_size=1,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         sandbox = create_sandbox(cfg)
-
-    async def _go() -> ExecResult:
-        try:
-            return await sandbox.run(code, lang=_lang(args))  # type: ignore[arg-type]
-        finally:
-            await sandbox.close()
-
-    result = asyncio.run(_go())
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(dict(result.to_dict(), backend=sandbox.name)))
-    else:
-        _print(result, sandbox.name)
-    return 0 if result.ok else 1
+
+    async def _go() -> list[ExecResult]:
+        results = []
+        try:
+            for path, code in programs:
+                result = await _run_one(sandbox, code, _lang(args, path), args.timeout)
+                results.append(result)
+                if args.json:
+                    print(json.dumps(dict(result.to_dict(), file=str(path), backend=sandbox.name)), flush=True)
+                else:
+                    _print(path, result, sandbox.name, len(programs) > 1)
+                    sys.stdout.flush()
+        finally:
+            await asyncio.wait_for(sandbox.close(), GRACE_S)
+        return results
+
+    results = asyncio.run(_go())
+    return 0 if all(r.ok for r in results) else 1
