@@ -155,3 +155,23 @@ def test_a_closed_pool_refuses_work() -> None:
     pool.close()
     with pytest.raises(RuntimeError, match="closed"):
         pool.check("x", "x")
+
+
+def test_a_forked_child_gets_its_own_workers() -> None:
+    from tirl.answers.fallback import default_pool
+
+    parent = default_pool()
+    assert parent.check("(x+1)^2", "x^2+2x+1") is True
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own pool, and closing it leaves the parent's workers alone
+        ok = default_pool() is not parent and answers_match(r"\sqrt{8}", r"2\sqrt{2}")
+        from tirl.answers import shutdown_default_pool
+
+        shutdown_default_pool()
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
+    assert default_pool() is parent and parent.check("(x+1)^2", "x^2+2x+1") is True

@@ -164,15 +164,19 @@ class FallbackPool:
 
 
 _default: FallbackPool | None = None
+_default_pid = 0
 _default_lock = threading.Lock()
 
 
 def default_pool() -> FallbackPool:
-    """The process-wide pool used by :func:`tirl.answers.answers_match` (created on first use)."""
-    global _default
+    """The process-wide pool used by :func:`tirl.answers.answers_match` (created on first use).
+
+    A forked child gets its own pool: the parent's worker pipes are never shared.
+    """
+    global _default, _default_pid
     with _default_lock:
-        if _default is None:
-            _default = FallbackPool()
+        if _default is None or _default_pid != os.getpid():
+            _default, _default_pid = FallbackPool(), os.getpid()
         return _default
 
 
@@ -181,7 +185,7 @@ def shutdown_default_pool() -> None:
     global _default
     with _default_lock:
         pool, _default = _default, None
-    if pool is not None:
+    if pool is not None and _default_pid == os.getpid():  # a forked child never kills its parent's workers
         pool.close()
 
 
