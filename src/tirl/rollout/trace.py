@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from tirl.jsonl import read_jsonl
+
 STAGES: tuple[str, str, str] = ("init", "run", "eval")
 
 Clock = Callable[[], float]
@@ -300,10 +302,5 @@ class PipelineTracer:
 
 
 def read_trace(path: str | Path) -> list[dict[str, Any]]:
-    """Read a pipeline trace JSONL file (blank lines skipped)."""
-    out: list[dict[str, Any]] = []
-    with Path(path).open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                out.append(json.loads(line))
-    return out
+    """Read a pipeline trace JSONL file with tirl's one reader (blank lines skipped)."""
+    return [row for _, row in read_jsonl(path, objects=True)]

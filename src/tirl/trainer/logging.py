@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+from tirl.fileio import atomic_write
+from tirl.jsonl import JSONProblem, parse_json, read_jsonl
 from tirl.types import Trajectory
 
 # The metric names every step carries (a skipped step has them with null values).
@@ -72,31 +74,25 @@ def _keep_lines(path: Path, keep: int) -> None:
             if not line.endswith("\n"):
                 break  # torn last line of a killed run
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
+                obj = parse_json(line)
+            except JSONProblem:
                 continue
-            step = obj.get("step", (obj.get("info") or {}).get("step"))
+            if not isinstance(obj, dict):
+                continue
+            info = obj.get("info")
+            step = obj.get("step", info.get("step") if isinstance(info, dict) else None)
             if isinstance(step, int) and step <= keep:
                 kept.append(line)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
+    with atomic_write(path) as fh:
         fh.writelines(kept)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The complete lines of ``run_dir/metrics.jsonl``, in order."""
     path = Path(run_dir) / "metrics.jsonl"
-    rows: list[dict[str, Any]] = []
     if not path.exists():
-        return rows
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.endswith("\n"):
-                rows.append(json.loads(line))
-    return rows
+        return []
+    return [row for _, row in read_jsonl(path, torn_tail=True, objects=True)]
 
 
 class RunLogger:
