@@ -29,6 +29,7 @@ from typing import Any
 
 from tirl.config import TirlConfig, load_config
 from tirl.errors import InputError, TirlError
+from tirl.fileio import check_output_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,6 +102,11 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path]:
         return load_config(None, [*base, *overrides]), run_dir
     cfg = load_config(args.config, overrides)
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
+    if args.run_dir:  # never overwrite an existing run: its metrics, trajectories and config
+        check_output_dir(run_dir)
+        if any((run_dir / name).exists() for name in ("config.json", "metrics.jsonl", "checkpoints")):
+            raise InputError(str(run_dir), None, "already holds a run",
+                             f"continue it with `tirl train --resume {run_dir}`, or give a new --run-dir")  # fmt: skip
     run_dir.mkdir(parents=True, exist_ok=True)
     return cfg, run_dir
 
@@ -109,14 +115,14 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``tirl train``."""
     from transformers.utils import logging as hf_logging
 
+    from tirl.trainer.run import train_run
+
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
     cfg, run_dir = resolve(args)
     try:
         summary = asyncio.run(train_run(cfg, run_dir, resume=bool(args.resume), progress=not args.no_progress))
     except TirlError:
         # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
-    from tirl.trainer.run import train_run
-
         if not args.resume and {p.name for p in run_dir.iterdir()} <= {"config.json", "pipeline_trace.jsonl"}:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
