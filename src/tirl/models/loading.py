@@ -28,6 +28,12 @@ from tirl.models.template import template_supports_tools
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 BUILTIN_SFT_COMMAND = "tirl sft --out src/tirl/assets/tiny-tir --seed 0 --threads 1"
+CHAIN_SFT_COMMAND = (
+    "tirl sft --env tir-chain --init src/tirl/assets/tiny-tir --out src/tirl/assets/tiny-chain --seed 0 "
+    "--threads 1 --copy-steps 0 --train-tasks 1500 --lr 1e-3 --eval-every 10 --stop-at-accuracy 0.2"
+)
+# env name -> (asset directory, rebuild command) of the built-in model for that env; others use tiny-tir
+BUILTIN_MODELS: dict[str, tuple[str, str]] = {"tir-chain": ("tiny-chain", CHAIN_SFT_COMMAND)}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 _TEMPLATE_FIX = (
     "add a chat template: save chat_template.jinja next to the tokenizer (e.g. the one `tirl model init "
@@ -36,9 +42,10 @@ _TEMPLATE_FIX = (
 )
 
 
-def builtin_model_path() -> Path:
-    """The directory of the shipped warm-started tiny model (``tirl/assets/tiny-tir``)."""
-    return Path(__file__).resolve().parent.parent / "assets" / "tiny-tir"
+def builtin_model_path(env: str | None = None) -> Path:
+    """The shipped warm-started tiny model for ``env``: ``tirl/assets/tiny-chain`` for tir-chain, else tiny-tir."""
+    name = BUILTIN_MODELS[env][0] if env in BUILTIN_MODELS else "tiny-tir"
+    return Path(__file__).resolve().parent.parent / "assets" / name
 
 
 @dataclass(slots=True)
@@ -101,18 +108,21 @@ def load_policy(
     dtype: str = "float32",
     threads: int | None = None,
     need_tools: bool = False,
+    env: str | None = None,
 ) -> Policy:
     """Load a causal LM, its tokenizer and chat format; ``path=None`` loads the built-in model.
 
     ``threads`` sets ``torch.set_num_threads`` (process-wide) when given. ``need_tools``: the episodes
     render tool definitions and parse tool calls, so the checkpoint's template must support them.
+    ``env``: with ``path=None``, load that env's built-in model (:func:`builtin_model_path`).
     """
     if threads is not None:
         torch.set_num_threads(max(1, threads))
     if path is None:
-        p = builtin_model_path()
+        p = builtin_model_path(env)
         if not (p / "config.json").is_file():
-            raise SetupError(f"the built-in model is missing at {p} — rebuild it with `{BUILTIN_SFT_COMMAND}`")
+            command = BUILTIN_MODELS[env][1] if env in BUILTIN_MODELS else BUILTIN_SFT_COMMAND
+            raise SetupError(f"the built-in model is missing at {p} — rebuild it with `{command}`")
     else:
         p = Path(path).expanduser()
         _check_dir(p)

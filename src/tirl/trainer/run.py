@@ -116,7 +116,7 @@ class TrainingRun:
         from tirl.models.loading import load_policy
 
         m = self.cfg.model
-        ref = load_policy(m.path, device=m.device, dtype=m.dtype).model
+        ref = load_policy(m.path, device=m.device, dtype=m.dtype, env=self.cfg.env.name).model
         ref.requires_grad_(False)
         return ref
 

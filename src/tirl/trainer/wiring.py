@@ -213,7 +213,11 @@ def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | No
     from tirl.sandbox import create_sandbox
 
     policy = load_policy(
-        model_path or cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype, threads=cfg.trainer.threads
+        model_path or cfg.model.path,
+        device=cfg.model.device,
+        dtype=cfg.model.dtype,
+        threads=cfg.trainer.threads,
+        env=cfg.env.name,  # no path: the env's built-in model (tiny-chain for tir-chain)
     )
     generator = _generator(cfg, policy)
     if cfg.trainer.backend == "ray":  # envs and their sandboxes on Ray actors; scheduling stays here
