@@ -16,7 +16,8 @@ The rules a careful grader applies, as coded here:
   ``(C)`` matches ``C``, ``c`` and ``(C) 12``;
 * ``(1, 2)`` is ordered and its brackets count (``[1, 2)`` is another interval);
   ``\{1, 2\}`` and a bare ``1, 2`` are unordered;
-* no tolerance: ``99.9999999`` is not ``100``, ``3.14`` is not ``\pi``.
+* no tolerance: ``99.9999999`` is not ``100``, ``3.14`` is not ``\pi``;
+* variables keep their case: ``X^2`` is not ``x^2``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ __all__ = ["MAX_CHARS", "Decision", "decide"]
 
 MAX_CHARS = 1000  # longer answers are only compared as identical strings
 _PLAIN_CHARS = 64
+_COMMAND = re.compile(r"\\[a-zA-Z]+")
+_LETTER = re.compile(r"[A-Za-z]")
 _DECIMAL_LITERAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
 
 
@@ -71,6 +74,8 @@ def _sequences_equal(p: Sequence, g: Sequence) -> bool | None:
         if False in verdicts:
             return False
         return True if all(v is True for v in verdicts) else None
+    if len(p.items) != len(g.items):
+        return False  # "1, 1, 2" repeats a root that "1, 2" lists once
     p_keys = [clean(x) for x in p.items]
     g_keys = [clean(x) for x in g.items]
     p_nums = [parse_number(c.key) for c in p_keys]
@@ -95,6 +100,11 @@ def _values(p: Cleaned, g: Cleaned) -> bool | None:
 def _exact_latex(text: str) -> str:
     r"""``3.14`` → ``\frac{314}{100}`` everywhere, so the fallback never meets a float."""
     return _DECIMAL_LITERAL.sub(lambda m: f"\\frac{{{m.group(1)}{m.group(2)}}}{{1{'0' * len(m.group(2))}}}", text)
+
+
+def _letters(text: str) -> set[str]:
+    """The Latin letters of ``text`` outside LaTeX command names."""
+    return set(_LETTER.findall(_COMMAND.sub(" ", text)))
 
 
 def _text_key(text: str) -> str:
@@ -130,4 +140,7 @@ def decide(predicted: object, truth: object) -> Decision:
     verdict = _values(p, g)
     if verdict is not None:
         return Decision(verdict, "exact")
+    pl, gl = _letters(p.text), _letters(g.text)
+    if pl != gl and {c.lower() for c in pl} == {c.lower() for c in gl}:
+        return Decision(False, "string")  # X^2 is not x^2 (math-verify lowercases every variable)
     return Decision(None, "fallback", gold=_exact_latex(g.text), pred=_exact_latex(p.text))

@@ -32,6 +32,7 @@ _TIMES_POW = re.compile(r"(.*?)(?:\\times|\\cdot|\*)10\^(\{[^{}]*\}|-?\d)")
 _POW10 = re.compile(r"([-+]?)10\^(\{[^{}]*\}|\d)")
 _DIGIT_RUN = re.compile(rf"\d{{{MAX_DIGITS + 1},}}")
 _EXP_LITERAL = re.compile(r"[eE][-+]?(\d+)|\^\{?\s*[-+]?(\d+)")
+_SPACED_DIGITS = re.compile(r"\d\s+\d")
 _BRACED_POWER = re.compile(r"\^\s*\{")
 _BARE_TOWER = re.compile(r"\^\s*[-+]?\d+\s*\^|\^\s*\([^)]*\^")
 _BIG_FACTORIAL = re.compile(r"\d{4,}\s*!|\}\s*!")
@@ -77,6 +78,8 @@ def _decimal(s: str) -> Fraction | None:
 
 def parse_number(text: str) -> Fraction | None:
     r"""The exact value of a plain number written in ``text`` (see the module docstring), else ``None``."""
+    if _SPACED_DIGITS.search(text):
+        return None  # "1 2" is not 12
     s = "".join(text.split())
     if not s or len(s) > 4 * MAX_DIGITS:
         return None

@@ -85,6 +85,10 @@ _UNIT_SYNONYMS = {
 _TEXTLIKE = re.compile(r"[A-Za-z][A-Za-z\s'\-]*")
 _CHOICE = re.compile(r"^\(?([A-Ea-e])\)?$")
 _LEADING_CHOICE = re.compile(r"^\(([A-E])\)(?:$|[\s:.])")
+_DIGIT_GAP = re.compile(r"(?<=\d)\s+(?=\d)")
+_ANY_CHOICE = re.compile(r"\([A-E]\)|\b[A-E]\b")
+_NOT_UNITS = frozenset("or and more less than not least most at to plus minus times over under about approximately "
+                       "nearly almost exactly only no none".split())  # fmt: skip
 MAX_DEPTH = 64
 
 
@@ -104,8 +108,8 @@ class Cleaned:
 
     @property
     def key(self) -> str:
-        """The comparison key: ``text`` without any whitespace."""
-        return "".join(self.text.split())
+        """The comparison key: ``text`` without whitespace, except one ``_`` between two digits (``1 2`` ≠ ``12``)."""
+        return "".join(_DIGIT_GAP.sub("_", self.text).split())
 
 
 def read_group(s: str, i: int) -> tuple[str, int] | None:
@@ -240,8 +244,10 @@ def _trailing_unit(s: str) -> tuple[str, str | None]:
     if m:
         head = body[: m.start()].rstrip()
         words = m.group(1).strip()
-        known = all(w.lower() in _UNIT_WORDS for w in words.replace("/", " ").split())
-        if head and (head[-1].isdigit() or head[-1] in "}).]" or known):
+        split_words = [w.lower() for w in words.replace("/", " ").split()]
+        known = all(w in _UNIT_WORDS for w in split_words)
+        connective = any(w in _NOT_UNITS for w in split_words)  # "5 or more" is not 5 in some unit
+        if head and not connective and (head[-1].isdigit() or head[-1] in "}).]" or known):
             return head, words + suffix
     split = _trailing_words(body)
     if split is not None:
@@ -310,6 +316,6 @@ def choice_letter(text: str, *, leading: bool = False) -> str | None:
         return m.group(1).upper()
     if leading:
         m2 = _LEADING_CHOICE.match(t)
-        if m2:
+        if m2 and not _ANY_CHOICE.search(t, m2.end()):  # "(C) or (D)" names no single choice
             return m2.group(1)
     return None
