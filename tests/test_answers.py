@@ -143,3 +143,52 @@ def test_normalize_answer_is_a_reduced_fraction_for_numbers() -> None:
     assert normalize_answer(r"\boxed{\dfrac{2}{4}}") == "1/2"
     assert normalize_answer("1{,}000") == "1000"
     assert normalize_answer(r"x^2 + 1") == "x^2+1"
+
+
+def _decimal_text(v: Fraction) -> str | None:
+    """``v`` as an exact decimal when its denominator is 2^a 5^b (the reference: long division)."""
+    den, twos, fives = v.denominator, 0, 0
+    while den % 2 == 0:
+        den, twos = den // 2, twos + 1
+    while den % 5 == 0:
+        den, fives = den // 5, fives + 1
+    if den != 1:
+        return None
+    places = max(twos, fives)
+    scaled = abs(v) * 10**places
+    digits = str(scaled.numerator).rjust(places + 1, "0")
+    body = digits if places == 0 else f"{digits[:-places]}.{digits[-places:]}"
+    return ("-" if v < 0 else "") + body
+
+
+def _renderings(v: Fraction) -> list[str]:
+    sign = "-" if v < 0 else ""
+    p, q = abs(v.numerator), v.denominator
+    out = [f"{sign}{p}/{q}", f"{sign}\\frac{{{p}}}{{{q}}}", f"\\dfrac{{{v.numerator}}}{{{q}}}"]
+    if p < 10 and q < 10:
+        out.append(f"{sign}\\frac{p}{q}")
+    dec = _decimal_text(v)
+    if dec is not None:
+        out.append(dec)
+    if q == 1:
+        out.append(f"{sign}{p:,}".replace(",", "{,}"))
+    return out
+
+
+WRAPS = ["{}", "\\boxed{{{}}}", "${}$", "x = {}", "{}\\text{{ cm}}", "{}.", "\\boxed{{\\boxed{{{}}}}}"]
+
+
+@given(
+    st.fractions(min_value=-1000, max_value=1000, max_denominator=64),
+    st.fractions(min_value=-1000, max_value=1000, max_denominator=64),
+    st.data(),
+)
+@settings(max_examples=300, deadline=None)
+def test_every_rendering_of_two_numbers_matches_exactly_when_they_are_equal(
+    a: Fraction, b: Fraction, data: st.DataObject
+) -> None:
+    for x, y in ((a, b), (a, a)):
+        left = data.draw(st.sampled_from(WRAPS)).format(data.draw(st.sampled_from(_renderings(x))))
+        right = data.draw(st.sampled_from(WRAPS)).format(data.draw(st.sampled_from(_renderings(y))))
+        assert answers_match(left, right) is (x == y), (left, right)
+        assert decide(left, right).path != "fallback"
