@@ -31,7 +31,8 @@ from tirl.inference.hf import HFGenerator
 from tirl.models.chat_format import chat_format_for
 from tirl.models.loading import load_policy
 from tirl.models.tiny import TinyModelSpec, build_tiny_model, count_parameters, save_policy
-from tirl.rollout.agent_loop import AgentLoop, evaluate_accuracy
+from tirl.rollout.agent_loop import AgentLoop
+from tirl.rollout.evaluation import evaluate_accuracy
 from tirl.sandbox import create_sandbox
 from tirl.sft import (
     SFTConfig,
@@ -90,18 +91,11 @@ def _config(args: argparse.Namespace) -> SFTConfig:
     if not 1 <= args.difficulty <= 5:
         raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
     stop = args.stop_at_accuracy if args.stop_at_accuracy is not None and args.stop_at_accuracy >= 0 else None
+    same = ("steps", "batch_size", "lr", "train_tasks", "difficulty", "seed", "eval_every", "eval_tasks", "env")
     return SFTConfig(
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        train_tasks=args.train_tasks,
-        difficulty=args.difficulty,
-        seed=args.seed,
-        eval_every=args.eval_every,
-        eval_tasks=args.eval_tasks,
+        **{name: getattr(args, name) for name in same},
         stop_at_accuracy=stop,
         copy_steps=max(0, args.copy_steps),
-        env=args.env,
         max_turns=6 if args.env == "tir-chain" else SFTConfig.max_turns,
     )
 

@@ -54,17 +54,17 @@ import secrets
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Unpack
 
-from tirl.config import EnvConfig, SandboxConfig
+from tirl.config import EnvConfig
 from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, Task
 from tirl.envs.common import block_lang
 from tirl.envs.observation import clip
 from tirl.envs.tasks.swe_gen import expert_solution, generate_swe_tasks, load_swe_tasks
-from tirl.envs.tool_env import ToolEnv, call_arguments
+from tirl.envs.tool_env import ToolEnv, ToolEnvOptions, call_arguments
 from tirl.envs.workspace import Workspace, clear_path, default_cache_dir, materialise, provision, pytest_bundle
-from tirl.parsing import DEFAULT_RULES, ActionKind, ParseRules, TurnVerdict
-from tirl.sandbox.base import ExecResult, Lang, Sandbox
+from tirl.parsing import ActionKind, TurnVerdict
+from tirl.sandbox.base import ExecResult, Lang
 from tirl.types import Message, TerminationReason, ToolCall
 
 __all__ = [
@@ -134,34 +134,27 @@ class SweLiteEnv(ToolEnv):
     name = "swe-lite"
     answer_reason = TerminationReason.SUBMITTED  # any final answer submits
 
+    defaults: ClassVar[ToolEnvOptions] = {
+        "max_turns": 10,
+        "system_prompt": DEFAULT_SYSTEM_PROMPT,
+        "max_obs_chars": 2000,
+    }
+
     def __init__(
         self,
         *,
-        sandbox: Sandbox | None = None,
-        sandbox_config: SandboxConfig | None = None,
-        max_turns: int = 10,
-        system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-        max_obs_chars: int = 2000,
-        max_action_chars: int | None = None,
         command_timeout_s: float | None = None,
         eval_timeout_s: float = 60.0,
         reward_mode: str = "all",
         cache_dir: str | Path | None = None,
         work_root: str | Path | None = None,
         keep_workspace: bool = False,
-        rules: ParseRules = DEFAULT_RULES,
+        **options: Unpack[ToolEnvOptions],
     ) -> None:
+        """``options``: :class:`~tirl.envs.tool_env.ToolEnvOptions`; defaults here: 10 turns, 2000 output chars."""
         if reward_mode not in ("all", "fraction"):
             raise ValueError(f"reward_mode must be 'all' or 'fraction', got {reward_mode!r}")
-        super().__init__(
-            sandbox=sandbox,
-            sandbox_config=sandbox_config,
-            max_turns=max_turns,
-            system_prompt=system_prompt,
-            max_obs_chars=max_obs_chars,
-            max_action_chars=max_action_chars,
-            rules=rules,
-        )
+        super().__init__(**options)
         self.command_timeout_s = command_timeout_s
         self.eval_timeout_s = eval_timeout_s
         self.reward_mode = reward_mode

@@ -46,17 +46,17 @@ model that reuses a variable from an earlier turn gets a ``NameError``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, Unpack
 
 from tirl.answers import answers_match_async
-from tirl.config import EnvConfig, SandboxConfig
+from tirl.config import EnvConfig
 from tirl.envs.base import EvalResult, Task
 from tirl.envs.common import block_lang
 from tirl.envs.observation import tool_message, wrap_output
 from tirl.envs.tasks.math_gen import expert_solution, generate_tasks, load_math_tasks
-from tirl.envs.tool_env import ToolEnv, call_arguments
-from tirl.parsing import DEFAULT_RULES, ActionKind, ParseRules, TurnVerdict
-from tirl.sandbox.base import Lang, Sandbox
+from tirl.envs.tool_env import ToolEnv, ToolEnvOptions, call_arguments
+from tirl.parsing import ActionKind, TurnVerdict
+from tirl.sandbox.base import Lang
 from tirl.types import Message
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "TirMathEnv", "expert_solution", "generate_tasks", "load_math_tasks", "task_source"]
@@ -70,29 +70,22 @@ class TirMathEnv(ToolEnv):
 
     name = "tir-math"
 
+    defaults: ClassVar[ToolEnvOptions] = {
+        "max_turns": 4,
+        "system_prompt": DEFAULT_SYSTEM_PROMPT,
+        "max_obs_chars": 300,
+    }
+
     def __init__(
         self,
         *,
-        sandbox: Sandbox | None = None,
-        sandbox_config: SandboxConfig | None = None,
-        max_turns: int = 4,
-        system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-        max_obs_chars: int = 300,
-        max_action_chars: int | None = None,
         compact_errors: bool = True,
         keep_state: bool = False,
         timeout_s: float | None = None,
-        rules: ParseRules = DEFAULT_RULES,
+        **options: Unpack[ToolEnvOptions],
     ) -> None:
-        super().__init__(
-            sandbox=sandbox,
-            sandbox_config=sandbox_config,
-            max_turns=max_turns,
-            system_prompt=system_prompt,
-            max_obs_chars=max_obs_chars,
-            max_action_chars=max_action_chars,
-            rules=rules,
-        )
+        """``options``: :class:`~tirl.envs.tool_env.ToolEnvOptions`; defaults here: 4 turns, 300 output chars."""
+        super().__init__(**options)
         self.compact_errors = compact_errors
         self.keep_state = keep_state
         self.timeout_s = timeout_s

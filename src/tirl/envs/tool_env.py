@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Self
+from typing import Any, ClassVar, Self, TypedDict, Unpack
 
 from tirl.config import EnvConfig, SandboxConfig
 from tirl.envs.base import EpisodeOverError, EvalResult, StepResult, Task
@@ -77,35 +77,50 @@ def call_arguments(call: ToolCall) -> dict[str, Any]:
     return args if isinstance(args, dict) else {}
 
 
+class ToolEnvOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`ToolEnv` (a subclass passes them on with ``**options``)."""
+
+    sandbox: Sandbox | None  # shared sandbox (or warm pool); None = create one per episode
+    sandbox_config: SandboxConfig | None  # used when the env creates its own sandbox
+    max_turns: int  # assistant turns before the episode is truncated (max_turns)
+    system_prompt: str | None  # None = no system message
+    max_obs_chars: int  # tool output budget per turn (>= 64)
+    max_action_chars: int | None  # a longer assistant message truncates the episode (overlong)
+    rules: ParseRules  # the shared action rule (the void filter's)
+
+
 class ToolEnv:
-    """One episode of a tool-using task; subclasses implement ``act`` and ``score`` (see the module docstring)."""
+    """One episode of a tool-using task; subclasses implement ``act`` and ``score`` (see the module docstring).
+
+    A subclass takes its own keyword arguments and passes the rest on;
+    :attr:`defaults` holds its own defaults of the shared ones::
+
+        defaults: ClassVar[ToolEnvOptions] = {"max_turns": 4}
+
+        def __init__(self, *, timeout_s: float | None = None, **options: Unpack[ToolEnvOptions]) -> None:
+            super().__init__(**options)
+    """
 
     name = "tool-env"
     answer_reason: TerminationReason = TerminationReason.ANSWERED  # how a final answer ends the episode
+    defaults: ClassVar[ToolEnvOptions] = {}  # a subclass's defaults for the options it does not get
 
-    def __init__(
-        self,
-        *,
-        sandbox: Sandbox | None = None,
-        sandbox_config: SandboxConfig | None = None,
-        max_turns: int = 4,
-        system_prompt: str | None = None,
-        max_obs_chars: int = 2000,
-        max_action_chars: int | None = None,
-        rules: ParseRules = DEFAULT_RULES,
-    ) -> None:
+    def __init__(self, **options: Unpack[ToolEnvOptions]) -> None:
+        given: ToolEnvOptions = {**self.defaults, **options}
+        max_turns = given.get("max_turns", 4)
+        max_obs_chars = given.get("max_obs_chars", 2000)
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if max_obs_chars < 64:
             raise ValueError(f"max_obs_chars must be >= 64, got {max_obs_chars}")
         self.max_turns = max_turns
-        self.system_prompt = system_prompt
+        self.system_prompt = given.get("system_prompt")
         self.max_obs_chars = max_obs_chars
-        self.max_action_chars = max_action_chars
-        self.rules = rules
+        self.max_action_chars = given.get("max_action_chars")
+        self.rules = given.get("rules", DEFAULT_RULES)
         self.info: dict[str, Any] = {}  # facts from setup, added to every evaluation
         self.answer: str | None = None  # the last final answer the model gave
-        self._lease = SandboxLease(sandbox, sandbox_config)
+        self._lease = SandboxLease(given.get("sandbox"), given.get("sandbox_config"))
         self._task: Task | None = None
         self._turns = 0
         self._reason: TerminationReason | None = None

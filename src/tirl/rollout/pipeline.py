@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 from tirl.config import RolloutConfig
 from tirl.envs.base import Env, Task
+from tirl.errors import describe
 from tirl.rollout.base import EnvFactory, EpisodeRunner, RolloutBatch, RolloutRequest
 from tirl.rollout.trace import STAGES, StageBoard, TraceSummary
 from tirl.types import Group, Message, StageTiming, TerminationReason, Trajectory
@@ -148,11 +149,6 @@ def _cancel_is_ours() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 class Stages:
     """The bodies of the three stages for one ``collect``, with their accounting.
 
@@ -233,6 +229,18 @@ class Stages:
             self.counts["close_errors"] += 1
             log.warning("%s", error)
 
+    def _attempt_error(self, exc: BaseException, stage: str, what: str, verb: str) -> str:
+        """The text of one failed attempt of ``stage``; our own cancellation is re-raised, never recorded."""
+        if isinstance(exc, TimeoutError):
+            self.counts[f"{stage}_timeouts"] += 1
+            limit = getattr(self.cfg, f"{stage}_timeout_s")
+            return f"{what} timed out after {limit}s (rollout.{stage}_timeout_s)"
+        if isinstance(exc, asyncio.CancelledError):
+            if _cancel_is_ours():
+                raise exc
+            return f"{what} raised a stray CancelledError"
+        return f"{what} {verb} {describe(exc)}"
+
     async def initialize(self, ep: Episode) -> bool:
         """Create and reset an env (with timeout and retries); False = the episode ended ``init_failed``."""
         timing = self._begin(ep, "init")
@@ -247,21 +255,14 @@ class Stages:
                         try:
                             env = self.env_factory(ep.task)
                         except Exception as exc:
-                            error = f"env factory failed: {_describe(exc)}"
+                            error = f"env factory failed: {describe(exc)}"
                             continue
                         handle = self._open(env)
                         ep.initial = list(await handle.env.reset(ep.task, seed=ep.seed))
                     ep.env = handle
                     return True
-                except TimeoutError:
-                    self.counts["init_timeouts"] += 1
-                    error = f"env reset timed out after {self.cfg.init_timeout_s}s (rollout.init_timeout_s)"
-                except asyncio.CancelledError:
-                    if _cancel_is_ours():
-                        raise
-                    error = "env reset raised a stray CancelledError"
-                except Exception as exc:
-                    error = f"env reset failed: {_describe(exc)}"
+                except (Exception, asyncio.CancelledError) as exc:
+                    error = self._attempt_error(exc, "init", "env reset", "failed:")
                 if handle is not None:
                     await handle.close()
             self._fail(ep, TerminationReason.INIT_FAILED, f"{error} [{timing.attempts} attempt(s)]")
@@ -278,19 +279,9 @@ class Stages:
         try:
             async with asyncio.timeout(self.cfg.run_timeout_s):
                 await self.runner(ep.env.env, ep.task, ep.initial, ep.traj)
-        except TimeoutError:
-            self.counts["run_timeouts"] += 1
-            self._fail(
-                ep,
-                TerminationReason.TIMEOUT,
-                f"agent runner timed out after {self.cfg.run_timeout_s}s (rollout.run_timeout_s)",
-            )
-        except asyncio.CancelledError:
-            if _cancel_is_ours():
-                raise
-            self._fail(ep, TerminationReason.ERROR, "agent runner raised a stray CancelledError")
-        except Exception as exc:
-            self._fail(ep, TerminationReason.ERROR, f"agent runner raised {_describe(exc)}")
+        except (Exception, asyncio.CancelledError) as exc:
+            reason = TerminationReason.TIMEOUT if isinstance(exc, TimeoutError) else TerminationReason.ERROR
+            self._fail(ep, reason, self._attempt_error(exc, "run", "agent runner", "raised"))
         else:
             if ep.traj.termination is None:
                 self._fail(ep, TerminationReason.ERROR, "agent runner returned without setting traj.termination")
@@ -315,15 +306,8 @@ class Stages:
                     if result.info:
                         ep.traj.info["eval"] = dict(result.info)
                     return
-                except TimeoutError:
-                    self.counts["eval_timeouts"] += 1
-                    error = f"evaluation timed out after {self.cfg.eval_timeout_s}s (rollout.eval_timeout_s)"
-                except asyncio.CancelledError:
-                    if _cancel_is_ours():
-                        raise
-                    error = "evaluation raised a stray CancelledError"
-                except Exception as exc:
-                    error = f"evaluation failed: {_describe(exc)}"
+                except (Exception, asyncio.CancelledError) as exc:
+                    error = self._attempt_error(exc, "eval", "evaluation", "failed:")
             self._fail(ep, TerminationReason.EVAL_FAILED, f"{error} [{timing.attempts} attempt(s)]")
         finally:
             self._end(timing, "eval")
@@ -396,21 +380,21 @@ async def pipeline(stages: Stages, episodes: list[Episode]) -> None:
         if stages.finished == len(episodes):
             all_done.set()
 
+    async def pass_on(ok: bool, ep: Episode, src: str, dst: str, q: asyncio.Queue[Episode]) -> None:
+        if ok:
+            await stages.handoff(ep, src, dst, q)
+        else:  # the stage failed for good: the episode skips the rest
+            await finish(ep)
+
     async def initializer() -> None:
         while not init_queue.empty():
             ep = init_queue.get_nowait()
-            if await stages.initialize(ep):
-                await stages.handoff(ep, "init", "run", run_queue)
-            else:
-                await finish(ep)
+            await pass_on(await stages.initialize(ep), ep, "init", "run", run_queue)
 
     async def agent_runner() -> None:
         while True:
             ep = await run_queue.get()
-            if await stages.run(ep):
-                await stages.handoff(ep, "run", "eval", eval_queue)
-            else:
-                await finish(ep)
+            await pass_on(await stages.run(ep), ep, "run", "eval", eval_queue)
 
     async def evaluator() -> None:
         while True:

@@ -34,9 +34,9 @@ that was opened exactly once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tirl.config import RolloutConfig
 from tirl.rollout.base import EnvFactory, EpisodeRunner, RolloutBatch, RolloutRequest
@@ -59,72 +59,75 @@ def batch_size(cfg: RolloutConfig) -> int:
     return cfg.batch_size or cfg.run_workers
 
 
+class _Limited:
+    """The stage bodies behind one semaphore per stage (the worker counts)."""
+
+    def __init__(self, stages: Stages) -> None:
+        cfg = stages.cfg
+        self.stages = stages
+        self._sems = {
+            "init": asyncio.Semaphore(cfg.init_workers),
+            "run": asyncio.Semaphore(cfg.run_workers),
+            "eval": asyncio.Semaphore(cfg.eval_workers),
+        }
+
+    async def initialize(self, ep: Episode) -> bool:
+        async with self._sems["init"]:
+            return await self.stages.initialize(ep)
+
+    async def run(self, ep: Episode) -> bool:
+        self.stages.queue(ep, "run")
+        async with self._sems["run"]:
+            return await self.stages.run(ep)
+
+    async def evaluate(self, ep: Episode) -> None:
+        self.stages.queue(ep, "eval")
+        async with self._sems["eval"]:
+            await self.stages.evaluate(ep)
+
+
+async def _each(episodes: Sequence[Episode], body: Callable[[Episode], Coroutine[Any, Any, None]]) -> None:
+    """Run ``body`` on every episode concurrently; return when all are done (the barrier)."""
+    async with asyncio.TaskGroup() as tg:
+        for ep in episodes:
+            tg.create_task(body(ep))
+
+
 async def sync_batch(stages: Stages, episodes: list[Episode]) -> None:
     """Batches of ``B``: initialise all, then run all, then evaluate all (a barrier after each phase)."""
-    cfg = stages.cfg
-    init_sem = asyncio.Semaphore(cfg.init_workers)
-    run_sem = asyncio.Semaphore(cfg.run_workers)
-    eval_sem = asyncio.Semaphore(cfg.eval_workers)
+    limited = _Limited(stages)
+
+    async def finish_if_failed(ep: Episode, ok: bool) -> None:
+        if not ok:
+            await stages.finish(ep)
 
     async def init_one(ep: Episode) -> None:
-        async with init_sem:
-            ok = await stages.initialize(ep)
-        if not ok:
-            await stages.finish(ep)
+        await finish_if_failed(ep, await limited.initialize(ep))
 
     async def run_one(ep: Episode) -> None:
-        async with run_sem:
-            ok = await stages.run(ep)
-        if not ok:
-            await stages.finish(ep)
+        await finish_if_failed(ep, await limited.run(ep))
 
     async def eval_one(ep: Episode) -> None:
-        async with eval_sem:
-            await stages.evaluate(ep)
+        await limited.evaluate(ep)
         await stages.finish(ep)
 
-    for batch in _batches(episodes, batch_size(cfg)):
-        async with asyncio.TaskGroup() as tg:
-            for ep in batch:
-                tg.create_task(init_one(ep))
-        ready = [ep for ep in batch if not ep.done]
-        for ep in ready:
-            stages.queue(ep, "run")
-        async with asyncio.TaskGroup() as tg:
-            for ep in ready:
-                tg.create_task(run_one(ep))
-        ready = [ep for ep in ready if not ep.done]
-        for ep in ready:
-            stages.queue(ep, "eval")
-        async with asyncio.TaskGroup() as tg:
-            for ep in ready:
-                tg.create_task(eval_one(ep))
+    for batch in _batches(episodes, batch_size(stages.cfg)):
+        await _each(batch, init_one)
+        await _each([ep for ep in batch if not ep.done], run_one)
+        await _each([ep for ep in batch if not ep.done], eval_one)
 
 
 async def async_batch(stages: Stages, episodes: list[Episode]) -> None:
     """Batches of ``B``: each trajectory runs init → run → eval on its own; the batch ends with its slowest."""
-    cfg = stages.cfg
-    init_sem = asyncio.Semaphore(cfg.init_workers)
-    run_sem = asyncio.Semaphore(cfg.run_workers)
-    eval_sem = asyncio.Semaphore(cfg.eval_workers)
+    limited = _Limited(stages)
 
     async def one(ep: Episode) -> None:
-        async with init_sem:
-            ok = await stages.initialize(ep)
-        if ok:
-            stages.queue(ep, "run")
-            async with run_sem:
-                ok = await stages.run(ep)
-        if ok:
-            stages.queue(ep, "eval")
-            async with eval_sem:
-                await stages.evaluate(ep)
+        if await limited.initialize(ep) and await limited.run(ep):
+            await limited.evaluate(ep)
         await stages.finish(ep)
 
-    for batch in _batches(episodes, batch_size(cfg)):
-        async with asyncio.TaskGroup() as tg:
-            for ep in batch:
-                tg.create_task(one(ep))
+    for batch in _batches(episodes, batch_size(stages.cfg)):
+        await _each(batch, one)
 
 
 #: The schedules by ``rollout.strategy`` name.
@@ -209,13 +212,6 @@ class Rollout:
             await asyncio.wait(pending)
 
 
-def make_strategy(
-    cfg: RolloutConfig,
-    env_factory: EnvFactory,
-    runner: EpisodeRunner,
-    *,
-    trace_path: str | Path | None = None,
-    generator_busy: GeneratorBusy | None = None,
-) -> Rollout:
-    """The strategy whose schedule is ``cfg.strategy`` (``pipeline``, ``async_batch`` or ``sync_batch``)."""
-    return Rollout(cfg, env_factory, runner, trace_path=trace_path, generator_busy=generator_busy)
+#: ``make_strategy(cfg, env_factory, runner, *, trace_path=None, generator_busy=None)``: the strategy whose
+#: schedule is ``cfg.strategy`` (``pipeline``, ``async_batch`` or ``sync_batch``).
+make_strategy = Rollout

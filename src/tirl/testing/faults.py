@@ -56,10 +56,13 @@ class FaultPlan:
 
     init_error: float = 0.0
     init_hang: float = 0.0
+    """Initializer: ``env.reset`` raises / sleeps."""
     run_error: float = 0.0
     run_hang: float = 0.0
+    """Agent Runner: the runner raises / sleeps before running."""
     eval_error: float = 0.0
     eval_hang: float = 0.0
+    """Evaluator: ``env.evaluate`` raises / sleeps."""
     seed: int = 0
     hang_s: float = 3600.0
 
