@@ -176,7 +176,7 @@ def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | 
     return [CodeBlock(lang, text[eol + 1 : j], i, end)], [(i, end)]
 
 
-def _scan_fences(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]]:
+def scan_fences(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]]:
     """All closed fenced blocks and all fenced regions (closed, or unclosed and running to the end)."""
     if "~" not in text or "~~~" not in text:
         fast = _single_block(text)
@@ -221,7 +221,7 @@ def extract_code_blocks(text: str, rules: ParseRules = DEFAULT_RULES) -> list[Co
     """The executable code blocks of ``text``: closed, executable language, non-blank body."""
     if "```" not in text and "~~~" not in text:
         return []
-    blocks, _ = _scan_fences(text)
+    blocks, _ = scan_fences(text)
     return list(_executable(blocks, rules))
 
 
@@ -302,7 +302,7 @@ def extract_final_answer(text: str, rules: ParseRules = DEFAULT_RULES) -> str | 
     True
     """
     if "```" in text or "~~~" in text:
-        return _final_answer(text, _scan_fences(text)[1], rules)
+        return _final_answer(text, scan_fences(text)[1], rules)
     return _final_answer(text, [], rules)
 
 

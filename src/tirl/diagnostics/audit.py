@@ -39,7 +39,7 @@ from typing import Any
 from tirl.answers import answers_match
 from tirl.filters.void_turn import judge_trajectory
 from tirl.jsonl import read_trajectories
-from tirl.parsing import DEFAULT_RULES, ParseRules, _scan_fences
+from tirl.parsing import DEFAULT_RULES, ParseRules, scan_fences
 from tirl.types import Message, Role, TerminationReason, Trajectory
 
 VOID_REASONS: tuple[str, ...] = (
@@ -67,7 +67,7 @@ def void_reason(message: Message, *, truncated: bool = False, rules: ParseRules 
     if truncated:
         return "truncated"
     if "```" in text or "~~~" in text:
-        blocks, regions = _scan_fences(text)
+        blocks, regions = scan_fences(text)
         if len(regions) > len(blocks):
             return "unclosed_fence"
         if any(rules.is_exec_lang(b.lang) for b in blocks):
