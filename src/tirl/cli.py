@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from tirl import __version__
-from tirl.errors import TirlError
+from tirl.errors import TirlError, one_line
 
 # name -> (module under tirl.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -78,7 +78,7 @@ class OneLineParser(argparse.ArgumentParser):
         self.register("type", float, finite_float)
 
     def error(self, message: str) -> NoReturn:  # noqa: D102
-        self.exit(2, f"error: {self.prog}: {message} — see `{self.prog} --help`\n")
+        self.exit(2, f"error: {self.prog}: {one_line(message)} — see `{self.prog} --help`\n")
 
 
 def _net(exc: BaseException) -> str | None:
@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(module.run(ns) or 0)
     except TirlError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = _net(exc)
         if text is None:
             raise
-        print(f"error: {text}", file=sys.stderr)
+        print(f"error: {one_line(text)}", file=sys.stderr)
         return 2
 
 

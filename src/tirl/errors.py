@@ -55,3 +55,20 @@ def describe(exc: BaseException, *, where: bool = False) -> str:
         if tb is not None:
             out += f" ({tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno})"
     return out
+
+
+_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def one_line(text: str) -> str:
+    r"""``text`` with line breaks and control characters escaped (``\n``, ``\x1e``): one ``error:`` line stays one.
+
+    Messages echo user input (keys, values, paths); a key holding a newline must not split the line.
+    """
+    if text.isprintable():
+        return text
+    return "".join(_escape(ch) if ch in _BREAKS or (ch < " " and ch != "\t") or ch == "\x7f" else ch for ch in text)
+
+
+def _escape(ch: str) -> str:
+    return ch.encode("unicode_escape").decode("ascii")

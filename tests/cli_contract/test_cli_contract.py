@@ -33,8 +33,20 @@ def test_non_utf8_input_is_one_error_line(capsys, tmp_path, command):
         "diagnose-pipeline": ["diagnose", "pipeline", path],
         "diagnose-csv": ["diagnose", "training", path],
     }[command]
-    assert_refused(run_cli(capsys, *argv), "UTF-8")
+    assert_refused(run_cli(capsys, *argv), "UTF-8", str(path))
     assert not (tmp_path / "v.jsonl").exists()
+
+
+def test_report_on_non_utf8_files_never_tracebacks(capsys, tmp_path):
+    """The report degrades per section: an unreadable file is named in the HTML, the rest is still reported."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("metrics.jsonl", "pipeline_trace.jsonl", "trajectories.jsonl", "summary.json"):
+        (run / name).write_bytes(NOT_UTF8)
+    out = run_cli(capsys, "report", run)
+    assert out.code == 0 and "Traceback" not in out.err, out.err
+    html = (run / "report.html").read_text(encoding="utf-8")
+    assert html.count("UTF-8") >= 3
 
 
 def test_non_utf8_bundle_for_review(capsys, tmp_path):

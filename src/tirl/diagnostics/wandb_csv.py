@@ -55,6 +55,16 @@ def split_header(header: str) -> tuple[str | None, str, str]:
 def read_wandb_csv(path: str | Path) -> dict[str | None, list[Row]]:
     """The rows of each run in a wandb CSV export (see the module docstring)."""
     p = Path(path)
+    try:
+        return _read_csv(p)
+    except UnicodeDecodeError as exc:
+        where = f"{exc.reason} at byte {exc.start}"
+        raise InputError(str(p), None, f"not UTF-8 text ({where})", "re-encode the file as UTF-8") from None
+    except csv.Error as exc:  # e.g. a field over the csv module's size limit, a NUL byte
+        raise InputError(str(p), None, f"not a readable CSV file ({exc})", "give a wandb CSV export") from None
+
+
+def _read_csv(p: Path) -> dict[str | None, list[Row]]:
     with p.open(encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
