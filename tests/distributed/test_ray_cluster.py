@@ -1,18 +1,24 @@
 """A real two-node local Ray cluster: envs and sandboxes on actors, the local pipeline scheduling them.
 
 A head and a second node are started with ``ray start`` (one CPU each, a small
-object store), a rollout of tir-math episodes runs through the pipeline with
-env hosts on both nodes, one host is killed while episodes are running on it,
-and every trajectory must still be accounted for.
+object store, a private HOME with and without a Ray auth token), a rollout of
+tir-math episodes runs through the pipeline with env hosts on both nodes, one
+host is killed while episodes are running on it, and every trajectory must
+still be accounted for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -39,49 +45,91 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ray(*args: str) -> None:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run([RAY, *args], check=True, capture_output=True, text=True, env=env, timeout=120)
+def _ray(env: dict[str, str], *args: str) -> None:
+    proc = subprocess.run([RAY, *args], capture_output=True, text=True, env=env, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ray {args[0]} failed: {proc.stderr[-3000:]}")
 
 
-@pytest.fixture(scope="module")
-def cluster():
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _stop_cluster(marks: tuple[str, ...]) -> None:
+    """Kill this cluster's processes only (their command lines name its temp dir or port) and their children.
+
+    ``ray stop --force`` would also stop every other Ray cluster on the machine.
+    """
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+    ours = {p for p in pids if any(m in _cmdline(p) for m in marks)}
+    grown = True
+    while grown:
+        kids = {p for p in pids if p not in ours and _parent(p) in ours}
+        ours |= kids
+        grown = bool(kids)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in ours:
+            with contextlib.suppress(OSError):
+                os.kill(p, sig)
+        time.sleep(2 if sig == signal.SIGTERM else 0)
+
+
+@pytest.fixture(scope="module", params=["no-token", "token"])
+def cluster(request, tmp_path_factory):
+    """A two-node cluster in a private HOME: with a Ray auth token there ("token") and without ("no-token").
+
+    Ray writes ``~/.ray/auth_token`` on a first local ``ray.init()``; from then on ``ray start --head`` turns
+    token authentication on, and a node or driver that does not send the token fails with InvalidAuthToken.
+    Both states are tested, whatever the machine's own ``~/.ray`` holds. The other nodes run with
+    ``RAY_AUTH_MODE=token`` when there is a token (Ray's rule for multi-node clusters); the driver is not told:
+    tirl's ``--ray-address`` must find the token by itself.
+    """
+    home = tmp_path_factory.mktemp(f"home-{request.param}")
+    temp_dir = tempfile.mkdtemp(prefix="tirlray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     port = _free_port()
     address = f"127.0.0.1:{port}"
+    env = {**os.environ, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_AUTH_MODE", None)
+    if request.param == "token":
+        _ray(env, "get-auth-token", "--generate")
+        assert (home / ".ray" / "auth_token").is_file()
+    node_env = {**env, "RAY_AUTH_MODE": "token"} if request.param == "token" else env
+    common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--object-store-memory", STORE]
+    common += ["--disable-usage-stats", "--temp-dir", temp_dir]
+    mp = pytest.MonkeyPatch()
+    auth_mode = os.environ.get("RAY_AUTH_MODE")  # Ray sets it in this process when it turns token auth on
     try:
-        _ray(
-            "start",
-            "--head",
-            "--node-ip-address",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--num-cpus",
-            "1",
-            "--object-store-memory",
-            STORE,
-            "--include-dashboard",
-            "false",
-            "--disable-usage-stats",
-        )
-        _ray(
-            "start",
-            "--address",
-            address,
-            "--node-ip-address",
-            "127.0.0.1",
-            "--num-cpus",
-            "1",
-            "--object-store-memory",
-            STORE,
-            "--disable-usage-stats",
-        )
-        ray.init(address=address, log_to_driver=False)
+        _ray(env, "start", "--head", "--port", str(port), "--include-dashboard", "false", *common)
+        _ray(node_env, "start", "--address", address, *common)
+        mp.setenv("HOME", str(home))
+        mp.delenv("RAY_AUTH_MODE", raising=False)
         yield address
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+        mp.undo()
+        if auth_mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        _stop_cluster((temp_dir, f":{port}"))
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_driver():
+    """Each test connects anew, through tirl's own code path (RayEnvPool with an explicit address)."""
+    if ray.is_initialized():
+        ray.shutdown()
+    yield
 
 
 class ScriptedRunner:

@@ -26,13 +26,16 @@ Not covered: restarting dead hosts (``max_restarts=0``: an env's state
 cannot be rebuilt), moving the generator or trainer onto Ray, envs
 registered at run time in the driver only (the hosts import envs by their
 registered name or an import string, so register them in an importable
-module), and authentication of the Ray cluster (run it on a private
-network).
+module), and securing the Ray cluster (run it on a private network). Token
+authentication works: when the cluster asks for a token, the driver sends
+the local one (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN``); every node of such
+a cluster must run with ``RAY_AUTH_MODE=token`` and the same token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections import Counter
@@ -178,6 +181,66 @@ class RayEnvProxy:
             await self._call("close")
 
 
+def _auth_refused(exc: BaseException) -> bool:
+    """Whether a failed ``ray.init`` was the cluster refusing a missing or wrong auth token."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "InvalidAuthToken" in str(seen) or type(seen).__name__ == "AuthenticationError":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _send_cluster_token() -> bool:
+    """Turn Ray's token authentication on for this process when a local token exists; True when it is on.
+
+    The token is ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` or
+    ``~/.ray/auth_token``; ``RAY_AUTH_MODE``, when set, decides instead.
+    """
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return False
+    return bool(maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
+
+
+def _connect(ray: Any, address: str | None) -> None:
+    """``ray.init`` at ``address``; on an auth-token refusal, again with the local token.
+
+    ``ray start --head`` turns token authentication on by itself when a token
+    exists (Ray writes ``~/.ray/auth_token`` on the first local ``ray.init()``),
+    but a driver given an explicit address does not send it (InvalidAuthToken).
+    It cannot send it up front either: a token-mode driver connected to a
+    cluster without authentication refuses its workers' calls, so its actors
+    never start. So tirl connects without, and retries with the token only
+    when the cluster asked for one.
+    """
+    kwargs: dict[str, Any] = {"address": address, "log_to_driver": False, "include_dashboard": False}
+    try:
+        ray.init(**kwargs)
+        return
+    except ConnectionError as exc:
+        error: ConnectionError = exc
+    token = _auth_refused(error) and _send_cluster_token()
+    if token:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        try:
+            ray.init(**kwargs)
+            return
+        except ConnectionError as exc:
+            error = exc
+    hint = " The cluster refused the local auth token: give tirl its token (RAY_AUTH_TOKEN)." if token else ""
+    if not token and _auth_refused(error):
+        hint = " The cluster wants an auth token: put it in ~/.ray/auth_token or RAY_AUTH_TOKEN."
+    raise SetupError(
+        f"cannot connect to the Ray cluster at {address!r} ({error}) — start it with "
+        f"`ray start --head --port 6379` and pass --ray-address HOST:6379.{hint}"
+    ) from None
+
+
 class RayEnvPool:
     """Env hosts on a Ray cluster and the ``EnvFactory`` that places envs on them.
 
@@ -198,13 +261,7 @@ class RayEnvPool:
         self.ray = ray
         self.recipe = recipe
         if not ray.is_initialized():
-            try:
-                ray.init(address=address, log_to_driver=False, include_dashboard=False)
-            except ConnectionError as exc:
-                raise SetupError(
-                    f"cannot connect to the Ray cluster at {address!r} ({exc}) — start it with "
-                    "`ray start --head --port 6379` and pass --ray-address HOST:6379"
-                ) from None
+            _connect(ray, address)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         actor_cls = ray.remote(EnvHost)
