@@ -8,6 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tirl.cli import main
 from tirl.config import EnvConfig, SandboxConfig
@@ -16,6 +18,8 @@ from tirl.envs.tir_math import TirMathEnv
 from tirl.errors import ConfigError, InputError
 from tirl.sandbox import create_sandbox
 from tirl.types import Message, Role, TerminationReason
+
+KEYS = ["prompt", "role", "content", "reward_model", "reward_spec", "ground_truth", "answer", "id", "extra_info"]
 
 
 def verl_row(i: int, answer: object = None) -> dict:
@@ -216,3 +220,37 @@ def test_train_and_eval_on_a_parquet_task_file(tmp_path: Path, capsys: pytest.Ca
     assert main(["eval", "--model", str(model_dir), "--json", *tiny[-6:]]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["n"] == 4
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+_MESSAGES = st.lists(st.fixed_dictionaries({"role": _JSON | st.sampled_from(["user", "system"]), "content": _JSON}))
+_ROW = st.dictionaries(st.sampled_from(KEYS), _JSON, max_size=5) | st.fixed_dictionaries(
+    {"prompt": _MESSAGES | _JSON, "reward_model": st.fixed_dictionaries({"ground_truth": _JSON})}
+)
+
+
+@given(st.lists(_ROW, min_size=0, max_size=4))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_rows_load_or_fail_with_an_input_error(tmp_path: Path, rows: list[dict]) -> None:
+    path = write_jsonl(tmp_path / "fuzz.jsonl", rows)
+    try:
+        out = read_task_rows(path)
+    except InputError as exc:
+        assert str(exc).startswith(str(path))
+    else:
+        assert all(r.answer and any(m.role is Role.USER for m in r.messages) for r in out)
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_bytes_as_parquet_fail_with_an_input_error(tmp_path: Path, blob: bytes) -> None:
+    path = tmp_path / "fuzz.parquet"
+    path.write_bytes(b"PAR1" + blob + b"PAR1")
+    with pytest.raises(InputError):
+        read_task_rows(path)

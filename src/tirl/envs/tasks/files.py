@@ -150,7 +150,7 @@ def _messages(value: Any, key: str, path: Path, row: int) -> tuple[Message, ...]
     for i, item in enumerate(value):
         role = item.get("role") if isinstance(item, dict) else None
         content = item.get("content") if isinstance(item, dict) else None
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise InputError(file, line, f"{at}{key}[{i}] has role {role!r}", "use system, user or assistant")
         if not isinstance(content, str):
             raise InputError(file, line, f"{at}{key}[{i}] content must be a string, got {_kind(content)}", fix)
