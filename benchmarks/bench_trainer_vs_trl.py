@@ -10,19 +10,36 @@ right, else a small dense shaping term (see ``_reward``). Both use
 completions per prompt, 2 optimiser steps per batch (TRL:
 ``steps_per_generation=2``; tirl: ``algo.minibatches=2``), clip 0.2/0.28,
 token-level loss aggregation (TRL ``loss_type="dapo"``), no KL, temperature 1,
-AdamW at the same learning rate, float32 on the CPU with the same thread count
-and ``OMP_WAIT_POLICY=PASSIVE``. TRL keeps its other defaults (notably
-``gradient_checkpointing=True``, which lowers its memory and costs compute).
-tirl runs with ``filter.mode=off`` so that it updates on exactly as many
-trajectories as TRL.
+AdamW at the same constant learning rate with no warm-up on either side (tirl:
+``algo.warmup_steps=0``; TRL: ``lr_scheduler_type="constant"``,
+``warmup_steps=0``), float32 on the CPU with the same thread count and
+``OMP_WAIT_POLICY=PASSIVE``. tirl runs with ``filter.mode=off`` so that it
+updates on exactly as many trajectories as TRL.
 
-Measured: tokens per second of whole steps (generation + scoring + update;
-prompt + completion tokens of every sampled sequence, divided by the wall time
-of the training loop, without start-up) and the peak resident set size of the
-process (``ru_maxrss``).
+Three entries: ``tirl``; ``trl``, TRL as its users run it (its other defaults,
+notably ``gradient_checkpointing=True``, which lowers activation memory and
+costs a second forward pass); ``trl_no_ckpt``, the same with gradient
+checkpointing off.
 
-    .venv/bin/pip install trl        # the `bench` extra; check that it does not upgrade torch
-    .venv/bin/python benchmarks/bench_trainer_vs_trl.py [--steps 4] [--json]
+Measured, each side in its own process:
+
+- ``tokens_per_s``: prompt + completion tokens of every sampled sequence,
+  divided by the wall time, both counted from the end of the first generation
+  batch (its 2 optimiser steps) to the end of training, so start-up, the first
+  compilation-like warm-up and the first batch are excluded;
+- ``peak_rss_mb``: the process's peak resident set size (``ru_maxrss``),
+  imports and model load included (tirl imports less, so this favours it);
+- ``train_mem_mb``: the peak RSS during training above the process's own RSS
+  just before training starts (model, optimiser and trainer built): the
+  kernel's peak counter is reset there (``/proc/self/clear_refs``), so this is
+  what training itself adds (activations, gradients, Adam state).
+
+``--repeats N`` runs every entry N times, interleaved, and reports the median
+and the range of each figure; ``cat /proc/loadavg`` is recorded before the run
+and the run is marked ``noisy`` when the 1-minute load exceeded 1.5.
+
+    .venv/bin/pip install -c /work/constraints.txt trl datasets   # the `bench` extra
+    .venv/bin/python benchmarks/bench_trainer_vs_trl.py [--steps 10] [--repeats 5] [--json]
 """
 
 from __future__ import annotations
@@ -32,6 +49,7 @@ import asyncio
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,6 +93,30 @@ def _tasks(args: argparse.Namespace) -> list[Any]:
 
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _status_mb(key: str) -> float:
+    """``VmRSS`` or ``VmHWM`` of this process from ``/proc/self/status``, in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return float(line.split()[1]) / 1024.0
+    raise RuntimeError(f"{key} missing from /proc/self/status")
+
+
+class TrainMemory:
+    """Peak RSS during training above the RSS just before it (the kernel's peak counter is reset at ``start``)."""
+
+    def __init__(self) -> None:
+        self.base = 0.0
+
+    def start(self) -> None:
+        """Record the post-load RSS and reset ``VmHWM`` to it."""
+        Path("/proc/self/clear_refs").write_text("5")
+        self.base = _status_mb("VmRSS")
+
+    def used_mb(self) -> float:
+        """Peak RSS since :meth:`start` minus the RSS at :meth:`start`."""
+        return _status_mb("VmHWM") - self.base
 
 
 # ---------------------------------------------------------------------------------------------- tirl
@@ -128,6 +170,7 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> dic
             "algo.minibatches=2",
             f"algo.lr={args.lr}",
             "algo.kl_coef=0",
+            "algo.warmup_steps=0",
             "filter.mode=off",
             f"trainer.prompts_per_step={args.prompts}",
             f"trainer.steps={args.steps}",
@@ -158,14 +201,20 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> dic
     )
     tokens = 0
     rewards: list[float] = []
+    mem = TrainMemory()
+    mem.start()
     t0 = time.perf_counter()
     for step in range(1, args.steps + 1):
         metrics, sampled = await trainer.train_step(step)
-        tokens += sum(len(t.token_ids) for t in sampled)
+        if step == 1:  # timing starts at the end of the first batch
+            t0 = time.perf_counter()
+        else:
+            tokens += sum(len(t.token_ids) for t in sampled)
         rewards.append(float(metrics["reward/mean"] or 0.0))
         if metrics.get("train/optimizer_steps") != 2:
             raise RuntimeError(f"tirl step {step} made {metrics.get('train/optimizer_steps')} optimiser steps, not 2")
     wall = time.perf_counter() - t0
+    train_mb = mem.used_mb()
     await strategy.close()
     await gen.close()
     return {
@@ -173,11 +222,12 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> dic
         "wall_s": wall,
         "optimizer_steps": 2 * args.steps,
         "reward_mean": sum(rewards) / len(rewards),
+        "train_mem_mb": train_mb,
     }
 
 
 # ----------------------------------------------------------------------------------------------- TRL
-def _trl(args: argparse.Namespace, model_dir: Path, out_dir: Path) -> dict[str, Any]:
+def _trl(args: argparse.Namespace, model_dir: Path, out_dir: Path, *, checkpointing: bool) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -207,8 +257,12 @@ def _trl(args: argparse.Namespace, model_dir: Path, out_dir: Path) -> dict[str, 
     clock: dict[str, float] = {}
 
     class Clock(TrainerCallback):
-        def on_train_begin(self, *a: Any, **k: Any) -> None:
-            clock["t0"] = time.perf_counter()
+        """Starts the clock and the token count at the end of the first generation batch (optimiser step 2)."""
+
+        def on_step_end(self, a: Any, state: Any, c: Any, **k: Any) -> None:
+            if state.global_step == 2:
+                clock["t0"] = time.perf_counter()
+                clock["tokens0"] = counted["tokens"]
 
         def on_train_end(self, *a: Any, **k: Any) -> None:
             clock["t1"] = time.perf_counter()
@@ -243,18 +297,23 @@ def _trl(args: argparse.Namespace, model_dir: Path, out_dir: Path) -> dict[str, 
         seed=args.seed,
         dataloader_num_workers=0,
         generation_kwargs={"eos_token_id": end_id, "pad_token_id": tok.pad_token_id},
+        **({} if checkpointing else {"gradient_checkpointing": False}),  # trl: TRL's default (True)
     )
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     trainer = GRPOTrainer(
         model=model, reward_funcs=reward, args=config, train_dataset=data, processing_class=tok, callbacks=[Clock()]
     )
+    mem = TrainMemory()
+    mem.start()
     trainer.train()
     rewards = counted["rewards"]
     return {
-        "tokens": counted["tokens"],
+        "tokens": int(counted["tokens"] - clock["tokens0"]),
         "wall_s": clock["t1"] - clock["t0"],
         "optimizer_steps": trainer.state.global_step,
         "reward_mean": sum(rewards) / max(len(rewards), 1),
+        "train_mem_mb": mem.used_mb(),
+        "gradient_checkpointing": bool(config.gradient_checkpointing),
     }
 
 
@@ -265,7 +324,7 @@ def _child(args: argparse.Namespace) -> None:
         if args.child == "tirl":
             res = asyncio.run(_tirl(args, model_dir, Path(tmp) / "run"))
         else:
-            res = _trl(args, model_dir, Path(tmp) / "trl")
+            res = _trl(args, model_dir, Path(tmp) / "trl", checkpointing=args.child == "trl")
     res["tokens_per_s"] = res["tokens"] / res["wall_s"]
     res["peak_rss_mb"] = _peak_mb()
     print("RESULT " + json.dumps(res), flush=True)
@@ -285,39 +344,97 @@ def _spawn(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str, An
     raise SystemExit(f"{name} run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
+ENTRIES = ("tirl", "trl", "trl_no_ckpt")
+FIGURES = ("tokens_per_s", "train_mem_mb", "peak_rss_mb", "wall_s")
+
+
+def _load() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Median and range of every figure per entry, and the ratios of the medians (tirl / each TRL entry)."""
+    out: dict[str, Any] = {}
+    for name, rs in runs.items():
+        out[name] = {
+            **{k: statistics.median(r[k] for r in rs) for k in FIGURES},
+            **{f"{k}_range": [min(r[k] for r in rs), max(r[k] for r in rs)] for k in FIGURES},
+            "tokens": rs[0]["tokens"],
+            "optimizer_steps": rs[0]["optimizer_steps"],
+            "reward_mean": statistics.median(r["reward_mean"] for r in rs),
+        }
+        if "gradient_checkpointing" in rs[0]:
+            out[name]["gradient_checkpointing"] = rs[0]["gradient_checkpointing"]
+    if "tirl" in runs:
+        for name in runs:
+            if name == "tirl":
+                continue
+            per_run = [t["tokens_per_s"] / q["tokens_per_s"] for t, q in zip(runs["tirl"], runs[name], strict=True)]
+            out[f"tirl_vs_{name}"] = {
+                "throughput": out["tirl"]["tokens_per_s"] / out[name]["tokens_per_s"],
+                "throughput_per_run_range": [min(per_run), max(per_run)],
+                "train_mem": out["tirl"]["train_mem_mb"] / out[name]["train_mem_mb"],
+                "peak_rss": out["tirl"]["peak_rss_mb"] / out[name]["peak_rss_mb"],
+            }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=4, help="generation batches (each = 2 optimiser steps)")
+    parser.add_argument("--steps", type=int, default=10, help="generation batches (each = 2 optimiser steps)")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per batch")
     parser.add_argument("--group", type=int, default=8, help="completions per prompt")
     parser.add_argument("--max-new", type=int, default=64, help="completion token budget")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--only", choices=["tirl", "trl"], help="run one side only")
-    parser.add_argument("--json", action="store_true", help='print {"tirl": {...}, "trl": {...}}')
-    parser.add_argument("--child", choices=["tirl", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of every entry (interleaved); median and range")
+    parser.add_argument("--only", choices=ENTRIES, action="append", help="run these entries only (repeatable)")
+    parser.add_argument("--json", action="store_true", help='print {"tirl": {...}, "trl": {...}, ...}')
+    parser.add_argument("--child", choices=ENTRIES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(args)
         return
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (the first batch is excluded from the timing)")
+    names = [n for n in ENTRIES if not args.only or n in args.only]
+    load_before = _load()
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = _model_dir(Path(tmp), args.seed)
-        results = {name: _spawn(name, args, model_dir) for name in ("tirl", "trl") if args.only in (None, name)}
+        for _ in range(args.repeats):
+            for name in names:
+                runs[name].append(_spawn(name, args, model_dir))
+    results = _summary(runs)
+    results["machine"] = {
+        "loadavg_before": load_before,
+        "loadavg_after": _load(),
+        "noisy": load_before[0] > 1.5,
+        "repeats": args.repeats,
+        "python": sys.executable,
+        "threads": args.threads,
+        "model": model_dir.name,
+        "steps": args.steps,
+        "timed_batches": args.steps - 1,
+    }
     if args.json:
         print(json.dumps(results))
         return
     print(f"model: {model_dir.name}  prompts/batch {args.prompts}  group {args.group}  max-new {args.max_new}  "
-          f"batches {args.steps}  threads {args.threads}")  # fmt: skip
-    print(f"{'':6} {'tokens/s':>10} {'peak RSS MB':>12} {'wall s':>8} {'tokens':>8} {'opt steps':>9} {'reward':>7}")
-    for name, r in results.items():
-        print(f"{name:6} {r['tokens_per_s']:10.1f} {r['peak_rss_mb']:12.1f} {r['wall_s']:8.1f} {r['tokens']:8d} "
-              f"{r['optimizer_steps']:9d} {r['reward_mean']:7.3f}")  # fmt: skip
-    if len(results) == 2:
-        t, q = results["tirl"], results["trl"]
-        print(f"tirl/TRL throughput {t['tokens_per_s'] / q['tokens_per_s']:.2f}x, "
-              f"peak memory {t['peak_rss_mb'] / q['peak_rss_mb']:.2f}x")  # fmt: skip
+          f"batches {args.steps} (timed from batch 2)  threads {args.threads}  repeats {args.repeats}  "
+          f"load before {load_before}{'  NOISY' if results['machine']['noisy'] else ''}")  # fmt: skip
+    print(f"{'':12} {'tokens/s':>10} {'train MB':>9} {'peak RSS MB':>12} {'wall s':>8} {'tokens':>8} {'reward':>7}")
+    for name in names:
+        r = results[name]
+        print(f"{name:12} {r['tokens_per_s']:10.1f} {r['train_mem_mb']:9.1f} {r['peak_rss_mb']:12.1f} "
+              f"{r['wall_s']:8.1f} {r['tokens']:8d} {r['reward_mean']:7.3f}")  # fmt: skip
+    for name in names[1:] if "tirl" in names else []:
+        c = results[f"tirl_vs_{name}"]
+        lo, hi = c["throughput_per_run_range"]
+        print(f"tirl/{name}: throughput {c['throughput']:.2f}x (runs {lo:.2f}-{hi:.2f}x), "
+              f"training memory {c['train_mem']:.2f}x, peak RSS {c['peak_rss']:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":
