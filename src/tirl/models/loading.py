@@ -15,7 +15,7 @@ downloaded), quantised checkpoints, models that are not causal LMs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -23,6 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from tirl.errors import InputError, SetupError
 from tirl.models.chat_format import ChatFormat, chat_format_for
+from tirl.models.memory import adapter_base, is_adapter_dir, load_adapter_dir
 from tirl.models.template import template_supports_tools
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -101,6 +102,14 @@ def check_chat_template(path: Path, tokenizer: PreTrainedTokenizerBase, *, need_
             )
 
 
+def _load_adapter(path: Path, *, device: str, dtype: str, need_tools: bool) -> Policy:
+    """The base model with the adapter at ``path`` merged in (inference: no peft layers left)."""
+    base = load_policy(adapter_base(path), device=device, dtype=dtype, need_tools=need_tools)
+    model = load_adapter_dir(base.model, path).merge_and_unload()
+    model.eval()
+    return replace(base, model=model, path=path)
+
+
 def load_policy(
     path: str | Path | None = None,
     *,
@@ -125,6 +134,8 @@ def load_policy(
             raise SetupError(f"the built-in model is missing at {p} — rebuild it with `{command}`")
     else:
         p = Path(path).expanduser()
+        if is_adapter_dir(p):  # a LoRA checkpoint: adapter weights over the base model it names
+            return _load_adapter(p, device=device, dtype=dtype, need_tools=need_tools)
         _check_dir(p)
         _check_tokenizer_files(p)
     if dtype not in _DTYPES:

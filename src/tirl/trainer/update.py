@@ -19,7 +19,14 @@ With ``generation.temperature`` T != 1, every log-prob (old, current,
 reference) is of ``softmax(logits / T)``, the distribution the sampler drew
 from, so the ratio and the TIS weight refer to one distribution.
 
-Not covered: learning-rate schedules other than linear warm-up, mixed precision loss scaling, top-p
+Memory options (:mod:`tirl.models.memory`): ``autocast="bf16"`` runs every
+forward pass here under bf16 autocast (log-probs from float32 logits);
+a model with gradient checkpointing enabled is put in
+:func:`~tirl.models.memory.update_mode` (eval mode, checkpointed layers
+recompute); a LoRA model trains its adapter only (the optimiser is given
+only the trainable parameters by the caller).
+
+Not covered: learning-rate schedules other than linear warm-up, mixed precision loss scaling (fp16), top-p
 renormalisation in the trainer's log-probs.
 """
 
@@ -35,6 +42,7 @@ from torch import Tensor
 
 from tirl.algorithms.losses import LossConfig, gather_logprobs, logprobs_and_entropy, policy_loss, tis_weights
 from tirl.config import AlgoConfig
+from tirl.models.memory import autocast, update_mode
 from tirl.trainer.batching import TrainBatch, collate, split_microbatches, split_minibatches
 from tirl.types import Trajectory
 
@@ -51,10 +59,12 @@ def loss_config(algo: AlgoConfig) -> LossConfig:
     )
 
 
-def forward_logits(model: Any, batch: TrainBatch) -> Tensor:
-    """Logits at every position that predicts a target: Tensor  # [B, L-1, V]."""
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    return out.logits[:, :-1, :]  # type: ignore[no-any-return]
+def forward_logits(model: Any, batch: TrainBatch, precision: str = "off") -> Tensor:
+    """Logits at every position that predicts a target (float32 under bf16 autocast): Tensor  # [B, L-1, V]."""
+    with autocast(batch.input_ids.device, precision):
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = out.logits[:, :-1, :]
+    return logits.float() if precision != "off" else logits  # type: ignore[no-any-return]
 
 
 def _pad_rows(rows: list[Tensor], width: int) -> Tensor:
@@ -72,7 +82,12 @@ def _pad_rows(rows: list[Tensor], width: int) -> Tensor:
 
 @torch.inference_mode()
 def score_logprobs(
-    model: Any, trajs: list[Trajectory], pad_id: int, micro_tokens: int, temperature: float = 1.0
+    model: Any,
+    trajs: list[Trajectory],
+    pad_id: int,
+    micro_tokens: int,
+    temperature: float = 1.0,
+    precision: str = "off",
 ) -> list[Tensor]:
     """Per-trajectory target log-probs of ``softmax(logits / temperature)`` (no grad), each Tensor  # [L_i - 1]."""
     lengths = [len(t.token_ids) for t in trajs]
@@ -81,7 +96,7 @@ def score_logprobs(
     budget = micro_tokens if micro_tokens > 0 else 1 << 62
     for micro in split_microbatches(list(range(len(trajs))), lengths, budget):
         batch = collate(trajs, zeros, micro, pad_id)
-        lp = gather_logprobs(forward_logits(model, batch), batch.targets, temperature)
+        lp = gather_logprobs(forward_logits(model, batch, precision), batch.targets, temperature)
         for j, i in enumerate(micro):
             out[i] = lp[j, : lengths[i] - 1].float().clone()
     return out
@@ -175,6 +190,7 @@ class PolicyUpdater:
     pad_id: int
     ref_model: Any = None
     temperature: float = 1.0  # the sampler's (generation.temperature): log-probs are of softmax(logits / T)
+    precision: str = "off"  # algo.autocast: "bf16" runs the forward passes under bf16 autocast
 
     def __post_init__(self) -> None:
         self.loss_cfg = loss_config(self.algo)
@@ -189,14 +205,15 @@ class PolicyUpdater:
         """
         stats = UpdateStats()
         micro_tokens = self.algo.micro_batch_tokens or (1 << 62)
-        self.model.eval()  # eval mode throughout: dropout would make the ratio noisy even at step 0
+        update_mode(self.model)  # eval mode throughout (dropout would make the ratio noisy even at step 0);
+        # checkpointed layers keep their own training flag so that they recompute (tirl.models.memory)
         rng = random.Random(seed)
         plan = [split_minibatches(len(trajs), self.algo.minibatches, rng) for _ in range(self.algo.epochs)]
         first = set(plan[0][0])
         old: list[Tensor | None] = [None] * len(trajs)
         self._score_into(old, trajs, [i for i in range(len(trajs)) if i not in first], micro_tokens)
         ref = (
-            score_logprobs(self.ref_model, trajs, self.pad_id, micro_tokens, self.temperature)
+            score_logprobs(self.ref_model, trajs, self.pad_id, micro_tokens, self.temperature, self.precision)
             if self._use_ref()
             else None
         )
@@ -211,7 +228,9 @@ class PolicyUpdater:
     def _score_into(self, old: list[Tensor | None], trajs: list[Trajectory], rows: list[int], micro: int) -> None:
         """Fill ``old[i]`` for ``rows`` with a no-grad scoring pass at the current weights."""
         if rows:
-            scored = score_logprobs(self.model, [trajs[i] for i in rows], self.pad_id, micro, self.temperature)
+            scored = score_logprobs(
+                self.model, [trajs[i] for i in rows], self.pad_id, micro, self.temperature, self.precision
+            )
             for i, lp in zip(rows, scored, strict=True):
                 old[i] = lp
 
@@ -263,7 +282,8 @@ class PolicyUpdater:
         for micro in split_microbatches(rows, lengths, micro_tokens):
             batch = collate(trajs, advantages, micro, self.pad_id)
             width = batch.targets.shape[1]
-            lp, ent = logprobs_and_entropy(forward_logits(self.model, batch), batch.targets, self.temperature)
+            logits = forward_logits(self.model, batch, self.precision)
+            lp, ent = logprobs_and_entropy(logits, batch.targets, self.temperature)
             for j, i in enumerate(micro):
                 if old[i] is None:  # first mini-batch at the pre-update weights: these are the old log-probs
                     old[i] = lp[j, : lengths[i] - 1].detach().clone()
