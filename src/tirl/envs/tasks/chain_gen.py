@@ -1,6 +1,6 @@
 r"""tir-chain tasks: chained computations whose next input is only known from the last tool output.
 
-A task is ``x=347. Repeat x=x*7%601 until x<100.`` The model cannot do the
+A task is ``x=781. Repeat x=x*4%787 until x<100.`` (781 → 763 → 691 → 403 → 38). The model cannot do the
 arithmetic itself, so every step is one tool call whose input is the number
 the sandbox printed on the previous turn; the episode ends when the printed
 value is below 100 and the model answers ``\boxed{<that value>}``. The
@@ -20,11 +20,11 @@ a *real* error that the next turn reads and fixes: a misspelt ``prnt``
 A solved expert episode therefore has 3–6 assistant turns; use
 ``max_turns >= 6``.
 
-Splits (all disjoint by seed and, for evaluation, by prompt — see
-:mod:`tirl.trainer.wiring`): training tasks per step, the trainer's held-out
-evaluation set, SFT's own tasks (seeds 100000+) and the **validation** split
-(:func:`validation_tasks`, seeds 300000+), which is the one to use for any
-choice of settings; the held-out set is only read for the final figures.
+Splits: training tasks per step and the trainer's held-out evaluation set
+(disjoint by prompt, see :mod:`tirl.trainer.wiring`), and SFT's own tasks
+(seeds 100000+). The **validation** split for choosing settings is the
+evaluation draw of ``env.seed=1`` (``tirl ablate --split validation``); the
+held-out set (``env.seed=0``) is only read for the reported figures.
 
 Not covered: ``env.difficulty`` (the chain length range is fixed to 2–4
 calls) and JSONL task files (use tir-math's loader for your own questions).
@@ -42,7 +42,6 @@ KIND = "tir-chain"
 MIN_CALLS = 2
 MAX_CALLS = 4
 STOP_BELOW = 100
-VALIDATION_SEED_OFFSET = 300_000
 
 
 def chain_values(x0: int, a: int, m: int, *, limit: int = 16) -> list[int]:
@@ -105,11 +104,6 @@ def generate_chain_tasks(n: int, *, seed: int = 0) -> list[Task]:
     return tasks
 
 
-def validation_tasks(n: int, *, seed: int = 0) -> list[Task]:
-    """The validation split: ``n`` tasks from seed ``300000 + seed`` (for choosing settings, never the held-out set)."""
-    return generate_chain_tasks(n, seed=VALIDATION_SEED_OFFSET + seed)
-
-
 def _fence(code: str) -> str:
     return f"```python\n{code}\n```"
 
@@ -156,5 +150,4 @@ __all__ = [
     "chain_values",
     "generate_chain_tasks",
     "task_source",
-    "validation_tasks",
 ]
