@@ -16,6 +16,7 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -107,52 +108,79 @@ def _tasks(cfg: SFTConfig, n: int, seed: int) -> list[Task]:
     return generate_tasks(n, difficulty=cfg.difficulty, seed=seed)
 
 
+def _model(args: argparse.Namespace, cfg: SFTConfig) -> tuple[Any, Any]:
+    """``--init``'s model and tokenizer, or a fresh tiny model of the given shape."""
+    if args.init:
+        policy = load_policy(args.init)
+        return policy.model, policy.tokenizer
+    spec = TinyModelSpec(
+        hidden_size=args.hidden,
+        layers=args.layers,
+        heads=args.heads,
+        kv_heads=args.heads,
+        intermediate_size=3 * args.hidden,
+    )
+    return build_tiny_model(spec, seed=cfg.seed)
+
+
+def _demonstrations(loop: asyncio.AbstractEventLoop, cfg: SFTConfig, chat: Any, factory: Any) -> list[Any]:
+    """The expert's episodes on the training tasks, through the real env (only the correct ones)."""
+    tasks = _tasks(cfg, cfg.train_tasks, sft_task_seed(cfg.seed))
+    solution = chain_expert_solution if cfg.env == "tir-chain" else expert_solution
+    demos = loop.run_until_complete(
+        build_demonstrations(
+            tasks, solution, chat, factory, max_turns=cfg.max_turns, max_total_tokens=cfg.max_total_tokens
+        )
+    )
+    lengths = sorted(len(t.token_ids) for t in demos)
+    print(
+        f"demonstrations: {len(demos)} of {len(tasks)} tasks, tokens median {lengths[len(lengths) // 2]} "
+        f"max {lengths[-1]}",
+        flush=True,
+    )
+    return demos
+
+
+def _runner(generator: HFGenerator, chat: Any, cfg: SFTConfig, temperature: float, seed: int | None) -> AgentLoop:
+    return AgentLoop(
+        generator,
+        chat,
+        params=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature),
+        max_turns=cfg.max_turns,
+        max_total_tokens=cfg.max_total_tokens,
+        seed=seed,
+    )
+
+
+def _copy_warmup(model: Any, tokenizer: Any, chat: Any, cfg: SFTConfig) -> None:
+    """The synthetic copy curriculum before the demonstrations (``--copy-steps``)."""
+    if not cfg.copy_steps:
+        return
+    copy_cfg = replace(
+        cfg, steps=cfg.copy_steps, batch_size=cfg.copy_batch_size, decay_steps=cfg.copy_steps, stop_at_accuracy=None
+    )
+    copies = copy_curriculum(cfg.copy_steps * cfg.copy_batch_size, chat, seed=cfg.seed)
+    print(f"copy curriculum: {cfg.copy_steps} steps of {cfg.copy_batch_size}", flush=True)
+    train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))
+
+
 def run(args: argparse.Namespace) -> int:
     """Build demonstrations, train, evaluate, save."""
     cfg = _config(args)
     check_output_dir(args.out)  # a bad --out fails now, not after training
     torch.set_num_threads(max(1, args.threads))
-    if args.init:
-        policy = load_policy(args.init)
-        model, tokenizer = policy.model, policy.tokenizer
-    else:
-        spec = TinyModelSpec(
-            hidden_size=args.hidden,
-            layers=args.layers,
-            heads=args.heads,
-            kv_heads=args.heads,
-            intermediate_size=3 * args.hidden,
-        )
-        model, tokenizer = build_tiny_model(spec, seed=cfg.seed)
+    model, tokenizer = _model(args, cfg)
     chat = chat_format_for(tokenizer)
     print(f"model: {count_parameters(model):,} parameters", flush=True)
     loop = asyncio.new_event_loop()
     try:
         sandbox = create_sandbox(SandboxConfig(backend=args.sandbox))
         factory = env_factory("tir-math", sandbox=sandbox, max_turns=cfg.max_turns)
-        tasks = _tasks(cfg, cfg.train_tasks, sft_task_seed(cfg.seed))
-        solution = chain_expert_solution if cfg.env == "tir-chain" else expert_solution
-        demos = loop.run_until_complete(
-            build_demonstrations(
-                tasks, solution, chat, factory, max_turns=cfg.max_turns, max_total_tokens=cfg.max_total_tokens
-            )
-        )
-        lengths = sorted(len(t.token_ids) for t in demos)
-        print(
-            f"demonstrations: {len(demos)} of {len(tasks)} tasks, tokens median {lengths[len(lengths) // 2]} "
-            f"max {lengths[-1]}",
-            flush=True,
-        )
+        demos = _demonstrations(loop, cfg, chat, factory)
         held_out = _tasks(cfg, cfg.eval_tasks, sft_eval_seed(cfg.seed))
         generator = HFGenerator(model, tokenizer, eos_ids=chat.eos_ids, seed=cfg.seed)
-        runner = AgentLoop(
-            generator,
-            chat,
-            params=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0),
-            max_turns=cfg.max_turns,
-            max_total_tokens=cfg.max_total_tokens,
-            seed=cfg.seed,  # per-turn sampling seeds: the held-out accuracy, hence the stop step, is reproducible
-        )
+        # per-turn sampling seeds: the held-out accuracy, hence the stop step, is reproducible
+        runner = _runner(generator, chat, cfg, 1.0, cfg.seed)
 
         def evaluate() -> float:
             report = loop.run_until_complete(evaluate_accuracy(runner, factory, held_out, seed=cfg.seed))
@@ -170,27 +198,11 @@ def run(args: argparse.Namespace) -> int:
             save_policy(model, tokenizer, out)
             write_card(out, cfg, partial, command)
 
-        if cfg.copy_steps:
-            copy_cfg = replace(
-                cfg,
-                steps=cfg.copy_steps,
-                batch_size=cfg.copy_batch_size,
-                decay_steps=cfg.copy_steps,
-                stop_at_accuracy=None,
-            )
-            copies = copy_curriculum(cfg.copy_steps * cfg.copy_batch_size, chat, seed=cfg.seed)
-            print(f"copy curriculum: {cfg.copy_steps} steps of {cfg.copy_batch_size}", flush=True)
-            train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))
+        _copy_warmup(model, tokenizer, chat, cfg)
         result = train_sft(
             model, demos, cfg, pad_id=int(tokenizer.pad_token_id or 0), evaluate=evaluate, on_eval=checkpoint
         )
-        greedy = AgentLoop(
-            generator,
-            chat,
-            params=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=0.0),
-            max_turns=cfg.max_turns,
-            max_total_tokens=cfg.max_total_tokens,
-        )
+        greedy = _runner(generator, chat, cfg, 0.0, None)
         greedy_report = loop.run_until_complete(evaluate_accuracy(greedy, factory, held_out, seed=cfg.seed))
         result.greedy_accuracy = greedy_report.accuracy
         print(f"held-out greedy accuracy {greedy_report.accuracy:.3f} ends {greedy_report.terminations}", flush=True)
