@@ -75,9 +75,26 @@ completion = st.fixed_dictionaries(
     {"model": st.one_of(st.just(NAME), hostile), "max_tokens": small_tokens},
     optional={"prompt": st.one_of(st.text(max_size=30), st.lists(st.integers(-5, 300), max_size=8), hostile), **common},
 )
+function = st.fixed_dictionaries(
+    {"name": st.one_of(st.sampled_from(["add", "run_python"]), hostile)},
+    optional={"parameters": st.one_of(st.just({"type": "object", "properties": {}}), hostile), "description": hostile},
+)
+tool = st.fixed_dictionaries(
+    {"type": st.one_of(st.just("function"), hostile), "function": st.one_of(function, hostile)}
+)
+tool_choice = st.one_of(
+    st.sampled_from(["auto", "none", "required"]),
+    st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries({"name": hostile})}),
+    hostile,
+)
 chat = st.fixed_dictionaries(
     {"model": st.one_of(st.just(NAME), hostile), "max_tokens": small_tokens},
-    optional={"messages": st.one_of(st.lists(message, max_size=3), hostile), **common},
+    optional={
+        "messages": st.one_of(st.lists(message, max_size=3), hostile),
+        "tools": st.one_of(st.lists(tool, max_size=2), hostile),
+        "tool_choice": tool_choice,
+        **common,
+    },
 )
 
 
