@@ -22,20 +22,29 @@ total_sandbox_seconds / SANDBOX_SLOTS)``. No schedule can beat it (up to the
 start-of-request load rule above). Model seconds are scaled to wall seconds so
 that each pipeline run takes about ``--target-s`` seconds.
 
-Fairness: the three strategies are the real ones from ``tirl.rollout`` with
-one ``RolloutConfig`` per workload: the same stage worker counts (the
-baselines use them as per-stage concurrency caps), the same generator and
-sandbox, the same episodes. The baselines cut the request into batches of
-``B = rollout.batch_size`` (default ``run_workers``: as many episodes as the
-runner pool holds) with a barrier after each batch; the pipeline streams the
-whole request and may hold more envs alive (its bound is printed as
-``live``).
+Fairness: every entry is a real strategy from ``tirl.rollout`` with one
+``RolloutConfig`` per workload: the same stage worker counts (the baselines
+use them as per-stage concurrency caps), the same generator and sandbox, the
+same episodes. The entries (:data:`ENTRIES`):
 
-Real mode (``--real``): the same three strategies on the ``swe-lite`` env with
-the tiny policy and the agent loop of ``tirl.rollout.agent_loop``.
+* ``sync_batch``, ``async_batch``: batches of ``B = rollout.batch_size``
+  (``--batch-size``, default ``run_workers`` = 32) with a barrier after each;
+* ``sync_batch_equal``, ``async_batch_equal``: the same with
+  ``B = LIVE_BUDGET`` = 112, the most envs the pipeline can hold alive (init
+  workers + run queue + runners + eval queue + evaluators): equal live-env
+  budget;
+* ``gather_all``: what SkyRL-style code does, one ``asyncio.gather`` over the
+  whole request (``async_batch`` with ``B`` = the request) with the same
+  per-stage caps; it has no barrier and no bound on live envs;
+* ``pipeline``: the whole request streams through the three stage pools.
 
-    python benchmarks/bench_pipeline.py            # table
-    python benchmarks/bench_pipeline.py --json     # {"workloads": {NAME: {strategy: traj/s, "bound": traj/s}}}
+Real mode (``--real``, :mod:`pipeline_real`): the strategies on the
+``swe-lite`` env with the tiny policy and the agent loop of
+``tirl.rollout.agent_loop``.
+
+    python benchmarks/bench_pipeline.py            # table, and the load average before the run
+    python benchmarks/bench_pipeline.py --json     # {"workloads": {NAME: {ENTRY: traj/s, "bound": traj/s}},
+                                                   #  "machine": {"loadavg_before", "noisy", "live_budget", ...}}
 """
 
 from __future__ import annotations
@@ -57,12 +66,12 @@ from typing import Any
 from tirl.config import RolloutConfig
 from tirl.envs.base import Env, EvalResult, StepResult, Task
 from tirl.rollout.base import RolloutRequest
-from tirl.testing.faults import VirtualTimeLoop
 from tirl.rollout.strategies import make_strategy
 from tirl.rollout.trace import BusyMeter
+from tirl.testing.faults import VirtualTimeLoop
 from tirl.types import Message, Role, TerminationReason, Trajectory
 
-STRATEGIES = ("sync_batch", "async_batch", "pipeline")
+STRATEGIES = ("sync_batch", "async_batch", "pipeline")  # the classes of tirl.rollout
 
 # ---- resource model (model seconds) ----------------------------------------------------------
 GEN_SLOTS = 16
@@ -77,6 +86,31 @@ POOLS = {
     "eval_workers": SANDBOX_SLOTS,
     "run_queue_size": 16,
     "eval_queue_size": 16,
+}
+#: the most envs the pipeline can hold alive: every init worker, queue place, runner and evaluator
+_HOLDERS = ("init_workers", "run_queue_size", "run_workers", "eval_queue_size", "eval_workers")
+LIVE_BUDGET = sum(POOLS[k] for k in _HOLDERS)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One column of the comparison: a strategy of ``tirl.rollout`` and the baselines' batch size ``B``."""
+
+    strategy: str
+    batch: str  # "cli": --batch-size (0 = run_workers); "equal": LIVE_BUDGET; "all": the whole request
+
+    def batch_size(self, n: int, cli: int) -> int:
+        """``B`` for a request of ``n`` trajectories (0 = ``run_workers``)."""
+        return {"cli": cli, "equal": LIVE_BUDGET, "all": n}[self.batch]
+
+
+ENTRIES = {
+    "sync_batch": Entry("sync_batch", "cli"),
+    "async_batch": Entry("async_batch", "cli"),
+    "sync_batch_equal": Entry("sync_batch", "equal"),  # a batch holds as many episodes as the pipeline's envs
+    "async_batch_equal": Entry("async_batch", "equal"),
+    "gather_all": Entry("async_batch", "all"),  # SkyRL-style: one asyncio.gather over the request, stage caps
+    "pipeline": Entry("pipeline", "cli"),
 }
 
 Sampler = Callable[[random.Random], float]
@@ -337,24 +371,25 @@ def make_request(w: Workload, plans: list[Plan]) -> tuple[RolloutRequest, dict[i
 
 
 async def run_one(
-    w: Workload, strategy: str, plans: list[Plan], scale: float, args: argparse.Namespace, model_total_s: float
+    w: Workload, name: str, plans: list[Plan], scale: float, args: argparse.Namespace, model_total_s: float
 ) -> dict[str, float]:
-    """One strategy on one workload; times in model seconds."""
+    """One entry of :data:`ENTRIES` on one workload; times in model seconds."""
+    entry = ENTRIES[name]
     lag_s = 0.0 if args.virtual else args.lag_ms / 1e3
     res = Resources(scale=scale, lag_s=lag_s)
     res.meter = BusyMeter(clock=asyncio.get_running_loop().time)
     request, by_seed = make_request(w, plans)
     cfg = RolloutConfig(
-        strategy=strategy,  # type: ignore[arg-type]
+        strategy=entry.strategy,  # type: ignore[arg-type]
         trace_interval_s=model_total_s * scale / 50,
         init_timeout_s=1e9,
         run_timeout_s=1e9,
         eval_timeout_s=1e9,
         retries=0,
-        batch_size=args.batch_size,
+        batch_size=entry.batch_size(w.n, args.batch_size),
         **POOLS,
     )
-    trace = Path(args.trace_dir) / f"{w.name}.{strategy}.jsonl" if args.trace_dir else None
+    trace = Path(args.trace_dir) / f"{w.name}.{name}.jsonl" if args.trace_dir else None
     strat = make_strategy(
         cfg, lambda task: SimEnv(res, by_seed), SimRunner(res), trace_path=trace, generator_busy=res.meter
     )
@@ -406,7 +441,7 @@ def simulate(args: argparse.Namespace) -> dict[str, Any]:
             "sandbox_s_needed": b.sandbox_s,
             "runner_pool_s_needed": b.pool_s,
         }
-        for s in STRATEGIES:
+        for s in ENTRIES:
             r = run_in_loop(args, run_one(w, s, plans, scale, args, model_s))
             row[s] = r["traj_per_s"]
             detail[s] = r
@@ -423,7 +458,7 @@ def print_row(w: Workload, row: dict[str, float], d: dict[str, Any], virtual: bo
     clock = "virtual time" if virtual else f"1 model s = {d['scale_ms_per_model_s']:.2f} ms wall"
     print(f"\n{w.name}  (n={w.n}, bottleneck={d['bottleneck']}, {clock})")
     print(f"  {w.what}")
-    for s in STRATEGIES:
+    for s in ENTRIES:
         r = d[s]
         wall = "" if virtual else f"  wall {r['wall_s']:5.2f}s"
         print(
@@ -434,127 +469,11 @@ def print_row(w: Workload, row: dict[str, float], d: dict[str, Any], virtual: bo
         f"  bound        {row['bound']:7.4f} traj/s  pipeline/bound {p / row['bound']:.2f}"
         f"  pipeline/async_batch {p / row['async_batch']:.2f}x  pipeline/sync_batch {p / row['sync_batch']:.2f}x"
     )
-
-
-# ---- real mode: swe-lite + the tiny policy + the agent loop --------------------------------------
-
-
-def _real_parts(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, str]:
-    """(env factory, runner, generator, sandbox, model description) from the other modules of tirl."""
-    from tirl.config import EnvConfig, SandboxConfig
-    from tirl.envs.registry import env_factory
-    from tirl.inference.base import SamplingParams
-    from tirl.inference.hf import HFGenerator
-    from tirl.rollout.agent_loop import AgentLoop
-    from tirl.sandbox import create_sandbox
-
-    try:
-        from tirl.models.loading import load_policy
-
-        policy = load_policy(args.model or None, device=args.device)
-        model, tokenizer, chat, what = policy.model, policy.tokenizer, policy.chat, str(policy.path)
-    except Exception as exc:  # the built-in checkpoint is not built yet: same architecture, random weights
-        if args.model:
-            raise
-        from tirl.models.chat_format import chat_format_for
-        from tirl.models.tiny import build_tiny_model
-
-        model, tokenizer = build_tiny_model(seed=0)
-        model.to(args.device).eval()
-        chat = chat_format_for(tokenizer)
-        what = f"untrained tiny model (built-in checkpoint unavailable: {exc})"
-    sandbox = create_sandbox(SandboxConfig(), warn=False)
-    env_cfg = EnvConfig(name="swe-lite", max_turns=args.real_max_turns)
-    factory = env_factory("swe-lite", config=env_cfg, sandbox=sandbox)
-    ctx = int(getattr(model.config, "max_position_embeddings", 1024))
-    generator = HFGenerator(
-        model, tokenizer, eos_ids=chat.eos_ids, max_batch=64, seed=0, batch_window_s=args.real_batch_window
+    print(
+        f"  equal budget ({LIVE_BUDGET} envs): pipeline/async_batch_equal {p / row['async_batch_equal']:.2f}x"
+        f"  pipeline/sync_batch_equal {p / row['sync_batch_equal']:.2f}x"
+        f"  pipeline/gather_all {p / row['gather_all']:.2f}x"
     )
-    runner = AgentLoop(
-        generator,
-        chat,
-        params=SamplingParams(max_new_tokens=args.real_max_new, temperature=1.0),
-        max_turns=args.real_max_turns,
-        max_total_tokens=ctx,
-    )
-    return factory, runner, generator, sandbox, what
-
-
-async def _run_real(args: argparse.Namespace) -> dict[str, Any]:
-    from tirl.config import EnvConfig
-    from tirl.envs.registry import load_tasks
-
-    factory, runner, generator, sandbox, what = _real_parts(args)
-    tasks = load_tasks(EnvConfig(name="swe-lite"), args.real_tasks, seed=args.seed)
-    pools = {
-        "init_workers": 4,
-        "run_workers": args.real_run_workers,
-        "eval_workers": 4,
-        "run_queue_size": args.real_run_workers,
-        # >= run_workers: finished episodes never wait for evaluation room, so a generator that
-        # batches only requests arriving together is not left with a straggler batch
-        "eval_queue_size": args.real_run_workers,
-    }
-    out: dict[str, Any] = {
-        "model": what,
-        "tasks": len(tasks),
-        "group_size": args.real_group,
-        "pools": pools,
-        "batch_window_s": args.real_batch_window,
-    }
-    try:
-        # warm-up (untimed): materialises the task templates into the cache and warms the model
-        warm = make_strategy(RolloutConfig(strategy="pipeline", **pools), factory, runner)
-        await warm.collect(RolloutRequest(tasks=tasks, group_size=1))
-        await warm.close()
-        for name in STRATEGIES:
-            cfg = RolloutConfig(strategy=name, batch_size=args.batch_size, **pools)  # type: ignore[arg-type]
-            trace = Path(args.trace_dir) / f"real.{name}.jsonl" if args.trace_dir else None
-            strat = make_strategy(cfg, factory, runner, trace_path=trace, generator_busy=generator)
-            batch = await strat.collect(RolloutRequest(tasks=tasks, group_size=args.real_group, step=1))
-            await strat.close()
-            trajs = batch.trajectories
-            terms: dict[str, int] = {}
-            for t in trajs:
-                key = t.termination.value if t.termination else "none"
-                terms[key] = terms.get(key, 0) + 1
-            out[name] = {
-                "traj_per_s": len(trajs) / batch.wall_s,
-                "wall_s": batch.wall_s,
-                "gpu_util": batch.stats.get("rollout/gpu_util"),
-                # wall time in which the generator had no request: robust to how fast generation is
-                "generator_idle_s": batch.wall_s * (1.0 - batch.stats.get("rollout/gpu_util", 0.0)),
-                "turns_mean": sum(len(t.turns) for t in trajs) / max(1, len(trajs)),
-                "terminations": terms,
-                "max_live_envs": batch.stats["rollout/max_live_envs"],
-            }
-    finally:
-        await generator.close()
-        await sandbox.close()
-    return out
-
-
-def run_real(args: argparse.Namespace) -> dict[str, Any]:
-    """The three strategies on swe-lite with the tiny policy; prints a table unless ``--json``."""
-    try:
-        out = asyncio.run(_run_real(args))
-    except ImportError as exc:
-        sys.exit(f"--real needs the swe-lite env and the agent loop from tirl ({exc}); they are not available")
-    if not args.json:
-        print(f"\nswe-lite, real  (model: {out['model']}; {out['tasks']} tasks x {out['group_size']})")
-        for name in STRATEGIES:
-            r = out[name]
-            print(
-                f"  {name:<12} {r['traj_per_s']:7.3f} traj/s  wall {r['wall_s']:6.2f}s  "
-                f"gpu_util {r['gpu_util'] or 0:.2f}  generator idle {r['generator_idle_s']:5.1f}s  "
-                f"turns {r['turns_mean']:.1f}  {r['terminations']}"
-            )
-        p = out["pipeline"]["traj_per_s"]
-        print(
-            f"  pipeline/async_batch {p / out['async_batch']['traj_per_s']:.2f}x  "
-            f"pipeline/sync_batch {p / out['sync_batch']['traj_per_s']:.2f}x"
-        )
-    return out
 
 
 def main() -> int:
@@ -584,13 +503,21 @@ def main() -> int:
         # Before torch loads: spinning OpenMP threads starve generation on a busy 2-core machine
         # (the same setting as `tirl train`/`tirl eval`).
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from pipeline_real import run_real
+
         real = run_real(args)
         if args.json:
             print(json.dumps({"real": real}))
         return 0
+    load = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
     out = simulate(args)
     if args.json:
-        print(json.dumps({"workloads": out["workloads"]}))
+        machine = {"loadavg_before": load, "noisy": load[0] > 1.5 and not args.virtual, "live_budget": LIVE_BUDGET,
+                   "clock": "virtual" if args.virtual else "real-time", "python": sys.executable}  # fmt: skip
+        print(json.dumps({"workloads": out["workloads"], "machine": machine}))
+    else:
+        print(f"\nload average before the run: {load}{'  (noisy)' if load[0] > 1.5 and not args.virtual else ''}")
     return 0
 
 
