@@ -120,18 +120,25 @@ class Runner:
             self.uids |= getattr(sb, "uids", set())
 
 
+def host_mounts() -> list[str]:
+    """The host's mount table, less swe-lite workspaces (tmpfs ``tirl-workspace``, mounted on purpose as root,
+    possibly by another test running at the same time)."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return [line for line in lines if " - tmpfs tirl-workspace " not in line]
+
+
 @pytest.fixture
 def host_audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
     """Private host temp root for the backends; after the test: no leftover process, mount or temp dir."""
     root = tmp_path / "hosttmp"
     root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
-    mounts = Path("/proc/self/mountinfo").read_text()
+    mounts = host_mounts()
     yield lambda: None
     try:
         assert settled(marked_pids) == [], "an attack process outlived its execution"
         assert os.listdir(root) == [], f"temporary directories left behind: {os.listdir(root)}"
-        assert Path("/proc/self/mountinfo").read_text() == mounts, "the host's mounts changed"
+        assert host_mounts() == mounts, "the host's mounts changed"
     finally:
         kill_marked()
 

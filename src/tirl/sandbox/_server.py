@@ -76,6 +76,7 @@ DRAIN_GRACE_S = 0.1
 MB = 1024 * 1024
 CLEAN_BUDGET = 200_000  # entries; past it the server exits and the host starts a fresh one
 READY = {"ready": True}
+WARMUP = "print(end='')\nx = [i * i for i in range(8)]\n"
 
 
 class Capped:
@@ -174,32 +175,53 @@ def new_globals():
     return {"__name__": "__main__", "__builtins__": builtins}
 
 
-def child_main(req, out_w, err_w, work):
-    """In the forked child: become the program. Never returns."""
+def zygote_main(req_r, done_w, out_w, err_w, work):
+    """The pre-forked child: do all that does not depend on the request, wait for it, run it. Never returns.
+
+    Everything before the request (descriptors, directory, stdio, a warm-up ``exec`` that takes the
+    copy-on-write faults of the common paths) happens while the server is idle. At the end the
+    child closes its output, writes its status on fd 4 and exits, so the server answers without
+    waiting for the exit's memory teardown (the code could write a status there itself: it only
+    ends its own run early).
+    """
+    status = 1
     try:
         os.setpgid(0, 0)
         LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.closerange(3, 65536)
+        for src, dst in ((null, 0), (out_w, 1), (err_w, 2), (req_r, 3), (done_w, 4)):
+            os.dup2(src, dst)
+        os.closerange(5, 65536)
         os.chdir(work)
-        set_limits(req)
-        if req["lang"] == "bash":
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            os.execve("/bin/bash", ["bash", "-c", req["code"]], os.environ)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         random.seed()
         sys.argv = ["-c"]
         fresh_stdio()
+        exec(compile(WARMUP, "<string>", "exec"), new_globals())
+        chunks = []
+        while chunk := os.read(3, 1 << 16):
+            chunks.append(chunk)
+        os.close(3)
+        if not chunks:  # the server went away without a request
+            os._exit(0)
+        req = json.loads(b"".join(chunks))
+        set_limits(req)
+        if req["lang"] == "bash":
+            os.close(4)
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            os.execve("/bin/bash", ["bash", "-c", req["code"]], os.environ)
         status = exec_python(req["code"], new_globals())
     except BaseException:
         try:
             traceback.print_exc()
         except BaseException:
             pass
-        status = 1
+    try:
+        os.close(1)
+        os.close(2)
+        os.write(4, struct.pack(">i", status))
+    except BaseException:
+        pass
     os._exit(status & 0xFF)
 
 
@@ -284,27 +306,22 @@ class Server:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         req_r, req_w = os.pipe()
+        done_r, done_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            for fd in (self.ctrl_in, self.ctrl_out, out_r, err_r, req_w):
-                os.close(fd)
-            chunks = []
-            while chunk := os.read(req_r, 1 << 16):
-                chunks.append(chunk)
-            if not chunks:  # the server went away without a request
-                os._exit(0)
-            child_main(json.loads(b"".join(chunks)), out_w, err_w, self.work)
-        for fd in (out_w, err_w, req_r):
+            zygote_main(req_r, done_w, out_w, err_w, self.work)
+        for fd in (out_w, err_w, req_r, done_w):
             os.close(fd)
-        return pid, os.pidfd_open(pid), req_w, out_r, err_r
+        return pid, os.pidfd_open(pid), req_w, out_r, err_r, done_r
 
     def run(self, req):
         start = time.monotonic()
         note = ""
         session = req.get("session")
         done: typing.Any  # a pidfd (int) for a forked child, the kernel's socket in a session
+        status_r = None
         if session is None:
-            pid, done, req_w, out_r, err_r = self.zygote or self.make_zygote()
+            pid, done, req_w, out_r, err_r, status_r = self.zygote or self.make_zygote()
             self.zygote = None
             data = json.dumps(req).encode()
             while data:
@@ -318,11 +335,12 @@ class Server:
             os.close(out_w)
             os.close(err_w)
         out, err = Capped(req["keep"]), Capped(req["keep"])
-        finished, reply = self.wait(done, out_r, err_r, out, err, start + req["timeout_s"])
+        finished, reply = self.wait(done, out_r, err_r, out, err, start + req["timeout_s"], status_r)
         if not finished:
             kill_group(pid)
         if session is None:
-            status = reap(pid)
+            # The child's own status report, else its exit status (it is then reaped later, by the sweep).
+            status = struct.unpack(">i", reply)[0] if reply else reap(pid)
             os.close(done)
         elif finished and reply:
             status = json.loads(reply)["exit"]
@@ -341,17 +359,27 @@ class Server:
             "note": note,
         }
 
-    def wait(self, done, out_r, err_r, out, err, deadline):
-        """Pump output until the program ends and its pipes close; (finished in time, kernel reply)."""
+    def wait(self, done, out_r, err_r, out, err, deadline, status_r=None):
+        """Pump output until the program ends and its pipes close; (finished in time, kernel reply or status)."""
         streams = {out_r: out, err_r: err}
         finished, reply, end = False, None, deadline
         while True:
             now = time.monotonic()
             watch = [*streams, *([] if finished else [done])]
+            if status_r is not None and not finished:
+                watch.append(status_r)
             if now >= end or not watch:
                 break
             ready, _, _ = select.select(watch, [], [], end - now)
             for fd in ready:
+                if fd is status_r:
+                    data = os.read(fd, 4)
+                    os.close(fd)
+                    status_r = None
+                    if len(data) == 4 and not finished:
+                        finished, reply = True, data
+                        end = time.monotonic() + DRAIN_GRACE_S
+                    continue
                 if fd is done:
                     finished = True
                     reply = done.recv(4096) if isinstance(done, socket.socket) else None
@@ -365,6 +393,8 @@ class Server:
                     del streams[fd]
         for fd in streams:
             os.close(fd)
+        if status_r is not None:
+            os.close(status_r)
         return finished, reply
 
     def kernel(self, session, req):
@@ -393,12 +423,13 @@ class Server:
         """Kill every process below the server except the session kernels; reap them."""
         if self.init and not self.kernels and self.zygote is None:
             # Init of the namespace: kill(-1) reaches every other process in it, escaped or not.
-            for _ in range(1000):
+            for _ in range(10000):
                 try:
                     os.kill(-1, signal.SIGKILL)
                 except ProcessLookupError:
                     break
-                self.reap_all()
+                if not self.reap_all():
+                    time.sleep(0.0002)  # still exiting (its memory is being torn down)
             self.reap_all()
             return
         for _ in range(1000):
@@ -418,14 +449,16 @@ class Server:
         self.reap_all()
 
     def reap_all(self):
-        """Reap dead children; forget a kernel that died."""
+        """Reap dead children; forget a kernel that died. Whether any was reaped."""
+        reaped = False
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                return reaped
             if pid == 0:
-                return
+                return reaped
+            reaped = True
             for session, (kpid, sock) in list(self.kernels.items()):
                 if kpid == pid:
                     sock.close()
@@ -445,6 +478,7 @@ class Server:
     def shutdown(self):
         if self.zygote is not None:
             os.close(self.zygote[2])  # EOF: the waiting child exits
+            os.close(self.zygote[5])
             reap(self.zygote[0])
             self.zygote = None
         for session in list(self.kernels):
