@@ -76,3 +76,17 @@ async def test_every_builtin_enforces_the_same_call_order(sandbox: Sandbox, swe_
         with pytest.raises(EpisodeOverError):
             await env.evaluate()  # after close
         await env.close()  # idempotent
+
+
+async def test_the_filter_rules_reach_toolenv_builtins_through_the_registry(sandbox: Sandbox) -> None:
+    from tirl.config import FilterConfig
+    from tirl.envs import env_factory
+    from tirl.filters import rules_from_config
+
+    rules = rules_from_config(FilterConfig(exec_langs=["python"]))
+    env = env_factory("tir-math", sandbox=sandbox, rules=rules)(TASK)
+    assert isinstance(env, TirMathEnv) and env.rules is rules
+    await env.reset(Task(id="m", prompt="1+1?", answer="2"))
+    result = await env.step(Message(role=Role.ASSISTANT, content="```bash\necho 2\n```"))
+    assert result.reason is TerminationReason.VOID  # bash is not an action under these rules: the env agrees
+    await env.close()

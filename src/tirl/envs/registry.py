@@ -26,7 +26,9 @@ from typing import Any
 
 from tirl.config import EnvConfig
 from tirl.envs.base import Env, Task
+from tirl.envs.tool_env import ToolEnv
 from tirl.errors import ConfigError
+from tirl.parsing import ParseRules
 
 EnvMaker = Callable[..., Env]
 TaskSource = Callable[[EnvConfig, int, int], list[Task]]
@@ -109,16 +111,22 @@ def _maker(spec: EnvSpec) -> EnvMaker:
     return spec.maker  # type: ignore[return-value]
 
 
-def make_env(name: str, *, config: EnvConfig | None = None, **kwargs: Any) -> Env:
+def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | None = None, **kwargs: Any) -> Env:
     """Create one env instance: ``maker(**kwargs)``; ``config`` supplies ``max_turns`` unless given.
 
     Typical keyword arguments of the built-ins: ``sandbox`` (a shared
     :class:`~tirl.sandbox.base.Sandbox`), ``sandbox_config``, ``max_turns``.
+    ``rules`` (the ``[filter]`` section's action rule) is passed to envs built
+    on :class:`~tirl.envs.tool_env.ToolEnv`, so the env runs exactly what the
+    void filter calls an action; another maker does not get it.
     """
     spec = get_spec(name)
     if config is not None:
         kwargs.setdefault("max_turns", config.max_turns)
-    env = _maker(spec)(**kwargs)
+    maker = _maker(spec)
+    if rules is not None and isinstance(maker, type) and issubclass(maker, ToolEnv):
+        kwargs.setdefault("rules", rules)
+    env = maker(**kwargs)
     if not isinstance(env, Env):
         raise ConfigError(
             f"environment {name!r}: the factory returned {type(env).__name__}, which lacks the Env methods "
@@ -127,13 +135,15 @@ def make_env(name: str, *, config: EnvConfig | None = None, **kwargs: Any) -> En
     return env
 
 
-def env_factory(name: str, *, config: EnvConfig | None = None, **kwargs: Any) -> Callable[[Task], Env]:
-    """An ``EnvFactory`` for the rollout (``task -> fresh env``), checked once up front."""
+def env_factory(
+    name: str, *, config: EnvConfig | None = None, rules: ParseRules | None = None, **kwargs: Any
+) -> Callable[[Task], Env]:
+    """An ``EnvFactory`` for the rollout (``task -> fresh env``), checked once up front; see :func:`make_env`."""
     spec = get_spec(name)
     _maker(spec)  # import errors surface now, not in the middle of a rollout
 
     def factory(task: Task) -> Env:
-        return make_env(name, config=config, **kwargs)
+        return make_env(name, config=config, rules=rules, **kwargs)
 
     return factory
 

@@ -36,6 +36,7 @@ from typing import Any
 from tirl.config import TirlConfig
 from tirl.envs.base import Task
 from tirl.errors import ConfigError, SetupError
+from tirl.filters import rules_from_config
 from tirl.inference.base import BusyMetered, Generator, SamplingParams, Versioned, WeightSyncing
 from tirl.rollout.base import EnvFactory, RolloutStrategy
 from tirl.rollout.evaluation import EvalReport, eval_rollout_config, evaluate_policy
@@ -191,7 +192,6 @@ def _openai_generator(cfg: TirlConfig, policy: Any) -> Generator:
 
 
 def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: float, top_p: float) -> Any:
-    from tirl.filters.void_turn import rules_from_config
     from tirl.rollout.agent_loop import AgentLoop
 
     g = cfg.generation
@@ -228,7 +228,7 @@ def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | No
         factory: EnvFactory = pool.make_env
     else:
         sandbox = create_sandbox(cfg.sandbox)
-        factory = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox)
+        factory = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox, rules=rules_from_config(cfg.filter))
     g = cfg.generation
     runner = _runner(cfg, generator, policy.chat, temperature=g.temperature, top_p=g.top_p)
     eval_runner = _runner(cfg, generator, policy.chat, temperature=0.0, top_p=1.0)
