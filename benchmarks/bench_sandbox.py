@@ -1,11 +1,18 @@
 """Latency and throughput of running small Python programs three ways.
 
-1. ``unisolated``: ``subprocess.run([python, "-c", code])``, no isolation at all (the baseline);
+1. ``unisolated``: ``subprocess.run([python, "-c", code])`` with the SAME interpreter the sandbox uses,
+   ``site`` on (no ``-I``/``-S``), as users call it: no isolation at all (the baseline);
 2. ``bwrap``: the bubblewrap backend, a fresh sandbox and interpreter per execution;
-3. ``warm_pool``: the warm pool, a fork of a pre-started interpreter inside bubblewrap.
+3. ``warm_pool``: the warm pool, a fork of a pre-started interpreter inside bubblewrap (seccomp,
+   PID-1 server, capped tmpfs: the hardened pool of issue 11).
 
 Latency (p50/p95) is measured one execution at a time; executions per second with
-``--concurrency`` executions in flight. Run: ``python benchmarks/bench_sandbox.py [--json]``.
+``--concurrency`` executions in flight. Every way gets the same programs, ``--n`` and concurrency.
+The whole set is repeated ``--runs`` times and each figure is given as its median and range. The
+load average is read before anything starts; above 1.5 the result is marked ``noisy``. The JSON is
+always printed (last line). Run: ``python benchmarks/bench_sandbox.py [--json]``.
+
+Targets (issue 16): warm-pool p50 <= 1/8 of ``unisolated``, >= 1000 isolated executions/s on 2 cores.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from tirl.sandbox import BwrapSandbox, WarmPool
 from tirl.sandbox.bwrap import bwrap_problem, sandbox_python
@@ -62,21 +70,20 @@ async def measure(run: Callable[[str], Awaitable[bool]], n: int, concurrency: in
     }
 
 
-async def main_async(args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    python = sandbox_python()
-
+async def one_run(args: argparse.Namespace, python: str) -> dict[str, dict[str, float]]:
     async def unisolated(code: str) -> bool:
         # subprocess.run in a thread, so that several can be in flight
         proc = await asyncio.to_thread(subprocess.run, [python, "-c", code], capture_output=True, check=False)
         return proc.returncode == 0
 
     results = {"unisolated": await measure(unisolated, args.n, args.concurrency)}
-    fresh = BwrapSandbox(timeout_s=10)
+    if not args.skip_bwrap:
+        fresh = BwrapSandbox(timeout_s=10)
 
-    async def bwrap(code: str) -> bool:
-        return (await fresh.run(code)).ok
+        async def bwrap(code: str) -> bool:
+            return (await fresh.run(code)).ok
 
-    results["bwrap"] = await measure(bwrap, args.n, args.concurrency)
+        results["bwrap"] = await measure(bwrap, args.n, args.concurrency)
     pool = WarmPool(isolate=True, size=args.pool_size, timeout_s=10)
     try:
 
@@ -89,26 +96,69 @@ async def main_async(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     return results
 
 
+def spread(values: list[float]) -> dict[str, Any]:
+    return {"median": round(statistics.median(values), 3), "range": [round(min(values), 3), round(max(values), 3)]}
+
+
+def summarise(runs: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for way in runs[0]:
+        summary[way] = {key: spread([r[way][key] for r in runs]) for key in ("p50_ms", "p95_ms", "per_s")}
+    ratios = [r["warm_pool"]["p50_ms"] / r["unisolated"]["p50_ms"] for r in runs]
+    summary["warm_pool_p50_vs_unisolated"] = spread(ratios)
+    return summary
+
+
 def main() -> int:
     cores = os.cpu_count() or 1
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=200, help="executions per way (default 200)")
+    parser.add_argument("--n", type=int, default=200, help="executions per way and run (default 200)")
+    parser.add_argument("--runs", type=int, default=3, help="repeat the whole set (default 3); medians and ranges")
     parser.add_argument("--concurrency", type=int, default=4 * cores, help="in flight for per_s (default 4 x cores)")
     parser.add_argument("--pool-size", type=int, default=2 * cores, help="warm servers (default 2 x cores)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--skip-bwrap", action="store_true", help="leave out the fresh-sandbox way")
+    parser.add_argument("--json", action="store_true", help="print only the JSON object")
     args = parser.parse_args()
+    load_before = os.getloadavg()
     if (problem := bwrap_problem()) is not None:
         print(f"error: bubblewrap cannot run here: {problem}", file=sys.stderr)
         return 2
-    results = asyncio.run(main_async(args))
-    if args.json:
-        print(json.dumps(results))
-        return 0
-    base = results["unisolated"]["p50_ms"]
-    print(f"{cores} cores, n={args.n}, concurrency={args.concurrency}, pool size={args.pool_size}")
-    print(f"{'way':<12}{'p50 ms':>9}{'p95 ms':>9}{'exec/s':>9}{'p50 vs unisolated':>20}")
-    for name, r in results.items():
-        print(f"{name:<12}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}{r['per_s']:>9.1f}{r['p50_ms'] / base:>19.2f}x")
+    python = sandbox_python()
+    runs = [asyncio.run(one_run(args, python)) for _ in range(args.runs)]
+    summary = summarise(runs)
+    ratio = summary["warm_pool_p50_vs_unisolated"]["median"]
+    per_s = summary["warm_pool"]["per_s"]["median"]
+    out = {
+        "machine": {
+            "cores": cores,
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            "noisy": load_before[0] > 1.5,
+        },
+        "baseline": {"interpreter": python, "argv": [python, "-c", "<program>"], "site": True},
+        "settings": {"n": args.n, "runs": args.runs, "concurrency": args.concurrency, "pool_size": args.pool_size},
+        "runs": runs,
+        "summary": summary,
+        "targets": {
+            "warm_pool_p50_vs_unisolated": {"target": 0.125, "median": ratio, "met": ratio <= 0.125},
+            "warm_pool_per_s": {"target": 1000, "median": per_s, "met": per_s >= 1000},
+        },
+    }
+    if not args.json:
+        noisy = " (NOISY: load average above 1.5)" if out["machine"]["noisy"] else ""
+        print(f"{cores} cores, load average before {load_before[0]:.2f}{noisy}; n={args.n} x {args.runs} runs,")
+        print(f"concurrency={args.concurrency}, pool size={args.pool_size}; baseline: {python} -c CODE (site on)")
+        print(f"{'way':<12}{'p50 ms':>22}{'p95 ms':>22}{'exec/s':>24}")
+        for way in runs[0]:
+            cells = []
+            for key in ("p50_ms", "p95_ms", "per_s"):
+                v = summary[way][key]
+                cells.append(f"{v['median']:.2f} [{v['range'][0]:.2f}-{v['range'][1]:.2f}]")
+            print(f"{way:<12}{cells[0]:>22}{cells[1]:>22}{cells[2]:>24}")
+        r = summary["warm_pool_p50_vs_unisolated"]
+        lo, hi = r["range"]
+        print(f"warm pool p50 / unisolated p50: {r['median']:.3f} [{lo:.3f}-{hi:.3f}] (target <= 0.125)")
+    print(json.dumps(out))
     return 0
 
 
