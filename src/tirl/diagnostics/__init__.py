@@ -1,7 +1,10 @@
 """Diagnostics: verdicts from training logs and pipeline traces, the trajectory audit, the HTML report.
 
-* :mod:`tirl.diagnostics.training` — ``void_leak`` / ``late_filter`` / ``detector_inactive`` / ``empty_batch``
-* :mod:`tirl.diagnostics.pipeline` — ``initializer`` / ``runner`` / ``evaluator`` / ``overall`` / ``starved``
+* :mod:`tirl.diagnostics.training` — ``void_leak`` / ``void_drift`` / ``late_filter`` / ``detector_inactive`` /
+  ``empty_batch`` (the drift test itself: :mod:`tirl.diagnostics.drift`)
+* :mod:`tirl.diagnostics.adapters` / :mod:`tirl.diagnostics.wandb_csv` — tirl, verl, SimpleTIR logs; wandb exports
+* :mod:`tirl.diagnostics.pipeline` — ``initializer`` / ``runner`` / ``evaluator`` / ``overall`` / ``starved``,
+  each queue judged against its capacity
 * :mod:`tirl.diagnostics.audit` — void reasons, detector-too-eager rate, turn/length/tool-error stats
 * :mod:`tirl.diagnostics.report` — :func:`write_report` (self-contained HTML)
 * :mod:`tirl.diagnostics.bundle` / :mod:`tirl.diagnostics.review` — evidence bundle, LLM second opinion
