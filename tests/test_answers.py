@@ -192,3 +192,10 @@ def test_every_rendering_of_two_numbers_matches_exactly_when_they_are_equal(
         right = data.draw(st.sampled_from(WRAPS)).format(data.draw(st.sampled_from(_renderings(y))))
         assert answers_match(left, right) is (x == y), (left, right)
         assert decide(left, right).path != "fallback"
+
+
+def test_json_numbers_are_read_as_their_text() -> None:
+    assert answers_match("391", 391) is True  # a trajectory file's "answer": 391
+    assert answers_match(r"\frac{1}{2}", 0.5) is True
+    assert answers_match("1", True) is False and answers_match("nan", float("nan")) is False
+    assert answers_match("1", 10**5000) is False  # too long to print: no answer, no exception

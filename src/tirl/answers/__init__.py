@@ -63,6 +63,8 @@ def normalize_answer(text: str) -> str:
 def answers_match(predicted: str | None, truth: str | None) -> bool:
     """True when ``predicted`` is a correct answer for ``truth``; ``False`` for ``None`` and for hostile input.
 
+    A JSON number where a string was expected (``"answer": 391``) is read as its text.
+
     May block up to the fallback's deadline (5 s): inside an event loop use
     :func:`answers_match_async`.
     """

@@ -22,6 +22,7 @@ The rules a careful grader applies, as coded here:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -102,6 +103,14 @@ def _exact_latex(text: str) -> str:
     return _DECIMAL_LITERAL.sub(lambda m: f"\\frac{{{m.group(1)}{m.group(2)}}}{{1{'0' * len(m.group(2))}}}", text)
 
 
+def _as_text(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() <= 3000:  # ~900 digits
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return value
+
+
 def _letters(text: str) -> set[str]:
     """The Latin letters of ``text`` outside LaTeX command names."""
     return set(_LETTER.findall(_COMMAND.sub(" ", text)))
@@ -112,7 +121,11 @@ def _text_key(text: str) -> str:
 
 
 def decide(predicted: object, truth: object) -> Decision:
-    """Settle ``predicted`` against ``truth`` exactly where possible (see the module docstring)."""
+    """Settle ``predicted`` against ``truth`` exactly where possible (see the module docstring).
+
+    A JSON number (``int``, finite ``float``) is read as its decimal text; any other non-string is no answer.
+    """
+    predicted, truth = _as_text(predicted), _as_text(truth)
     if not isinstance(predicted, str) or not isinstance(truth, str) or not predicted.strip() or not truth.strip():
         return Decision(False, "missing")
     if len(predicted) > MAX_CHARS or len(truth) > MAX_CHARS:
