@@ -43,7 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", metavar="NAME", help="environment name (env.name), e.g. tir-math")
     parser.add_argument("--steps", type=int, metavar="N", help="training steps (trainer.steps)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
-    parser.add_argument("--generator", choices=["hf", "openai"], help="where tokens come from (model.generator)")
+    parser.add_argument(
+        "--generator",
+        choices=["hf", "openai", "vllm"],
+        help="where tokens come from (model.generator); vllm: in-process vLLM on a CUDA GPU (the vllm extra)",
+    )
     parser.add_argument("--base-url", metavar="URL", help="OpenAI-compatible server for --generator openai")
     parser.add_argument("--backend", choices=["local", "ray"], help="rollout backend (trainer.backend)")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for --backend ray (trainer.ray_address)")
