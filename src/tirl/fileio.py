@@ -158,12 +158,14 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """A file object whose contents appear at ``path`` only if the block succeeds (see the module doc)."""
     shown = Path(path)
     real = check_output(shown)
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_write mode must be 'w' or 'wb', not {mode!r}")
     binary = mode == "wb"
     if _is_special(real):
-        buf: IO[Any] = io.BytesIO() if binary else io.StringIO()
+        buf: io.BytesIO | io.StringIO = io.BytesIO() if binary else io.StringIO()
         yield buf
-        data = buf.getvalue()
-        _write_special(real, data if binary else data.encode("utf-8"), shown)
+        value = buf.getvalue()
+        _write_special(real, value if isinstance(value, bytes) else value.encode("utf-8"), shown)
         return
     _make_parent(real, shown)
     try:
@@ -177,7 +179,8 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
             shown, f"cannot create a file beside it ({exc.strerror})", "choose a writable directory"
         ) from None
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as fh:
+        fh: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
+        with fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
