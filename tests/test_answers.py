@@ -20,7 +20,7 @@ CORPUS = [json.loads(line) for line in CORPUS_PATH.read_text(encoding="utf-8").s
 CATEGORIES = {
     "number", "braceless_frac", "negative_frac", "percent", "assignment", "units", "degrees", "boxed", "interval",
     "set", "tuple", "radical", "pi", "scientific", "thousands", "text", "choice", "trailing_period", "expression",
-    "complex", "unicode_minus", "spacing", "near_miss", "hostile",
+    "complex", "unicode_minus", "spacing", "near_miss", "hostile", "matrix",
 }  # fmt: skip
 
 
@@ -199,3 +199,15 @@ def test_json_numbers_are_read_as_their_text() -> None:
     assert answers_match(r"\frac{1}{2}", 0.5) is True
     assert answers_match("1", True) is False and answers_match("nan", float("nan")) is False
     assert answers_match("1", 10**5000) is False  # too long to print: no answer, no exception
+
+
+DIGITS = "0123456789"
+
+
+@given(st.text(DIGITS, max_size=4), st.text(DIGITS, max_size=4), st.text(DIGITS, min_size=1, max_size=4))
+@settings(max_examples=200, deadline=None)
+def test_repeating_decimals_against_the_textbook_formula(whole: str, fixed: str, period: str) -> None:
+    # the reference: x = W.F(P)(P)... -> (WFP - WF) / (10^|F| * (10^|P| - 1))
+    numerator = int(whole + fixed + period) - int(whole + fixed or "0")
+    reference = Fraction(numerator, 10 ** len(fixed) * (10 ** len(period) - 1))
+    assert parse_number(f"{whole}.{fixed}\\overline{{{period}}}") == reference

@@ -1,6 +1,6 @@
 r"""Exact values of plain answers: rational numbers and bracketed lists of them, with hostile-input caps.
 
-:func:`parse_number` reads ``-12``, ``1,234``, ``0.25``, ``3/4``,
+:func:`parse_number` reads ``-12``, ``1,234``, ``0.25``, ``0.\overline{3}``, ``3/4``,
 ``\frac{3}{4}``, ``-\frac{3}{4}``, ``1e3``, ``3 \times 10^{3}``, ``10^{-2}``
 as a :class:`~fractions.Fraction`, exactly (``0.1`` is ``1/10``; no float
 tolerance anywhere). :func:`parse_sequence` reads ``(1, 2)``, ``[0, 1)``,
@@ -32,6 +32,7 @@ _TIMES_POW = re.compile(r"(.*?)(?:\\times|\\cdot|\*)10\^(\{[^{}]*\}|-?\d)")
 _POW10 = re.compile(r"([-+]?)10\^(\{[^{}]*\}|\d)")
 _DIGIT_RUN = re.compile(rf"\d{{{MAX_DIGITS + 1},}}")
 _EXP_LITERAL = re.compile(r"[eE][-+]?(\d+)|\^\{?\s*[-+]?(\d+)")
+_REPEATING = re.compile(r"([-+]?)(\d*)\.(\d*)\\overline\{(\d+)\}")
 _SPACED_DIGITS = re.compile(r"\d\s+\d")
 _BRACED_POWER = re.compile(r"\^\s*\{")
 _BARE_TOWER = re.compile(r"\^\s*[-+]?\d+\s*\^|\^\s*\([^)]*\^")
@@ -86,6 +87,14 @@ def parse_number(text: str) -> Fraction | None:
     value = _decimal(s)
     if value is not None:
         return value
+    m = _REPEATING.fullmatch(s)
+    if m:  # 0.1\overline{6} = 1/10 + 6/90
+        sign, whole, fixed, period = m.groups()
+        if len(whole) + len(fixed) + len(period) > MAX_DIGITS:
+            return None
+        value = Fraction(int(whole or "0")) + Fraction(int(fixed or "0"), 10 ** len(fixed))
+        value += Fraction(int(period), 10 ** len(fixed) * (10 ** len(period) - 1))
+        return -value if sign == "-" else value
     negative = s.startswith("-")
     body = s[1:] if s[:1] in "-+" else s
     if body.startswith("\\frac{"):

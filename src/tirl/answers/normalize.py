@@ -45,7 +45,8 @@ _UNICODE = str.maketrans(
         "\u2003": " ",
     }
 )
-_SPACING = re.compile(r"\\[,;:!>]|\\q?quad\b|\\(?:h|m)space\{[^{}]*\}")
+_SPACING = re.compile(r"(?<!\\)\\(?:[,;:!> ]|q?quad\b|(?:h|m)space\{[^{}]*\})")  # not the \\ of a new row
+_EMPTY_SET = re.compile(r"\\varnothing\b|\\\{\s*\\\}")
 _SIZING = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg)(?![a-zA-Z])")
 _WRAPPERS = (
     "text",
@@ -263,7 +264,8 @@ def clean(raw: str) -> Cleaned:
     s = raw.translate(_UNICODE)
     s = _strip_delims(s)
     s = s.replace("\\$", "").replace("$", "")
-    s = _SPACING.sub(" ", s).replace("\\ ", " ").replace("~", " ")
+    s = _SPACING.sub(" ", s).replace("~", " ")
+    s = _EMPTY_SET.sub(r"\\emptyset", s)
     s = re.sub(r"(?<=\d) (?=\d{3}(?!\d))", "", s)  # "1 000" from "1\,000"
     s = _SIZING.sub("", s).replace("{,}", ",")
     s = _DEGREE.sub("", s)
