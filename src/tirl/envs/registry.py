@@ -10,8 +10,8 @@ works without registering.
 The built-ins are ``tir-math``, ``swe-lite`` and ``tir-chain`` (chained computations,
 run by the tir-math env). Each may also register a
 *task source* (``tasks=``): ``source(env_config, n, seed) -> list[Task]``,
-which :func:`load_tasks` uses (a JSONL file when ``env.tasks_file`` is set,
-else the generator).
+which :func:`load_tasks` uses (a task file when ``env.tasks_file`` is set —
+for tir-math also verl/SkyRL parquet or JSONL — else the generator).
 
 >>> sorted(list_envs())[:3]
 ['swe-lite', 'tir-chain', 'tir-math']
