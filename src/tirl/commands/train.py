@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=["local", "ray"], help="rollout backend (trainer.backend)")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for --backend ray (trainer.ray_address)")
     parser.add_argument("--run-dir", metavar="DIR", help="write the run here instead of runs/<time>-<env>")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (one line per step instead)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress output at all")
 
 
 def _shortcuts(args: argparse.Namespace) -> list[str]:
