@@ -91,7 +91,7 @@ def _net(exc: BaseException) -> str | None:
         return f"an input holds an integer with more than {sys.get_int_max_str_digits()} digits — shorten it"
     if isinstance(exc, OverflowError):
         return f"a number in an input is too large to compute with ({exc}) — check the input's values"
-    if isinstance(exc, OSError) and exc.filename is not None:
+    if isinstance(exc, OSError) and isinstance(exc.filename, str | os.PathLike):
         return f"{exc.filename}: {exc.strerror or exc} — check the path"
     return None
 

@@ -183,3 +183,13 @@ def test_subprocess_contract_for_a_bad_file(tmp_path):
     )
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "content", [b'{"a": \xff}', b"[1]", DEEP.encode(), b'{"trainer": {"steps": ' + LONG_INT.encode() + b"}}"]
+)
+def test_train_resume_with_a_damaged_config_json(capsys, tmp_path, content):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_bytes(content)
+    assert_refused(run_cli(capsys, "train", "--resume", run, "--no-progress"), "config")

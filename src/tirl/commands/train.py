@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 from tirl.config import TirlConfig, load_config
 from tirl.errors import InputError, TirlError
 from tirl.fileio import check_output_dir
+from tirl.jsonl import read_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,7 +102,10 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path]:
         if not saved.is_file():
             raise InputError(str(run_dir), None, "has no config.json, so it is not a tirl run directory",
                              "give the directory that `tirl train` printed at the end (runs/...)")  # fmt: skip
-        base = _as_overrides(json.loads(saved.read_text(encoding="utf-8")))
+        saved_cfg = read_json(saved)
+        if not isinstance(saved_cfg, dict):
+            raise InputError(str(saved), None, "is not a JSON object", "restore the config.json that tirl train wrote")
+        base = _as_overrides(saved_cfg)
         return load_config(None, [*base, *overrides]), run_dir
     cfg = load_config(args.config, overrides)
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
