@@ -32,6 +32,7 @@ renormalisation in the trainer's log-probs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
@@ -67,13 +68,26 @@ def forward_logits(model: Any, batch: TrainBatch, precision: str = "off") -> Ten
     return logits.float() if precision != "off" else logits  # type: ignore[no-any-return]
 
 
+def model_device(model: Any) -> torch.device:
+    """The device of the model's parameters (where each batch is moved)."""
+    return next(iter(model.parameters())).device  # type: ignore[no-any-return]
+
+
+def on_device(batch: TrainBatch, device: torch.device) -> TrainBatch:
+    """``batch`` with its tensors on ``device`` (collation happens on the CPU)."""
+    if batch.input_ids.device == device:
+        return batch
+    moved = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    return TrainBatch(**{k: v.to(device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in moved.items()})
+
+
 def _pad_rows(rows: list[Tensor], width: int) -> Tensor:
-    """Stack 1-D tensors right-padded with 0 to ``width``.
+    """Stack 1-D tensors right-padded with 0 to ``width`` (on the rows' device).
 
     rows: list of Tensor  # [L_i]
     returns: Tensor  # [len(rows), width]
     """
-    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    out = torch.zeros((len(rows), width), dtype=torch.float32, device=rows[0].device if rows else None)
     for i, r in enumerate(rows):
         n = min(r.numel(), width)
         out[i, :n] = r[:n]
@@ -95,7 +109,7 @@ def score_logprobs(
     zeros = torch.zeros(len(trajs))
     budget = micro_tokens if micro_tokens > 0 else 1 << 62
     for micro in split_microbatches(list(range(len(trajs))), lengths, budget):
-        batch = collate(trajs, zeros, micro, pad_id)
+        batch = on_device(collate(trajs, zeros, micro, pad_id), model_device(model))
         lp = gather_logprobs(forward_logits(model, batch, precision), batch.targets, temperature)
         for j, i in enumerate(micro):
             out[i] = lp[j, : lengths[i] - 1].float().clone()
@@ -280,7 +294,7 @@ class PolicyUpdater:
         self.optimizer.zero_grad(set_to_none=True)
         mb_loss = 0.0
         for micro in split_microbatches(rows, lengths, micro_tokens):
-            batch = collate(trajs, advantages, micro, self.pad_id)
+            batch = on_device(collate(trajs, advantages, micro, self.pad_id), model_device(self.model))
             width = batch.targets.shape[1]
             logits = forward_logits(self.model, batch, self.precision)
             lp, ent = logprobs_and_entropy(logits, batch.targets, self.temperature)
