@@ -3,13 +3,15 @@
 The trainer asks a :class:`RolloutStrategy` for ``group_size`` trajectories of
 each task and gets back exactly that many, grouped by task, each with a
 termination reason. Infrastructure failures are *in* the batch (flagged with
-``Trajectory.failed``), never missing. Strategies (sync batch, async batch,
-pipeline; local or Ray) are interchangeable behind this interface.
+``Trajectory.failed``), never missing. tirl's implementation is
+:class:`tirl.rollout.strategies.Rollout` (three schedules: sync batch, async
+batch, pipeline; envs local or on Ray); the trainer, the held-out evaluation
+and the SFT demonstrations all use it.
 
-An episode is produced by three callables that the strategies schedule:
+An episode is produced by the callables the strategy schedules:
 ``EnvFactory`` (make a fresh env for a task), the env's ``reset`` (the
 Initializer stage), an :class:`EpisodeRunner` (the Agent Runner stage: the
-multi-turn loop) and the env's ``evaluate`` (the Evaluator stage).
+multi-turn loop), the env's ``evaluate`` (the Evaluator stage) and ``close``.
 """
 
 from __future__ import annotations
