@@ -13,7 +13,8 @@ Covered (each is undone or recorded):
 * ``\text{…}``, ``\mathrm{…}``, ``\textbf{…}``, ``\mbox{…}`` and similar wrappers;
 * degrees (``^\circ``, ``^{\circ}``, ``\degree``), money signs (``\$``);
 * a trailing unit (a trailing ``\text{…}`` word group after a value, or a known unit word);
-* a percent sign (``Cleaned.percent``); a leading ``x =`` (``Cleaned.lhs``); a trailing period.
+* a percent sign (``Cleaned.percent``); a leading ``x =`` (``Cleaned.lhs``); a trailing period;
+* a leading ``The answer is`` / ``Final answer:``.
 
 Not covered: anything that needs the meaning of the expression (that is
 :mod:`tirl.answers.exact` and the math-verify fallback's job), units inside
@@ -86,6 +87,7 @@ _UNIT_SYNONYMS = {
 _TEXTLIKE = re.compile(r"[A-Za-z][A-Za-z\s'\-]*")
 _CHOICE = re.compile(r"^\(?([A-Ea-e])\)?$")
 _LEADING_CHOICE = re.compile(r"^\(([A-E])\)(?:$|[\s:.])")
+_PREAMBLE = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is\b|:)\s*", re.I)
 _DIGIT_GAP = re.compile(r"(?<=\d)\s+(?=\d)")
 _ANY_CHOICE = re.compile(r"\([A-E]\)|\b[A-E]\b")
 _NOT_UNITS = frozenset("or and more less than not least most at to plus minus times over under about approximately "
@@ -262,6 +264,7 @@ def _trailing_unit(s: str) -> tuple[str, str | None]:
 def clean(raw: str) -> Cleaned:
     """Remove presentation from ``raw`` (see the module docstring); linear in its length."""
     s = raw.translate(_UNICODE)
+    s = _PREAMBLE.sub("", s.strip(), count=1)
     s = _strip_delims(s)
     s = s.replace("\\$", "").replace("$", "")
     s = _SPACING.sub(" ", s).replace("~", " ")
