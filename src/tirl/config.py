@@ -93,6 +93,7 @@ class EnvConfig:
     max_turns: int = 4
     eval_size: int = 200
     seed: int = 0
+    tools: bool = False  # offer the python tool as a function (Hermes <tool_call>); needs a template with tools
 
     def __post_init__(self) -> None:
         _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")
@@ -159,8 +160,19 @@ class AlgoConfig:
     minibatches: int = 2
     epochs: int = 1
     micro_batch_tokens: int = 2048  # padded tokens per forward pass (bounds activation memory); 0 = whole mini-batch
+    # memory for large models (tirl.models.memory; README "Memory")
+    autocast: Literal["off", "bf16"] = "off"  # bf16: forward passes under bf16 autocast, float32 master weights
+    gradient_checkpointing: bool = False  # recompute each layer's activations in the backward pass
+    lora_rank: int = 0  # > 0: train a LoRA adapter of this rank (peft) instead of all weights
+    lora_alpha: float = 32.0  # LoRA scale is lora_alpha / lora_rank
+    lora_targets: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
 
     def __post_init__(self) -> None:
+        _check(self.lora_rank >= 0, "algo.lora_rank", self.lora_rank, "use >= 0 (0 trains all weights)")
+        _check(self.lora_alpha > 0, "algo.lora_alpha", self.lora_alpha, "use a positive scale")
+        _check(bool(self.lora_targets), "algo.lora_targets", self.lora_targets, "list at least one module name")
         _check(self.group_size >= 2, "algo.group_size", self.group_size, "group-relative advantages need >= 2")
         _check(0 < self.clip_low < 1, "algo.clip_low", self.clip_low, "use a value in (0, 1)")
         _check(self.clip_high > 0, "algo.clip_high", self.clip_high, "use a positive value")
