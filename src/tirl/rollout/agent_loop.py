@@ -19,8 +19,17 @@ from the env or the generator ends the episode with ``error`` and the message
 in ``Trajectory.error`` (never lost). The env judges each turn with the shared
 rule (:mod:`tirl.parsing`); the loop records the verdict in the turn record.
 
-Not covered: tool calls through ``tool_calls`` (the sampled text is the
-message content); the loop never calls ``env.evaluate`` or ``env.close``.
+Tool calls: the sampled turn becomes the assistant message through
+:meth:`~tirl.models.chat_format.ChatFormat.assistant_message`, so with a
+template that renders Hermes ``<tool_call>`` blocks (``tirl model init``'s)
+the calls are parsed into ``tool_calls`` (ids ``call_{turn}_{k}``), the void
+rule counts well-formed ones as actions and the env executes them. Tool
+messages the env returns without a ``tool_call_id`` get the ids of the
+turn's calls in order, and are rendered as the template renders a ``tool``
+turn. Tool definitions for the prompt: :attr:`AgentLoop.tools`, else the
+env's ``tools`` attribute when it has one.
+
+Not covered: the loop never calls ``env.evaluate`` or ``env.close``.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tirl.envs.base import Env, StepResult, Task
 from tirl.inference.base import GenerationResult, Generator, SamplingParams
@@ -60,6 +70,7 @@ class AgentLoop:
     max_total_tokens: int = 512
     rules: ParseRules = field(default_factory=ParseRules)  # only to label turn records; the env judges
     seed: int | None = None  # set: each turn samples with a seed from (seed, trajectory id, turn) — reproducible
+    tools: tuple[dict[str, Any], ...] = ()  # tool definitions (OpenAI schema) rendered into the prompt
 
     def turn_seed(self, traj_id: str, turn: int) -> int | None:
         """The sampling seed of one turn (``None`` when ``seed`` is unset: the generator's own RNG)."""
@@ -95,7 +106,7 @@ class AgentLoop:
     async def _run(self, env: Env, initial: list[Message], traj: Trajectory) -> None:
         if not traj.messages:
             traj.messages.extend(initial)
-        prompt = self.chat.prompt_ids(initial)
+        prompt = self.chat.prompt_ids(initial, tools=list(self.tools or getattr(env, "tools", None) or ()) or None)
         self._append(traj, prompt, None)
         traj.prompt_len = len(prompt)
         versions: list[int] = []
@@ -113,7 +124,7 @@ class AgentLoop:
             versions.append(res.policy_version)
             traj.policy_version = min(versions)
             self._append(traj, list(res.token_ids), list(res.logprobs))
-            message = Message(role=Role.ASSISTANT, content=self.chat.assistant_text(res.token_ids))
+            message = self.chat.assistant_message(res.token_ids, call_id_prefix=f"call_{index}")
             traj.messages.append(message)
             action = judge_message(message, self.rules).kind.value
             record = TurnRecord(
@@ -139,6 +150,8 @@ class AgentLoop:
                 traj.error = f"env.step failed in turn {index}: {_error_text(exc)}"
                 return
             record.env_s = time.perf_counter() - t1
+            if action == "tool_call":  # the env ran the calls (code or an answer in the content wins over calls)
+                step.observation = answer_calls(message, step.observation)
             traj.messages.extend(step.observation)
             if step.terminated or step.truncated:
                 default = TerminationReason.ANSWERED if step.terminated else TerminationReason.MAX_TURNS
@@ -151,6 +164,18 @@ class AgentLoop:
                 return
             self._append(traj, obs, None)
         traj.termination = TerminationReason.MAX_TURNS
+
+
+def answer_calls(message: Message, observation: list[Message]) -> list[Message]:
+    """Tool messages without a ``tool_call_id`` get the ids of ``message``'s calls, in order."""
+    ids = iter([c.id for c in message.tool_calls if c.id])
+    out = []
+    for m in observation:
+        if m.role is Role.TOOL and m.tool_call_id is None:
+            call_id = next(ids, None)
+            m = replace(m, tool_call_id=call_id) if call_id else m
+        out.append(m)
+    return out
 
 
 @dataclass(slots=True)
