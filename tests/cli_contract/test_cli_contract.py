@@ -193,3 +193,16 @@ def test_train_resume_with_a_damaged_config_json(capsys, tmp_path, content):
     run.mkdir()
     (run / "config.json").write_bytes(content)
     assert_refused(run_cli(capsys, "train", "--resume", run, "--no-progress"), "config")
+
+
+@pytest.mark.parametrize("content", [DEEP.encode(), b'{"steps": ' + LONG_INT.encode() + b"}", NOT_UTF8])
+def test_report_and_bundle_with_a_damaged_summary_or_config(capsys, tmp_path, content):
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", [metrics_row(s) for s in range(1, 6)])
+    (run / "summary.json").write_bytes(content)
+    (run / "config.json").write_bytes(content)
+    out = run_cli(capsys, "report", run)
+    assert out.code == 0 and "Traceback" not in out.err, out.err
+    out = run_cli(capsys, "diagnose", "training", run, "--bundle", tmp_path / "b.md")
+    assert out.code == 0 and (tmp_path / "b.md").is_file(), out.err

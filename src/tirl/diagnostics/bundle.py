@@ -25,6 +25,7 @@ from typing import Any
 from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.pipeline import NEXT_STEP, PipelineDiagnosis
 from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis
+from tirl.jsonl import JSONProblem, parse_json
 
 WINDOW = 20
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -156,8 +157,8 @@ def filter_config(run_dir: Path | None, config: Path | None = None) -> dict[str,
         summary = Path(run_dir or ".") / name
         if summary.is_file():
             try:
-                data = json.loads(summary.read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
+                data = parse_json(summary.read_bytes())
+            except JSONProblem:
                 continue
             cfg = data.get("config", data) if isinstance(data, dict) else {}
             section = cfg.get("filter") if isinstance(cfg, dict) else None

@@ -31,6 +31,7 @@ from tirl.diagnostics.pipeline import NEXT_STEP, PipelineDiagnosis, diagnose_pip
 from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines
 from tirl.errors import TirlError
 from tirl.fileio import write_text
+from tirl.jsonl import JSONProblem, parse_json
 
 FILES: dict[str, str] = {
     "metrics.jsonl": "training plots and the training diagnosis",
@@ -231,8 +232,8 @@ def _audit_section(path: Path) -> str:
 
 def _summary_section(path: Path) -> str:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = parse_json(path.read_bytes())
+    except JSONProblem as exc:
         return f"<h2>Summary</h2><p class='missing'>summary.json is not valid JSON: {html.escape(str(exc))}</p>"
     if not isinstance(data, dict):
         return "<h2>Summary</h2><p class='missing'>summary.json is not an object</p>"

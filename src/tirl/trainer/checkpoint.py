@@ -38,6 +38,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from tirl.fileio import fsync_file
+from tirl.jsonl import JSONProblem, parse_json
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -127,8 +128,8 @@ def list_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
         if not m or not (child / "state.json").is_file():
             continue
         try:
-            state = json.loads((child / "state.json").read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+            state = parse_json((child / "state.json").read_bytes())
+        except (JSONProblem, OSError):
             continue
         if not isinstance(state, dict):
             continue

@@ -33,6 +33,7 @@ from typing import Any
 from tirl.config import TirlConfig, config_to_dict
 from tirl.fileio import write_text
 from tirl.inference.base import Startable
+from tirl.jsonl import read_json
 from tirl.rollout.evaluation import EvalReport
 from tirl.trainer.checkpoint import latest_checkpoint
 from tirl.trainer.logging import read_metrics
@@ -135,7 +136,7 @@ class TrainingRun:
         await self.trainer.run()
         if not tc.eval_before_after:
             return {}
-        before = json.loads(before_path.read_text(encoding="utf-8"))
+        before = read_json(before_path)
         after = await self.evaluate()
         return {
             "eval/accuracy_before": before["accuracy"],
