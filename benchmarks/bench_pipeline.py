@@ -68,7 +68,7 @@ from tirl.envs.base import Env, EvalResult, StepResult, Task
 from tirl.rollout.base import RolloutRequest
 from tirl.rollout.strategies import make_strategy
 from tirl.rollout.trace import BusyMeter
-from tirl.testing.faults import VirtualTimeLoop
+from tirl.testing.clock import VirtualTimeLoop
 from tirl.types import Message, Role, TerminationReason, Trajectory
 
 STRATEGIES = ("sync_batch", "async_batch", "pipeline")  # the classes of tirl.rollout

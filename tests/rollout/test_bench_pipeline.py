@@ -43,7 +43,7 @@ def test_virtual_clock_loop_runs_sleeps_in_zero_wall_time() -> None:
         await asyncio.gather(asyncio.sleep(100.0), asyncio.sleep(250.0))
         return loop.time() - t0
 
-    from tirl.testing.faults import VirtualTimeLoop
+    from tirl.testing.clock import VirtualTimeLoop
 
     w0 = time.perf_counter()
     elapsed = VirtualTimeLoop.run(main())

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from faults import FaultLog, FaultPlan, FaultyRunner, faulty_factory
 from rollout_fakes import STRATEGIES, FakeRunner, World, cfg, pending_tasks, tasks
 
 from tirl.rollout.base import RolloutRequest
 from tirl.rollout.pipeline import episode_seed
 from tirl.rollout.strategies import make_strategy
-from tirl.testing.faults import FaultLog, FaultPlan, FaultyRunner, VirtualTimeLoop, faulty_factory
+from tirl.testing.clock import VirtualTimeLoop
 from tirl.types import TerminationReason as TR
 
 PLAN = FaultPlan(

@@ -1,25 +1,16 @@
-"""Test tooling shipped for tests, benchmarks and your own environments — not used by the runtime.
+"""Tooling for tests, benchmarks and your own environments — never imported by the runtime.
 
 * :mod:`tirl.testing.scripted` — :func:`play` a list of assistant turns through
   the rollout strategy (the one episode driver) with a :class:`ScriptedRunner`;
-* :mod:`tirl.testing.faults` — deterministic fault injection at each rollout
-  stage (:class:`FaultPlan`, :func:`faulty_factory`, :class:`FaultyRunner`) and
-  :class:`VirtualTimeLoop`, an event loop on a virtual clock.
+  with :func:`tirl.envs.check_env`, what an env author needs to test an env;
+* :mod:`tirl.testing.clock` — :class:`VirtualTimeLoop`, an event loop on a
+  virtual clock (sleeps and timeouts take no wall time).
 
-Nothing under ``tirl`` outside this package imports it.
+The fault injection used by the rollout tests lives with them
+(``tests/rollout/faults.py``).
 """
 
-from tirl.testing.faults import FaultLog, FaultPlan, FaultyRunner, InjectedFault, VirtualTimeLoop, faulty_factory
+from tirl.testing.clock import VirtualTimeLoop
 from tirl.testing.scripted import ScriptedRunner, ScriptResult, play
 
-__all__ = [
-    "FaultLog",
-    "FaultPlan",
-    "FaultyRunner",
-    "InjectedFault",
-    "ScriptResult",
-    "ScriptedRunner",
-    "VirtualTimeLoop",
-    "faulty_factory",
-    "play",
-]
+__all__ = ["ScriptResult", "ScriptedRunner", "VirtualTimeLoop", "play"]

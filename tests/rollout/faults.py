@@ -17,9 +17,10 @@ test can predict every outcome with :meth:`FaultPlan.decide`:
 >>> FaultPlan().decide("run", "s0-t0-g0", 1) is None
 True
 
-:class:`VirtualTimeLoop` runs any of this on a virtual clock, so hangs and
-timeouts cost no wall time and a loaded machine cannot turn a healthy stage
-into a timeout.
+:class:`tirl.testing.clock.VirtualTimeLoop` runs any of this on a virtual
+clock, so hangs and timeouts cost no wall time and a loaded machine cannot
+turn a healthy stage into a timeout. This module is test tooling and lives
+under ``tests/``; it is not part of the installed package.
 
 Not covered: faults inside ``env.step`` or the generator (those are the
 runner's business) and faults in ``env.close``.
@@ -29,10 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import heapq
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 from tirl.envs.base import Env, EvalResult, StepResult, Task
 from tirl.rollout.base import EnvFactory, EpisodeRunner
@@ -42,7 +42,7 @@ FaultKind = Literal["error", "hang"]
 
 
 class InjectedFault(RuntimeError):
-    """A fault raised on purpose by :mod:`tirl.testing.faults`."""
+    """A fault raised on purpose by the fault plan (``tests/rollout/faults.py``)."""
 
 
 def _uniform(*parts: object) -> float:
@@ -165,50 +165,3 @@ class FaultyRunner:
         """Maybe fail, then run the inner runner."""
         await _inject(self.plan, self.log, "run", traj.id, self.log.next_attempt("run", traj.id))
         await self.inner(env, task, initial, traj)
-
-
-T = TypeVar("T")
-
-
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock jumps to the next timer whenever no callback is ready.
-
-    Code runs unchanged, but every sleep and timeout takes zero wall time and
-    exactly its duration in loop time: a discrete-event simulation of the
-    same schedule. It does not count the CPU time of the code itself (that
-    takes zero loop time), and it must not wait on real I/O (sockets,
-    subprocesses), whose completion the virtual clock cannot see.
-
-    >>> async def nap():
-    ...     await asyncio.sleep(3600)
-    ...     return asyncio.get_running_loop().time()
-    >>> VirtualTimeLoop.run(nap())
-    3600.0
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._now = 0.0
-
-    def time(self) -> float:
-        """The virtual clock (starts at 0)."""
-        return self._now
-
-    def _run_once(self) -> None:
-        sched: list[Any] = self._scheduled  # type: ignore[attr-defined]
-        while sched and sched[0]._cancelled:
-            self._timer_cancelled_count -= 1  # type: ignore[attr-defined]
-            heapq.heappop(sched)._scheduled = False
-        if not self._ready and sched:  # type: ignore[attr-defined]
-            self._now = max(self._now, sched[0]._when)
-        super()._run_once()  # type: ignore[misc]
-
-    @classmethod
-    def run(cls, coro: Any) -> Any:
-        """Run ``coro`` to completion on a fresh virtual-time loop and close it."""
-        loop = cls()
-        try:
-            return loop.run_until_complete(coro)
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
