@@ -143,6 +143,7 @@ class Trainer:
             pad_id=int(pad if pad is not None else 0),
             ref_model=self.ref_model,
             temperature=self.cfg.generation.temperature,
+            precision=self.cfg.algo.autocast,  # bf16 autocast of the update's forward passes (tirl.models.memory)
         )
 
     # ----------------------------------------------------------------- resume
