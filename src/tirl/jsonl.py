@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterator
@@ -37,9 +38,19 @@ from tirl.errors import InputError
 from tirl.fileio import atomic_write
 from tirl.types import Trajectory
 
-__all__ = ["MAX_DEPTH", "JSONProblem", "atomic_write", "parse_json", "read_jsonl", "read_trajectories"]
+__all__ = [
+    "MAX_DEPTH",
+    "JSONProblem",
+    "atomic_write",
+    "parse_json",
+    "read_jsonl",
+    "read_jsonl_text",
+    "read_trajectories",
+    "read_trajectory_lines",
+]
 
 MAX_DEPTH = 64  # deeper than any file tirl reads or request it serves; deep enough for tool-call arguments
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # the only way a strict UTF-8 line holds a lone surrogate
 
 
 class JSONProblem(ValueError):
@@ -50,8 +61,39 @@ def _no_constant(name: str) -> Any:
     raise JSONProblem(f"{name} is not a JSON number")
 
 
-def _check_tree(value: Any) -> None:
-    """Depth and lone-surrogate checks, iteratively (no recursion to exhaust)."""
+def _may_hold_surrogates(text: str | bytes) -> bool:
+    """Whether the parsed value can hold a lone surrogate (False lets :func:`_check_tree` skip every string)."""
+    if not isinstance(text, str) or _SURROGATE_ESCAPE.search(text):
+        return True  # json.loads decodes bytes with "surrogatepass"
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _check_depth(value: Any) -> None:
+    """The depth check alone, level by level over the containers only (the fast path of :func:`_check_tree`)."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 1
+    while level:
+        if depth > MAX_DEPTH:
+            raise JSONProblem(f"nested deeper than {MAX_DEPTH} levels")
+        below: list[Any] = []
+        for node in level:
+            items = node.values() if isinstance(node, dict) else node
+            below.extend(x for x in items if isinstance(x, dict | list))
+        level = below
+        depth += 1
+
+
+def _check_tree(value: Any, strings: bool = True) -> None:
+    """Depth and (when ``strings``) lone-surrogate checks, iteratively (no recursion to exhaust)."""
+    if not strings:
+        _check_depth(value)
+        return
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
@@ -91,7 +133,7 @@ def parse_json(text: str | bytes, *, allow_nan: bool = True) -> Any:
         raise JSONProblem(f"an integer has more than {sys.get_int_max_str_digits()} digits") from None
     if not allow_nan and isinstance(value, float) and not math.isfinite(value):
         raise JSONProblem("a number is out of range")
-    _check_tree(value)
+    _check_tree(value, strings=_may_hold_surrogates(text))
     return value
 
 
@@ -125,6 +167,23 @@ def read_jsonl(
     without a newline that does not parse is ignored (a killed writer's
     half line). ``objects``: a line that is not a JSON object is an error.
     """
+    lines = read_jsonl_text(
+        path, comments=comments, torn_tail=torn_tail, objects=objects, fix=fix, missing_fix=missing_fix
+    )
+    for number, value, _ in lines:
+        yield number, value
+
+
+def read_jsonl_text(
+    path: str | Path,
+    *,
+    comments: bool = False,
+    torn_tail: bool = False,
+    objects: bool = False,
+    fix: str = "each line must be one JSON object",
+    missing_fix: str = "check the path",
+) -> Iterator[tuple[int, Any, str]]:
+    """:func:`read_jsonl` that also yields each line's text, stripped (to copy a line unchanged)."""
     p = Path(path)
     with _open_lines(p, missing_fix) as fh:
         for number, raw in enumerate(fh, start=1):
@@ -145,7 +204,7 @@ def read_jsonl(
                 raise InputError(str(p), number, str(exc), fix) from None
             if objects and not isinstance(value, dict):
                 raise InputError(str(p), number, f"expected a JSON object, got {type(value).__name__}", fix)
-            yield number, value
+            yield number, value, text
 
 
 def read_json(path: str | Path, *, missing_fix: str = "check the path") -> Any:
@@ -161,7 +220,13 @@ def read_json(path: str | Path, *, missing_fix: str = "check the path") -> Any:
 
 def read_trajectories(path: str | Path) -> Iterator[tuple[int, Trajectory]]:
     """Yield ``(line_number, Trajectory)``; a line without ``messages`` raises :class:`InputError`."""
-    for number, obj in read_jsonl(path):
+    for number, traj, _ in read_trajectory_lines(path):
+        yield number, traj
+
+
+def read_trajectory_lines(path: str | Path) -> Iterator[tuple[int, Trajectory, str]]:
+    """:func:`read_trajectories` that also yields each line's text (``tirl filter --kept`` copies it)."""
+    for number, obj, text in read_jsonl_text(path):
         try:
             traj = Trajectory.from_dict(obj, default_id=f"line-{number}")
         except (ValueError, TypeError) as exc:
@@ -171,7 +236,7 @@ def read_trajectories(path: str | Path) -> Iterator[tuple[int, Trajectory]]:
                 str(exc),
                 'each line needs {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}',
             ) from None
-        yield number, traj
+        yield number, traj, text
 
 
 def is_readable_file(path: str | Path) -> bool:

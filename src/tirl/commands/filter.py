@@ -19,7 +19,7 @@ from tirl.config import load_config
 from tirl.errors import ConfigError
 from tirl.fileio import atomic_write, check_output, refuse_overwrite
 from tirl.filters.void_turn import judge_trajectory
-from tirl.jsonl import read_jsonl, read_trajectories
+from tirl.jsonl import read_trajectory_lines
 from tirl.parsing import ParseRules
 
 
@@ -59,19 +59,18 @@ def run(args: argparse.Namespace) -> int:
     if args.kept:
         check_output(args.kept)
     rules = _rules(args)
-    trajectories = list(read_trajectories(args.input))  # raises InputError before anything is written
-    raw_lines = {n: obj for n, obj in read_jsonl(args.input)} if args.kept else {}
+    trajectories = list(read_trajectory_lines(args.input))  # raises InputError before anything is written
     total = void = with_answer = 0
     void_correct: list[str] = []
     with ExitStack() as stack:
         verdict_fh = stack.enter_context(atomic_write(args.verdicts))
         kept_fh = stack.enter_context(atomic_write(args.kept)) if args.kept else None
-        for number, traj in trajectories:
+        for _, traj, text in trajectories:
             verdict = judge_trajectory(traj, rules)
             total += 1
-            verdict_fh.write(
-                json.dumps({"id": traj.id, "void": verdict.void, "void_turns": list(verdict.void_turns)}) + "\n"
-            )
+            turns = ", ".join(map(str, verdict.void_turns))  # the line json.dumps writes, without building a dict
+            flag = "true" if verdict.void else "false"
+            verdict_fh.write(f'{{"id": {json.dumps(traj.id)}, "void": {flag}, "void_turns": [{turns}]}}\n')
             if traj.answer is not None:
                 with_answer += 1
             if verdict.void:
@@ -79,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                 if answers_match(verdict.final_answer, traj.answer):
                     void_correct.append(traj.id)
             elif kept_fh is not None:
-                kept_fh.write(json.dumps(raw_lines[number], ensure_ascii=False) + "\n")
+                kept_fh.write(text + "\n")  # the input line, unchanged
     summary = {
         "trajectories": total,
         "void": void,
