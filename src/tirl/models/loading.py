@@ -102,10 +102,12 @@ def check_chat_template(path: Path, tokenizer: PreTrainedTokenizerBase, *, need_
             )
 
 
-def _load_adapter(path: Path, *, device: str, dtype: str, need_tools: bool) -> Policy:
-    """The base model with the adapter at ``path`` merged in (inference: no peft layers left)."""
+def _load_adapter(path: Path, *, device: str, dtype: str, need_tools: bool, train: bool) -> Policy:
+    """The base model with the adapter at ``path``: merged in (inference), or kept as a trainable peft model."""
     base = load_policy(adapter_base(path), device=device, dtype=dtype, need_tools=need_tools)
-    model = load_adapter_dir(base.model, path).merge_and_unload()
+    model = load_adapter_dir(base.model, path)
+    if not train:
+        model = model.merge_and_unload()
     model.eval()
     return replace(base, model=model, path=path)
 
@@ -117,12 +119,14 @@ def load_policy(
     dtype: str = "float32",
     threads: int | None = None,
     need_tools: bool = False,
+    train_adapter: bool = False,
     env: str | None = None,
 ) -> Policy:
     """Load a causal LM, its tokenizer and chat format; ``path=None`` loads the built-in model.
 
     ``threads`` sets ``torch.set_num_threads`` (process-wide) when given. ``need_tools``: the episodes
     render tool definitions and parse tool calls, so the checkpoint's template must support them.
+    A LoRA adapter directory loads over its base model, merged (``train_adapter=True``: kept trainable).
     ``env``: with ``path=None``, load that env's built-in model (:func:`builtin_model_path`).
     """
     if threads is not None:
@@ -135,7 +139,7 @@ def load_policy(
     else:
         p = Path(path).expanduser()
         if is_adapter_dir(p):  # a LoRA checkpoint: adapter weights over the base model it names
-            return _load_adapter(p, device=device, dtype=dtype, need_tools=need_tools)
+            return _load_adapter(p, device=device, dtype=dtype, need_tools=need_tools, train=train_adapter)
         _check_dir(p)
         _check_tokenizer_files(p)
     if dtype not in _DTYPES:

@@ -175,3 +175,18 @@ def export_merged(model: Any, tokenizer: Any, out: str | Path) -> Path:
 def count(params: Sequence[torch.nn.Parameter]) -> int:
     """Number of elements in ``params``."""
     return sum(p.numel() for p in params)
+
+
+def apply_memory_options(model: Any, algo: Any) -> Any:
+    """``model`` prepared for training with ``algo``'s options (an :class:`~tirl.config.AlgoConfig`).
+
+    ``algo.lora_rank > 0`` wraps it with a fresh adapter unless it already is a peft model (a resumed
+    adapter checkpoint); ``algo.gradient_checkpointing`` turns checkpointing on. ``algo.autocast`` is
+    applied by the updater, not here.
+    """
+    if algo.lora_rank > 0 and not is_lora(model):
+        spec = LoraSpec(rank=algo.lora_rank, alpha=algo.lora_alpha, targets=tuple(algo.lora_targets))
+        model = apply_lora(model, spec)
+    if algo.gradient_checkpointing:
+        enable_checkpointing(model)
+    return model

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from tirl.models.template import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from tirl.types import ToolCall
@@ -97,7 +98,7 @@ def parse_tool_calls(text: str, *, id_prefix: str = "call") -> ParsedTurn:
 
 
 #: The python tool as an OpenAI function definition: the call tir-math executes (``{"code": "..."}``).
-PYTHON_TOOL: dict[str, object] = {
+PYTHON_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "python",

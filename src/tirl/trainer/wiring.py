@@ -133,7 +133,9 @@ class RunParts:
         """Tell the generator which policy version its samples now come from (and sync its weights if it can)."""
         gen = self.generator
         if isinstance(gen, WeightSyncing):  # HTTP and vLLM generators: load the trainer's weights
-            gen.sync_weights(self.policy.model, self.policy.tokenizer, version)
+            from tirl.models.memory import merged_copy  # a LoRA policy is sent with its adapter merged in
+
+            gen.sync_weights(merged_copy(self.policy.model), self.policy.tokenizer, version)
         elif isinstance(gen, Versioned):  # in-process generators share the trainer's model
             gen.policy_version = version
 
@@ -192,6 +194,7 @@ def _openai_generator(cfg: TirlConfig, policy: Any) -> Generator:
 
 
 def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: float, top_p: float) -> Any:
+    from tirl.models.toolcalls import PYTHON_TOOL
     from tirl.rollout.agent_loop import AgentLoop
 
     g = cfg.generation
@@ -202,6 +205,7 @@ def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: fl
         max_turns=cfg.env.max_turns,
         max_total_tokens=g.max_total_tokens,
         rules=rules_from_config(cfg.filter),
+        tools=(PYTHON_TOOL,) if cfg.env.tools else (),  # the tool tir-math executes, offered as a function
     )
 
 
@@ -209,6 +213,7 @@ def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | No
     """Load the policy from ``model_path`` (None: ``cfg.model.path`` or the built-in) and wire the rollout."""
     from tirl.envs.registry import env_factory
     from tirl.models.loading import load_policy
+    from tirl.models.memory import apply_memory_options
     from tirl.rollout.strategies import make_strategy
     from tirl.sandbox import create_sandbox
 
@@ -218,7 +223,10 @@ def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | No
         dtype=cfg.model.dtype,
         threads=cfg.trainer.threads,
         env=cfg.env.name,  # no path: the env's built-in model (tiny-chain for tir-chain)
+        need_tools=cfg.env.tools,  # a template that renders tools, tool calls and tool results
+        train_adapter=cfg.algo.lora_rank > 0,  # resuming a LoRA run: keep its adapter trainable
     )
+    policy.model = apply_memory_options(policy.model, cfg.algo)  # LoRA, gradient checkpointing
     generator = _generator(cfg, policy)
     if cfg.trainer.backend == "ray":  # envs and their sandboxes on Ray actors; scheduling stays here
         from tirl.distributed.ray_backend import EnvRecipe, RayEnvPool
