@@ -18,8 +18,8 @@ ablation measures exactly what a user's run would do. From each run's
 The configuration (:data:`STRESS`) is where the failure can occur: the
 multi-turn ``tir-chain`` family (3–6 tool turns), sampling temperature 1, a
 large learning rate without warm-up, 8 prompts x 8 episodes per step. The
-held-out set is smaller than ``make run``'s (``env.eval_size`` 60 instead of
-200), and the same for every run: "before" is measured once per ablation and
+held-out set is smaller than ``make run``'s (``env.eval_size`` 40 instead of
+200) and runs are 8 steps instead of 25, and the same for every run: "before" is measured once per ablation and
 copied into each run directory (the trainer then skips its own before-eval;
 the policy and tasks are identical, and greedy decoding makes it the same
 number). ``--split validation`` evaluates on another draw (``env.seed=1``:
@@ -50,14 +50,14 @@ MODES: tuple[str, ...] = ("off", "mask", "drop", "penalize")
 RATIO_SPIKE = 3.0  # a step whose max IS ratio exceeds this has a ratio spike (the dual-clip bound)
 COLLAPSE_DROP = 0.10  # accuracy after < before - this is a collapse
 EDGE_STEPS = 3  # void share "start"/"end": mean over this many first/last steps
-DEFAULT_STEPS = 12
+DEFAULT_STEPS = 8
 DEFAULT_SEEDS = 3
 VALIDATION_ENV_SEED = 1
 
 STRESS: tuple[str, ...] = (
     "env.name=tir-chain",
     "env.max_turns=6",
-    "env.eval_size=60",
+    "env.eval_size=40",
     "generation.temperature=1.0",
     "algo.lr=3e-4",
     "algo.warmup_steps=0",
@@ -177,8 +177,18 @@ def _train(run_dir: Path, overrides: list[str], log: Path) -> None:
         raise RuntimeError(f"training run {run_dir} failed (exit {proc.returncode}): {' | '.join(tail)}")
 
 
-def run_ablation(plan: AblationPlan, out: Path, *, echo: Callable[[str], None] = print) -> list[RunResult]:
-    """Run every (mode, seed) of ``plan`` under ``out``; returns the results in plan order."""
+def run_ablation(
+    plan: AblationPlan,
+    out: Path,
+    *,
+    echo: Callable[[str], None] = print,
+    on_result: Callable[[list[RunResult]], object] | None = None,
+) -> list[RunResult]:
+    """Run every (mode, seed) of ``plan`` under ``out``, seed by seed; returns the results in plan order.
+
+    ``on_result`` is called with the results so far after each run (the command rewrites its outputs, so an
+    interrupted ablation still leaves the table of what finished).
+    """
     out.mkdir(parents=True, exist_ok=True)
     results: list[RunResult] = []
     before: Path | None = None
@@ -193,6 +203,8 @@ def run_ablation(plan: AblationPlan, out: Path, *, echo: Callable[[str], None] =
             result = read_run(run_dir, mode, seed, time.perf_counter() - t0)
             before = before or run_dir / "eval_before.json"
             results.append(result)
+            if on_result is not None:
+                on_result(list(results))
             echo(
                 f"{mode:>9} seed {seed}: {result.accuracy_before:.3f} -> {result.accuracy_after:.3f}  "
                 f"IS max {result.is_ratio_max:.2f}  grad max {result.grad_norm_max:.2f}  "

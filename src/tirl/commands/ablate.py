@@ -1,7 +1,7 @@
 """``tirl ablate``: the same training job under each void-filter mode x seeds; table, plots, one JSON line.
 
 Plain ``tirl ablate --json`` runs the full ablation (modes off, mask, drop,
-penalize x seeds 0, 1, 2, 12 steps each, the stress configuration of
+penalize x seeds 0, 1, 2, 8 steps each, the stress configuration of
 :mod:`tirl.ablation`). ``--seeds``, ``--modes`` and ``--steps`` shrink it.
 Writes ``ablation.json``, ``ablation.md`` and ``ablation.png`` (and one run
 directory per run) under ``--out``; with ``--json`` the last line of stdout is
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out} is not empty: give a new directory (an ablation never overwrites runs)")
     t0 = time.perf_counter()
-    results = run_ablation(plan, out)
+    results = run_ablation(plan, out, on_result=lambda so_far: write_outputs(so_far, out))
     data = write_outputs(results, out)
     print((out / "ablation.md").read_text(encoding="utf-8"))
     print(f"ablation: {len(results)} runs in {time.perf_counter() - t0:.0f}s; outputs in {out}")
