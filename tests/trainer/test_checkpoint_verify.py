@@ -76,3 +76,28 @@ def test_every_file_is_fsynced_before_the_rename(tmp_path, monkeypatch):
     tmp_names = {str(Path(p)) for p in renamed_with[-1]}
     for rel in [*ckpt.state["files"], "state.json"]:
         assert any(name.endswith(f"/{rel}") and "/.tmp-step-3-" in name for name in tmp_names), rel
+
+
+def test_train_resume_skips_a_truncated_newest_checkpoint(tmp_path, capsys):
+    """End to end: `tirl train --resume` continues from the older checkpoint, and no step is lost or repeated."""
+    from tirl.cli import main
+    from tirl.models.tiny import TinyModelSpec, save_policy
+    from tirl.trainer.logging import read_metrics
+
+    spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)
+    model_dir = save_policy(*build_tiny_model(spec, seed=0), tmp_path / "tiny")
+    run = tmp_path / "run"
+    tiny = ["--set", "trainer.prompts_per_step=2", "--set", "algo.group_size=2", "--set", "filter.mode=off",
+            "--set", "generation.max_new_tokens=16", "--set", "generation.max_total_tokens=200",
+            "--set", "trainer.threads=1", "--set", "trainer.eval_before_after=false",
+            "--set", "trainer.checkpoint_every=2", "--no-progress"]  # fmt: skip
+    assert main(["train", "--model", str(model_dir), "--steps", "4", "--run-dir", str(run), *tiny]) == 0
+    shard = run / "checkpoints" / "step-4" / "model" / "model.safetensors"
+    with shard.open("r+b") as fh:
+        fh.truncate(shard.stat().st_size // 3)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--steps", "5", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "skipping checkpoint" in err and "step-4" in err
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3, 4, 5]
+    assert verify_checkpoint(latest_checkpoint(run)) is None and latest_checkpoint(run).step == 5
