@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.errors import ConfigError
+from tirl.fileio import write_text
 
 MODES: tuple[str, ...] = ("off", "mask", "drop", "penalize")
 RATIO_SPIKE = 3.0  # a step whose max IS ratio exceeds this has a ratio spike (the dual-clip bound)
@@ -304,8 +305,8 @@ def write_outputs(results: Sequence[RunResult], out: Path) -> dict[str, Any]:
     """``ablation.json`` (every run), ``ablation.md`` (the table) and ``ablation.png`` in ``out``."""
     data = summary_json(results)
     full = {**data, "runs": [{**asdict(r), "collapsed": r.collapsed} for r in results]}
-    (out / "ablation.json").write_text(json.dumps(full, indent=1) + "\n", encoding="utf-8")
-    (out / "ablation.md").write_text(markdown_table(results), encoding="utf-8")
+    write_text(out / "ablation.json", json.dumps(full, indent=1) + "\n")
+    write_text(out / "ablation.md", markdown_table(results))
     plot(results, out / "ablation.png")
     return data
 

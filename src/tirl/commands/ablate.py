@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tirl.ablation import DEFAULT_SEEDS, DEFAULT_STEPS, MODES, AblationPlan, run_ablation, write_outputs
 from tirl.errors import ConfigError
+from tirl.fileio import check_output_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     load_config(None, list(plan.overrides(modes[0], 0)))  # a bad --set fails now, not after the first run
     out = args.out or Path("runs") / time.strftime("ablate-%Y%m%d-%H%M%S")
+    check_output_dir(out)  # a file, or a path under a file, fails now rather than after the first run
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out} is not empty: give a new directory (an ablation never overwrites runs)")
     t0 = time.perf_counter()
