@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tirl.errors import SetupError
 
@@ -91,7 +92,9 @@ class FallbackPool:
         self.kills = 0  # workers killed for a late reply or a crash (for tests and benchmarks)
 
     def _start(self) -> _Worker:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        root = str(Path(__file__).resolve().parents[2])  # the directory holding the tirl package
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
         proc = subprocess.Popen(
             [sys.executable, "-m", "tirl.answers._worker"],
             stdin=subprocess.PIPE,
