@@ -46,6 +46,16 @@ from tirl.sft import (
     write_card,
 )
 
+_SFT_OPTIONS = (
+    ("steps", "maximum optimizer steps"),
+    ("batch_size", "episodes per step"),
+    ("lr", "peak learning rate (AdamW, cosine decay)"),
+    ("train_tasks", "generated tasks to demonstrate"),
+    ("difficulty", "tir-math difficulty (1-5)"),
+    ("eval_every", "steps between held-out evaluations"),
+    ("eval_tasks", "held-out tasks per evaluation"),
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``tirl sft``."""
@@ -59,13 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="task family to demonstrate (tir-chain: 3-6 tool turns; use --init with the tir-math model)",
     )
     parser.add_argument("--init", default=None, help="start from this model directory instead of a fresh tiny model")
-    parser.add_argument("--steps", type=int, default=d.steps, help="maximum optimizer steps")
-    parser.add_argument("--batch-size", type=int, default=d.batch_size, help="episodes per step")
-    parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW, cosine decay)")
-    parser.add_argument("--train-tasks", type=int, default=d.train_tasks, help="generated tasks to demonstrate")
-    parser.add_argument("--difficulty", type=int, default=d.difficulty, help="tir-math difficulty (1-5)")
-    parser.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between held-out evaluations")
-    parser.add_argument("--eval-tasks", type=int, default=d.eval_tasks, help="held-out tasks per evaluation")
+    for name, text in _SFT_OPTIONS:  # options named after SFTConfig fields, with their defaults and types
+        default = getattr(d, name)
+        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default, help=text)
     parser.add_argument(
         "--stop-at-accuracy",
         type=float,

@@ -84,12 +84,12 @@ class FilterStats:
     trajectories: int = 0
     valid: int = 0
     void: int = 0
+    void_ids: list[str] = field(default_factory=list)
     failed: int = 0
     """Trajectory counts: every one judged is valid or void; failed ones are not judged."""
     empty_groups: int = 0
     min_valid_per_group: int = 0
     """Group counts: groups with no usable trajectory, and the smallest ``usable`` count."""
-    void_ids: list[str] = field(default_factory=list)
 
     @property
     def void_ratio(self) -> float:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tirl.config import RolloutConfig
@@ -229,6 +229,13 @@ class Stages:
             self.counts["close_errors"] += 1
             log.warning("%s", error)
 
+    def _attempts(self, timing: StageTiming, stage: str) -> Iterator[int]:
+        """``1 + rollout.retries`` attempts of ``stage``, each counted as it starts."""
+        for attempt in range(self.cfg.retries + 1):
+            timing.attempts += 1
+            self.counts[f"{stage}_attempts"] += 1
+            yield attempt
+
     def _attempt_error(self, exc: BaseException, stage: str, what: str, verb: str) -> str:
         """The text of one failed attempt of ``stage``; our own cancellation is re-raised, never recorded."""
         if isinstance(exc, TimeoutError):
@@ -246,9 +253,7 @@ class Stages:
         timing = self._begin(ep, "init")
         try:
             error = ""
-            for _ in range(self.cfg.retries + 1):
-                timing.attempts += 1
-                self.counts["init_attempts"] += 1
+            for _ in self._attempts(timing, "init"):
                 handle: EnvHandle | None = None
                 try:
                     async with asyncio.timeout(self.cfg.init_timeout_s):
@@ -295,9 +300,7 @@ class Stages:
         timing = self._begin(ep, "eval")
         try:
             error = ""
-            for _ in range(self.cfg.retries + 1):
-                timing.attempts += 1
-                self.counts["eval_attempts"] += 1
+            for _ in self._attempts(timing, "eval"):
                 try:
                     async with asyncio.timeout(self.cfg.eval_timeout_s):
                         result = await ep.env.env.evaluate()
