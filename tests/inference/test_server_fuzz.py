@@ -146,3 +146,9 @@ def test_fuzz_load_weights_bodies(client, data):
 def test_body_over_the_cap_is_413(client):
     resp = client.post("/v1/completions", content=b"[" + b"1," * 200_000 + b"1]")
     assert resp.status_code == 413 and resp.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_too_many_prompts_in_one_request_is_400(client):
+    body = {"model": NAME, "prompt": [[5]] * 300, "max_tokens": 1}
+    resp = client.post("/v1/completions", json=body)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "prompt"

@@ -21,7 +21,7 @@ than ``include_usage``. Fields that are refused with 400: ``echo``,
 
 Hostile values are 400s, never 500s: non-finite or overflowing numbers,
 seeds outside what torch takes (:data:`SEED_RANGE`), non-string roles, stop
-strings over :data:`MAX_STOP_CHARS`. A temperature below
+strings over :data:`MAX_STOP_CHARS`, more than :data:`MAX_PROMPTS` prompts. A temperature below
 :data:`GREEDY_BELOW` is greedy (``1e-40`` gives the ``temperature=0``
 output); dividing logits by it would overflow. Body-level checks (size,
 nesting, over-long integers, lone surrogates, ``NaN``) happen before these,
@@ -42,6 +42,7 @@ MAX_N = 16
 GREEDY_BELOW = 1e-5  # temperatures below this sample greedily (as vLLM does): logits / 1e-40 overflow float32
 SEED_RANGE = (-(2**63), 2**63 - MAX_N)  # what torch.Generator.manual_seed takes, for seed + k of n choices
 MAX_STOP_CHARS = 1000
+MAX_PROMPTS = 256  # prompts in one completions request (each is n generations); one request cannot queue 100k
 MAX_TOKENS = 2**31 - 1  # any larger max_tokens is refused as a number; the context length refuses the rest
 
 
@@ -253,6 +254,8 @@ def parse_completion(body: Any, *, default_max_tokens: int = 16) -> CompletionJo
     if "prompt" not in body:
         raise bad("'prompt' is required", "prompt")
     prompts = _prompts(body["prompt"])
+    if len(prompts) > MAX_PROMPTS:
+        raise bad(f"'prompt' holds {len(prompts)} prompts; at most {MAX_PROMPTS} per request", "prompt")
     logprobs = _int(body, "logprobs", None, lo=0, hi=20)
     return CompletionJob(
         common=_common(body, default_max_tokens=default_max_tokens, logprobs=logprobs), prompts=prompts
