@@ -69,6 +69,7 @@ class Launch:
     user: int | None  # the uid to start the command as (None: our own, or the command switches itself)
     _child_fds: list[int] = field(default_factory=list)
     pidfd: int | None = None
+    pid1: int | None = None  # the host pid of the sandbox's PID 1 (for accounting; kill through ``pidfd``)
 
     def started(self) -> None:
         """Close our copies of the descriptors the child inherited."""
@@ -90,6 +91,7 @@ class Launch:
             return  # bwrap failed before it started the sandbox: nothing to kill
         with contextlib.suppress(OSError):
             self.pidfd = os.pidfd_open(pid)
+            self.pid1 = pid
 
     def close_info(self) -> None:
         if self.info_r >= 0:

@@ -13,21 +13,33 @@ Covered:
     - **file system**: ``/usr`` (and the ``/bin``, ``/lib`` links) read-only;
       no ``/home``, ``/root``, project directory or host ``/tmp``; a private,
       size-limited writable workspace ``/work`` (or the caller's ``workdir``,
-      bound there), a private size-limited ``/tmp`` and ``/dev/shm``; all
-      else, the root included, is read-only; nothing is left on the host
-      after the run (the writable places are tmpfs);
+      bound there), a private ``/tmp`` and ``/dev/shm``; all else, the root
+      included, is read-only; nothing is left on the host after the run (the
+      writable places are tmpfs);
+    - **system calls**: the seccomp filter of :mod:`tirl.sandbox._seccomp`
+      (no ptrace, ``process_vm_*``, keyring, bpf, perf, userfaultfd, mount or
+      namespace calls);
     - **processes**: a new PID namespace, so the parent and other host
-      processes are invisible; ``--die-with-parent``; at the deadline the
-      whole namespace is killed, which takes every child with it, including
-      ``setsid`` double-forked daemons; nested user namespaces are disabled;
+      processes are invisible; ``--die-with-parent``; when the program ends
+      or at the deadline the namespace's PID 1 is killed through a pidfd
+      (:mod:`tirl.sandbox._launch`), which takes every process of the
+      namespace with it, including ``setsid`` daemons and processes that
+      cleared their parent-death signal; nested user namespaces are disabled;
     - **resources**: rlimits on CPU time, address space, process count, file
-      size and open files; a wall-clock timeout;
+      size and open files; a wall-clock timeout; the bytes in the writable
+      places, and, as root, their number of files (one tmpfs with
+      ``nr_inodes``, mounted in a private mount namespace);
+    - **workdir**: handed to the sandbox's uid for the run and back to its
+      owner afterwards, in a thread, at any depth, with set-id, sticky and
+      group/world-write bits cleared;
     - **environment**: cleared; only ``PATH``, ``HOME``, ``TMPDIR``, locale and
       Python I/O settings are set;
     - **output**: cut to head + marker + tail; invalid UTF-8 becomes U+FFFD.
 
 Not covered:
-    - kernel exploits (there is no seccomp filter and no VM boundary);
+    - kernel exploits through the system calls the filter allows (no VM boundary);
+    - without root, the number of files in the writable places (bwrap 0.8
+      has no inode cap) and the total size of a bound ``workdir``;
     - memory as a whole: the address-space limit is per process, so N
       processes may use N times the limit (the process-count limit bounds N);
     - CPU share and I/O bandwidth (no cgroup limits): a run can slow its

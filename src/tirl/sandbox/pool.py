@@ -13,9 +13,13 @@ A server runs one execution at a time. Afterwards it kills every process that
 execution left behind, empties the workspace, ``/tmp`` and ``/dev/shm`` and
 removes SysV IPC objects, so nothing of one execution (globals, files,
 processes, shared memory) is visible to the next. The rest of the sandbox's
-file system is read-only. The server
-is a child subreaper, so even ``setsid`` double-forked daemons come back to
-it and are killed.
+file system is read-only. With ``isolate=True`` the server is the sandbox's
+PID 1 (bwrap ``--as-pid-1``) and undumpable, under the seccomp filter: no
+process can ptrace it, open its descriptors or signal it, and ``kill(-1)``
+reaches every other process of the namespace. Every request carries a nonce
+that its answer must repeat, and the server announces itself ready after each
+cleanup; one that does not within a few seconds is replaced before the next
+run uses it. Closing the pool kills each server's whole PID namespace.
 
 Sessions (``run(..., session=key)``) are notebook-like. The first run of a key
 starts a dedicated server (in its own sandbox) with one long-lived kernel
@@ -35,9 +39,9 @@ Not covered:
     - within one server, executions follow each other in the same sandbox.
       The cleanup between them is done by the server (kill the leftover
       processes, empty the workspace and ``/tmp``), not by a new namespace.
-      An execution that could kill or corrupt the server itself (e.g. through
-      a kernel bug) could see the next one; the host replaces a server that
-      stops answering;
+      An execution that could corrupt the server itself (e.g. through a
+      kernel bug) could see the next one; the host replaces a server that
+      stops answering or answers out of turn;
     - POSIX message queues (``mq_open``) made by one execution outlive it on
       that server (their names cannot be listed without mounting mqueue);
     - a session kernel's CPU rlimit is re-armed before each run, but its
