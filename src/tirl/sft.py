@@ -279,6 +279,25 @@ def sft_eval_seed(seed: int) -> int:
     return 200_000 + seed
 
 
+def demonstration_prompts(env: str, difficulty: int = 1, *, n: int | None = None, seed: int = 0) -> frozenset[str]:
+    """The task prompts ``tirl sft`` demonstrates for these settings; the defaults are the built-in checkpoint's.
+
+    The trainer keeps them out of its held-out and validation sets (a model
+    must not be evaluated on tasks it was fine-tuned on). Empty for a task
+    family ``tirl sft`` does not demonstrate.
+    """
+    count = SFTConfig.train_tasks if n is None else n
+    if env == "tir-math":
+        from tirl.envs.tasks.math_gen import generate_tasks
+
+        return frozenset(t.prompt for t in generate_tasks(count, difficulty=difficulty, seed=sft_task_seed(seed)))
+    if env == "tir-chain":
+        from tirl.envs.tasks.chain_gen import generate_chain_tasks
+
+        return frozenset(t.prompt for t in generate_chain_tasks(count, seed=sft_task_seed(seed)))
+    return frozenset()
+
+
 def write_card(out: Path, cfg: SFTConfig, result: SFTResult, command: str) -> None:
     """A short README in the checkpoint directory saying how it was made."""
     lines = [

@@ -6,6 +6,9 @@ training step's tasks). With the defaults it is exactly the set behind
 ``eval/accuracy_before``/``eval/accuracy_after`` in a default run's
 ``summary.json``. ``--model`` takes a model directory or a run directory (its
 newest checkpoint is used); no ``--model`` evaluates the built-in model.
+``--split validation`` evaluates on the validation set instead: as many
+tasks, disjoint from the held-out set and from the built-in checkpoint's SFT
+demonstrations, for choosing settings without looking at the held-out set.
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE.toml", help="a TOML config file")
     parser.add_argument(
         "--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[], help="dotted config override"
+    )
+    parser.add_argument(
+        "--split",
+        choices=("heldout", "validation"),
+        default="heldout",
+        help="heldout: the reported evaluation set; validation: the set to tune settings on (never the held-out one)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
@@ -62,13 +71,18 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     model = _model_dir(args.model)
     parts = build_parts(cfg, model_path=model, trace_path=None)
     try:
-        tasks = TaskSets(cfg).eval_tasks
+        task_sets = TaskSets(cfg)
+        tasks = task_sets.validation_tasks if args.split == "validation" else task_sets.eval_tasks
+        if not tasks:
+            raise InputError(f"--split {args.split}", None, "is empty for this task source (a task file or a small "
+                             "task space has no validation split)", "use --split heldout")  # fmt: skip
         rep = await evaluate(parts, tasks, seed=cfg.trainer.seed)
     finally:
         await parts.close()
     return {
         "model": model or "built-in",
         "env": cfg.env.name,
+        "split": args.split,
         "seed": cfg.env.seed,
         "n": rep.n,
         "correct": rep.correct,
@@ -89,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         print(
-            f"accuracy {out['accuracy']:.3f} ({out['correct']}/{out['n']}) on {out['env']} held-out tasks "
+            f"accuracy {out['accuracy']:.3f} ({out['correct']}/{out['n']}) on {out['env']} {out['split']} tasks "
             f"(seed {out['seed']}), model {out['model']}, {out['wall_s']:.1f}s"
         )
         print("terminations: " + ", ".join(f"{k} {v}" for k, v in out["terminations"].items()))

@@ -10,10 +10,14 @@ pipeline trace) and the evaluation one (greedy, one episode per task, at least
 trace) — one rollout path for both. The recipe that uses these parts is
 :mod:`tirl.trainer.run`.
 
-Task sets: the evaluation set is ``env.eval_size`` tasks generated from the
-evaluation seed (``EVAL_SEED_OFFSET + env.seed``); training tasks of step
-``s`` come from seed ``env.seed * 1_000_003 + s``, and any training task whose
-prompt is in the evaluation set is replaced, so the two are disjoint by
+Task sets: the evaluation (held-out) set is ``env.eval_size`` tasks generated
+from the evaluation seed (``EVAL_SEED_OFFSET + env.seed``), leaving out every
+prompt of the built-in checkpoint's SFT demonstrations
+(:func:`tirl.sft.demonstration_prompts`); the validation set, for tuning, is
+as many tasks from ``VALIDATION_SEED_OFFSET + env.seed``, leaving out those
+and the held-out prompts. Training tasks of step ``s`` come from seed
+``env.seed * 1_000_003 + s``, and any training task whose prompt is in the
+held-out or validation set is replaced, so the sets are disjoint by
 construction, not only by seed. With ``env.tasks_file`` the first
 ``eval_size`` tasks are the evaluation set and training samples the rest; a
 file with fewer than ``2 * eval_size`` tasks is halved (first half held out).
@@ -42,6 +46,7 @@ from tirl.rollout.base import EnvFactory, RolloutStrategy
 from tirl.rollout.evaluation import EvalReport, eval_rollout_config, evaluate_policy
 
 EVAL_SEED_OFFSET = 1_000_000_007
+VALIDATION_SEED_OFFSET = 2_000_000_011
 
 
 log = logging.getLogger(__name__)
@@ -57,12 +62,30 @@ def eval_seed(env_seed: int) -> int:
     return EVAL_SEED_OFFSET + env_seed
 
 
+def validation_seed(env_seed: int) -> int:
+    """The task-generation seed of the validation set (what tuning looks at)."""
+    return VALIDATION_SEED_OFFSET + env_seed
+
+
+def _draw_excluding(env: Any, n: int, seed: int, excluded: frozenset[str] | set[str]) -> list[Task]:
+    """``n`` generated tasks of ``seed`` whose prompts are not in ``excluded`` (the generator's order kept)."""
+    from tirl.envs.registry import load_tasks
+
+    extra = 0
+    while True:
+        drawn = [t for t in load_tasks(env, n + extra, seed=seed) if t.prompt not in excluded]
+        if len(drawn) >= n or extra > 4 * n + 64:
+            return drawn[:n]
+        extra += max(16, n - len(drawn))
+
+
 @dataclass
 class TaskSets:
     """Training tasks per step and the fixed held-out evaluation set (disjoint prompts)."""
 
     cfg: TirlConfig
     eval_tasks: list[Task] = field(default_factory=list)
+    validation_tasks: list[Task] = field(default_factory=list)  # for tuning; empty with a task file or a small space
     _pool: list[Task] | None = None
 
     def __post_init__(self) -> None:
@@ -79,13 +102,18 @@ class TaskSets:
                 log.warning("task file %s: %d tasks, first %d held out", env.tasks_file, len(everything), k)
             self.eval_tasks, self._pool = everything[:k], everything[k:]
         else:
-            self.eval_tasks = load_tasks(env, env.eval_size, seed=eval_seed(env.seed))
+            from tirl.sft import demonstration_prompts
+
+            sft = demonstration_prompts(env.name, env.difficulty)  # the built-in checkpoint was fine-tuned on these
+            self.eval_tasks = _draw_excluding(env, env.eval_size, eval_seed(env.seed), sft)
+            held = sft | {t.prompt for t in self.eval_tasks}
+            self.validation_tasks = _draw_excluding(env, env.eval_size, validation_seed(env.seed), held)
             distinct = list({t.prompt: t for t in self.eval_tasks}.values())
             if len(distinct) < 0.9 * len(self.eval_tasks):
                 # A small task space (swe-lite has 33 planted bugs): the generator repeats itself, and an
                 # evaluation set of env.eval_size draws would hold every task. Split the distinct tasks instead.
                 k = max(1, len(distinct) // 2)
-                self.eval_tasks, self._pool = distinct[:k], distinct[k:]
+                self.eval_tasks, self._pool, self.validation_tasks = distinct[:k], distinct[k:], []
                 log.warning(
                     "env %s has only %d distinct tasks: %d held out for evaluation, %d for training",
                     env.name,
@@ -93,7 +121,7 @@ class TaskSets:
                     k,
                     len(distinct) - k,
                 )
-        self._eval_prompts = {t.prompt for t in self.eval_tasks}
+        self._eval_prompts = {t.prompt for t in self.eval_tasks} | {t.prompt for t in self.validation_tasks}
 
     def train(self, step: int, n: int) -> list[Task]:
         """``n`` training tasks for ``step`` (deterministic; none of them in the evaluation set)."""
