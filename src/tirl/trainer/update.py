@@ -49,15 +49,8 @@ from tirl.types import Trajectory
 
 
 def loss_config(algo: AlgoConfig) -> LossConfig:
-    """The loss settings of an :class:`AlgoConfig`."""
-    return LossConfig(
-        clip_low=algo.clip_low,
-        clip_high=algo.clip_high,
-        dual_clip=algo.dual_clip,
-        loss_agg=algo.loss_agg,
-        kl_coef=algo.kl_coef,
-        kl_estimator=algo.kl_estimator,
-    )
+    """The loss settings of an :class:`AlgoConfig` (every ``LossConfig`` field has an ``AlgoConfig`` namesake)."""
+    return LossConfig(**{f.name: getattr(algo, f.name) for f in dataclasses.fields(LossConfig)})
 
 
 def forward_logits(model: Any, batch: TrainBatch, precision: str = "off") -> Tensor:
