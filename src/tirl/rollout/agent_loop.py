@@ -29,29 +29,24 @@ turn's calls in order, and are rendered as the template renders a ``tool``
 turn. Tool definitions for the prompt: :attr:`AgentLoop.tools`, else the
 env's ``tools`` attribute when it has one.
 
-Not covered: the loop never calls ``env.evaluate`` or ``env.close``.
+Not covered: the loop never calls ``env.evaluate`` or ``env.close`` (the
+rollout stages do: training, held-out evaluation and SFT demonstrations all
+run their episodes through :mod:`tirl.rollout.pipeline`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tirl.envs.base import Env, StepResult, Task
+from tirl.errors import describe
 from tirl.inference.base import GenerationResult, Generator, SamplingParams
 from tirl.models.chat_format import ChatFormat
 from tirl.parsing import ParseRules, judge_message
-from tirl.rollout.base import EnvFactory, EpisodeRunner
 from tirl.types import Message, Role, TerminationReason, Trajectory, TurnRecord
-
-
-def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 @dataclass(slots=True)
@@ -91,7 +86,7 @@ class AgentLoop:
             await self._run(env, initial, traj)
         except Exception as exc:  # generator or chat-format failure: flagged, never lost
             traj.termination = TerminationReason.ERROR
-            traj.error = _error_text(exc)
+            traj.error = describe(exc)
         traj.check_token_view()
 
     def _append(self, traj: Trajectory, ids: list[int], logprobs: list[float] | None) -> None:
@@ -147,7 +142,7 @@ class AgentLoop:
             except Exception as exc:
                 record.env_s = time.perf_counter() - t1
                 traj.termination = TerminationReason.ERROR
-                traj.error = f"env.step failed in turn {index}: {_error_text(exc)}"
+                traj.error = f"env.step failed in turn {index}: {describe(exc)}"
                 return
             record.env_s = time.perf_counter() - t1
             if action == "tool_call":  # the env ran the calls (code or an answer in the content wins over calls)
@@ -176,81 +171,3 @@ def answer_calls(message: Message, observation: list[Message]) -> list[Message]:
             m = replace(m, tool_call_id=call_id) if call_id else m
         out.append(m)
     return out
-
-
-@dataclass(slots=True)
-class EvalReport:
-    """Accuracy of a policy over a task list, with how the episodes ended."""
-
-    n: int
-    correct: int
-    wall_s: float
-    terminations: dict[str, int]
-    mean_turns: float
-    mean_tokens: float
-    trajectories: list[Trajectory] = field(repr=False, default_factory=list)
-
-    @property
-    def accuracy(self) -> float:
-        """Fraction of tasks answered correctly (failed episodes count as wrong)."""
-        return self.correct / self.n if self.n else 0.0
-
-
-async def run_episode(
-    runner: EpisodeRunner, env_factory: EnvFactory, task: Task, *, seed: int | None = None, group: str | None = None
-) -> Trajectory:
-    """Reset a fresh env, run the episode, evaluate and close it; failures are flagged in the trajectory."""
-    traj = Trajectory(id=task.id, messages=[], group=group, answer=task.answer)
-    env = env_factory(task)
-    try:
-        try:
-            initial = await env.reset(task, seed=seed)
-        except Exception as exc:
-            traj.termination = TerminationReason.INIT_FAILED
-            traj.error = f"env.reset failed: {_error_text(exc)}"
-            return traj
-        await runner(env, task, initial, traj)
-        if traj.failed:
-            return traj
-        try:
-            result = await env.evaluate()
-        except Exception as exc:
-            traj.termination = TerminationReason.EVAL_FAILED
-            traj.error = f"env.evaluate failed: {_error_text(exc)}"
-            return traj
-        traj.reward = result.reward
-        traj.info["correct"] = result.correct
-        return traj
-    finally:
-        await env.close()
-
-
-async def evaluate_accuracy(
-    runner: EpisodeRunner,
-    env_factory: EnvFactory,
-    tasks: Sequence[Task],
-    *,
-    concurrency: int = 64,
-    seed: int = 0,
-) -> EvalReport:
-    """Run one episode per task (``concurrency`` at a time, so a batched generator fills its batches)."""
-    sem = asyncio.Semaphore(max(1, concurrency))
-
-    async def one(i: int, task: Task) -> Trajectory:
-        async with sem:
-            return await run_episode(runner, env_factory, task, seed=seed + i)
-
-    t0 = time.perf_counter()
-    trajs = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
-    wall = time.perf_counter() - t0
-    ends = Counter(t.termination.value if t.termination else "none" for t in trajs)
-    n = len(trajs)
-    return EvalReport(
-        n=n,
-        correct=sum(1 for t in trajs if t.info.get("correct") is True),
-        wall_s=wall,
-        terminations=dict(sorted(ends.items())),
-        mean_turns=sum(len(t.turns) for t in trajs) / n if n else 0.0,
-        mean_tokens=sum(len(t.token_ids) for t in trajs) / n if n else 0.0,
-        trajectories=list(trajs),
-    )
