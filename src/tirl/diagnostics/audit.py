@@ -18,7 +18,7 @@ The **detector-too-eager** check (seed 000, section 4.3): among void
 trajectories whose ground truth is known, the fraction whose final answer
 (:attr:`TrajectoryVerdict.final_answer`, the answer the model wrote) matches
 it by :func:`tirl.answers.answers_match`; without an ``answer`` field, the
-evaluator's boolean ``info["correct"]`` is used when the model wrote an
+evaluator's ``correct`` (older files: ``info["correct"]``) is used when the model wrote an
 answer. A high rate means the rule throws away good episodes.
 
 Tool errors are read from tool messages in tirl's observation format
@@ -136,7 +136,7 @@ def _correct(traj: Trajectory, final_answer: str | None) -> bool | None:
     """Whether the model's final answer is correct; ``None`` when there is no ground truth.
 
     The ground truth is the trajectory's ``answer`` field. Without it, a boolean
-    ``info["correct"]`` recorded by the environment's evaluator is used, but only
+    ``correct`` recorded by the environment's evaluator is used, but only
     when the model wrote a final answer (a void episode that was never evaluated
     is not counted).
     """
