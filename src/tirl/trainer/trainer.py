@@ -7,13 +7,16 @@ generator itself. One step:
 1. Ask the strategy for ``algo.group_size`` episodes of each of
    ``trainer.prompts_per_step`` tasks (``tasks(step, n)`` chooses them,
    deterministically per step, so a resumed run sees the same tasks).
-2. Apply :class:`~tirl.filters.void_turn.VoidTurnFilter` to each group
-   (``filter.mode``: ``drop`` removes void trajectories, ``mask`` keeps them
-   with loss weight 0, ``off`` keeps them). Failed trajectories are always
-   removed and counted. Groups left with fewer than
-   ``filter.min_valid_per_group`` usable trajectories are resampled, at most
-   ``filter.max_resample_rounds`` times; groups still short are left out. If
-   nothing is left, the step is skipped with a warning and logs nulls.
+2. Apply :class:`~tirl.filters.void_turn.VoidTurnFilter` to the groups in
+   one pass (``filter.mode``, one row of :data:`tirl.filters.MODES`). It sets
+   the typed verdict fields and returns, per group, the kept trajectories and
+   how many are *usable*; the trainer compares that count with
+   ``filter.min_valid_per_group`` and never interprets the mode itself.
+   Failed trajectories are always removed and counted. Short groups are
+   resampled (their step-level task indices and the round go into the request,
+   so ids and seeds stay unique), at most ``filter.max_resample_rounds``
+   times; groups still short are left out. If nothing is left, the step is
+   skipped with a warning and logs nulls.
 3. Group-relative advantages (GRPO/RLOO) over the kept groups only — void
    trajectories are absent (``drop``) before any statistic, ratio or KL.
    Under ``penalize`` the removed void trajectories are then appended as
