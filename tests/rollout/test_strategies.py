@@ -141,6 +141,20 @@ async def test_reset_seed_is_deterministic_and_distinct_per_sample() -> None:
     assert keys == expected and len(set(keys)) == 4
 
 
+async def test_a_resample_request_gets_new_ids_and_seeds_within_the_step() -> None:
+    world = World()
+    strategy = make_strategy(cfg("pipeline"), world.factory, FakeRunner(world))
+    work = tasks(3)
+    first = await strategy.collect(RolloutRequest(tasks=work, group_size=2, step=5))
+    again = await strategy.collect(RolloutRequest(tasks=[work[2]], group_size=2, step=5, task_indices=(2,), round=1))
+    assert [t.id for t in again.trajectories] == ["s5-t2-g2", "s5-t2-g3"]
+    ids = [t.id for t in first.trajectories + again.trajectories]
+    seeds = [e.key for e in world.envs]
+    assert len(set(ids)) == len(ids) == 8 and len(set(seeds)) == len(seeds) == 8
+    with pytest.raises(ValueError, match="task_indices"):
+        RolloutRequest(tasks=work, group_size=2, task_indices=(0,))
+
+
 async def test_runner_that_forgets_the_termination_is_flagged_as_error() -> None:
     world = World()
 
