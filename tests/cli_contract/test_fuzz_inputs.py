@@ -26,7 +26,9 @@ from hypothesis import strategies as st
 from tirl.errors import InputError
 
 FAST = settings(
-    max_examples=int(os.environ.get("TIRL_FUZZ_EXAMPLES", "25")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=int(os.environ.get("TIRL_FUZZ_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 KEYS = ["id", "messages", "role", "content", "answer", "reward", "step", "t", "init_queue", "run_queue",

@@ -32,9 +32,7 @@ def _client(server) -> openai.OpenAI:
 
 
 def _post(server, path: str, content: bytes | str, **kw) -> httpx.Response:
-    return httpx.post(
-        server[0] + path, content=content, headers={"content-type": "application/json"}, timeout=60, **kw
-    )
+    return httpx.post(server[0] + path, content=content, headers={"content-type": "application/json"}, timeout=60, **kw)
 
 
 def _assert_openai_error(resp: httpx.Response, status: int) -> dict:
@@ -61,7 +59,10 @@ def _hostile_bodies(server) -> dict[str, tuple[str, str]]:
     model = server[1]
     chat = "/chat/completions"
     return {
-        "depth_1e5": ("/completions", '{"model": "%s", "prompt": ' % model + "[" * 100_000 + "]" * 100_000 + "}"),
+        "depth_1e5": (
+            "/completions",
+            json.dumps({"model": model, "prompt": "P"}).replace('"P"', "[" * 100_000 + "]" * 100_000),
+        ),
         "int_5000_digits": ("/completions", _body(server).replace('"max_tokens": 4', '"max_tokens": ' + "9" * 5000)),
         "seed_2_80": ("/completions", _body(server, seed=2**80)),
         "role_list": (chat, json.dumps({"model": model, "messages": [{"role": ["user"], "content": "hi"}]})),
