@@ -121,3 +121,23 @@ async def test_a_planted_tirl_eval_does_not_break_evaluation(host_audit: object,
         shutil.rmtree(root)
     assert result.reward == 0.0 and result.info["tests_total"] >= 4, result.info  # the bug is still there
     assert sorted(os.listdir("/etc")) == etc_before
+
+
+async def test_ownership_is_handed_over_off_the_event_loop(
+    host_audit: object, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import tirl.sandbox.bwrap as bwrap_module
+
+    threads: list[threading.Thread] = []
+    real = bwrap_module.give_to
+
+    def recording(*args: object, **kw: object) -> None:
+        threads.append(threading.current_thread())
+        real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bwrap_module, "give_to", recording)
+    await _agent(workspace, "print(1)")
+    assert len(threads) == 2  # to the sandbox's uid, and back
+    assert all(t is not threading.main_thread() for t in threads)
