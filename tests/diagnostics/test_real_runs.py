@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from tirl.diagnostics.adapters import load_metrics
@@ -29,4 +30,11 @@ def test_real_drop_run_that_did_not_collapse_is_healthy() -> None:
     log = load_metrics(DATA / "real_drop_lr1e-4_seed1.metrics.jsonl")
     share = [s for s in log.get("void_ratio") or [] if s is not None]
     assert max(share) > 0.25 and min(share) == 0.0  # a burst and a quiet step: noise, not drift
+    assert diagnose_training(log).verdict == "healthy"
+
+
+def test_real_off_run_with_heavy_tailed_is_min_is_healthy() -> None:
+    log = load_metrics(DATA / "real_off_lr3e-4_seed0.metrics.jsonl")
+    is_min = [v for v in log.get("is_min") or [] if v is not None]
+    assert min(is_min) < 0.01 and statistics.median(is_min) > 0.3  # minima far below the median: ordinary here
     assert diagnose_training(log).verdict == "healthy"
