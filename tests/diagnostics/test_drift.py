@@ -34,7 +34,7 @@ def test_collapsed_drop_run_is_void_drift_not_late_filter(tmp_path: Path, seed: 
     (f,) = diag.findings
     assert 15 <= f.step <= 23  # the creep before the collapse, not the collapse itself
     assert f.steps[-1] == 30 and f.evidence["void_share_end"] > 0.85
-    assert f.evidence["void_share_baseline"] < 0.15
+    assert f.evidence["void_share_low"] < 0.15
     # the IS spike with the void jump at step 23 is the drift seen in one step, not a verdict of its own
     assert any(s.startswith("23 (") for s in f.evidence["is_spikes_during_rise"])
 
