@@ -163,7 +163,7 @@ def probe_messages() -> list[dict[str, Any]]:
 def template_supports_tools(tokenizer: PreTrainedTokenizerBase, template: str | None = None) -> ToolSupport:
     """Render :func:`probe_messages` (with and without ``tools``) and report which parts the template keeps."""
 
-    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    def render(messages: list[dict[str, Any]], tools: list[Any] | None) -> str:
         return str(
             tokenizer.apply_chat_template(
                 messages, tools=tools, chat_template=template, tokenize=False, add_generation_prompt=True

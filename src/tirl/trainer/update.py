@@ -70,8 +70,11 @@ def on_device(batch: TrainBatch, device: torch.device) -> TrainBatch:
     """``batch`` with its tensors on ``device`` (collation happens on the CPU)."""
     if batch.input_ids.device == device:
         return batch
-    moved = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
-    return TrainBatch(**{k: v.to(device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in moved.items()})
+    moved: dict[str, Any] = {}
+    for f in dataclasses.fields(batch):
+        value = getattr(batch, f.name)
+        moved[f.name] = value.to(device, non_blocking=True) if isinstance(value, Tensor) else value
+    return TrainBatch(**moved)
 
 
 def _pad_rows(rows: list[Tensor], width: int) -> Tensor:
