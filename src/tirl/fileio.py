@@ -11,8 +11,10 @@ finishes without an exception:
   existing file keeps its permission bits; a new one gets ``0o666 & ~umask``.
 * a symbolic link is followed: the file it points to is replaced (the link
   stays a link). A dangling link is written to its target path.
-* a FIFO, character or block device (``/dev/stdout``, ``/dev/null``,
-  ``/dev/full``) is written into, never replaced: the text is collected in
+* a FIFO, character or block device (``/dev/null``, ``/dev/full``) is
+  written into, never replaced; ``/dev/stdout``, ``/dev/stderr``,
+  ``/dev/fd/N`` and ``/proc/self/fd/N`` are written to that descriptor
+  (whatever it is: a pipe, a terminal, a redirected file): the text is collected in
   memory and written in one go when the block succeeds, so a failing command
   writes nothing there either. A device that refuses the write
   (``/dev/full``: no space) raises :class:`~tirl.errors.OutputError`.
@@ -34,6 +36,7 @@ import errno
 import io
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -74,6 +77,13 @@ def check_output(path: str | Path) -> Path:
     target = Path(path)
     if str(path) == "":
         raise _refuse(target, "the output path is empty", "give a file path")
+    fd = fd_alias(target)
+    if fd is not None:
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise _refuse(target, f"file descriptor {fd} is not open", "open it in the shell, or give a file") from None
+        return target
     real = Path(os.path.realpath(target))  # through symbolic links (dangling ones too)
     _existing_parent(real)
     try:
@@ -112,6 +122,23 @@ def refuse_overwrite(output: str | Path | None, inputs: Iterable[str | Path | No
             raise _refuse(Path(output), f"{what}is also an input of this command", "write the output to another path")
 
 
+_STD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def fd_alias(path: str | Path) -> int | None:
+    """The descriptor that ``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N`` or ``/proc/self/fd/N`` names, else None.
+
+    Writes to these go to the descriptor itself (sharing its offset with ``print``), never to a reopened file.
+    """
+    text = os.path.abspath(path)
+    if text in _STD_STREAMS:
+        return _STD_STREAMS[text]
+    for prefix in ("/dev/fd/", "/proc/self/fd/"):
+        if text.startswith(prefix) and text[len(prefix) :].isdigit():
+            return int(text[len(prefix) :])
+    return None
+
+
 def _is_special(real: Path) -> bool:
     try:
         mode = real.stat().st_mode
@@ -121,14 +148,19 @@ def _is_special(real: Path) -> bool:
 
 
 def _write_special(real: Path, data: bytes, shown: Path) -> None:
+    alias = fd_alias(shown)
     try:
-        fd = os.open(real, os.O_WRONLY)
+        if alias is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        fd = alias if alias is not None else os.open(real, os.O_WRONLY)
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
         finally:
-            os.close(fd)
+            if alias is None:
+                os.close(fd)
     except OSError as exc:
         raise _refuse(shown, f"could not be written ({exc.strerror or exc})", "choose another output path") from None
 
@@ -161,7 +193,7 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write mode must be 'w' or 'wb', not {mode!r}")
     binary = mode == "wb"
-    if _is_special(real):
+    if fd_alias(shown) is not None or _is_special(real):
         buf: io.BytesIO | io.StringIO = io.BytesIO() if binary else io.StringIO()
         yield buf
         value = buf.getvalue()

@@ -162,3 +162,25 @@ def test_check_output_refuses_a_socket(tmp_path):
             check_output(path)
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize("stdout_to", ["pipe", "file"])
+def test_dev_stdout_writes_to_the_descriptor(tmp_path, traj, stdout_to):
+    """`--verdicts /dev/stdout` shares stdout with the summary: nothing replaced, nothing lost, in order."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "tirl.cli", "filter", str(traj), "--verdicts", "/dev/stdout", "--json"]
+    if stdout_to == "pipe":
+        text = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    else:
+        out = tmp_path / "out.txt"
+        with out.open("w") as fh:
+            subprocess.run(cmd, stdout=fh, timeout=120, check=True)
+        text = out.read_text(encoding="utf-8")
+    lines = [json.loads(x) for x in text.splitlines()]
+    assert [x.get("id") for x in lines[:2]] == ["t0", "t1"] and lines[2]["trajectories"] == 2
+
+
+def test_closed_descriptor_is_refused(capsys, traj):
+    assert_refused(run_cli(capsys, "filter", traj, "--verdicts", "/dev/fd/987"), "987")
