@@ -194,7 +194,7 @@ def zygote_main(req_r, done_w, out_w, err_w, work):
         os.closerange(5, 65536)
         os.chdir(work)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        random.seed()
+        random.seed()  # (the random module re-seeds at fork too; explicit, in case that hook changes)
         sys.argv = ["-c"]
         fresh_stdio()
         exec(compile(WARMUP, "<string>", "exec"), new_globals())

@@ -291,19 +291,26 @@ class WarmPool:
             (tmp / "tmp").mkdir()
             argv = [self.python, "-I", "-c", SERVER_SOURCE, "plain", str(tmp / "work"), str(tmp / "tmp")]
             env = dict(CLEAN_ENV, HOME=str(tmp / "work"), TMPDIR=str(tmp / "tmp"))
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            cwd="/",
-            start_new_session=True,
-            user=uid,
-            group=uid,
-            extra_groups=[] if uid is not None else None,
-            pass_fds=pass_fds,
-        )
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                cwd="/",
+                start_new_session=True,
+                user=uid,
+                group=uid,
+                extra_groups=[] if uid is not None else None,
+                pass_fds=pass_fds,
+            )
+        except BaseException:
+            if start is not None:
+                start.kill_namespace()  # closes its descriptors
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
         if start is not None:
             start.started()
             await asyncio.to_thread(start.read_info)
