@@ -21,7 +21,20 @@ rule. The rule, from ``DESIGN.md``:
 * **Tool calls**: a message whose ``tool_calls`` are non-empty and *each*
   name a function and carry arguments that parse as JSON is an action. A
   malformed call is not (the message may still act through its content).
+* **Tagged actions** (tag-based environments, :attr:`ParseRules.action_tags`):
+  outside fenced blocks, ``<NAME>…</NAME>`` with non-blank content for a
+  ``NAME`` in the set (``<sql>``, ``<search>``) is an action. Off by default.
+* **Answer markers** (:attr:`ParseRules.answer_markers`, e.g. GSM8K's
+  ``####``): outside fenced blocks, a marker followed on the same line by
+  non-blank text is a final answer (the rest of the line). Off by default;
+  :attr:`ParseRules.answer_tag_names` renames ``<answer>`` (``<solution>``).
 * A turn with none of these is **void**.
+
+What counts as an action differs per environment; :data:`ACTION_RULES` holds
+the named rules (``tir`` — the default above — ``gsm8k``, ``search``,
+``sql``), and the ``[filter]`` section picks one (``filter.action_rule``;
+``auto`` = the environment's own, see :func:`tirl.filters.rules_from_config`),
+so the environment, the filter and the audit share it.
 
 When a turn both answers and contains code, the answer wins: the episode
 ends and the code is not run (documented in the README).
@@ -33,6 +46,7 @@ still counted as an answer.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -48,6 +62,7 @@ DEFAULT_PLACEHOLDERS: frozenset[str] = frozenset(
     {"...", "…", "answer", "your answer", "your answer here", "final answer", "your final answer", "?", "x"}
 )
 # "x" is a placeholder only as the *whole* content, e.g. the template "\boxed{x}".
+_TAG_NAME = re.compile(r"[a-z][a-z0-9_-]*")  # what ParseRules accepts as a tag name
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +77,22 @@ class ParseRules:
     boxed: bool = True
     answer_tags: bool = True
     placeholders: frozenset[str] = DEFAULT_PLACEHOLDERS
+    answer_tag_names: frozenset[str] = frozenset({"answer"})  # <NAME>...</NAME> answers (when answer_tags)
+    action_tags: frozenset[str] = frozenset()  # <NAME>...</NAME> acts (tag-based envs: sql, search)
+    answer_markers: tuple[str, ...] = ()  # "#### 42": a marker, then the answer on the same line
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exec_langs", frozenset(x.strip().lower() for x in self.exec_langs))
         object.__setattr__(self, "placeholders", frozenset(x.strip().lower() for x in self.placeholders))
+        for name in ("answer_tag_names", "action_tags"):
+            tags = frozenset(x.strip().lower() for x in getattr(self, name))
+            if any(not _TAG_NAME.fullmatch(t) for t in tags):
+                raise ValueError(f"{name} must be tag names like 'sql' (letters, digits, _ or -), got {sorted(tags)}")
+            object.__setattr__(self, name, tags)
+        markers = tuple(m.strip() for m in self.answer_markers)
+        if any(not m for m in markers):
+            raise ValueError("answer_markers must be non-blank strings such as '####'")
+        object.__setattr__(self, "answer_markers", markers)
 
     def is_exec_lang(self, lang: str) -> bool:
         """Whether a fence's language is executable under these rules."""
@@ -74,12 +101,24 @@ class ParseRules:
 
 DEFAULT_RULES = ParseRules()
 
+#: The named action rules (``filter.action_rule``): what acts and what answers in each kind of environment.
+#: ``gsm8k``/``search``/``sql`` follow skyrl-gym's environments of those names (no code is run there).
+ACTION_RULES: dict[str, ParseRules] = {
+    "tir": DEFAULT_RULES,
+    "gsm8k": ParseRules(exec_langs=frozenset(), boxed=False, answer_tags=False, answer_markers=("####",)),
+    "search": ParseRules(exec_langs=frozenset(), boxed=False, action_tags=frozenset({"search"})),
+    "sql": ParseRules(
+        exec_langs=frozenset(), boxed=False, action_tags=frozenset({"sql"}), answer_tag_names=frozenset({"solution"})
+    ),
+}
+
 
 class ActionKind(StrEnum):
     """What a turn does, in order of precedence."""
 
     ANSWER = "answer"
     CODE = "code"
+    TAG = "tag"  # a tagged action (ParseRules.action_tags)
     TOOL_CALL = "tool_call"
     VOID = "void"
 
@@ -94,6 +133,14 @@ class CodeBlock:
     end: int
 
 
+@dataclass(frozen=True, slots=True)
+class TagAction:
+    """One tagged action: ``<name>body</name>`` outside code (``body`` as written, not stripped)."""
+
+    name: str
+    body: str
+
+
 @dataclass(slots=True)
 class TurnVerdict:
     """The judgement of one assistant message. Treat as read-only (not frozen: judging is a hot path)."""
@@ -102,6 +149,7 @@ class TurnVerdict:
     code: tuple[CodeBlock, ...] = ()
     answer: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    tags: tuple[TagAction, ...] = ()
 
     @property
     def is_void(self) -> bool:
@@ -250,6 +298,27 @@ _BOXED = re.compile(r"\\boxed[ \t]*\{")
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.I | re.S)
 
 
+@functools.lru_cache(maxsize=64)
+def _tags_re(names: frozenset[str]) -> re.Pattern[str]:
+    """``<NAME>(body)</NAME>`` for any of ``names`` (the default ``answer`` is the precompiled :data:`_TAG`)."""
+    if names == frozenset({"answer"}):
+        return _TAG
+    alt = "|".join(sorted(re.escape(n) for n in names))
+    return re.compile(rf"<({alt})>(.*?)</\1>", re.I | re.S)
+
+
+def _tag_bodies(pattern: re.Pattern[str], text: str) -> list[tuple[int, str, str]]:
+    """(position, name, body) of each tag match (:data:`_TAG` has only the body group)."""
+    if pattern.groups == 1:
+        return [(m.start(), "answer", m.group(1)) for m in pattern.finditer(text)]
+    return [(m.start(), m.group(1).lower(), m.group(2)) for m in pattern.finditer(text)]
+
+
+@functools.lru_cache(maxsize=16)
+def _marker_re(marker: str) -> re.Pattern[str]:
+    return re.compile(re.escape(marker) + r"[ \t]*([^\n]*)")
+
+
 def _closing_brace(text: str, j: int) -> int:
     r"""Index of the ``}`` that closes a ``{`` opened just before ``j``; -1 if unbalanced.
 
@@ -308,8 +377,10 @@ def extract_final_answer(text: str, rules: ParseRules = DEFAULT_RULES) -> str | 
 
 def _final_answer(text: str, regions: list[tuple[int, int]], rules: ParseRules) -> str | None:
     has_box = rules.boxed and "\\" in text and "\\boxed" in text
-    has_tag = rules.answer_tags and "<" in text and _TAG.search(text) is not None
-    if not (has_box or has_tag):
+    tag_re = _tags_re(rules.answer_tag_names) if rules.answer_tags and "<" in text else None
+    has_tag = tag_re is not None and tag_re.search(text) is not None
+    markers = [mk for mk in rules.answer_markers if mk in text] if rules.answer_markers else []
+    if not (has_box or has_tag or markers):
         return None
     text = _outside(text, regions)
     best_pos, best = -1, None
@@ -317,11 +388,21 @@ def _final_answer(text: str, regions: list[tuple[int, int]], rules: ParseRules) 
         for pos, content in _boxed_contents(text):
             if pos > best_pos and _is_real_answer(content, rules):
                 best_pos, best = pos, content
-    if has_tag:
-        for m in _TAG.finditer(text):
+    if has_tag and tag_re is not None:
+        for pos, _, body in _tag_bodies(tag_re, text):
+            if pos > best_pos and _is_real_answer(body, rules):
+                best_pos, best = pos, body
+    for marker in markers:
+        for m in _marker_re(marker).finditer(text):
             if m.start() > best_pos and _is_real_answer(m.group(1), rules):
                 best_pos, best = m.start(), m.group(1)
     return None if best is None else best.strip()
+
+
+def _tag_actions(text: str, regions: list[tuple[int, int]], rules: ParseRules) -> tuple[TagAction, ...]:
+    """The tagged actions outside fenced blocks: ``<NAME>body</NAME>`` with non-blank body, in order."""
+    found = _tag_bodies(_tags_re(rules.action_tags), _outside(text, regions))
+    return tuple(TagAction(name, body) for _, name, body in found if body.strip())
 
 
 def tool_calls_well_formed(calls: Sequence[ToolCall]) -> bool:
@@ -355,7 +436,8 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
     text = message.content or ""
     answer: str | None = None
     code: tuple[CodeBlock, ...] = ()
-    maybe_answer = "\\" in text or "<" in text  # one-character (memchr) screens before any real work
+    regions: list[tuple[int, int]] = []
+    maybe_answer = "\\" in text or "<" in text or bool(rules.answer_markers)  # cheap screens before real work
     tildes = "~" in text and "~~~" in text
     if tildes or "`" in text:
         fast = None if tildes else _single_block(text)
@@ -365,16 +447,19 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
             answer = _final_answer(text, regions, rules)
     elif maybe_answer:
         answer = _final_answer(text, [], rules)
+    tags = _tag_actions(text, regions, rules) if rules.action_tags and "<" in text and answer is None else ()
     calls_ok = bool(message.tool_calls) and tool_calls_well_formed(message.tool_calls)
     if answer is not None:
         kind = ActionKind.ANSWER
     elif code:
         kind = ActionKind.CODE
+    elif tags:
+        kind = ActionKind.TAG
     elif calls_ok:
         kind = ActionKind.TOOL_CALL
     else:
         kind = ActionKind.VOID
-    return TurnVerdict(kind, code, answer, message.tool_calls if calls_ok else ())
+    return TurnVerdict(kind, code, answer, message.tool_calls if calls_ok else (), tags)
 
 
 def judge_messages(messages: Sequence[Message], rules: ParseRules = DEFAULT_RULES) -> TrajectoryVerdict:

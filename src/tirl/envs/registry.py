@@ -19,6 +19,7 @@ for tir-math also verl/SkyRL parquet or JSONL — else the generator).
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from tirl.parsing import ParseRules
 
 EnvMaker = Callable[..., Env]
 TaskSource = Callable[[EnvConfig, int, int], list[Task]]
+RulesSource = Callable[[EnvConfig], ParseRules | None]  # the env's own action rule for a config (None: none)
 
 
 @dataclass(slots=True)
@@ -41,6 +43,7 @@ class EnvSpec:
     name: str
     maker: EnvMaker | str
     tasks: TaskSource | str | None = None
+    rules: ParseRules | RulesSource | str | None = None  # its own action rule (filter.action_rule=auto)
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -66,10 +69,17 @@ def _import(target: str, what: str) -> Any:
 
 
 def register_env(
-    name: str, maker: EnvMaker | str, *, tasks: TaskSource | str | None = None, override: bool = False
+    name: str,
+    maker: EnvMaker | str,
+    *,
+    tasks: TaskSource | str | None = None,
+    rules: ParseRules | RulesSource | str | None = None,
+    override: bool = False,
 ) -> None:
     """Register ``maker`` (a callable or ``"pkg.mod:Name"``) under ``name``.
 
+    ``rules``: the environment's own action rule (a :class:`~tirl.parsing.ParseRules`,
+    or ``config -> ParseRules | None``), which ``filter.action_rule=auto`` uses.
     Raises ``ValueError`` if the name is taken, unless ``override``.
     """
     if not name or not name.strip():
@@ -78,7 +88,7 @@ def register_env(
         raise ValueError(f"environment {name!r} is already registered — pass override=True to replace it")
     if isinstance(maker, str) and ":" not in maker:
         raise ValueError(f"import string {maker!r} must look like 'package.module:Name'")
-    _REGISTRY[name] = EnvSpec(name=name, maker=maker, tasks=tasks)
+    _REGISTRY[name] = EnvSpec(name=name, maker=maker, tasks=tasks, rules=rules)
 
 
 def unregister_env(name: str) -> None:
@@ -96,6 +106,11 @@ def get_spec(name: str) -> EnvSpec:
     spec = _REGISTRY.get(name)
     if spec is not None:
         return spec
+    family, sep, variant = name.partition(":")
+    if sep and family in _FAMILIES:  # skyrl-gym:gsm8k, verifiers:pkg.mod:load — one env of a family
+        maker, tasks, rules = _FAMILIES[family]
+        made = functools.partial(_import(maker, "environment"), variant=variant)
+        return EnvSpec(name=name, maker=made, tasks=tasks, rules=rules)
     if ":" in name:
         return EnvSpec(name=name, maker=name)
     known = ", ".join(sorted(_REGISTRY)) or "none"
@@ -117,14 +132,17 @@ def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | 
     Typical keyword arguments of the built-ins: ``sandbox`` (a shared
     :class:`~tirl.sandbox.base.Sandbox`), ``sandbox_config``, ``max_turns``.
     ``rules`` (the ``[filter]`` section's action rule) is passed to envs built
-    on :class:`~tirl.envs.tool_env.ToolEnv`, so the env runs exactly what the
-    void filter calls an action; another maker does not get it.
+    on :class:`~tirl.envs.tool_env.ToolEnv` and to env classes with
+    ``takes_rules = True`` (the adapters of :mod:`tirl.integrations`), so the
+    env runs exactly what the void filter calls an action; another maker does not get it.
     """
     spec = get_spec(name)
     if config is not None:
         kwargs.setdefault("max_turns", config.max_turns)
     maker = _maker(spec)
-    if rules is not None and isinstance(maker, type) and issubclass(maker, ToolEnv):
+    target = maker.func if isinstance(maker, functools.partial) else maker
+    takes_rules = isinstance(target, type) and (issubclass(target, ToolEnv) or getattr(target, "takes_rules", False))
+    if rules is not None and takes_rules:
         kwargs.setdefault("rules", rules)
     env = maker(**kwargs)
     if not isinstance(env, Env):
@@ -148,6 +166,17 @@ def env_factory(
     return factory
 
 
+def env_rules(config: EnvConfig) -> ParseRules | None:
+    """The action rule ``config.name`` declares for itself (``None``: none; the ``[filter]`` fields apply)."""
+    spec = get_spec(config.name)
+    if spec.rules is None or isinstance(spec.rules, ParseRules):
+        return spec.rules
+    if isinstance(spec.rules, str):
+        spec.rules = _import(spec.rules, "action rule source")
+    source: RulesSource = spec.rules  # type: ignore[assignment]
+    return source(config)
+
+
 def load_tasks(config: EnvConfig, n: int | None = None, *, seed: int | None = None) -> list[Task]:
     """The tasks of ``config.name``: from ``config.tasks_file`` when set, else the env's generator.
 
@@ -162,6 +191,22 @@ def load_tasks(config: EnvConfig, n: int | None = None, *, seed: int | None = No
     return source(config, config.eval_size if n is None else n, config.seed if seed is None else seed)
 
 
+#: ``FAMILY:NAME`` names (one env of an adapter family): maker, task source and rule source of the family.
+_FAMILIES: dict[str, tuple[str, str, str]] = {
+    "skyrl-gym": (
+        "tirl.integrations.skyrl_gym:SkyRLGymEnv",
+        "tirl.integrations.skyrl_gym:task_source",
+        "tirl.integrations.skyrl_gym:action_rules",
+    ),
+    "verifiers": (
+        "tirl.integrations.verifiers_env:VerifiersEnv",
+        "tirl.integrations.verifiers_env:task_source",
+        "tirl.integrations.verifiers_env:action_rules",
+    ),
+}
+
 register_env("tir-math", "tirl.envs.tir_math:TirMathEnv", tasks="tirl.envs.tir_math:task_source")
 register_env("swe-lite", "tirl.envs.swe_lite:SweLiteEnv", tasks="tirl.envs.swe_lite:task_source")
 register_env("tir-chain", "tirl.envs.tir_math:TirMathEnv", tasks="tirl.envs.tasks.chain_gen:task_source")
+_SKYRL = _FAMILIES["skyrl-gym"]
+register_env("skyrl-gym", _SKYRL[0], tasks=_SKYRL[1], rules=_SKYRL[2])  # the env_class of each task row

@@ -39,8 +39,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tirl.config import FilterConfig
-from tirl.parsing import DEFAULT_RULES, ParseRules, TrajectoryVerdict, judge_messages
+from tirl.config import EnvConfig, FilterConfig
+from tirl.errors import ConfigError
+from tirl.parsing import ACTION_RULES, DEFAULT_RULES, ParseRules, TrajectoryVerdict, judge_messages
 from tirl.types import Group, TerminationReason, Trajectory
 
 FilterMode = Literal["drop", "mask", "off", "penalize"]
@@ -148,9 +149,9 @@ class VoidTurnFilter:
             raise ValueError(f"filter mode {self.mode!r} is not one of {', '.join(MODES)}")
 
     @classmethod
-    def from_config(cls, config: FilterConfig) -> VoidTurnFilter:
-        """The filter of the ``[filter]`` config section."""
-        return cls(mode=config.mode, rules=rules_from_config(config))
+    def from_config(cls, config: FilterConfig, env: EnvConfig | None = None) -> VoidTurnFilter:
+        """The filter of the ``[filter]`` config section (``env``: whose own action rule ``auto`` takes)."""
+        return cls(mode=config.mode, rules=rules_from_config(config, env))
 
     def apply(self, groups: list[Group]) -> FilterResult:
         """Judge every trajectory once, set its typed verdict fields, and split kept from removed."""
@@ -194,6 +195,36 @@ class VoidTurnFilter:
         return FilterResult(groups=out, usable=usable, stats=stats, removed=removed, penalized=penalized)
 
 
-def rules_from_config(config: FilterConfig) -> ParseRules:
-    """The :class:`ParseRules` of the ``[filter]`` config section (shared by the env, filter and audit)."""
-    return ParseRules(exec_langs=frozenset(config.exec_langs), boxed=config.boxed, answer_tags=config.answer_tags)
+def rules_from_config(config: FilterConfig, env: EnvConfig | None = None) -> ParseRules:
+    """The action rule of a run, shared by the env, the filter and the audit (``filter.action_rule``).
+
+    ``auto`` (the default): the environment's own rule when it declares one
+    (:func:`tirl.envs.registry.env_rules`; skyrl-gym's ``gsm8k`` answers with
+    ``####``), else the ``[filter]`` fields; ``fields``: the fields
+    (``exec_langs``, ``boxed``, ``answer_tags``, ``action_tags``,
+    ``answer_markers``); a name of :data:`tirl.parsing.ACTION_RULES`: that rule.
+    """
+    name = config.action_rule
+    if name == "auto" and env is not None:
+        from tirl.envs.registry import env_rules  # the registry imports the envs; loaded only when asked
+
+        declared = env_rules(env)
+        if declared is not None:
+            return declared
+    if name in ("auto", "fields"):
+        try:
+            return ParseRules(
+                exec_langs=frozenset(config.exec_langs),
+                boxed=config.boxed,
+                answer_tags=config.answer_tags,
+                action_tags=frozenset(config.action_tags),
+                answer_markers=tuple(config.answer_markers),
+            )
+        except ValueError as exc:
+            raise ConfigError(f"config [filter] action rule is invalid: {exc}") from None
+    if name in ACTION_RULES:
+        return ACTION_RULES[name]
+    raise ConfigError(
+        f"config filter.action_rule={config.action_rule!r} is invalid: "
+        f"use auto, fields or one of {', '.join(ACTION_RULES)}"
+    )

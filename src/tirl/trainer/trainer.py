@@ -134,7 +134,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
-        self.filter = VoidTurnFilter.from_config(self.cfg.filter)
+        self.filter = VoidTurnFilter.from_config(self.cfg.filter, self.cfg.env)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad], lr=self.cfg.algo.lr, weight_decay=0.0
         )

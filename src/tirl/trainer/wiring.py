@@ -232,7 +232,7 @@ def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: fl
         params=SamplingParams(max_new_tokens=g.max_new_tokens, temperature=temperature, top_p=top_p),
         max_turns=cfg.env.max_turns,
         max_total_tokens=g.max_total_tokens,
-        rules=rules_from_config(cfg.filter),
+        rules=rules_from_config(cfg.filter, cfg.env),
         tools=(PYTHON_TOOL,) if cfg.env.tools else (),  # the tool tir-math executes, offered as a function
     )
 
@@ -264,7 +264,8 @@ def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | No
         factory: EnvFactory = pool.make_env
     else:
         sandbox = create_sandbox(cfg.sandbox)
-        factory = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox, rules=rules_from_config(cfg.filter))
+        rules = rules_from_config(cfg.filter, cfg.env)  # the env's own action rule (filter.action_rule=auto)
+        factory = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox, rules=rules)
     g = cfg.generation
     runner = _runner(cfg, generator, policy.chat, temperature=g.temperature, top_p=g.top_p)
     eval_runner = _runner(cfg, generator, policy.chat, temperature=0.0, top_p=1.0)
