@@ -53,6 +53,11 @@ def test_train_and_eval_run_with_the_made_model_and_lora_checkpoints_are_adapter
     )
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert json.loads(ev.stdout.strip().splitlines()[-1])["n"] == 4
+    merged = tmp_path / "merged"
+    mg = subprocess.run([*TIRL, "model", "merge", str(model_dir), "--out", str(merged)], capture_output=True, text=True)
+    assert mg.returncode == 0 and mg.stderr == "", mg.stderr
+    assert (merged / "model.safetensors").is_file() and not (merged / "adapter_config.json").exists()
+    assert load_policy(merged).model.config.model_type == "qwen2"  # standalone: no peft layers, no adapter
 
 
 def test_train_with_tools_refuses_a_template_without_tool_support(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``tirl model``: make a small random-weight model (``init``) or check a checkpoint directory (``check``).
+"""``tirl model``: make a small model (``init``), check a model directory (``check``), merge a LoRA adapter (``merge``).
 
 ``tirl model init --arch qwen2|llama --out DIR [--layers N --hidden N --vocab N --heads N --seed N]``
 writes a model, a byte-level BPE tokenizer and tirl's chat template with tool
@@ -10,6 +10,11 @@ is refused.
 --model DIR`` does and prints what it found (architecture, parameters,
 vocabulary, chat template, tool support); anything missing is one
 ``error:`` line with the fix, exit 2.
+
+``tirl model merge ADAPTER_DIR --out DIR`` writes a standalone model (the
+LoRA adapter of a checkpoint folded into its base model, plus the
+tokenizer) that loads without peft — the export of a LoRA run
+(:func:`tirl.models.memory.export_merged`); written whole or not at all.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from tirl.models.init import ARCHS, ModelSpec
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``tirl model init`` and ``tirl model check``."""
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{init,check}")
+    sub = parser.add_subparsers(dest="action", required=True, metavar="{init,check,merge}")
     d = ModelSpec()
     init = sub.add_parser("init", help="write a small random-weight model with a BPE tokenizer and a tool template")
     init.add_argument("--arch", choices=ARCHS, default=d.arch, help=f"architecture (default {d.arch})")
@@ -35,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check = sub.add_parser("check", help="load a model directory and report its tokenizer, template and tools")
     check.add_argument("path", help="a local Hugging Face model directory")
     check.add_argument("--tools", action="store_true", help="also require a template with tool support")
+    merge = sub.add_parser("merge", help="fold a LoRA adapter directory into its base model: a standalone model")
+    merge.add_argument("adapter", help="an adapter directory (a LoRA run's checkpoints/step-N/model)")
+    merge.add_argument("--out", required=True, help="directory to create (must not exist or be empty)")
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -69,6 +77,40 @@ def _describe(path: str, *, need_tools: bool) -> None:
     print(f"chat template: {type(policy.chat).__name__}; tool calls: {tools}")
 
 
+def _merge(args: argparse.Namespace) -> int:
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from tirl.errors import InputError
+    from tirl.models.init import check_out
+    from tirl.models.loading import load_policy
+    from tirl.models.memory import export_merged, is_adapter_dir
+
+    src, out = Path(args.adapter).expanduser(), Path(args.out).expanduser()
+    if not is_adapter_dir(src):
+        raise InputError(
+            str(src),
+            None,
+            "is not a LoRA adapter directory (no adapter_config.json)",
+            "give a LoRA run's checkpoints/step-N/model",
+        )
+    check_out(out)
+    policy = load_policy(src, train_adapter=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        export_merged(policy.model, policy.tokenizer, tmp)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(f"wrote {out}: {src} merged into its base model")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the sub-action."""
     from transformers.utils import logging as hf_logging
@@ -76,5 +118,7 @@ def run(args: argparse.Namespace) -> int:
     hf_logging.disable_progress_bar()  # one summary line instead of per-shard progress bars
     if args.action == "init":
         return _init(args)
+    if args.action == "merge":
+        return _merge(args)
     _describe(args.path, need_tools=args.tools)
     return 0

@@ -176,7 +176,8 @@ def build_model(spec: ModelSpec, tokenizer: PreTrainedTokenizerFast) -> PreTrain
     return model
 
 
-def _check_out(out: Path) -> None:
+def check_out(out: Path) -> None:
+    """Refuse an output directory that exists and is not empty, or whose parent is missing."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputError(str(out), None, "exists and is not an empty directory", "choose a new --out or remove it")
     if not out.parent.exists():
@@ -187,7 +188,7 @@ def init_model(spec: ModelSpec, out: str | Path) -> Path:
     """Build the tokenizer and the model and save both to ``out`` (written whole or not at all)."""
     spec.check()
     path = Path(out).expanduser()
-    _check_out(path)
+    check_out(path)
     tokenizer = build_tokenizer(spec.vocab, max_length=spec.max_positions, seed=spec.seed)
     model = build_model(spec, tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,8 @@ class LoraSpec:
 
 
 def _peft() -> Any:
+    # peft still calls transformers' deprecated is_gradient_checkpointing; the warning is not the user's business
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
     try:
         import peft
     except ImportError:
