@@ -13,7 +13,8 @@ from tirl.errors import ConfigError
 def test_defaults_load() -> None:
     cfg = load_config()
     assert isinstance(cfg, TirlConfig)
-    assert cfg.filter.mode == "drop" and cfg.algo.advantage == "grpo"
+    assert cfg.filter.mode == "penalize" and cfg.algo.advantage == "grpo"  # the ablation's best mode (README)
+    assert (cfg.env.name, cfg.env.max_turns) == ("tir-chain", 6)
 
 
 def test_toml_then_overrides(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def test_env_factory_makes_fresh_envs(sandbox: Sandbox) -> None:
 
 
 def test_load_tasks_from_config(tmp_path: Path) -> None:
-    cfg = load_config(None, ["env.difficulty=2", "env.seed=4"]).env
+    cfg = load_config(None, ["env.name=tir-math", "env.difficulty=2", "env.seed=4"]).env
     tasks = load_tasks(cfg, 5)
     assert len(tasks) == 5 and all(t.data["difficulty"] == 2 for t in tasks)
     assert tasks == load_tasks(cfg, 5)

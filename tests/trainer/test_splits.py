@@ -25,7 +25,7 @@ def test_heldout_and_validation_leave_out_the_sft_prompts_and_each_other(env: st
 
 def test_the_plain_draw_did_overlap_the_builtin_demonstrations() -> None:
     """Without the exclusion, 8 of the 200 held-out prompts were SFT demonstrations of the shipped checkpoint."""
-    cfg = load_config(None, [])
+    cfg = load_config(None, ["env.name=tir-math"])
     raw = load_tasks(cfg.env, cfg.env.eval_size, seed=eval_seed(cfg.env.seed))
     sft = demonstration_prompts("tir-math", 1)
     assert sum(t.prompt in sft for t in raw) == 8

@@ -7,7 +7,7 @@ from tirl.trainer.wiring import TaskSets
 
 
 def test_tir_math_eval_set_is_200_distinct_and_disjoint_from_training() -> None:
-    sets = TaskSets(load_config())
+    sets = TaskSets(load_config(None, ["env.name=tir-math"]))
     assert len(sets.eval_tasks) == 200 and len({t.prompt for t in sets.eval_tasks}) == 200
     train = sets.train(1, 16)
     assert len(train) == 16 and not {t.prompt for t in train} & {t.prompt for t in sets.eval_tasks}

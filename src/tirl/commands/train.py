@@ -1,7 +1,8 @@
 """``tirl train``: GRPO/PPO with void-turn filtering; no arguments runs the built-in CPU job.
 
-The default job: tir-math, the built-in warm-started tiny model, GRPO, void
-filter ``drop``, the pipeline rollout strategy, two CPU threads. It writes a
+The default job: tir-chain (chained computations, 3-6 tool turns), its
+built-in warm-started tiny model (``tiny-chain``), GRPO, void filter
+``penalize``, the pipeline rollout strategy, two CPU threads. It writes a
 run directory (``runs/<time>-<env>`` unless ``--resume``)::
 
     config.json  metrics.jsonl  tb/  trajectories.jsonl  pipeline_trace.jsonl
