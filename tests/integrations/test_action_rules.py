@@ -95,3 +95,22 @@ def test_the_filter_and_the_audit_share_the_envs_rule() -> None:
     assert audited["void"] == 3 and audited["void_correct"]["examples"] == ["late"]  # #### 7 read as its answer
     default = audit_trajectories([_traj("late", "#### 7", "hmm")]).to_dict()
     assert default["void_correct"]["correct"] == 0  # under the tir rule "#### 7" is no answer at all
+
+
+def test_tirl_filter_and_audit_use_the_configured_rule(tmp_path, capsys) -> None:
+    import json
+
+    from tirl.cli import main
+
+    src = tmp_path / "t.jsonl"
+    src.write_text(json.dumps(_traj("a", "#### 7").to_dict()) + "\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[env]\nname = "skyrl-gym:gsm8k"\n')
+    verdicts = tmp_path / "v.jsonl"
+    assert main(["filter", str(src), "--verdicts", str(verdicts), "--config", str(cfg)]) == 0
+    assert json.loads(verdicts.read_text())["void"] is False  # auto: the env's gsm8k rule
+    assert main(["filter", str(src), "--verdicts", str(verdicts)]) == 0
+    assert json.loads(verdicts.read_text())["void"] is True  # no config: the tir rule
+    capsys.readouterr()
+    assert main(["audit", str(src), "--config", str(cfg), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["void"] == 0

@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 from tirl.answers import answers_match
 from tirl.config import load_config
 from tirl.errors import ConfigError
 from tirl.fileio import atomic_write, check_output, refuse_overwrite
-from tirl.filters.void_turn import judge_trajectory
+from tirl.filters.void_turn import judge_trajectory, rules_from_config
 from tirl.jsonl import read_trajectory_lines
 from tirl.parsing import ParseRules
 
@@ -38,16 +39,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _rules(args: argparse.Namespace) -> ParseRules:
-    cfg = load_config(args.config).filter
-    langs = cfg.exec_langs
+    full = load_config(args.config)
+    rules = rules_from_config(full.filter, full.env)  # the run's action rule (filter.action_rule), as in training
+    langs = rules.exec_langs
     if args.exec_langs is not None:
-        langs = [x.strip() for x in args.exec_langs.split(",") if x.strip()]
+        langs = frozenset(x.strip() for x in args.exec_langs.split(",") if x.strip())
         if not langs:
             raise ConfigError("--exec-langs is empty — give at least one language, e.g. --exec-langs python,bash")
-    return ParseRules(
-        exec_langs=frozenset(langs),
-        boxed=cfg.boxed and not args.no_boxed,
-        answer_tags=cfg.answer_tags and not args.no_answer_tags,
+    return replace(
+        rules,
+        exec_langs=langs,
+        boxed=rules.boxed and not args.no_boxed,
+        answer_tags=rules.answer_tags and not args.no_answer_tags,
     )
 
 
