@@ -55,7 +55,10 @@ def test_train_writes_the_run_directory_and_eval_reads_the_checkpoint(model_dir:
     assert [r["step"] for r in rows] == [1, 2] and set(REQUIRED_METRICS) <= set(rows[0])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["eval/n"] == 4
-    assert 0.0 <= summary["eval/accuracy_before"] <= 1.0 and 0.0 <= summary["eval/accuracy_after"] <= 1.0
+    for when in ("before", "after"):
+        record = summary[f"eval/{when}"]
+        assert record["n"] == 4 and sum(record["terminations"].values()) == 4
+        assert summary[f"eval/accuracy_{when}"] == record["correct"] / 4
     code, out = _main(["eval", "--model", str(run_dir), "--n", "4", "--json", "--set", "trainer.threads=1"], capsys)
     assert code == 0
     res = json.loads(out.strip().splitlines()[-1])
