@@ -206,3 +206,18 @@ def test_report_and_bundle_with_a_damaged_summary_or_config(capsys, tmp_path, co
     assert out.code == 0 and "Traceback" not in out.err, out.err
     out = run_cli(capsys, "diagnose", "training", run, "--bundle", tmp_path / "b.md")
     assert out.code == 0 and (tmp_path / "b.md").is_file(), out.err
+
+
+def test_serve_taken_port_or_bad_host_fails_before_the_model_loads(capsys):
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        port = str(taken.getsockname()[1])
+        out = run_cli(capsys, "serve", "--port", port, "--model", "/nonexistent-model-dir")
+        assert_refused(out, "cannot bind", port)  # the bind is refused first, not the missing model
+    finally:
+        taken.close()
+    assert_refused(run_cli(capsys, "serve", "--host", "bad\x00host", "--model", "/nonexistent-model-dir"), "--host")

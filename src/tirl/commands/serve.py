@@ -57,6 +57,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
 
 
+def _bind(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
+    from tirl.errors import SetupError
+
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except (OSError, ValueError, TypeError, OverflowError) as exc:  # refused, unknown host, a NUL in --host
+        sock.close()
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SetupError(f"cannot bind {host}:{port} ({why}) — check --host, pick another --port, or 0") from None
+    return sock
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the model and serve until interrupted (every argument is checked before the model loads)."""
     for flag, value, low in (("--max-batch", args.max_batch, 1), ("--threads", args.threads, 1)):
@@ -68,11 +82,16 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--seed {args.seed} is invalid: use 0 <= seed < 2**63")
     import uvicorn
 
-    from tirl.errors import SetupError
     from tirl.inference.server import ModelServer
     from tirl.models.loading import load_policy
 
-    policy = load_policy(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = _bind(family, args.host, args.port)  # a bad --host or a taken --port fails before the model loads
+    try:
+        policy = load_policy(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
+    except BaseException:
+        sock.close()
+        raise
     name = args.served_model_name or policy.path.name
     server = ModelServer(
         policy,
@@ -85,14 +104,6 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_body_bytes=int(args.max_body_mb * 2**20),
     )
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-    except OSError as exc:
-        sock.close()
-        raise SetupError(f"cannot bind {args.host}:{args.port} ({exc.strerror}) — pick another --port, or 0") from None
     sock.listen(2048)
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
