@@ -120,3 +120,17 @@ def test_template_without_tool_support_is_named(made: Path, tmp_path: Path) -> N
     line = one_error_line(tirl("model", "check", str(bad), "--tools"))
     assert "no tool support" in line and "tool definitions" in line and "assistant tool_calls" in line
     assert "tirl model init" in line
+
+
+def test_generator_vllm_is_accepted_and_says_what_it_needs(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+
+        pytest.skip("vLLM is installed here: the flag would start an engine")
+    except ImportError:
+        pass
+    proc = tirl("train", "--generator", "vllm", "--steps", "1", "--run-dir", str(tmp_path / "run"), "--no-progress")
+    line = one_error_line(proc)  # argparse accepts it; the set-up check names what is missing
+    assert "vLLM" in line and "--generator openai" in line
+    assert not (tmp_path / "run").exists()
