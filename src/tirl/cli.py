@@ -87,6 +87,8 @@ def _net(exc: BaseException) -> str | None:
         return f"an input is not UTF-8 text ({exc.reason} at byte {exc.start}) — re-encode it as UTF-8"
     if isinstance(exc, RecursionError):
         return "an input is nested too deeply to read — flatten it"
+    if isinstance(exc, ValueError) and "null byte" in str(exc):
+        return "a path given on the command line holds a NUL byte — remove it"
     if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
         return f"an input holds an integer with more than {sys.get_int_max_str_digits()} digits — shorten it"
     if isinstance(exc, OverflowError):
