@@ -120,6 +120,7 @@ def make_cfg(*overrides: str) -> TirlConfig:
         "algo.lr=1e-3",
         "trainer.checkpoint_every=1",
         "trainer.samples_per_step=2",
+        "filter.mode=drop",  # these tests are about drop (the default before penalize)
     ]
     return load_config(None, [*base, *overrides])
 
