@@ -152,3 +152,12 @@ def test_too_many_prompts_in_one_request_is_400(client):
     body = {"model": NAME, "prompt": [[5]] * 300, "max_tokens": 1}
     resp = client.post("/v1/completions", json=body)
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "prompt"
+
+
+def test_huge_tool_definitions_are_refused_before_rendering(client):
+    """Tool definitions count toward the pre-tokenize length check, like message text."""
+    fn = {"name": "f", "description": "7" * 200_000, "parameters": {"type": "object"}}
+    tool = {"type": "function", "function": fn}
+    body = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "tools": [tool], "max_tokens": 1}
+    resp = client.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 400 and "characters" in resp.json()["error"]["message"]

@@ -74,6 +74,19 @@ _FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 MAX_BODY_BYTES = 8 * 2**20  # default request body cap (413 above it); tirl serve --max-body-mb
 
 
+def _prompt_chars(job: ChatJob) -> int:
+    """The characters a chat prompt renders at least: contents, tool-call names and arguments, tool definitions."""
+    chars = 0
+    for m in job.messages:
+        chars += len(m.content or "")
+        for call in m.tool_calls:
+            args = call.arguments if isinstance(call.arguments, str) else str(call.arguments)
+            chars += len(call.name or "") + len(args)
+    if job.tools is not None:
+        chars += len(json.dumps(job.tools.tools))
+    return chars
+
+
 def _longest_token_chars(tokenizer: Any) -> int:
     """The most characters one token's text can have (at least 1); the bound of the pre-tokenize check."""
     pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
@@ -342,7 +355,7 @@ class ModelServer:
         job = parse_chat(await self._body(request))
         common = job.common
         self._model(common.model)
-        self._check_chars(sum(len(m.content or "") for m in job.messages), "messages", "messages")
+        self._check_chars(_prompt_chars(job), "messages", "messages")
         try:
             ids = self._chat_prompt_ids(job)
         except APIError:
