@@ -38,11 +38,13 @@ echo "== one training step on $DEVICE per memory option (batch $BATCH x $SEQ tok
 DEVICE=$DEVICE BATCH=$BATCH SEQ=$SEQ MODEL=$MODEL "$PYTHON" - <<'EOF'
 import os, time, torch
 from transformers import AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
 from tirl.config import AlgoConfig
 from tirl.models.memory import LoraSpec, apply_lora, enable_checkpointing, trainable_parameters
 from tirl.trainer.update import PolicyUpdater
 from tirl.types import Message, Role, Trajectory
 
+hf_logging.disable_progress_bar()
 dev = torch.device(os.environ["DEVICE"])
 batch, seq = int(os.environ["BATCH"]), int(os.environ["SEQ"])
 options = {"fp32": {}, "bf16": {"p": "bf16"}, "checkpointing": {"c": 1}, "bf16+checkpointing": {"p": "bf16", "c": 1},
@@ -60,7 +62,7 @@ for name, o in options.items():
                         token_ids=torch.randint(3, model.config.vocab_size, (seq,), generator=g).tolist(),
                         loss_mask=[0] * 64 + [1] * (seq - 64), logprobs=[0.0] * 64 + [-9.0] * (seq - 64))
              for i in range(batch)]
-    adv = torch.tensor([(-1.0) ** i for i in range(batch)])
+    adv = torch.linspace(-1.0, 1.5, batch)
     opt = torch.optim.AdamW(trainable_parameters(model), lr=1e-5)
     up = PolicyUpdater(model, opt, AlgoConfig(minibatches=1, micro_batch_tokens=0, warmup_steps=0), pad_id=0,
                        precision=o.get("p", "off"))
@@ -98,12 +100,11 @@ from transformers import AutoModelForCausalLM
 from tirl.inference.base import SamplingParams
 from tirl.inference.vllm import VLLMGenerator
 from tirl.models.loading import load_policy
+from tirl.types import Message, Role
 
 path = os.environ["MODEL"]
 policy = load_policy(path)
 gen = VLLMGenerator(path, eos_ids=policy.chat.eos_ids, seed=0, max_model_len=2048, gpu_memory_utilization=0.3)
-prompts = [policy.chat.prompt_ids([]) or [1]] * 0
-from tirl.types import Message, Role
 prompts = [policy.chat.prompt_ids([Message(role=Role.USER, content=f"What is {i} + {i}?")]) for i in range(256)]
 
 async def run(params):
