@@ -184,3 +184,12 @@ def test_dev_stdout_writes_to_the_descriptor(tmp_path, traj, stdout_to):
 
 def test_closed_descriptor_is_refused(capsys, traj):
     assert_refused(run_cli(capsys, "filter", traj, "--verdicts", "/dev/fd/987"), "987")
+
+
+def test_sft_out_is_the_init_checkpoint(capsys, tmp_path):
+    init = tmp_path / "init"
+    init.mkdir()
+    (init / "config.json").write_text("{}", encoding="utf-8")
+    out = run_cli(capsys, "sft", "--init", init, "--out", init, "--steps", "1")
+    assert_refused(out, "--out", "input")
+    assert "model:" not in out.out and (init / "config.json").read_text(encoding="utf-8") == "{}"

@@ -26,7 +26,7 @@ from tirl.envs.registry import env_factory
 from tirl.envs.tasks.chain_gen import chain_expert_solution, generate_chain_tasks
 from tirl.envs.tasks.math_gen import expert_solution, generate_tasks
 from tirl.errors import ConfigError
-from tirl.fileio import check_output_dir
+from tirl.fileio import check_output_dir, refuse_overwrite
 from tirl.inference.base import SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.models.chat_format import chat_format_for
@@ -174,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     """Build demonstrations, train, evaluate, save."""
     cfg = _config(args)
     check_output_dir(args.out)  # a bad --out fails now, not after training
+    refuse_overwrite(args.out, [args.init], option="--out")  # the starting checkpoint is an input
     torch.set_num_threads(max(1, args.threads))
     model, tokenizer = _model(args, cfg)
     chat = chat_format_for(tokenizer)
