@@ -419,7 +419,7 @@ def tool_calls_well_formed(calls: Sequence[ToolCall]) -> bool:
             return False
         try:
             json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: arguments nested deeper than the parser's stack
             return False
     return True
 

@@ -20,7 +20,7 @@ from tirl.parsing import ActionKind, judge_message
 from tirl.rollout.agent_loop import AgentLoop
 from tirl.sandbox.base import Sandbox
 from tirl.sft import ScriptedGenerator
-from tirl.types import Message, Role, TerminationReason, Trajectory
+from tirl.types import Message, Role, TerminationReason, ToolCall, Trajectory
 
 
 def _call(name: str, args: Any, cid: str | None = None) -> dict[str, Any]:
@@ -92,6 +92,7 @@ def test_parsed_turn_re_renders_to_the_sampled_text(qwen2_dir: Path) -> None:
         '<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}',  # unclosed (cut by a limit)
         '<tool_call>\n{"arguments": {"code": "print(1)"}}\n</tool_call>',  # no name
         "<tool_call>\n[1, 2]\n</tool_call>",  # not an object
+        '<tool_call>\n{"name": "python", "arguments": ' + "[" * 100_000 + "}\n</tool_call>",  # too deep to parse
     ],
 )
 def test_a_call_whose_arguments_are_not_json_is_not_an_action(text: str) -> None:
@@ -101,6 +102,11 @@ def test_a_call_whose_arguments_are_not_json_is_not_an_action(text: str) -> None
     assert judge_message(msg).kind is ActionKind.VOID  # judged by the rule as today: nothing else acts
     with_code = Message(role=Role.ASSISTANT, content="```python\nprint(1)\n```", tool_calls=parsed.tool_calls)
     assert judge_message(with_code).kind is ActionKind.CODE
+
+
+def test_arguments_too_deep_for_the_json_parser_are_not_an_action() -> None:
+    deep = Message(role=Role.ASSISTANT, content="", tool_calls=(ToolCall("python", "[" * 100_000),))
+    assert judge_message(deep).kind is ActionKind.VOID  # an OpenAI-shaped call straight from a file or a client
 
 
 def test_a_template_without_tool_support_is_named() -> None:

@@ -21,6 +21,7 @@ Malformed calls are kept, not repaired, so that the void rule
 an unclosed ``<tool_call>``, or ``arguments`` that are a string which does not
 parse as JSON give a :class:`ToolCall` whose arguments are the raw text (and
 whose name is ``None`` when none can be read), which is *not* an action.
+Arguments nested too deep for the JSON parser become ``None`` (also not an action).
 
 Not covered: other tool-call conventions (Llama 3.1 ``<|python_tag|>``,
 Mistral ``[TOOL_CALLS]``, JSON without markers); text that the model writes
@@ -54,6 +55,9 @@ def _call(body: str, call_id: str) -> ToolCall:
     raw = body.strip()
     try:
         obj = json.loads(raw)
+    except RecursionError:  # nested deeper than the parser's stack: not JSON we can use, never an action
+        found = _NAME.search(raw[:4096])
+        return ToolCall(name=found.group(1) if found else None, arguments=None, id=call_id)
     except ValueError:
         found = _NAME.search(raw)
         return ToolCall(name=found.group(1) if found else None, arguments=raw, id=call_id)
