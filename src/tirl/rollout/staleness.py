@@ -1,0 +1,155 @@
+"""Bounded staleness: overlap the rollout of later steps with the training of earlier ones.
+
+``rollout.max_staleness = K`` (0 = on-policy, the default). The schedule of
+:func:`run_overlapped`, for steps ``s = first, first+1, ...``:
+
+- the rollout of step ``s`` may **start** once the trainer has finished the
+  update of step ``s - 1 - K`` (:class:`StalenessGate`); so with ``K = 0`` it
+  starts after the update of ``s - 1`` (today's alternation), with ``K = 1``
+  it runs while the trainer updates on step ``s - 1`` (one step off-policy);
+- the trainer consumes the steps **in order**: step ``s`` trains as soon as
+  its rollout is done and the update of ``s - 1`` is over;
+- several rollouts may be in flight at once (at most ``K + 1``); they share
+  the generator, so the tail of one step's slowest episodes overlaps with the
+  next step's episodes.
+
+The *lag* of a step is how many updates finished between the start of its
+rollout and the start of its training; the gate makes ``lag <= K`` hold by
+construction (and :func:`run_overlapped` checks it). A trajectory records the
+policy version that sampled it (``Trajectory.policy_version``, the oldest of
+its turns; ``TurnRecord.policy_version`` per turn), and :func:`split_stale`
+drops any trajectory more than ``K`` versions behind the trainer at update
+time — a guard for versions that move inside a step (in-flight weight
+updates, resumes), counted as ``async/stale_dropped``.
+
+This module is the scheduling code that both ``tirl train`` (through
+:mod:`tirl.trainer.overlap`) and ``benchmarks/bench_async.py`` run; it does
+not know what a rollout or an update is (``produce``/``consume`` callables).
+
+Not covered: updating weights inside a running episode (the generator holds
+one version per request; a version change between turns is recorded per turn
+but not forced), and priority for the older step's episodes on a shared
+generator (requests are served FIFO).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tirl.types import Group, Trajectory
+
+__all__ = ["StalenessGate", "StepTiming", "run_overlapped", "split_stale", "trajectory_lag"]
+
+T = TypeVar("T")
+
+
+class StalenessGate:
+    """Counts finished updates; a step's rollout waits until it is no more than ``K`` updates ahead.
+
+    >>> gate = StalenessGate(max_staleness=1, first_step=1)
+    >>> gate.allowed(2), gate.allowed(3)
+    (True, False)
+    >>> gate.finished += 1; gate.allowed(3)
+    True
+    """
+
+    def __init__(self, max_staleness: int, first_step: int = 1) -> None:
+        if max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+        self.max_staleness = max_staleness
+        self.first_step = first_step
+        self.finished = 0  # updates finished since the run (or resume) started
+        self._cond = asyncio.Condition()
+
+    def allowed(self, step: int) -> bool:
+        """Whether the rollout of ``step`` may start now (the update of ``step - 1 - K`` is finished)."""
+        return self.finished >= (step - self.first_step) - self.max_staleness
+
+    async def admit(self, step: int) -> int:
+        """Wait until the rollout of ``step`` may start; returns the number of finished updates then."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.allowed(step))
+            return self.finished
+
+    async def done(self) -> None:
+        """One more update finished: wake the rollouts it allows."""
+        async with self._cond:
+            self.finished += 1
+            self._cond.notify_all()
+
+
+@dataclass(frozen=True, slots=True)
+class StepTiming:
+    """When one step's rollout and training ran (clock seconds) and its lag in updates."""
+
+    step: int
+    rollout_start: float
+    rollout_end: float
+    train_start: float
+    train_end: float
+    lag: int
+
+
+async def run_overlapped(
+    steps: Sequence[int],
+    max_staleness: int,
+    produce: Callable[[int], Awaitable[T]],
+    consume: Callable[[int, T, int], Awaitable[None]],
+    *,
+    clock: Callable[[], float] | None = None,
+) -> list[StepTiming]:
+    """Run ``produce(step)`` (the rollout) and ``consume(step, batch, lag)`` (the update) with lag <= ``K``.
+
+    ``consume`` runs in step order, one at a time; ``produce`` of a step starts
+    as soon as :class:`StalenessGate` allows it. An exception in either
+    cancels every other rollout and propagates. Returns one
+    :class:`StepTiming` per step (on ``clock``, default the loop's time).
+    """
+    if not steps:
+        return []
+    now = clock or asyncio.get_running_loop().time
+    gate = StalenessGate(max_staleness, first_step=steps[0])
+
+    async def rollout(step: int) -> tuple[int, float, float, T]:
+        base = await gate.admit(step)
+        t0 = now()
+        out = await produce(step)
+        return base, t0, now(), out
+
+    timings: list[StepTiming] = []
+    async with asyncio.TaskGroup() as tg:
+        tasks = {s: tg.create_task(rollout(s), name=f"rollout-step-{s}") for s in steps}
+        for s in steps:
+            base, t0, t1, batch = await tasks.pop(s)
+            lag = gate.finished - base
+            if lag > max_staleness:  # the gate makes this impossible; a bug must not train silently off-policy
+                raise RuntimeError(f"step {s}: lag {lag} exceeds max_staleness {max_staleness}")
+            t2 = now()
+            await consume(s, batch, lag)
+            timings.append(StepTiming(s, t0, t1, t2, now(), lag))
+            await gate.done()
+    return timings
+
+
+def trajectory_lag(traj: Trajectory, version: int) -> int:
+    """How many versions ``traj`` (its oldest sampled turn) is behind ``version``."""
+    return version - traj.policy_version
+
+
+def split_stale(groups: list[Group], version: int, max_staleness: int) -> tuple[list[Group], list[Trajectory]]:
+    """Remove trajectories more than ``max_staleness`` versions behind ``version``; returns (groups, removed).
+
+    Groups keep their order; a group left empty is removed (the caller's
+    ``min_valid_per_group`` rule then applies to the rest as usual).
+    """
+    kept: list[Group] = []
+    stale: list[Trajectory] = []
+    for g in groups:
+        fresh = [t for t in g.trajectories if trajectory_lag(t, version) <= max_staleness]
+        stale.extend(t for t in g.trajectories if trajectory_lag(t, version) > max_staleness)
+        if fresh:
+            kept.append(Group(id=g.id, trajectories=fresh))
+    return kept, stale

@@ -1,0 +1,112 @@
+"""Bounded staleness: the gate never lets a step train on a rollout more than K updates old; K=0 alternates."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tirl.rollout.staleness import StalenessGate, run_overlapped, split_stale
+from tirl.testing.clock import VirtualTimeLoop
+from tirl.types import Group, Trajectory
+
+
+def _simulate(k: int, rollout_s: list[float], train_s: list[float]) -> tuple[list[Any], list[tuple[str, int, float]]]:
+    events: list[tuple[str, int, float]] = []
+    finished = {"n": 0}
+    started_at: dict[int, int] = {}
+
+    async def produce(step: int) -> int:
+        loop = asyncio.get_running_loop()
+        started_at[step] = finished["n"]  # updates done when this rollout started (the reference)
+        events.append(("rollout_start", step, loop.time()))
+        await asyncio.sleep(rollout_s[step - 1])
+        events.append(("rollout_end", step, loop.time()))
+        return step
+
+    async def consume(step: int, batch: int, lag: int) -> None:
+        assert batch == step
+        assert lag == finished["n"] - started_at[step]  # the reported lag is the plain count
+        events.append(("train_start", step, asyncio.get_running_loop().time()))
+        await asyncio.sleep(train_s[step - 1])
+        finished["n"] += 1
+
+    timings = VirtualTimeLoop.run(run_overlapped(range(1, len(rollout_s) + 1), k, produce, consume))
+    return timings, events
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    k=st.integers(0, 4),
+    durations=st.lists(st.tuples(st.floats(0.0, 50.0), st.floats(0.0, 50.0)), min_size=1, max_size=12),
+)
+def test_lag_never_exceeds_k_and_steps_train_in_order(k: int, durations: list[tuple[float, float]]) -> None:
+    rollout_s = [d[0] for d in durations]
+    train_s = [d[1] for d in durations]
+    timings, events = _simulate(k, rollout_s, train_s)
+    assert [t.step for t in timings] == list(range(1, len(durations) + 1))
+    assert all(0 <= t.lag <= k for t in timings)
+    # reference: replay the events; a rollout of step s starts only after the trainings of steps 1..s-1-k ended
+    ends = {t.step: t.train_end for t in timings}
+    for kind, step, at in events:
+        if kind == "rollout_start":
+            must_be_done = [s for s in range(1, step - k)]
+            assert all(ends[s] <= at for s in must_be_done), (step, at, must_be_done)
+    for t in timings:
+        assert t.rollout_end <= t.train_start <= t.train_end
+
+
+def test_k0_is_strict_alternation() -> None:
+    _, events = _simulate(0, [3.0, 1.0, 2.0], [2.0, 2.0, 2.0])
+    kinds = [(kind, step) for kind, step, _ in events]
+    assert kinds == [
+        ("rollout_start", 1), ("rollout_end", 1), ("train_start", 1),
+        ("rollout_start", 2), ("rollout_end", 2), ("train_start", 2),
+        ("rollout_start", 3), ("rollout_end", 3), ("train_start", 3),
+    ]  # fmt: skip
+
+
+def test_k1_overlaps_rollout_with_training() -> None:
+    timings, _ = _simulate(1, [4.0, 4.0, 4.0, 4.0], [4.0, 4.0, 4.0, 4.0])
+    # steps 1 and 2 roll out together; step 3 rolls out while step 1 trains, and so on
+    assert [t.lag for t in timings] == [0, 1, 1, 1]
+    assert timings[-1].train_end == pytest.approx(4.0 + 4 * 4.0)  # the trainer never waits after step 1
+    sync, _ = _simulate(0, [4.0] * 4, [4.0] * 4)
+    assert sync[-1].train_end == pytest.approx(32.0)
+
+
+def test_error_in_consume_cancels_rollouts_and_propagates() -> None:
+    started: list[int] = []
+
+    async def produce(step: int) -> int:
+        started.append(step)
+        await asyncio.sleep(10.0)
+        return step
+
+    async def consume(step: int, batch: int, lag: int) -> None:
+        raise ValueError("update failed")
+
+    with pytest.raises(ExceptionGroup) as info:
+        VirtualTimeLoop.run(run_overlapped(range(1, 6), 2, produce, consume))
+    assert info.group_contains(ValueError)
+    assert started == [1, 2, 3]  # the gate held 4 and 5 back
+
+
+def test_gate_rejects_negative_k() -> None:
+    with pytest.raises(ValueError, match="max_staleness"):
+        StalenessGate(-1)
+
+
+def test_split_stale_removes_only_trajectories_more_than_k_versions_old() -> None:
+    def traj(i: str, v: int) -> Trajectory:
+        return Trajectory(id=i, messages=[], policy_version=v)
+
+    groups = [Group("a", [traj("a0", 5), traj("a1", 3)]), Group("b", [traj("b0", 2)]), Group("c", [traj("c0", 4)])]
+    kept, stale = split_stale(groups, version=5, max_staleness=2)
+    # reference loop
+    ref = [(g.id, [t.id for t in g.trajectories if 5 - t.policy_version <= 2]) for g in groups]
+    assert [(g.id, [t.id for t in g.trajectories]) for g in kept] == [(i, ids) for i, ids in ref if ids]
+    assert [t.id for t in stale] == ["b0"]
