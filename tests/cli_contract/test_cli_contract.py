@@ -221,3 +221,12 @@ def test_serve_taken_port_or_bad_host_fails_before_the_model_loads(capsys):
     finally:
         taken.close()
     assert_refused(run_cli(capsys, "serve", "--host", "bad\x00host", "--model", "/nonexistent-model-dir"), "--host")
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://h:99999/v1", "ftp://x", "notaurl"])
+def test_review_bad_base_url(capsys, tmp_path, monkeypatch, url):
+    monkeypatch.setenv("TIRL_TEST_KEY", "k")
+    bundle = tmp_path / "b.md"
+    bundle.write_text("# b\n", encoding="utf-8")
+    out = run_cli(capsys, "review", bundle, "--base-url", url, "--model", "m", "--env-key", "TIRL_TEST_KEY")
+    assert_refused(out, "--base-url")

@@ -45,8 +45,13 @@ class ReviewResult:
 
 def check_base_url(base_url: str) -> str:
     """Validate the base URL before any request; returns it without a trailing slash."""
-    parts = urlsplit(base_url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(base_url)
+        valid = parts.scheme in ("http", "https") and bool(parts.netloc)
+        _ = parts.port  # raises for a port that is not a number in range
+    except ValueError:  # "http://[::1" (unclosed IPv6 bracket), "http://h:99999"
+        valid = False
+    if not valid:
         raise SetupError(
             f"--base-url {base_url!r} is not an http(s) URL — give the API root, e.g. https://api.openai.com/v1"
         )
