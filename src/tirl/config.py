@@ -8,7 +8,7 @@ Every section validates itself in ``__post_init__`` and raises
 :class:`~tirl.errors.ConfigError` naming the key, the bad value and the fix.
 Unknown keys are errors (with the closest valid key suggested), never
 silently ignored. Numbers are refused at parse time when they are not finite
-(``algo.lr=inf``, ``nan``, ``1e999``) or overflow; a TOML file that is not
+(``algo.lr=inf``, ``nan``, ``1e999``) or overflow (integers beyond 64 bits); a TOML file that is not
 UTF-8, nests too deeply or holds an over-long integer is one ConfigError.
 """
 
@@ -308,9 +308,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         try:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
-            return int(value)
+            number = int(value)
         except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"config {key}={_show(value)} is invalid: use an integer") from None
+        if not -(2**63) <= number < 2**63:
+            raise ConfigError(f"config {key}={_show(value)} is invalid: the integer overflows 64 bits")
+        return number
     if tp is float:
         if isinstance(value, bool):
             raise ConfigError(f"config {key}={_show(value)} is invalid: use a number")
