@@ -230,3 +230,10 @@ def test_review_bad_base_url(capsys, tmp_path, monkeypatch, url):
     bundle.write_text("# b\n", encoding="utf-8")
     out = run_cli(capsys, "review", bundle, "--base-url", url, "--model", "m", "--env-key", "TIRL_TEST_KEY")
     assert_refused(out, "--base-url")
+
+
+def test_toml_integer_beyond_64_bits_is_refused(capsys, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[trainer]\nsteps = 1e300\n[filter]\nmin_valid_per_group = 99999999999999999999\n", encoding="utf-8")
+    traj = write_jsonl(tmp_path / "t.jsonl", [TRAJ])
+    assert_refused(run_cli(capsys, "filter", traj, "--verdicts", tmp_path / "v", "--config", cfg), "64 bits")
