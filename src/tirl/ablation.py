@@ -232,6 +232,21 @@ def summary_json(results: Sequence[RunResult]) -> dict[str, Any]:
     return {"seeds": seeds, "turns_mean": turns, "modes": modes}
 
 
+def best_mode(results: Sequence[RunResult]) -> str | None:
+    """The mode with the fewest collapses, then the highest mean accuracy after, then the lowest max IS ratio."""
+
+    def key(mode: str) -> tuple[int, float, float]:
+        rs = [r for r in results if r.mode == mode]
+        return (
+            sum(r.collapsed for r in rs),
+            -statistics.fmean(r.accuracy_after for r in rs),
+            max(r.is_ratio_max for r in rs),
+        )
+
+    modes = list(dict.fromkeys(r.mode for r in results))
+    return min(modes, key=key) if modes else None
+
+
 def _spread(values: list[float]) -> str:
     mean = statistics.fmean(values)
     if len(values) < 2:
@@ -259,7 +274,12 @@ def markdown_table(results: Sequence[RunResult]) -> str:
             f"| {sum(r.collapsed for r in rs)} of {len(rs)} |"
         )
     before = sorted({round(r.accuracy_before, 3) for r in results})
-    return head + "\n".join(lines) + f"\n\nheld-out accuracy before: {', '.join(f'{b:.3f}' for b in before)}\n"
+    return (
+        head
+        + "\n".join(lines)
+        + f"\n\nheld-out accuracy before: {', '.join(f'{b:.3f}' for b in before)}; "
+        + f"best mode (fewest collapses, then mean accuracy): `{best_mode(results)}`\n"
+    )
 
 
 def plot(results: Sequence[RunResult], path: Path) -> Path:
@@ -304,7 +324,7 @@ def plot(results: Sequence[RunResult], path: Path) -> Path:
 def write_outputs(results: Sequence[RunResult], out: Path) -> dict[str, Any]:
     """``ablation.json`` (every run), ``ablation.md`` (the table) and ``ablation.png`` in ``out``."""
     data = summary_json(results)
-    full = {**data, "runs": [{**asdict(r), "collapsed": r.collapsed} for r in results]}
+    full = {**data, "best_mode": best_mode(results), "runs": [{**asdict(r), "collapsed": r.collapsed} for r in results]}
     write_text(out / "ablation.json", json.dumps(full, indent=1) + "\n")
     write_text(out / "ablation.md", markdown_table(results))
     plot(results, out / "ablation.png")
@@ -316,6 +336,7 @@ __all__ = [
     "STRESS",
     "AblationPlan",
     "RunResult",
+    "best_mode",
     "markdown_table",
     "plot",
     "read_run",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tirl.ablation import AblationPlan, RunResult, markdown_table, plot, read_run, summary_json
+from tirl.ablation import AblationPlan, RunResult, best_mode, markdown_table, plot, read_run, summary_json
 from tirl.errors import ConfigError
 
 TIRL = [sys.executable, "-m", "tirl.cli"]
@@ -55,6 +55,8 @@ def test_summary_json_table_and_plot(tmp_path: Path) -> None:
     table = markdown_table(results)
     assert "| `off` | 0.500 ± 0.283 | 0.300 / 0.700 | 9.00 |" in table
     assert "| 1 of 2 |" in table and "| 0 of 2 |" in table
+    assert best_mode(results) == "penalize" and "best mode (fewest collapses, then mean accuracy): `penalize`" in table
+    assert best_mode([_result("off", 0, 0.9), _result("drop", 0, 0.95)]) == "drop"  # no collapse: higher accuracy
     png = plot(results, tmp_path / "a.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
