@@ -106,12 +106,32 @@ def test_named_tool_choice_forces_the_call_and_none_returns_text(server: tuple[o
     assert text.finish_reason == "stop"
 
 
+def test_streamed_tool_calls_accumulate_to_the_same_message(server: tuple[openai.OpenAI, str]) -> None:
+    client, name = server
+    stream = client.chat.completions.create(
+        model=name, messages=MESSAGES, tools=[PYTHON_TOOL], temperature=0, max_tokens=40, stream=True
+    )
+    calls: dict[int, dict[str, str]] = {}
+    finish = None
+    for chunk in stream:
+        for choice in chunk.choices:
+            for d in choice.delta.tool_calls or []:
+                entry = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+                entry["id"] += d.id or ""
+                entry["name"] += d.function.name or ""
+                entry["arguments"] += d.function.arguments or ""
+            finish = choice.finish_reason or finish
+    assert finish == "tool_calls"
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [("python", {"code": "print(6*7)"})]
+    assert calls[0]["id"].startswith("call_")
+
+
 @pytest.mark.parametrize(
     ("kw", "param"),
     [
         ({"tool_choice": {"type": "function", "function": {"name": "shell"}}}, "tool_choice"),
         ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0]"),
-        ({"stream": True}, "stream"),
+        ({"parallel_tool_calls": False}, "tools"),
     ],
 )
 def test_bad_tool_requests_are_400_naming_the_field(server: tuple[openai.OpenAI, str], kw: dict, param: str) -> None:

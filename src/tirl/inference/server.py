@@ -37,8 +37,8 @@ burst shares one batch as it would in-process.
 
 Not covered: incremental streaming while sampling — a streamed response
 sends its chunks (one per token) when its sample is complete, because the
-batched sampler returns whole samples; multi-model serving; streaming with
-``tools`` (``tools``/``tool_choice`` otherwise: :mod:`tirl.inference.tools_api`);
+batched sampler returns whole samples; multi-model serving; per-token
+deltas when streaming with ``tools`` (:mod:`tirl.inference.tools_api`);
 ``echo``; penalties; top-k alternatives in log-probs; TLS (put a proxy in
 front for that).
 """
@@ -66,7 +66,7 @@ from tirl.inference.arrival import ArrivalGate
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.inference.openai_protocol import APIError, ChatJob, Common, CompletionJob, bad, parse_chat, parse_completion
-from tirl.inference.tools_api import tool_reply
+from tirl.inference.tools_api import tool_chunks, tool_reply
 from tirl.jsonl import JSONProblem, parse_json
 from tirl.models.loading import Policy
 
@@ -368,6 +368,10 @@ class ModelServer:
         def text_of(tids: list[int]) -> str:
             return self.policy.chat.assistant_text(tids)
 
+        if common.stream and job.tools is not None:  # whole samples, tool_calls parsed (tirl.inference.tools_api)
+            base = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.model_name}
+            usage = self._usage if common.include_usage else None
+            return self._stream(tool_chunks(self._sample([ids], common, text_of), job.tools, base, usage))
         if common.stream:
             return self._stream(self._chat_chunks(rid, ids, job, text_of))
         samples = await self._sample([ids], common, text_of)

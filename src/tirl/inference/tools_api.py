@@ -25,14 +25,22 @@ has ``tool_calls`` (ids ``call_<hex>``, ``arguments`` a JSON string) and the
 remaining text as ``content`` (``null`` when empty), and ``finish_reason`` is
 ``tool_calls``. A malformed call is returned as plain text content.
 
-Not covered: streaming with ``tools`` (refused with 400), ``parallel_tool_calls: false``
-(refused), tool-call conventions other than Hermes ``<tool_call>`` blocks.
+Streaming with ``tools`` (:func:`tool_chunks`): the sample is parsed whole,
+then sent as a role chunk, a content chunk (when there is content), one chunk
+whose ``delta.tool_calls`` carries every call complete (``index``, ``id``,
+name, arguments), and a chunk with the finish reason — what OpenAI clients
+accumulate into the same message as the non-streamed reply.
+
+Not covered: per-token deltas, log-probs and token ids when streaming with
+``tools``; ``parallel_tool_calls: false`` (refused); tool-call conventions
+other than Hermes ``<tool_call>`` blocks.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,8 +108,6 @@ def parse_tools(body: dict[str, Any]) -> ToolRequest | None:
         return None
     if not isinstance(raw, list) or len(raw) > MAX_TOOLS:
         raise ToolRequestError(f"'tools' must be a list of at most {MAX_TOOLS} function definitions", "tools")
-    if body.get("stream"):
-        raise ToolRequestError("streaming with 'tools' is not supported by tirl serve; send stream=false", "stream")
     if body.get("parallel_tool_calls") is False:
         raise ToolRequestError("'parallel_tool_calls': false is not supported (calls are not limited)", "tools")
     parsed = [_tool(t, i) for i, t in enumerate(raw)]
@@ -156,3 +162,26 @@ def tool_reply(text: str, request: ToolRequest | None) -> tuple[dict[str, Any], 
         for c in parsed.tool_calls
     ]
     return {"role": "assistant", "content": parsed.content or None, "tool_calls": calls}, True
+
+
+async def tool_chunks(
+    samples: Awaitable[list[Any]],
+    request: ToolRequest,
+    base: dict[str, Any],
+    usage: Callable[[list[Any]], dict[str, int]] | None,
+) -> AsyncIterator[dict[str, Any]]:
+    """Stream chunks of whole samples with parsed tool calls (``samples``: the server's ``Sample`` list)."""
+    done = await samples
+    for i, s in enumerate(done):
+        message, called = tool_reply(request.forced_start + s.text, request)
+        deltas: list[tuple[dict[str, Any], str | None]] = [({"role": "assistant", "content": ""}, None)]
+        if message.get("content"):
+            deltas.append(({"content": message["content"]}, None))
+        if called:
+            deltas.append(({"tool_calls": [{"index": k, **c} for k, c in enumerate(message["tool_calls"])]}, None))
+        deltas.append(({}, "tool_calls" if called and s.finish_reason == "stop" else s.finish_reason))
+        for delta, finish in deltas:
+            choice = {"index": i, "delta": delta, "finish_reason": finish, "logprobs": None}
+            yield {**base, "choices": [choice], "policy_version": s.result.policy_version}
+    if usage is not None:
+        yield {**base, "choices": [], "usage": usage(done)}
