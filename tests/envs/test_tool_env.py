@@ -90,3 +90,8 @@ async def test_the_filter_rules_reach_toolenv_builtins_through_the_registry(sand
     result = await env.step(Message(role=Role.ASSISTANT, content="```bash\necho 2\n```"))
     assert result.reason is TerminationReason.VOID  # bash is not an action under these rules: the env agrees
     await env.close()
+
+
+def test_an_unknown_option_is_a_type_error_not_ignored() -> None:
+    with pytest.raises(TypeError, match="max_turn"):
+        TirMathEnv(max_turn=3)  # type: ignore[call-arg]

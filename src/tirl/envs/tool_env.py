@@ -106,6 +106,9 @@ class ToolEnv:
     defaults: ClassVar[ToolEnvOptions] = {}  # a subclass's defaults for the options it does not get
 
     def __init__(self, **options: Unpack[ToolEnvOptions]) -> None:
+        unknown = sorted(set(options) - set(ToolEnvOptions.__annotations__))
+        if unknown:  # a typo must not be dropped silently: the same TypeError as a plain signature
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s): {', '.join(unknown)}")
         given: ToolEnvOptions = {**self.defaults, **options}
         max_turns = given.get("max_turns", 4)
         max_obs_chars = given.get("max_obs_chars", 2000)
