@@ -214,9 +214,16 @@ class RolloutConfig:
     eval_timeout_s: float = 120.0
     retries: int = 1
     batch_size: int = 0  # sync_batch/async_batch: trajectories per batch (barrier between); 0 = run_workers
+    max_staleness: int = 0  # asynchronous RL: train on rollouts at most this many policy versions old; 0 = on-policy
 
     def __post_init__(self) -> None:
         _check(self.batch_size >= 0, "rollout.batch_size", self.batch_size, "use >= 0 (0 = run_workers)")
+        _check(
+            self.max_staleness >= 0,
+            "rollout.max_staleness",
+            self.max_staleness,
+            "use 0 (on-policy) or a small positive number of versions, e.g. 1",
+        )
         for key in ("init_timeout_s", "run_timeout_s", "eval_timeout_s"):
             _check(getattr(self, key) > 0, f"rollout.{key}", getattr(self, key), "use a positive number of seconds")
         for key in ("init_workers", "run_workers", "eval_workers", "run_queue_size", "eval_queue_size"):

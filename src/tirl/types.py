@@ -146,6 +146,7 @@ class TurnRecord:
     gen_s: float
     env_s: float
     finish_reason: str = "stop"
+    policy_version: int = 0  # the policy version that sampled this turn (asynchronous RL: may lag the trainer)
 
 
 @dataclass(slots=True)
@@ -238,6 +239,7 @@ class Trajectory:
                     "gen_s": round(t.gen_s, 6),
                     "env_s": round(t.env_s, 6),
                     "finish_reason": t.finish_reason,
+                    "policy_version": t.policy_version,
                 }
                 for t in self.turns
             ]

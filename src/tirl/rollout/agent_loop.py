@@ -130,6 +130,7 @@ class AgentLoop:
                 gen_s=gen_s,
                 env_s=0.0,
                 finish_reason=res.finish_reason,
+                policy_version=res.policy_version,
             )
             traj.turns.append(record)
             cut_by_total = res.finish_reason == "length" and len(traj.token_ids) >= self.max_total_tokens

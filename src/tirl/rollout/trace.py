@@ -249,6 +249,8 @@ class PipelineTracer:
         self._last_t = self._origin
         self._last_busy = self._busy() if self._busy else 0.0
         self.done_totals: dict[str, int] = dict.fromkeys(STAGES, 0)
+        # asynchronous RL (tirl.trainer.overlap): True while the trainer updates; adds ``trainer_updating``
+        self.trainer_busy: Callable[[], bool] | None = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -288,6 +290,8 @@ class PipelineTracer:
         for key in ("init_queue", "run_queue", "eval_queue"):
             snap[key] = counts.pop(key)
         snap["gpu_util"] = util
+        if self.trainer_busy is not None:
+            snap["trainer_updating"] = bool(self.trainer_busy())
         snap.update(counts)
         if self.path is not None:
             with self.path.open("a", encoding="utf-8") as fh:

@@ -30,8 +30,10 @@ generator itself. One step:
 5. One metrics line, TensorBoard scalars, a trajectory sample; a checkpoint
    every ``trainer.checkpoint_every`` steps and at the last step.
 
-Not covered: overlapping rollout of step N+1 with the update of step N
-(off-policy by one version); the strategy may do that internally.
+With ``rollout.max_staleness`` K > 0 the rollouts of later steps run while
+earlier steps train (:mod:`tirl.trainer.overlap`, at most K versions behind).
+
+Not covered: in-flight weight updates inside a running episode.
 """
 
 from __future__ import annotations
@@ -241,7 +243,10 @@ class Trainer:
     async def train_step(self, step: int) -> tuple[dict[str, Any], list[Trajectory]]:
         """One full step; returns its metrics and the trajectories it sampled."""
         t0 = time.perf_counter()
-        col = await self.collect(step)
+        return await self.learn(step, await self.collect(step), t0)
+
+    async def learn(self, step: int, col: Collected, t0: float) -> tuple[dict[str, Any], list[Trajectory]]:
+        """Advantages and the update on one step's collected groups (``t0``: when the step began)."""
         metrics: dict[str, Any] = {**rollout_metrics(col.sampled), **col.stats.metrics()}
         metrics.update(
             {
@@ -323,14 +328,23 @@ class Trainer:
         logger = RunLogger(self.run_dir, resume_step=self.start_step - 1)
         try:
             with TrainProgress(tc.steps, start=self.start_step - 1, enabled=self.progress) as bar:
-                for step in range(self.start_step, last + 1):
-                    metrics, sampled = await self.train_step(step)
+
+                def record(step: int, metrics: dict[str, Any], sampled: list[Trajectory]) -> None:
                     row = logger.log_step(step, metrics)
                     logger.log_trajectories(step, self._sample(step, sampled))
                     self.history.append(row)
                     bar.update(step, row)
                     if step % tc.checkpoint_every == 0 or step == tc.steps:
                         self.save(step)
+
+                steps = range(self.start_step, last + 1)
+                if self.cfg.rollout.max_staleness > 0:  # asynchronous RL: rollouts run ahead of the update
+                    from tirl.trainer.overlap import train_overlapped
+
+                    await train_overlapped(self, steps, record)
+                else:
+                    for step in steps:
+                        record(step, *(await self.train_step(step)))
         finally:
             logger.close()
         return self.history

@@ -164,6 +164,10 @@ class RunParts:
             from tirl.models.memory import merged_copy  # a LoRA policy is sent with its adapter merged in
 
             gen.sync_weights(merged_copy(self.policy.model), self.policy.tokenizer, version)
+        elif isinstance(gen, Versioned) and getattr(gen, "model", None) not in (None, self.policy.model):
+            from tirl.inference.snapshot import sync_snapshot  # max_staleness > 0: the generator's own copy
+
+            sync_snapshot(gen, self.policy.model, version)
         elif isinstance(gen, Versioned):  # in-process generators share the trainer's model
             gen.policy_version = version
 
@@ -186,9 +190,11 @@ def _generator(cfg: TirlConfig, policy: Any) -> Generator:
     m = cfg.model
     if m.generator == "hf":
         from tirl.inference.hf import HFGenerator
+        from tirl.inference.snapshot import generator_copy
 
+        # asynchronous RL (rollout.max_staleness > 0): generation overlaps the update, so it samples a snapshot
         return HFGenerator(
-            policy.model,
+            policy.model if cfg.rollout.max_staleness == 0 else generator_copy(policy.model),
             policy.tokenizer,
             eos_ids=policy.chat.eos_ids,
             seed=cfg.trainer.seed,
