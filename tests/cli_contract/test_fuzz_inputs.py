@@ -196,3 +196,51 @@ def test_fuzz_module_is_wired(tmp_path: Path) -> None:
     """The byte mutations above do produce the hostile cases (a strategy that never did would test nothing)."""
     sample = b"\n".join(_hostile_line(k, {}) for k in ("deep", "long_int", "surrogate"))
     assert b"[" * 5000 in sample and b"9" * 5000 in sample and b"\\ud800" in sample
+
+
+arg_text = st.one_of(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
+    st.sampled_from(["inf", "nan", "-1", "0", "1e999", "9" * 5000, "", "--json", "/dev/full", "/dev/null", "."]),
+)
+
+
+@FAST
+@given(
+    command=st.sampled_from([["filter"], ["audit"], ["diagnose", "training"], ["diagnose", "pipeline"], ["report"]]),
+    options=st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["--verdicts", "--kept", "--exec-langs", "--config", "--format", "--bundle", "--out", "--run"]
+            ),
+            arg_text,
+        ),
+        max_size=3,
+    ),
+)
+def test_fuzz_arguments_of_the_file_commands(capsys, tmp_path_factory, command, options):
+    """Arbitrary option values for the commands that only read and write files: exit 0, or one error: line."""
+    tmp = tmp_path_factory.mktemp("fz")
+    run = tmp / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "reward/mean": 0.5, "filter/valid_trajectories": 8}) + "\n" for s in range(1, 4)
+        ),
+        encoding="utf-8",
+    )
+    traj = tmp / "t.jsonl"
+    traj.write_text('{"id": "a", "messages": [{"role": "assistant", "content": "\\\\boxed{1}"}]}\n', encoding="utf-8")
+    target = {"filter": traj, "audit": traj, "report": run}.get(command[0], run)
+    argv: list[Any] = [*command, target]
+    for flag, value in options:
+        argv += [flag, value if not value.startswith("-") else f"./{value}"]
+    if command[0] == "filter" and "--verdicts" not in argv:
+        argv += ["--verdicts", tmp / "v.jsonl"]
+    cwd = os.getcwd()
+    os.chdir(tmp)  # relative output paths land in the example's directory
+    try:
+        outcome = run_cli(capsys, *argv)
+    finally:
+        os.chdir(cwd)
+    _check(outcome)
+    assert os.path.exists("/dev/full") is False or Path("/dev/full").is_char_device()
