@@ -371,7 +371,7 @@ class ModelServer:
         if common.stream and job.tools is not None:  # whole samples, tool_calls parsed (tirl.inference.tools_api)
             base = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.model_name}
             usage = self._usage if common.include_usage else None
-            return self._stream(tool_chunks(self._sample([ids], common, text_of), job.tools, base, usage))
+            return self._stream(tool_chunks(lambda: self._sample([ids], common, text_of), job.tools, base, usage))
         if common.stream:
             return self._stream(self._chat_chunks(rid, ids, job, text_of))
         samples = await self._sample([ids], common, text_of)

@@ -165,13 +165,13 @@ def tool_reply(text: str, request: ToolRequest | None) -> tuple[dict[str, Any], 
 
 
 async def tool_chunks(
-    samples: Awaitable[list[Any]],
+    samples: Callable[[], Awaitable[list[Any]]],
     request: ToolRequest,
     base: dict[str, Any],
     usage: Callable[[list[Any]], dict[str, int]] | None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Stream chunks of whole samples with parsed tool calls (``samples``: the server's ``Sample`` list)."""
-    done = await samples
+    """Stream chunks of whole samples with parsed tool calls (``samples()`` samples when the stream starts)."""
+    done = await samples()
     for i, s in enumerate(done):
         message, called = tool_reply(request.forced_start + s.text, request)
         deltas: list[tuple[dict[str, Any], str | None]] = [({"role": "assistant", "content": ""}, None)]
