@@ -16,10 +16,13 @@ AdamW at the same constant learning rate with no warm-up on either side (tirl:
 ``OMP_WAIT_POLICY=PASSIVE``. tirl runs with ``filter.mode=off`` so that it
 updates on exactly as many trajectories as TRL.
 
-Three entries: ``tirl``; ``trl``, TRL as its users run it (its other defaults,
-notably ``gradient_checkpointing=True``, which lowers activation memory and
-costs a second forward pass); ``trl_no_ckpt``, the same with gradient
-checkpointing off.
+Four entries: ``tirl`` (its defaults: no gradient checkpointing); ``trl``,
+TRL as its users run it (its other defaults, notably
+``gradient_checkpointing=True``, which lowers activation memory and costs a
+second forward pass); ``trl_no_ckpt``, the same with gradient checkpointing
+off; ``tirl_ckpt``, tirl with ``algo.gradient_checkpointing=true``. Ratios:
+each side's defaults (``tirl_vs_trl``), both without checkpointing
+(``tirl_vs_trl_no_ckpt``), both with it (``tirl_ckpt_vs_trl``).
 
 Measured, each side in its own process:
 
@@ -154,7 +157,7 @@ class OneTurnEnv:
         """Nothing to release."""
 
 
-async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> dict[str, Any]:
+async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, checkpointing: bool) -> dict[str, Any]:
     from tirl.config import load_config
     from tirl.inference.base import SamplingParams
     from tirl.inference.hf import HFGenerator
@@ -177,9 +180,14 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> dic
             f"generation.max_new_tokens={args.max_new}",
             f"trainer.threads={args.threads}",
             f"rollout.run_workers={args.prompts * args.group}",
+            f"algo.gradient_checkpointing={str(checkpointing).lower()}",
         ],
     )
     policy = load_policy(model_dir, threads=args.threads)
+    if checkpointing:
+        from tirl.models.memory import apply_memory_options
+
+        policy.model = apply_memory_options(policy.model, cfg.algo)
     gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=policy.chat.eos_ids, seed=args.seed)
     runner = AgentLoop(
         generator=gen,
@@ -321,8 +329,8 @@ def _trl(args: argparse.Namespace, model_dir: Path, out_dir: Path, *, checkpoint
 def _child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(args.model_dir)
-        if args.child == "tirl":
-            res = asyncio.run(_tirl(args, model_dir, Path(tmp) / "run"))
+        if args.child in ("tirl", "tirl_ckpt"):
+            res = asyncio.run(_tirl(args, model_dir, Path(tmp) / "run", checkpointing=args.child == "tirl_ckpt"))
         else:
             res = _trl(args, model_dir, Path(tmp) / "trl", checkpointing=args.child == "trl")
     res["tokens_per_s"] = res["tokens"] / res["wall_s"]
@@ -344,7 +352,9 @@ def _spawn(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str, An
     raise SystemExit(f"{name} run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
-ENTRIES = ("tirl", "trl", "trl_no_ckpt")
+ENTRIES = ("tirl", "trl", "trl_no_ckpt", "tirl_ckpt")
+#: (tirl entry, TRL entry) compared: each side's defaults, both without and both with gradient checkpointing
+PAIRS = (("tirl", "trl"), ("tirl", "trl_no_ckpt"), ("tirl_ckpt", "trl"))
 FIGURES = ("tokens_per_s", "train_mem_mb", "peak_rss_mb", "wall_s")
 
 
@@ -365,17 +375,16 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         }
         if "gradient_checkpointing" in rs[0]:
             out[name]["gradient_checkpointing"] = rs[0]["gradient_checkpointing"]
-    if "tirl" in runs:
-        for name in runs:
-            if name == "tirl":
-                continue
-            per_run = [t["tokens_per_s"] / q["tokens_per_s"] for t, q in zip(runs["tirl"], runs[name], strict=True)]
-            out[f"tirl_vs_{name}"] = {
-                "throughput": out["tirl"]["tokens_per_s"] / out[name]["tokens_per_s"],
-                "throughput_per_run_range": [min(per_run), max(per_run)],
-                "train_mem": out["tirl"]["train_mem_mb"] / out[name]["train_mem_mb"],
-                "peak_rss": out["tirl"]["peak_rss_mb"] / out[name]["peak_rss_mb"],
-            }
+    for mine, theirs in PAIRS:
+        if mine not in runs or theirs not in runs:
+            continue
+        per_run = [t["tokens_per_s"] / q["tokens_per_s"] for t, q in zip(runs[mine], runs[theirs], strict=True)]
+        out[f"{mine}_vs_{theirs}"] = {
+            "throughput": out[mine]["tokens_per_s"] / out[theirs]["tokens_per_s"],
+            "throughput_per_run_range": [min(per_run), max(per_run)],
+            "train_mem": out[mine]["train_mem_mb"] / out[theirs]["train_mem_mb"],
+            "peak_rss": out[mine]["peak_rss_mb"] / out[theirs]["peak_rss_mb"],
+        }
     return out
 
 
@@ -430,10 +439,12 @@ def main() -> None:
         r = results[name]
         print(f"{name:12} {r['tokens_per_s']:10.1f} {r['train_mem_mb']:9.1f} {r['peak_rss_mb']:12.1f} "
               f"{r['wall_s']:8.1f} {r['tokens']:8d} {r['reward_mean']:7.3f}")  # fmt: skip
-    for name in names[1:] if "tirl" in names else []:
-        c = results[f"tirl_vs_{name}"]
+    for mine, theirs in PAIRS:
+        c = results.get(f"{mine}_vs_{theirs}")
+        if c is None:
+            continue
         lo, hi = c["throughput_per_run_range"]
-        print(f"tirl/{name}: throughput {c['throughput']:.2f}x (runs {lo:.2f}-{hi:.2f}x), "
+        print(f"{mine}/{theirs}: throughput {c['throughput']:.2f}x (runs {lo:.2f}-{hi:.2f}x), "
               f"training memory {c['train_mem']:.2f}x, peak RSS {c['peak_rss']:.2f}x")  # fmt: skip
 
 
