@@ -54,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for --backend ray (trainer.ray_address)")
     parser.add_argument("--run-dir", metavar="DIR", help="write the run here instead of runs/<time>-<env>")
     parser.add_argument("--no-progress", action="store_true", help="no progress output at all")
+    parser.add_argument(
+        "--nproc", type=int, default=1, metavar="N", help="data-parallel trainer processes (gloo on CPU, nccl on GPU)"
+    )
+    parser.add_argument("--master-port", type=int, default=0, metavar="PORT", help="--nproc rendezvous port (0: auto)")
 
 
 def _shortcuts(args: argparse.Namespace) -> list[str]:
@@ -127,11 +131,20 @@ def run(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
     cfg, run_dir = resolve(args)
+    world = None
     try:
-        summary = asyncio.run(train_run(cfg, run_dir, resume=bool(args.resume), progress=not args.no_progress))
+        if args.nproc != 1:  # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous
+            from tirl.trainer.checkpoint import latest_checkpoint
+            from tirl.trainer.distributed import World
+
+            ckpt = latest_checkpoint(run_dir) if args.resume else None
+            world = World.launch(cfg, run_dir, args.nproc, args.master_port, str(ckpt.model_dir) if ckpt else None)
+        summary = asyncio.run(
+            train_run(cfg, run_dir, resume=bool(args.resume), progress=not args.no_progress, world=world)
+        )
     except TirlError:
         # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
-        if not args.resume and {p.name for p in run_dir.iterdir()} <= {"config.json", "pipeline_trace.jsonl"}:
+        if not args.resume and {p.name for p in run_dir.iterdir()} <= {"config.json", "pipeline_trace.jsonl", "ranks"}:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     if "eval/accuracy_before" in summary:

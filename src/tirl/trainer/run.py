@@ -75,8 +75,11 @@ def write_report(run_dir: Path) -> str | None:
 class TrainingRun:
     """One training run (or its continuation) in ``run_dir``; see the module docstring for the stages."""
 
-    def __init__(self, cfg: TirlConfig, run_dir: Path, *, resume: bool = False, progress: bool = True) -> None:
+    def __init__(
+        self, cfg: TirlConfig, run_dir: Path, *, resume: bool = False, progress: bool = True, world: Any = None
+    ) -> None:
         self.cfg = cfg
+        self.world = world  # tirl.trainer.distributed.World for --nproc > 1 (this process is rank 0)
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.progress = progress
@@ -110,6 +113,8 @@ class TrainingRun:
         )
         if self.resume:
             self.trainer.resume()
+        if self.world is not None:  # after resume: the other ranks receive the restored weights and optimiser
+            self.world.attach(self.trainer)
 
     def _reference_model(self) -> Any:
         if self.cfg.algo.kl_coef <= 0:
@@ -149,6 +154,9 @@ class TrainingRun:
 
     async def cleanup(self) -> None:
         """Close everything ``setup`` opened."""
+        if self.world is not None:
+            world, self.world = self.world, None
+            world.close()
         if self.parts is not None:
             parts, self.parts = self.parts, None
             await parts.close()
@@ -178,6 +186,8 @@ class TrainingRun:
         return self.summarize(evals, started)
 
 
-async def train_run(cfg: TirlConfig, run_dir: Path, *, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+async def train_run(
+    cfg: TirlConfig, run_dir: Path, *, resume: bool = False, progress: bool = True, world: Any = None
+) -> dict[str, Any]:
     """Run (or continue) the training job of ``cfg`` in ``run_dir``; returns the summary."""
-    return await TrainingRun(cfg, run_dir, resume=resume, progress=progress)()
+    return await TrainingRun(cfg, run_dir, resume=resume, progress=progress, world=world)()

@@ -248,6 +248,7 @@ class Trainer:
     async def learn(self, step: int, col: Collected, t0: float) -> tuple[dict[str, Any], list[Trajectory]]:
         """Advantages and the update on one step's collected groups (``t0``: when the step began)."""
         metrics: dict[str, Any] = {**rollout_metrics(col.sampled), **col.stats.metrics()}
+        metrics["dist/world_size"] = getattr(self.updater, "world_size", 1)  # --nproc (tirl.trainer.distributed)
         metrics.update(
             {
                 "filter/resampled": col.resampled,

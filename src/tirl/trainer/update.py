@@ -219,7 +219,7 @@ class PolicyUpdater:
         # checkpointed layers keep their own training flag so that they recompute (tirl.models.memory)
         rng = random.Random(seed)
         plan = [split_minibatches(len(trajs), self.algo.minibatches, rng) for _ in range(self.algo.epochs)]
-        first = set(plan[0][0])
+        first = set(self._local_rows(plan[0][0]))  # rows whose old log-probs this process's first forward gives
         old: list[Tensor | None] = [None] * len(trajs)
         self._score_into(old, trajs, [i for i in range(len(trajs)) if i not in first], micro_tokens)
         ref = (
@@ -264,6 +264,14 @@ class PolicyUpdater:
         for group in self.optimizer.param_groups:
             group["lr"] = self.algo.lr * factor
 
+    def _local_rows(self, rows: list[int]) -> list[int]:
+        """The rows of a mini-batch this process computes: all of them (data parallelism takes a share)."""
+        return rows
+
+    def _reduce(self, mb_loss: float, finite: bool) -> tuple[float, bool]:
+        """Gradients, mini-batch loss and the all-finite flag across processes: one process keeps its own."""
+        return mb_loss, finite
+
     def _use_ref(self) -> bool:
         return self.ref_model is not None and self.algo.kl_coef > 0
 
@@ -289,7 +297,8 @@ class PolicyUpdater:
             return
         self.optimizer.zero_grad(set_to_none=True)
         mb_loss = 0.0
-        for micro in split_microbatches(rows, lengths, micro_tokens):
+        finite = True
+        for micro in split_microbatches(self._local_rows(rows), lengths, micro_tokens):
             batch = on_device(collate(trajs, advantages, micro, self.pad_id), model_device(self.model))
             width = batch.targets.shape[1]
             logits = forward_logits(self.model, batch, self.precision)
@@ -303,12 +312,16 @@ class PolicyUpdater:
             out = policy_loss(lp, old_lp, batch.advantages, batch.mask, self.loss_cfg, tis=tis, ref_logprobs=ref_lp)
             scale = _micro_scale(self.algo.loss_agg, batch.mask, total_tokens, total_seqs)
             if not torch.isfinite(out.loss):
-                stats.skipped += 1
-                self.optimizer.zero_grad(set_to_none=True)
-                return
+                finite = False
+                break
             (out.loss * scale).backward()
             mb_loss += float(out.loss.item()) * scale
             stats.add_tokens(batch.mask, out.ratio, ent, tis, old_lp - batch.gen_logprobs, out)
+        mb_loss, finite = self._reduce(mb_loss, finite)
+        if not finite:
+            stats.skipped += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            return
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.algo.grad_clip if self.algo.grad_clip > 0 else math.inf
         norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm).item())

@@ -1,0 +1,63 @@
+"""One rank of the data-parallel equivalence test (run as a script by test_distributed.py)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from tirl.config import AlgoConfig
+from tirl.models.tiny import TinyModelSpec, build_tiny_model
+from tirl.trainer.distributed import ShardedUpdater, sync_state
+from tirl.trainer.update import PolicyUpdater
+from tirl.types import Trajectory
+
+SPEC = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=128)
+ALGO = AlgoConfig(minibatches=2, epochs=2, micro_batch_tokens=64)
+
+
+def batch(n: int = 12, seed: int = 3) -> tuple[list[Trajectory], torch.Tensor]:
+    """``n`` trajectories of uneven lengths with sampled tokens and generator log-probs; their advantages."""
+    g = torch.Generator().manual_seed(seed)
+    trajs = []
+    for i in range(n):
+        length = int(torch.randint(8, 40, (1,), generator=g))
+        ids = torch.randint(3, 60, (length,), generator=g).tolist()
+        prompt = 4
+        mask = [0] * prompt + [1] * (length - prompt)
+        lps = [0.0] * prompt + (-torch.rand(length - prompt, generator=g) * 4).tolist()
+        trajs.append(
+            Trajectory(id=f"t{i}", messages=[], token_ids=ids, loss_mask=mask, logprobs=lps, prompt_len=prompt)
+        )
+    return trajs, torch.randn(n, generator=g)
+
+
+def run(rank: int, world: int, port: int, out: str) -> None:
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model, _ = build_tiny_model(SPEC, seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+    base = PolicyUpdater(model=model, optimizer=opt, algo=ALGO, pad_id=0)
+    trajs, adv = batch()
+    if world == 1:
+        stats = [base.update(trajs, adv, seed=11), base.update(trajs, adv, seed=12)]
+    else:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=120))  # fmt: skip
+        upd = ShardedUpdater.like(base, rank, world)
+        sync_state(model, opt, rank)
+        if rank == 0:
+            stats = [upd.update(trajs, adv, seed=11), upd.update(trajs, adv, seed=12)]
+            dist.broadcast_object_list([None], src=0)
+        else:
+            while upd.follow():
+                pass
+            stats = []
+        dist.destroy_process_group()
+    torch.save({"params": dict(model.named_parameters()), "stats": [(s.losses, s.grad_norms) for s in stats]}, out)
+
+
+if __name__ == "__main__":
+    run(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -1,0 +1,176 @@
+"""Data-parallel training (``--nproc``): 2 CPU processes equal 1 on the same global batch; set-up errors."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tirl.cli import main
+from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
+from tirl.trainer.distributed import free_port
+from tirl.trainer.logging import read_metrics
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "dist_worker.py"
+TINY = [
+    "--set", "trainer.prompts_per_step=2",
+    "--set", "algo.group_size=2",
+    "--set", "generation.max_new_tokens=16",
+    "--set", "generation.max_total_tokens=200",
+    "--set", "filter.mode=off",
+    "--set", "algo.kl_coef=0.01",  # every step updates
+    "--set", "trainer.threads=1",
+    "--set", "trainer.eval_before_after=false",
+    "--no-progress",
+]  # fmt: skip
+
+
+def _worker(rank: int, world: int, port: int, out: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(rank), str(world), str(port), str(out)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_equal_one_on_the_same_global_batch(tmp_path: Path) -> None:
+    port = free_port()
+    procs = [_worker(r, 2, port, tmp_path / f"r{r}.pt") for r in range(2)]
+    procs.append(_worker(0, 1, 0, tmp_path / "single.pt"))
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out
+    single = torch.load(tmp_path / "single.pt")
+    ranks = [torch.load(tmp_path / f"r{r}.pt") for r in range(2)]
+    (s_losses, s_norms), (d_losses, d_norms) = single["stats"][0], ranks[0]["stats"][0]
+    assert len(s_losses) == len(d_losses) == 4  # 2 epochs x 2 mini-batches, every step taken
+    assert d_losses == pytest.approx(s_losses, rel=1e-4, abs=1e-6)
+    assert d_norms == pytest.approx(s_norms, rel=1e-4)
+    assert ranks[0]["stats"][1][0] == pytest.approx(single["stats"][1][0], rel=1e-4, abs=1e-6)
+    moved = False
+    for name, p in single["params"].items():
+        for r in ranks:
+            torch.testing.assert_close(r["params"][name], p, rtol=1e-4, atol=1e-5)
+        moved |= not torch.equal(p, build_tiny_model(_spec(), seed=0)[0].get_parameter(name))
+    assert moved  # the update really changed the weights
+
+
+def _spec() -> TinyModelSpec:
+    sys.path.insert(0, str(HERE))
+    from dist_worker import SPEC
+
+    return SPEC
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)
+    model, tok = build_tiny_model(spec, seed=0)
+    return save_policy(model, tok, tmp_path_factory.mktemp("m") / "tiny")
+
+
+@pytest.mark.slow
+def test_tirl_train_nproc_2_logs_world_size_and_resumes_at_nproc_1(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--run-dir", str(run_dir), *TINY]
+    assert main([*args, "--steps", "2", "--nproc", "2", "--set", "trainer.checkpoint_every=1"]) == 0
+    rows = read_metrics(run_dir)
+    assert [r["dist/world_size"] for r in rows] == [2, 2]
+    assert all(r["train/optimizer_steps"] for r in rows)
+    assert (run_dir / "checkpoints" / "step-2").is_dir()
+    # the checkpoint is the full model and optimiser: the run continues at another N
+    assert main(["train", "--resume", str(run_dir), "--steps", "3", "--no-progress"]) == 0
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["dist/world_size"] == 1
+
+
+def _error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:"), err
+    return err[0]
+
+
+def test_nproc_larger_than_the_machine_is_one_error(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    n = (os.cpu_count() or 1) + 1
+    line = _error(
+        ["train", "--model", str(model_dir), "--run-dir", str(tmp_path / "r"), *TINY, "--nproc", str(n)], capsys
+    )
+    assert "--nproc" in line and "CPUs" in line
+    assert not (tmp_path / "r").exists()  # no partial run directory, no checkpoint
+
+
+def test_global_batch_not_divisible_by_nproc_names_the_fix(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if (os.cpu_count() or 1) < 3:
+        args = [*TINY, "--set", "trainer.prompts_per_step=1", "--set", "algo.group_size=3", "--nproc", "2"]
+    else:
+        args = [*TINY, "--nproc", "3"]
+    line = _error(["train", "--model", str(model_dir), "--run-dir", str(tmp_path / "r"), *args], capsys)
+    assert "does not divide by --nproc" in line and "trainer.prompts_per_step" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_master_port_in_use_is_one_error(model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        args = [*TINY, "--nproc", "2", "--master-port", str(port)]
+        line = _error(["train", "--model", str(model_dir), "--run-dir", str(tmp_path / "r"), *args], capsys)
+    assert f"--master-port {port} is in use" in line
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_run_is_one_error_and_the_run_resumes(model_dir: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "tirl.cli", "train", "--model", str(model_dir), "--run-dir", str(run_dir), *TINY]
+    cmd += ["--steps", "40", "--nproc", "2", "--set", "trainer.checkpoint_every=1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (run_dir / "checkpoints" / "step-2").is_dir():
+        time.sleep(0.5)
+    assert (run_dir / "checkpoints" / "step-2").is_dir(), proc.poll()
+    ranks = _children(proc.pid, b"tirl.trainer.distributed")
+    assert ranks, "rank 1 not found"
+    for pid in ranks:
+        os.kill(pid, 9)  # a rank dies mid-run
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "--resume" in lines[0], lines
+    steps = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step-"))
+    last = steps[-1]
+    rc = main(["train", "--resume", str(run_dir), "--steps", str(last + 1), "--no-progress"])
+    assert rc == 0
+    rows = read_metrics(run_dir)
+    assert rows[-1]["step"] == last + 1
+
+
+def _children(parent: int, needle: bytes) -> list[int]:
+    """Direct children of ``parent`` whose command line contains ``needle``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = next(int(x.split()[1]) for x in (entry / "status").read_text().splitlines() if x.startswith("PPid:"))
+            if ppid == parent and needle in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, StopIteration):
+            continue
+    return found
