@@ -140,3 +140,19 @@ def test_bad_tool_requests_are_400_naming_the_field(server: tuple[openai.OpenAI,
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(**args)
     assert err.value.body["param"] == param  # type: ignore[index]
+
+
+def test_a_model_without_tool_support_answers_tools_with_400() -> None:
+    from starlette.testclient import TestClient
+
+    from tirl.inference.server import ModelServer
+    from tirl.models.loading import load_policy
+
+    server = ModelServer(load_policy(), model_name="tiny")  # the built-in model: its template has no tools
+    with TestClient(server.app()) as http:
+        body = {"model": "tiny", "messages": MESSAGES, "tools": [PYTHON_TOOL], "max_tokens": 4}
+        resp = http.post("/v1/chat/completions", json=body)
+        plain = http.post("/v1/chat/completions", json={**body, "tools": None})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "tools"
+    assert "no tool support" in resp.json()["error"]["message"]
+    assert plain.status_code == 200  # the same model without tools is served as before
