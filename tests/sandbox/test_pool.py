@@ -263,3 +263,24 @@ def test_cli_exec_refuses_a_device_instead_of_hanging() -> None:
     out = _cli("/dev/zero", "--json")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.startswith("error: /dev/zero") and "regular file" in out.stderr
+
+
+async def test_a_server_slow_to_get_ready_is_replaced_not_waited_for(
+    host_audit: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tirl.sandbox.pool as pool_module
+
+    pool = _pool(size=1)
+    try:
+        await pool.run("pass")
+        first = pool._workers[0]
+        # 10,000 files take the server well over a millisecond to remove; allow it one millisecond.
+        monkeypatch.setattr(pool_module, "_READY_S", 0.001)
+        flood = await pool.run("import os\nfor i in range(10000):\n    os.close(os.open(f'f{i}', os.O_CREAT))")
+        after = await pool.run("import os\nprint(len(os.listdir('.')))")
+        now = pool._workers[0]
+    finally:
+        await pool.close()
+    assert flood.ok, flood
+    assert after.stdout == "0\n" and after.error is None, after
+    assert now is not first  # the slow one was replaced before the run

@@ -393,6 +393,7 @@ class WarmPool:
             try:
                 await worker.wait_ready()
             except ServerNotReady:  # the last run left it stopped, stuck or gone: not this run's fault
+                worker.kill()
                 worker = await self._replace(worker)
             return await self._call(worker, req)
         finally:
