@@ -151,3 +151,29 @@ def test_the_policy_update_runs_with_each_option(qwen2_dir: Path, option: str) -
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.losses)
     assert any(not torch.equal(a, p) for a, p in zip(before, params, strict=True))
     assert metrics["train/is_ratio_min"] is not None and metrics["train/is_ratio_min"] > 0
+
+
+def test_a_lora_checkpoint_resumes_with_its_adapter_and_optimizer_state(qwen2_dir: Path, tmp_path: Path) -> None:
+    from tirl.models.memory import apply_memory_options, is_lora
+
+    algo = AlgoConfig(lora_rank=4, lora_alpha=8)
+    model = apply_memory_options(_model(qwen2_dir), algo)
+    opt = torch.optim.AdamW(trainable_parameters(model), lr=1e-2)
+    ids = _ids()
+    opt.zero_grad()
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    model.save_pretrained(tmp_path / "ckpt")
+    load_policy(qwen2_dir).tokenizer.save_pretrained(tmp_path / "ckpt")
+    state = opt.state_dict()
+
+    resumed = load_policy(tmp_path / "ckpt", train_adapter=True)  # what `tirl train --resume` loads
+    again = apply_memory_options(resumed.model, algo)
+    assert is_lora(again) and again is resumed.model  # the saved adapter, not a fresh one on top
+    params = trainable_parameters(again)
+    assert [p.shape for p in params] == [p.shape for p in trainable_parameters(model)]
+    opt2 = torch.optim.AdamW(params, lr=1e-2)
+    opt2.load_state_dict(state)
+    for p, q in zip(params, trainable_parameters(model), strict=True):
+        torch.testing.assert_close(p, q)  # the trained adapter weights, in the optimizer's order
+        assert opt2.state[p]["exp_avg"].shape == p.shape
