@@ -74,6 +74,7 @@ from tirl.trainer.update import PolicyUpdater, UpdateStats
 from tirl.types import Trajectory
 
 INIT_TIMEOUT_S = 300.0
+_PEER_GONE = ("gloo", "nccl", "Connection", "connection", "peer", "Broken pipe", "closed")
 COLLECTIVE_TIMEOUT_S = 1800.0
 
 
@@ -197,6 +198,9 @@ def _collective(fn: Any) -> Any:
     try:
         return fn()
     except (RuntimeError, dist.DistError) as exc:
+        text = str(exc)
+        if not isinstance(exc, dist.DistError) and not any(w in text for w in _PEER_GONE):
+            raise  # a bug in the update itself, not a lost rank
         raise SetupError(
             f"a trainer rank stopped during a collective ({str(exc).splitlines()[0][:200]}); the run directory "
             "keeps its last complete checkpoint: continue with `tirl train --resume RUN_DIR`"
@@ -309,12 +313,12 @@ def follower(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True)
     ap.add_argument("--model", default=None)
     args = ap.parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
     from tirl.commands.train import _as_overrides
     from tirl.config import load_config
     from tirl.models.loading import load_policy
     from tirl.models.memory import apply_memory_options
-
-    from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     cfg = load_config(None, _as_overrides(json.loads(Path(args.config).read_text())))
