@@ -1,0 +1,161 @@
+"""Drop void trajectories from a verl ``DataProto`` batch before ``compute_advantage`` (tirl's ``drop`` mode).
+
+Place (verl 0.9, ``verl/trainer/ppo/ray_trainer.py``, ``RayPPOTrainer.fit``)::
+
+    batch = batch.repeat(repeat_times=self.config.actor_rollout_ref.rollout.n, interleave=True)
+    batch = batch.union(gen_batch_output)
+    if "response_mask" not in batch.batch.keys():
+        batch.batch["response_mask"] = compute_response_mask(batch)
+    batch, void_stats = drop_void_trajectories(batch, self.tokenizer, divisible_by=<DP world size>)  # <- here
+    metrics.update(void_stats.metrics())
+    if self.config.trainer.balance_batch:
+        self._balance_batch(batch, metrics=metrics)
+    ...                            # old/ref log-probs, values, rewards
+    batch = compute_advantage(batch, ...)
+
+There, a void trajectory leaves the batch before anything is computed from
+it: the old-policy and reference log-probs, the GRPO group mean/std (verl
+groups by ``non_tensor_batch["uid"]``, and a dropped row is in no group), the
+importance ratios and the KL. Dropping after the rewards but before
+``compute_advantage`` is also correct for the statistics; it only wastes the
+log-prob passes.
+
+How a trajectory is judged: verl keeps a multi-turn episode as one response
+whose ``response_mask`` is 1 on the model's tokens and 0 on tool/environment
+tokens; each maximal run of 1s is one assistant turn. Each turn is decoded
+(``skip_special_tokens=True``) and judged by tirl's rule
+(:func:`tirl.parsing.judge_message`, with the run's :class:`ParseRules`); a
+trajectory with a void turn is void. Without ``response_mask`` the response's
+``attention_mask`` is used (one turn).
+
+``divisible_by``: verl splits the batch evenly across data-parallel ranks
+(``DataProto.chunk``), so the kept size must be a multiple of the world size
+(and of the mini-batch size). The trailing kept trajectories beyond the last
+multiple are removed too and counted in ``trimmed`` (they leave their group,
+like a void one). If nothing is left, the batch is empty: resample, as
+tirl's trainer does (``filter/valid_trajectories`` is 0).
+
+Not covered: ``mask`` mode (zeroing ``response_mask`` of void rows keeps them
+in the group statistics, which is what this function exists to avoid),
+tool calls kept only as structured data (the decoded text is judged), and
+verl's ``DataProtoFuture``. Works on any object shaped like verl's
+``DataProto`` (``batch`` mapping of tensors, ``non_tensor_batch`` of numpy
+arrays, ``select_idxs``); verl itself is not imported.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from tirl.parsing import DEFAULT_RULES, ParseRules, judge_message
+from tirl.types import Message, Role
+
+__all__ = ["VerlBatch", "VoidDropStats", "assistant_turns", "drop_void_trajectories", "void_rows"]
+
+
+class VerlBatch(Protocol):
+    """What this module uses of verl's ``DataProto``."""
+
+    batch: Any  # TensorDict: responses [B, R], attention_mask [B, P+R], response_mask [B, R] (optional)
+    non_tensor_batch: dict[str, np.ndarray]
+
+    def select_idxs(self, idxs: Any) -> Any:
+        """A new batch holding the rows ``idxs``."""
+        ...
+
+
+@dataclass(slots=True)
+class VoidDropStats:
+    """What :func:`drop_void_trajectories` did (``metrics()`` uses tirl's ``filter/`` names)."""
+
+    trajectories: int = 0
+    void: int = 0
+    trimmed: int = 0
+    kept: int = 0
+    empty_groups: int = 0
+    min_valid_per_group: int = 0
+    void_rows: list[int] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float]:
+        """``filter/*`` metrics for verl's logger."""
+        judged = self.trajectories
+        return {
+            "filter/valid_trajectories": float(self.trajectories - self.void),
+            "filter/void_trajectories": float(self.void),
+            "filter/void_ratio": self.void / judged if judged else 0.0,
+            "filter/trimmed_trajectories": float(self.trimmed),
+            "filter/empty_groups": float(self.empty_groups),
+            "filter/min_valid_per_group": float(self.min_valid_per_group),
+        }
+
+
+def assistant_turns(token_ids: list[int], mask: list[int]) -> list[list[int]]:
+    """The maximal runs of ``mask == 1`` in ``token_ids``: one list of ids per assistant turn."""
+    turns: list[list[int]] = []
+    current: list[int] | None = None
+    for tok, m in zip(token_ids, mask, strict=True):
+        if m:
+            if current is None:
+                current = []
+                turns.append(current)
+            current.append(int(tok))
+        else:
+            current = None
+    return turns
+
+
+def _response_mask(batch: VerlBatch) -> torch.Tensor:
+    responses = batch.batch["responses"]  # [B, R]
+    if "response_mask" in batch.batch.keys():  # noqa: SIM118 (TensorDict refuses `in` without .keys())
+        return batch.batch["response_mask"]
+    return batch.batch["attention_mask"][:, -responses.shape[1] :]
+
+
+def void_rows(batch: VerlBatch, tokenizer: Any, rules: ParseRules = DEFAULT_RULES) -> list[bool]:
+    """Whether each row's trajectory has a void assistant turn (a row with no model token is void)."""
+    responses = batch.batch["responses"].tolist()
+    masks = _response_mask(batch).tolist()
+    out = []
+    for ids, mask in zip(responses, masks, strict=True):
+        turns = assistant_turns(ids, mask) or [[]]
+        texts = [tokenizer.decode(t, skip_special_tokens=True) for t in turns]
+        out.append(any(judge_message(Message(role=Role.ASSISTANT, content=t), rules).is_void for t in texts))
+    return out
+
+
+def drop_void_trajectories(
+    batch: VerlBatch,
+    tokenizer: Any,
+    rules: ParseRules = DEFAULT_RULES,
+    *,
+    divisible_by: int = 1,
+) -> tuple[Any, VoidDropStats]:
+    """The batch without its void trajectories (and the trimmed tail), and what was done; see the module doc."""
+    if divisible_by < 1:
+        raise ValueError(f"divisible_by must be >= 1, got {divisible_by}")
+    void = void_rows(batch, tokenizer, rules)
+    n = len(void)
+    uids = batch.non_tensor_batch.get("uid")
+    groups = [str(u) for u in uids] if uids is not None else [str(i) for i in range(n)]
+    kept = [i for i in range(n) if not void[i]]
+    cut = len(kept) - len(kept) % divisible_by
+    trimmed = kept[cut:]
+    kept = kept[:cut]
+    valid_per_group = Counter(groups[i] for i in kept)
+    all_groups = list(dict.fromkeys(groups))
+    counts = [valid_per_group.get(g, 0) for g in all_groups]
+    stats = VoidDropStats(
+        trajectories=n,
+        void=sum(void),
+        trimmed=len(trimmed),
+        kept=len(kept),
+        empty_groups=sum(1 for c in counts if c == 0),
+        min_valid_per_group=min(counts) if counts else 0,
+        void_rows=[i for i in range(n) if void[i]],
+    )
+    return batch.select_idxs(np.array(kept, dtype=np.int64)), stats
