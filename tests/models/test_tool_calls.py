@@ -74,7 +74,7 @@ def test_parsed_turn_re_renders_to_the_sampled_text(qwen2_dir: Path) -> None:
         ids = chat.assistant_ids(text)
         msg = chat.assistant_message(ids, call_id_prefix="call_3")
         assert msg.content == content
-        assert [(c.name, json.loads(c.arguments), c.id) for c in msg.tool_calls] == [
+        assert [(c.name, c.arguments, c.id) for c in msg.tool_calls] == [  # arguments: the object, as written
             (n, a, f"call_3_{k}") for k, (n, a) in enumerate(calls)
         ]
         assert judge_message(msg).kind is ActionKind.TOOL_CALL
@@ -92,6 +92,7 @@ def test_parsed_turn_re_renders_to_the_sampled_text(qwen2_dir: Path) -> None:
         '<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}',  # unclosed (cut by a limit)
         '<tool_call>\n{"arguments": {"code": "print(1)"}}\n</tool_call>',  # no name
         "<tool_call>\n[1, 2]\n</tool_call>",  # not an object
+        '<tool_call>\n{"name": "python", "arguments": [1]}\n</tool_call>',  # arguments not an object
         '<tool_call>\n{"name": "python", "arguments": ' + "[" * 100_000 + "}\n</tool_call>",  # too deep to parse
     ],
 )
@@ -120,16 +121,51 @@ def test_a_template_without_tool_support_is_named() -> None:
     assert chat.assistant_message(chat.assistant_ids(_block("python", {"code": "1"}))).tool_calls == ()
 
 
-async def test_episode_ids_equal_apply_chat_template_turn_by_turn(qwen2_dir: Path, model_sandbox: Sandbox) -> None:
+# A template in the structure Qwen2.5 uses (written for this test): tools in the system turn, every call's
+# arguments through tojson, consecutive tool results grouped in one user turn of <tool_response> blocks.
+GROUPED = (
+    "{%- if tools -%}{{- '<|im_start|>system\\n' -}}"
+    "{%- if messages[0]['role'] == 'system' -%}{{- messages[0]['content'] + '\\n\\n' -}}{%- endif -%}"
+    "{{- '# Tools\\n<tools>' -}}{%- for t in tools -%}{{- '\\n' + (t | tojson) -}}{%- endfor -%}"
+    "{{- '\\n</tools><|im_end|>\\n' -}}"
+    "{%- elif messages[0]['role'] == 'system' -%}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'user' -%}{{- '<|im_start|>user\\n' + m['content'] + '<|im_end|>\\n' -}}"
+    "{%- elif m['role'] == 'assistant' -%}{{- '<|im_start|>assistant' -}}"
+    "{%- if m['content'] -%}{{- '\\n' + m['content'] -}}{%- endif -%}"
+    "{%- for c in m['tool_calls'] or [] -%}{%- set f = c['function'] if c['function'] is defined else c -%}"
+    "{{- '\\n<tool_call>\\n{\"name\": ' + (f['name'] | tojson) + ', \"arguments\": ' -}}"
+    "{{- (f['arguments'] | tojson) + '}\\n</tool_call>' -}}"
+    "{%- endfor -%}{{- '<|im_end|>\\n' -}}"
+    "{%- elif m['role'] == 'tool' -%}"
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}"
+    "{{- '\\n<tool_response>\\n' + m['content'] + '\\n</tool_response>' -}}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+@pytest.mark.parametrize("template", ["tirl", "grouped"])
+async def test_episode_ids_equal_apply_chat_template_turn_by_turn(
+    qwen2_dir: Path, model_sandbox: Sandbox, template: str
+) -> None:
     """The ids tirl builds for a 3-turn tool episode against the template applied to the same messages.
 
     Legitimate differences, asserted: (1) every turn starts after the generation prompt
     ``<|im_start|>assistant\\n`` (tirl's prefix ids equal ``apply_chat_template(..., add_generation_prompt=True)``);
     (2) the template closes the last turn with ``<|im_end|>\\n``; the episode ends at the sampled ``<|im_end|>``,
-    so tirl's ids lack that final ``\\n``.
+    so tirl's ids lack that final ``\\n``. ``grouped`` (Qwen2.5's structure) renders two results of one turn
+    in one user turn: tirl renders each observation whole, so that is the same ids too.
     """
     policy = load_policy(qwen2_dir)
     tok, chat = policy.tokenizer, policy.chat
+    if template == "grouped":
+        tok.chat_template = GROUPED
+        chat = TemplateChatFormat(tok)
+        assert chat.tool_support.ok and chat.tool_support.hermes
     turns = [
         "Let me compute.\n" + _block("python", {"code": "print(6*7)"}),
         _block("python", {"code": "print(40+2)"}) + "\n" + _block("python", {"code": "print(84//2)"}),

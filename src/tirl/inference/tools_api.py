@@ -149,6 +149,11 @@ def message_tool_fields(m: dict[str, Any], i: int) -> tuple[tuple[ToolCall, ...]
     return tuple(calls), call_id
 
 
+def _wire(arguments: Any) -> str:
+    """Arguments as OpenAI's wire format carries them: a JSON string."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
 def tool_reply(text: str, request: ToolRequest | None) -> tuple[dict[str, Any], bool]:
     """The assistant ``message`` of a reply, and whether it carries tool calls (finish reason ``tool_calls``)."""
     plain: dict[str, Any] = {"role": "assistant", "content": text}
@@ -158,7 +163,7 @@ def tool_reply(text: str, request: ToolRequest | None) -> tuple[dict[str, Any], 
     if not parsed.tool_calls or not tool_calls_well_formed(parsed.tool_calls):
         return plain, False
     calls = [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _wire(c.arguments)}}
         for c in parsed.tool_calls
     ]
     return {"role": "assistant", "content": parsed.content or None, "tool_calls": calls}, True

@@ -10,11 +10,13 @@ function by writing::
 :func:`parse_tool_calls` splits an assistant turn's text into the message
 ``content`` (the text outside the blocks, without the newline the template
 puts before a block) and one :class:`~tirl.types.ToolCall` per block, in
-order, with ids ``{id_prefix}_{k}``. ``arguments`` become a JSON string (as
-OpenAI's wire format has them): ``json.dumps(obj, ensure_ascii=False)`` of
-the object the model wrote, which is exactly what the template's ``tojson``
-renders back, so a call written in the template's own form round-trips to the
-same text and the same token ids.
+order, with ids ``{id_prefix}_{k}``. ``arguments`` stay what the model wrote:
+an object (the convention; a ``dict``, which is what Hugging Face chat
+templates expect and what tirl's template renders back with ``tojson``, so a
+call written in the template's own form round-trips to the same text and the
+same token ids — templates that ``tojson`` a string would double-encode it),
+or a JSON string. OpenAI's wire format wants a string: ``tirl serve``
+converts (:mod:`tirl.inference.tools_api`).
 
 Malformed calls are kept, not repaired, so that the void rule
 (:func:`tirl.parsing.judge_message`) can judge them: a block that is not JSON,
@@ -64,8 +66,8 @@ def _call(body: str, call_id: str) -> ToolCall:
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return ToolCall(name=None, arguments=raw, id=call_id)
     args = obj.get("arguments", {})
-    if not isinstance(args, str):  # an object (the convention): the JSON string OpenAI's wire format carries
-        args = json.dumps(args, ensure_ascii=False)
+    if not isinstance(args, dict | str):  # a list or a number is not an arguments object: never an action
+        return ToolCall(name=obj["name"], arguments=None, id=call_id)
     return ToolCall(name=obj["name"], arguments=args, id=call_id)
 
 
@@ -74,7 +76,7 @@ def parse_tool_calls(text: str, *, id_prefix: str = "call") -> ParsedTurn:
 
     >>> t = parse_tool_calls('Run it.\n<tool_call>\n{"name": "python", "arguments": {"code": "1"}}\n</tool_call>')
     >>> t.content, t.tool_calls[0].name, t.tool_calls[0].arguments, t.tool_calls[0].id
-    ('Run it.', 'python', '{"code": "1"}', 'call_0')
+    ('Run it.', 'python', {'code': '1'}, 'call_0')
     >>> parse_tool_calls("no calls").tool_calls
     ()
     """
