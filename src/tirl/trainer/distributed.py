@@ -10,8 +10,9 @@ Who does what:
   The advantages are therefore computed once, on the full batch, before the
   split: every rank sees the same ones.
 - **Ranks 1..N-1** (``python -m tirl.trainer.distributed``, started by rank
-  0) hold a copy of the policy, its optimiser and (with ``algo.kl_coef > 0``)
-  the reference model; they only update.
+  0; with ``--backend ray`` Ray actors spread over the cluster instead,
+  :mod:`tirl.distributed.ray_ranks`) hold a copy of the policy, its optimiser
+  and (with ``algo.kl_coef > 0``) the reference model; they only update.
 - **The update** (:class:`ShardedUpdater`): every rank draws the same
   mini-batches (same seed), computes the micro-batches of its share of each
   mini-batch (rows ``rank, rank + N, ...``), scales each micro-loss by its
@@ -35,18 +36,18 @@ every metrics line. ``train/loss`` and ``train/grad_norm`` are global;
 the token statistics (``train/is_ratio_*``, ``train/clip_frac``,
 ``train/entropy``) are over rank 0's share.
 
-Failures: ``--nproc`` above the CPU count (gloo) or the GPU count (nccl), a
-global batch (``trainer.prompts_per_step * algo.group_size``) that does not
-divide by N, a ``--master-port`` in use, and ``--backend ray`` with
-``--nproc > 1`` (trainer ranks on Ray are not done) are set-up errors before
+Failures: ``--nproc`` above the CPU count (gloo) or the GPU count (nccl) of
+this machine (not checked with ``--backend ray``: the cluster holds the
+ranks), a global batch (``trainer.prompts_per_step * algo.group_size``) that
+does not divide by N, and a ``--master-port`` in use are set-up errors before
 anything runs. A rank that dies makes the next collective fail on rank 0:
 one ``error:`` line, exit 2, and the run directory keeps its last complete
 checkpoint (checkpoints are atomic), so ``tirl train --resume`` continues it.
 
 Not covered: sharding the generator or the rollout over ranks (rank 0 rolls
 out), sharded old-log-prob scoring (each rank scores every row), FSDP2,
-multi-node launch (the ranks rendezvous on 127.0.0.1), Ray placement of the
-trainer ranks.
+multi-node launch without Ray (local ranks rendezvous on 127.0.0.1; Ray ranks
+on rank 0's node address), restarting a dead rank.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def check_world(cfg: Any, nproc: int, port: int) -> None:
     if nproc == 1:
         return
     limit, what = machine_limit(cfg.model.device)
-    if nproc > limit:
+    if nproc > limit and cfg.trainer.backend != "ray":  # on Ray the cluster, not this machine, holds the ranks
         raise SetupError(
             f"--nproc {nproc} is larger than this machine allows ({limit} {what} for model.device="
             f"{cfg.model.device}): use --nproc {max(1, limit)} or fewer"
@@ -130,11 +131,6 @@ def check_world(cfg: Any, nproc: int, port: int) -> None:
             f"the global batch trainer.prompts_per_step x algo.group_size = {batch} does not divide by --nproc "
             f"{nproc}: set trainer.prompts_per_step to a multiple of {nproc // _gcd(nproc, cfg.algo.group_size)} "
             f"or use an --nproc that divides {batch}"
-        )
-    if cfg.trainer.backend == "ray":
-        raise SetupError(
-            "--backend ray with --nproc > 1: placing the trainer ranks on Ray is not implemented; "
-            "use --backend local (the ranks run on this machine) or --nproc 1"
         )
     if port and not port_free(port):
         raise SetupError(f"--master-port {port} is in use: pick a free port, or leave --master-port out (auto)")
@@ -226,8 +222,9 @@ class World:
     port: int
     backend: str
     run_dir: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    procs: list[Any] = field(default_factory=list)  # subprocess.Popen, or RayRank (same poll/kill/wait)
     config_file: str = ""
+    addr: str = "127.0.0.1"  # the rendezvous: rank 0's address
     started: bool = False
 
     @classmethod
@@ -237,6 +234,9 @@ class World:
 
         check_world(cfg, nproc, port)
         world = cls(nproc, port or free_port(), backend_for(cfg.model.device), Path(run_dir))
+        if cfg.trainer.backend == "ray":
+            world._launch_on_ray(cfg, model_path)
+            return world
         fd, world.config_file = tempfile.mkstemp(prefix="tirl-dist-", suffix=".json")
         with os.fdopen(fd, "w") as fh:
             json.dump(config_to_dict(cfg), fh)
@@ -251,6 +251,23 @@ class World:
                 world.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
         return world
 
+    def _launch_on_ray(self, cfg: Any, model_path: str | None) -> None:
+        """Ranks 1..N-1 as Ray actors spread over the cluster (:mod:`tirl.distributed.ray_ranks`)."""
+        from tirl.config import config_to_dict
+        from tirl.distributed.ray_ranks import driver_address, launch_rank
+
+        self.addr = driver_address(cfg.trainer.ray_address)
+        placement = {}
+        for rank in range(1, self.nproc):
+            argv = ["--rank", str(rank), "--world", str(self.nproc), "--port", str(self.port), "--addr", self.addr]
+            argv += ["--config", json.dumps(config_to_dict(cfg))] + (["--model", model_path] if model_path else [])
+            handle = launch_rank(argv, gpu=self.backend == "nccl")
+            self.procs.append(handle)
+            placement[str(rank)] = handle.placement
+        logs = self.run_dir / "ranks"
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / "placement.json").write_text(json.dumps({"rank0": self.addr, "ranks": placement}, indent=1))
+
     def attach(self, trainer: Any) -> None:
         """Join the process group as rank 0, shard the trainer's updater and send it its starting state."""
         err: list[BaseException] = []
@@ -259,7 +276,7 @@ class World:
             try:
                 dist.init_process_group(
                     self.backend,
-                    init_method=f"tcp://127.0.0.1:{self.port}",
+                    init_method=f"tcp://{self.addr}:{self.port}",
                     rank=0,
                     world_size=self.nproc,
                     timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S),
@@ -297,9 +314,11 @@ class World:
             for p in self.procs:
                 try:
                     p.wait(timeout=60 if clean else 5)  # never started or a rank died: the others cannot finish
-                except subprocess.TimeoutExpired:
+                except (subprocess.TimeoutExpired, TimeoutError):
                     p.kill()
                     p.wait()
+                if not isinstance(p, subprocess.Popen):  # a Ray actor outlives its method: end its worker
+                    p.kill()
             if self.config_file:
                 Path(self.config_file).unlink(missing_ok=True)
 
@@ -310,7 +329,8 @@ def follower(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--config", required=True)
+    ap.add_argument("--config", required=True, help="the config: a JSON file, or JSON text (Ray ranks)")
+    ap.add_argument("--addr", default="127.0.0.1", help="rank 0's address")
     ap.add_argument("--model", default=None)
     args = ap.parse_args(argv)
     from transformers.utils import logging as hf_logging
@@ -321,13 +341,14 @@ def follower(argv: list[str] | None = None) -> int:
     from tirl.models.memory import apply_memory_options
 
     hf_logging.disable_progress_bar()
-    cfg = load_config(None, _as_overrides(json.loads(Path(args.config).read_text())))
+    text = args.config if args.config.lstrip().startswith("{") else Path(args.config).read_text()
+    cfg = load_config(None, _as_overrides(json.loads(text)))
     torch.set_num_threads(max(1, cfg.trainer.threads))
     torch.manual_seed(cfg.trainer.seed)
     device = rank_device(cfg.model.device, args.rank)
     dist.init_process_group(
         backend_for(cfg.model.device),
-        init_method=f"tcp://127.0.0.1:{args.port}",
+        init_method=f"tcp://{args.addr}:{args.port}",
         rank=args.rank,
         world_size=args.world,
         timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S),

@@ -1,0 +1,56 @@
+"""``tirl train --backend ray --nproc 2``: rank 1 runs as a Ray actor on a real local Ray instance."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from tirl.cli import main  # noqa: E402
+from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy  # noqa: E402
+from tirl.trainer.logging import read_metrics  # noqa: E402
+
+TINY = [
+    "--set", "trainer.prompts_per_step=2",
+    "--set", "algo.group_size=2",
+    "--set", "generation.max_new_tokens=16",
+    "--set", "generation.max_total_tokens=200",
+    "--set", "filter.mode=off",
+    "--set", "algo.kl_coef=0.01",
+    "--set", "trainer.threads=1",
+    "--set", "trainer.eval_before_after=false",
+    "--no-progress",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_nproc_2_on_ray_places_rank_1_in_an_actor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)
+    model, tok = build_tiny_model(spec, seed=0)
+    model_dir = save_policy(model, tok, tmp_path / "tiny")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # Ray's auth token goes to a private HOME
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        ray.shutdown()
+    run_dir = tmp_path / "run"
+    try:
+        args = ["train", "--model", str(model_dir), "--run-dir", str(run_dir), "--steps", "2", *TINY]
+        assert main([*args, "--backend", "ray", "--nproc", "2"]) == 0
+        assert ray.is_initialized()
+    finally:
+        ray.shutdown()
+    rows = read_metrics(run_dir)
+    assert [r["dist/world_size"] for r in rows] == [2, 2]
+    assert all(r["train/optimizer_steps"] for r in rows)
+    placement = json.loads((run_dir / "ranks" / "placement.json").read_text())
+    rank1 = placement["ranks"]["1"]
+    assert rank1["pid"] != os.getpid() and rank1["node_id"]
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{rank1['pid']}").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)  # the actor's worker is ended when the run ends
+    assert not Path(f"/proc/{rank1['pid']}").exists()
