@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PKGS := bubblewrap chromium
 
-.PHONY: install run test lint typecheck pytest clean sysdeps
+.PHONY: install run test lint typecheck pytest clean sysdeps test-verl
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,14 @@ pytest: install
 	$(BIN)/python -m pytest -q -ra
 
 test: install lint typecheck pytest
+
+# The verl plug-in against a real verl.DataProto, in its own venv (verl pins transformers<5.11, which the main
+# venv cannot hold). Not part of `make test` or CI: it installs verl and its dependencies (a few minutes).
+VERL_VENV := .venv-verl
+test-verl:
+	test -x $(VERL_VENV)/bin/python || $(PY) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/pip install -q torch==2.13.0 'verl==0.9.1' pytest
+	PYTHONPATH=src $(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_verl_plugin.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

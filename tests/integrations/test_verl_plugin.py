@@ -10,6 +10,7 @@ real verl: there the batch is a real ``verl.DataProto`` and the advantages come 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+import tirl
 from tirl.integrations.verl import assistant_turns, drop_void_trajectories, void_rows
-from tirl.models.loading import builtin_model_path
 
 try:
     from verl import DataProto
@@ -55,7 +56,7 @@ class ShapedDataProto:
 
 
 def _tokenizer() -> Any:
-    return AutoTokenizer.from_pretrained(builtin_model_path())
+    return AutoTokenizer.from_pretrained(Path(tirl.__file__).parent / "assets" / "tiny-tir")  # light imports: verl venv
 
 
 def _batch(tok: Any) -> Any:
