@@ -93,7 +93,7 @@ class EnvConfig:
     max_turns: int = 6  # tir-chain needs up to 6 (4 calls, a fixed error, the answer)
     eval_size: int = 200
     seed: int = 0
-    tools: bool = False  # offer the python tool as a function (Hermes <tool_call>); needs a template with tools
+    tools: bool = False  # offer the env's tools as functions (python; swe-lite: bash, submit); needs a tool template
 
     def __post_init__(self) -> None:
         _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")

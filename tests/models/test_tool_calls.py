@@ -199,3 +199,18 @@ async def test_episode_ids_equal_apply_chat_template_turn_by_turn(
         )
     full = _ids(tok, msgs, gen=False)
     assert traj.token_ids == full[:-1] and tok.decode(full[-1:]) == "\n"
+
+
+def test_swe_lite_tools_parse_into_the_commands_it_runs(qwen2_dir: Path) -> None:
+    from tirl.envs.swe_lite import SweLiteEnv
+    from tirl.models.toolcalls import tools_for_env
+
+    chat = load_policy(qwen2_dir).chat
+    assert [t["function"]["name"] for t in tools_for_env("swe-lite")] == ["bash", "submit"]
+    assert [t["function"]["name"] for t in tools_for_env("tir-math")] == ["python"]
+    prompt = chat.prompt_ids([Message(role=Role.USER, content="fix it")], tools=list(tools_for_env("swe-lite")))
+    assert '"name": "submit"' in chat.tokenizer.decode(prompt)
+    text = _block("bash", {"command": "pytest -q"}) + "\n" + _block("submit", {})
+    msg = chat.assistant_message(chat.assistant_ids(text))
+    assert judge_message(msg).kind is ActionKind.TOOL_CALL
+    assert SweLiteEnv._commands_from_calls(msg.tool_calls) == ([("bash", "pytest -q")], True)

@@ -116,3 +116,30 @@ PYTHON_TOOL: dict[str, Any] = {
         },
     },
 }
+
+#: swe-lite's tools: run a shell command in the workspace (``{"command": "..."}``), and submit.
+BASH_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a bash command in the repository and return its output and exit status.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "the command line"}},
+            "required": ["command"],
+        },
+    },
+}
+SUBMIT_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "submit",
+        "description": "Submit the repository as it is now for the hidden tests (ends the episode).",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+
+
+def tools_for_env(env_name: str) -> tuple[dict[str, Any], ...]:
+    """The function definitions ``env.tools = true`` offers: bash + submit for swe-lite, python otherwise."""
+    return (BASH_TOOL, SUBMIT_TOOL) if env_name == "swe-lite" else (PYTHON_TOOL,)

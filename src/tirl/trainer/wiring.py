@@ -228,7 +228,7 @@ def _openai_generator(cfg: TirlConfig, policy: Any) -> Generator:
 
 
 def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: float, top_p: float) -> Any:
-    from tirl.models.toolcalls import PYTHON_TOOL
+    from tirl.models.toolcalls import tools_for_env
     from tirl.rollout.agent_loop import AgentLoop
 
     g = cfg.generation
@@ -239,7 +239,7 @@ def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: fl
         max_turns=cfg.env.max_turns,
         max_total_tokens=g.max_total_tokens,
         rules=rules_from_config(cfg.filter, cfg.env),
-        tools=(PYTHON_TOOL,) if cfg.env.tools else (),  # the tool tir-math executes, offered as a function
+        tools=tools_for_env(cfg.env.name) if cfg.env.tools else (),  # the env's tools, offered as functions
     )
 
 
