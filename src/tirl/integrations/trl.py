@@ -172,7 +172,7 @@ class VoidFilteredGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self._void_local = torch.tensor(flags, dtype=torch.bool, device=device)
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         void_all = self.accelerator.gather(self._void_local)  # the rows of every process, as the rewards are
-        mode = "train" if self.model.training else "eval"
+        mode = "train" if getattr(self.model, "training", False) else "eval"  # as TRL decides it
         self._metrics[mode]["void/trajectories"].append(float(void_all.sum().item()))
         self._metrics[mode]["void/ratio"].append(float(void_all.float().mean().item()) if len(void_all) else 0.0)
         if self.void_mode == "drop":
