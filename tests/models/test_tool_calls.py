@@ -214,3 +214,14 @@ def test_swe_lite_tools_parse_into_the_commands_it_runs(qwen2_dir: Path) -> None
     msg = chat.assistant_message(chat.assistant_ids(text))
     assert judge_message(msg).kind is ActionKind.TOOL_CALL
     assert SweLiteEnv._commands_from_calls(msg.tool_calls) == ([("bash", "pytest -q")], True)
+
+
+def test_a_template_that_takes_arguments_only_as_a_mapping_supports_tools(qwen2_dir: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(qwen2_dir)
+    mapping_only = GROUPED.replace(
+        "{{- (f['arguments'] | tojson) + '}\\n</tool_call>' -}}",
+        "{%- for k, v in f['arguments'] | dictsort -%}{{- k + '=' + v -}}{%- endfor -%}{{- '}\\n</tool_call>' -}}",
+    )
+    assert mapping_only != GROUPED
+    support = template_supports_tools(tok, mapping_only)  # a JSON-string argument raises in dictsort
+    assert support.ok and support.hermes, support.missing

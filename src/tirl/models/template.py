@@ -149,9 +149,9 @@ class ToolSupport:
         return not self.missing
 
 
-def probe_messages() -> list[dict[str, Any]]:
-    """A short tool conversation in the OpenAI shape (``arguments`` a JSON string, ``content`` null)."""
-    args = json.dumps({"q": _PROBE_ARG})
+def probe_messages(*, string_arguments: bool = True) -> list[dict[str, Any]]:
+    """A short tool conversation in the OpenAI shape (``arguments`` a JSON string or an object, ``content`` null)."""
+    args: Any = json.dumps({"q": _PROBE_ARG}) if string_arguments else {"q": _PROBE_ARG}
     call = {"id": "call_probe", "type": "function", "function": {"name": "tirl_probe_fn", "arguments": args}}
     return [
         {"role": "user", "content": "probe"},
@@ -161,7 +161,11 @@ def probe_messages() -> list[dict[str, Any]]:
 
 
 def template_supports_tools(tokenizer: PreTrainedTokenizerBase, template: str | None = None) -> ToolSupport:
-    """Render :func:`probe_messages` (with and without ``tools``) and report which parts the template keeps."""
+    """Render :func:`probe_messages` (with and without ``tools``) and report which parts the template keeps.
+
+    The call is tried with ``arguments`` as a JSON string (OpenAI clients) and, when that fails or drops
+    them, as an object (Hugging Face's convention; what tirl's parser produces).
+    """
 
     def render(messages: list[dict[str, Any]], tools: list[Any] | None) -> str:
         return str(
@@ -172,7 +176,12 @@ def template_supports_tools(tokenizer: PreTrainedTokenizerBase, template: str | 
 
     try:
         with_tools = render(probe_messages()[:1], [_PROBE_TOOL])
-        conversation = render(probe_messages(), None)
+        try:
+            conversation = render(probe_messages(), None)
+        except Exception:  # e.g. a template that iterates over arguments as a mapping
+            conversation = ""
+        if _PROBE_ARG not in conversation:
+            conversation = render(probe_messages(string_arguments=False), None)
     except Exception as exc:  # a template that raises on the tool role or on tool_calls
         return ToolSupport(False, False, False, error=f"{type(exc).__name__}: {exc}")
     return ToolSupport(
