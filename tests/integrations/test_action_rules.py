@@ -114,3 +114,10 @@ def test_tirl_filter_and_audit_use_the_configured_rule(tmp_path, capsys) -> None
     capsys.readouterr()
     assert main(["audit", str(src), "--config", str(cfg), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["void"] == 0
+
+
+def test_envs_on_ray_hosts_get_the_same_rule() -> None:
+    from tirl.distributed.ray_backend import EnvHost, EnvRecipe
+
+    recipe = EnvRecipe("skyrl-gym:gsm8k", EnvConfig(name="skyrl-gym:gsm8k"), None, kwargs={"rules": GSM8K})
+    assert EnvHost(recipe)._make().rules is GSM8K  # what build_parts hands a Ray host (trainer.backend=ray)

@@ -262,15 +262,16 @@ def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | No
     )
     policy.model = apply_memory_options(policy.model, cfg.algo)  # LoRA, gradient checkpointing
     generator = _generator(cfg, policy)
+    rules = rules_from_config(cfg.filter, cfg.env)  # the env's own action rule (filter.action_rule=auto)
     if cfg.trainer.backend == "ray":  # envs and their sandboxes on Ray actors; scheduling stays here
         from tirl.distributed.ray_backend import EnvRecipe, RayEnvPool
 
-        pool = RayEnvPool(EnvRecipe(cfg.env.name, cfg.env, cfg.sandbox), address=cfg.trainer.ray_address)
+        recipe = EnvRecipe(cfg.env.name, cfg.env, cfg.sandbox, kwargs={"rules": rules})  # make_env(rules=...)
+        pool = RayEnvPool(recipe, address=cfg.trainer.ray_address)
         sandbox: Any = pool  # RunParts.close() closes it: the hosts' envs and sandboxes, then the actors
         factory: EnvFactory = pool.make_env
     else:
         sandbox = create_sandbox(cfg.sandbox)
-        rules = rules_from_config(cfg.filter, cfg.env)  # the env's own action rule (filter.action_rule=auto)
         factory = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox, rules=rules)
     g = cfg.generation
     runner = _runner(cfg, generator, policy.chat, temperature=g.temperature, top_p=g.top_p)
