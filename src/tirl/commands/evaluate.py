@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         print(
-            f"accuracy {out['accuracy']:.3f} ({out['correct']}/{out['n']}) on {out['env']} {out['split']} tasks "
+            f"accuracy {out['accuracy']:.3f} ({out['correct']}/{out['n']}) on {out['env']} "
+            f"{'held-out' if out['split'] == 'heldout' else 'validation'} tasks "
             f"(seed {out['seed']}), model {out['model']}, {out['wall_s']:.1f}s"
         )
         print("terminations: " + ", ".join(f"{k} {v}" for k, v in out["terminations"].items()))
