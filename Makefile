@@ -25,7 +25,7 @@ sysdeps:
 # Idempotent: re-installs only when pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,ray,lora,integrations]'
+	$(BIN)/pip install -q -e '.[dev,ray,lora,integrations,wandb]'
 	touch $(STAMP)
 
 install: sysdeps $(STAMP)

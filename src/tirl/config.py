@@ -248,6 +248,8 @@ class TrainerConfig:
     backend: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     threads: int = 2
+    wandb: Literal["off", "offline", "online"] = "off"  # a wandb sink beside TensorBoard (the wandb extra)
+    wandb_project: str = "tirl"
 
     def __post_init__(self) -> None:
         _check(self.steps >= 1, "trainer.steps", self.steps, "use at least 1")

@@ -13,7 +13,10 @@ only complete lines of steps ``<= resume_step`` and opens TensorBoard with
 ``purge_step = resume_step + 1``, so a resumed run neither loses nor repeats
 a step.
 
-Not covered: log rotation (one file per run), remote sinks (wandb, mlflow).
+Further sinks (:class:`MetricSink`, e.g. :class:`tirl.integrations.wandb_sink.WandbSink`
+for ``trainer.wandb``) get every step's row after it is written.
+
+Not covered: log rotation (one file per run), mlflow.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from tirl.fileio import atomic_write
 from tirl.jsonl import JSONProblem, parse_json, read_jsonl
@@ -95,10 +99,30 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return [row for _, row in read_jsonl(path, torn_tail=True, objects=True)]
 
 
-class RunLogger:
-    """Writes metrics.jsonl, tb/ and trajectories.jsonl of one run directory."""
+class MetricSink(Protocol):
+    """Somewhere else the per-step metrics go (wandb)."""
 
-    def __init__(self, run_dir: str | Path, *, resume_step: int = 0, tensorboard: bool = True) -> None:
+    def log(self, step: int, row: dict[str, Scalar]) -> None:
+        """Record one step's row (as written to metrics.jsonl)."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release."""
+        ...
+
+
+class RunLogger:
+    """Writes metrics.jsonl, tb/ and trajectories.jsonl of one run directory (and feeds ``sinks``)."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        resume_step: int = 0,
+        tensorboard: bool = True,
+        sinks: Sequence[MetricSink] = (),
+    ) -> None:
+        self.sinks = list(sinks)
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -131,6 +155,8 @@ class RunLogger:
                 if key != "step" and value is not None:
                     self._tb.add_scalar(key, value, global_step=step)
             self._tb.flush()
+        for sink in self.sinks:
+            sink.log(step, row)
         return row
 
     def log_trajectories(self, step: int, trajs: list[Trajectory]) -> None:
@@ -147,3 +173,5 @@ class RunLogger:
         self._trajs.close()
         if self._tb is not None:
             self._tb.close()
+        for sink in self.sinks:
+            sink.close()

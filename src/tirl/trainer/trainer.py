@@ -54,6 +54,7 @@ from tirl.algorithms.void_penalty import penalty_rows
 from tirl.config import TirlConfig
 from tirl.envs.base import Task
 from tirl.filters import FilterStats, VoidTurnFilter
+from tirl.integrations.wandb_sink import metric_sinks
 from tirl.rollout.base import RolloutRequest, RolloutStrategy
 from tirl.trainer.checkpoint import (
     Checkpoint,
@@ -326,7 +327,7 @@ class Trainer:
         """Train from ``start_step`` to ``trainer.steps`` (or ``stop_after``); returns the logged rows."""
         tc = self.cfg.trainer
         last = min(tc.steps, stop_after) if stop_after is not None else tc.steps
-        logger = RunLogger(self.run_dir, resume_step=self.start_step - 1)
+        logger = RunLogger(self.run_dir, resume_step=self.start_step - 1, sinks=metric_sinks(self.cfg, self.run_dir))
         try:
             with TrainProgress(tc.steps, start=self.start_step - 1, enabled=self.progress) as bar:
 
