@@ -16,7 +16,9 @@ Request side (validated here; :mod:`tirl.inference.openai_protocol` turns a
   decoding this is how a call is forced; the arguments are still the model's.
 * Messages: an assistant message may carry ``tool_calls`` (``arguments`` a
   JSON string or an object, ``content`` empty or null); a ``tool`` message
-  carries ``tool_call_id``.
+  carries ``tool_call_id``. A JSON-string ``arguments`` that holds an object is
+  handed to the template as that object (Hugging Face templates expect a
+  mapping; one that ``tojson``\ s a string would double-encode it), as vLLM does.
 
 Response side (:func:`tool_reply`): when the reply holds ``<tool_call>``
 blocks and *every* one is well formed (a name and JSON arguments: the void
@@ -142,7 +144,7 @@ def message_tool_fields(m: dict[str, Any], i: int) -> tuple[tuple[ToolCall, ...]
                     "{'name': str, 'arguments': JSON string or object}}",
                     f"messages[{i}].tool_calls",
                 )
-            calls.append(call)
+            calls.append(_as_mapping(call))
     call_id = m.get("tool_call_id")
     if call_id is not None and not isinstance(call_id, str):
         raise ToolRequestError(f"messages[{i}].tool_call_id must be a string", f"messages[{i}].tool_call_id")
@@ -152,6 +154,17 @@ def message_tool_fields(m: dict[str, Any], i: int) -> tuple[tuple[ToolCall, ...]
 def _wire(arguments: Any) -> str:
     """Arguments as OpenAI's wire format carries them: a JSON string."""
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def _as_mapping(call: ToolCall) -> ToolCall:
+    """A call whose ``arguments`` string holds a JSON object gets the object (what chat templates expect)."""
+    if not isinstance(call.arguments, str):
+        return call
+    try:
+        value = json.loads(call.arguments)
+    except (ValueError, RecursionError):
+        return call  # rendered verbatim: the template shows what the client sent
+    return ToolCall(name=call.name, arguments=value, id=call.id) if isinstance(value, dict) else call
 
 
 def tool_reply(text: str, request: ToolRequest | None) -> tuple[dict[str, Any], bool]:
