@@ -180,3 +180,10 @@ def test_one_training_step_on_a_real_skyrl_gym_env(name: str, path: Path, tmp_pa
     assert all(m["content"][:8] not in held_out for t in trained for m in t["messages"] if m["role"] == "user")
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert metrics and metrics[-1]["step"] == 1 and metrics[-1]["rollout/trajectories"] == 4
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = ["train", "--steps", "1", "--run-dir", str(tmp_path / "r"), "--set", "env.name=skyrl-gym"]
+    assert main(run) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "env.tasks_file" in err[0]

@@ -127,3 +127,10 @@ def _task_file(tmp_path: Path) -> Path:
             for a, b in [(3, 4), (10, 32), (7, 8), (20, 22), (1, 1), (12, 30)]]  # fmt: skip
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def test_an_unknown_verifiers_env_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = ["train", "--steps", "1", "--run-dir", str(tmp_path / "r"), "--set", "env.name=verifiers:no_such_env_xyz"]
+    assert main(run) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: verifiers environment 'no_such_env_xyz'")

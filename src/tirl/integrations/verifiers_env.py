@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import random
 import time
 from typing import Any
@@ -97,11 +98,16 @@ def load_vf_env(variant: str) -> Any:
 
         env = _import(variant, "verifiers environment factory")()
     else:
+        quiet = logging.getLogger("verifiers")  # its loader logs the failure too; tirl prints one error line
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
         try:
             env = vf.load_environment(variant)
         except Exception as exc:
             raise ConfigError(f"verifiers environment {variant!r} could not be loaded ({exc}) — install it, "
                               "or name a factory: verifiers:pkg.module:load_environment") from None  # fmt: skip
+        finally:
+            quiet.setLevel(level)
     if not isinstance(env, vf.MultiTurnEnv):
         raise ConfigError(f"verifiers:{variant} gave {type(env).__name__}, not a vf.MultiTurnEnv (or vf.ToolEnv)")
     _LOADED[variant] = env
