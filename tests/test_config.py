@@ -13,7 +13,7 @@ from tirl.errors import ConfigError
 def test_defaults_load() -> None:
     cfg = load_config()
     assert isinstance(cfg, TirlConfig)
-    assert cfg.filter.mode == "penalize" and cfg.algo.advantage == "grpo"  # the ablation's best mode (README)
+    assert cfg.filter.mode == "off" and cfg.algo.advantage == "grpo"  # the ablation's best mode (README)
     assert (cfg.env.name, cfg.env.max_turns) == ("tir-chain", 6)
 
 
