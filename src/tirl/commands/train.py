@@ -2,7 +2,7 @@
 
 The default job: tir-chain (chained computations, 3-6 tool turns), its
 built-in warm-started tiny model (``tiny-chain``), GRPO, void filter
-``penalize``, the pipeline rollout strategy, two CPU threads. It writes a
+``off`` (the best mode of ``tirl ablate``; README), the pipeline rollout strategy, two CPU threads. It writes a
 run directory (``runs/<time>-<env>`` unless ``--resume``)::
 
     config.json  metrics.jsonl  tb/  trajectories.jsonl  pipeline_trace.jsonl
