@@ -23,7 +23,7 @@ Two ways in, from the most to the least complete:
 
     Extension point and why: TRL exposes no public hook between scoring and
     the advantage computation that sees every reward source. The subclass
-    overrides two methods whose shape has been stable across TRL 0.2x–1.x,
+    overrides the two narrowest points that do (private; tested on TRL 1.16 only),
     ``_calculate_rewards`` (returns the gathered ``[B, F]`` rewards) and
     ``_generate_and_score_completions`` (returns the batch dict with
     ``completion_mask`` and ``num_items_in_batch``); it checks both signatures
