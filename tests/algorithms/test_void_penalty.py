@@ -77,7 +77,7 @@ def test_policy_loss_on_penalty_rows_is_the_penalty_term() -> None:
             total += _loop_term(r, 1.0, 0.2, 0.28, 3.0)
             n += 1
     assert n == 3
-    assert math.isclose(float(out.loss), total / n, rel_tol=1e-5)
+    assert math.isclose(float(out.loss.detach()), total / n, rel_tol=1e-5)
     out.loss.backward()
     grad = logp.grad
     assert grad is not None
