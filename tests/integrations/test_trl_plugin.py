@@ -236,3 +236,14 @@ def test_a_sampled_multi_turn_step_keeps_every_void_completion_out(tmp_path: Pat
     for i in range(6):  # exactly the void completions left the loss, with zero advantage
         assert (int(batch["completion_mask"][i].sum()) == 0) == void[i]
         assert not void[i] or float(batch["advantages"][i]) == 0.0
+
+
+def test_a_trl_without_the_two_hooks_is_refused_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trl import GRPOTrainer
+
+    def changed(self: Any, inputs: Any, prompts: Any) -> Any:  # a hypothetical future signature
+        return None
+
+    monkeypatch.setattr(GRPOTrainer, "_calculate_rewards", changed)
+    with pytest.raises(RuntimeError, match=r"GRPOTrainer\._calculate_rewards.*TRL 1\.16"):
+        VoidFilteredGRPOTrainer(model=None)
