@@ -22,7 +22,9 @@ from tirl.sandbox import BwrapSandbox, ExecResult, ProcessSandbox, WarmPool
 from tirl.sandbox.bwrap import bwrap_problem
 
 BACKENDS = ["bwrap", "pool", "process", "pool-process"]
-MARKER = "tirlattack"  # every long-lived process an attack starts carries this in its command line
+# Every long-lived process an attack starts carries this in its command line. The test session's pid makes it
+# unique, so two sessions on one machine never count (or kill) each other's attack processes.
+MARKER = f"tirlattack{os.getpid()}x"
 
 
 def make(backend: str, **kw: Any) -> Any:
