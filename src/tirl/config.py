@@ -328,12 +328,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, bool):
             raise ConfigError(f"config {key}={_show(value)} is invalid: use a number")
         try:
-            number = float(value)
+            real = float(value)
         except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"config {key}={_show(value)} is invalid: use a number") from None
-        if not math.isfinite(number):
+        if not math.isfinite(real):
             raise ConfigError(f"config {key}={_show(value)} is invalid: use a finite number")
-        return number
+        return real
     if tp is str:
         if isinstance(value, str):
             return value
