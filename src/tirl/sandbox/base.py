@@ -1,6 +1,8 @@
 """The sandbox contract: run one piece of code, get an :class:`ExecResult`.
 
-Backends (``bwrap``, ``process``) and the warm pool implement :class:`Sandbox`.
+Backends (``bwrap``, ``process``) and the warm pool implement :class:`Sandbox`
+by subclassing it: the shared :meth:`Sandbox.run` fills in the backend's
+default limits and hands one :class:`RunRequest` to the backend's ``_run``.
 Each backend's docstring lists what it covers and what it does not.
 """
 
@@ -57,11 +59,28 @@ class ExecResult:
         return "\n".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """One call to :meth:`Sandbox.run`, with the backend's default limits filled in."""
+
+    code: str
+    lang: Lang
+    timeout_s: float
+    memory_mb: int
+    workdir: Path | None
+    session: str | None
+
+
 @runtime_checkable
 class Sandbox(Protocol):
-    """Runs untrusted code. Implementations must be safe to call concurrently."""
+    """Runs untrusted code. Implementations must be safe to call concurrently.
+
+    Backends subclass this protocol and implement ``_run``; ``run`` is shared.
+    """
 
     name: str
+    timeout_s: float
+    memory_mb: int
 
     async def run(
         self,
@@ -77,7 +96,13 @@ class Sandbox(Protocol):
 
         ``workdir`` is mounted writable (else a fresh private one); ``session``
         keeps Python state across calls with the same key (notebook-style).
+        A limit left as None (or 0) is the backend's own default.
         """
+        limits = (timeout_s or self.timeout_s, memory_mb or self.memory_mb)
+        return await self._run(RunRequest(code, lang, *limits, workdir, session))
+
+    async def _run(self, req: RunRequest) -> ExecResult:
+        """The backend's execution of one request (limits already resolved)."""
         ...
 
     async def end_session(self, session: str) -> None:

@@ -68,7 +68,7 @@ from tirl.sandbox._launch import DEFAULT_INODES, MOUNT_POINT, Launch, can_mount,
 from tirl.sandbox._seccomp import seccomp_problem
 from tirl.sandbox._spawn import spawn
 from tirl.sandbox._tree import restore_tree
-from tirl.sandbox.base import ExecResult, Lang
+from tirl.sandbox.base import ExecResult, RunRequest, Sandbox
 
 WORK = "/work"
 TMP = "/tmp"
@@ -247,7 +247,7 @@ def give_to(path: Path, uid: int | None, owner: tuple[int, int] | None = None) -
     restore_tree(str(path), owner if uid is not None else None, strip=True)
 
 
-class BwrapSandbox:
+class BwrapSandbox(Sandbox):
     """A fresh bubblewrap sandbox and interpreter per run (see the module docstring for coverage)."""
 
     name = "bwrap"
@@ -268,25 +268,13 @@ class BwrapSandbox:
         self.python = python or sandbox_python()
         self.uids: set[int] = set()  # every uid this backend ran code as (for audits and tests)
 
-    async def run(
-        self,
-        code: str,
-        *,
-        lang: Lang = "python",
-        timeout_s: float | None = None,
-        memory_mb: int | None = None,
-        workdir: Path | None = None,
-        session: str | None = None,
-    ) -> ExecResult:
-        """Run ``code`` in a fresh sandbox; ``session`` is accepted but state is not kept."""
-        limits = Limits(
-            timeout_s=timeout_s or self.timeout_s,
-            memory_mb=memory_mb or self.memory_mb,
-            fsize_mb=self.disk_mb,
-        )
+    async def _run(self, req: RunRequest) -> ExecResult:
+        """Run ``req.code`` in a fresh sandbox; ``req.session`` is accepted but state is not kept."""
+        code, workdir = req.code, req.workdir
+        limits = Limits(timeout_s=req.timeout_s, memory_mb=req.memory_mb, fsize_mb=self.disk_mb)
         if (refused := nul_result(code)) is not None:
             return refused
-        prog = [self.python, "-I", "-c", code] if lang == "python" else ["/bin/bash", "-c", code]
+        prog = [self.python, "-I", "-c", code] if req.lang == "python" else ["/bin/bash", "-c", code]
         owner = None
         if workdir is not None:
             workdir = Path(workdir).resolve()

@@ -79,7 +79,7 @@ from typing import Any
 
 from tirl.sandbox._common import CLEAN_ENV, CappedBuffer, build_result, nul_result
 from tirl.sandbox._launch import DEFAULT_INODES, Launch
-from tirl.sandbox.base import ExecResult, Lang
+from tirl.sandbox.base import ExecResult, RunRequest, Sandbox
 from tirl.sandbox.bwrap import SHM, TMP, WORK, BwrapSandbox, launch, sandbox_python
 from tirl.sandbox.process import WARNING, ProcessSandbox
 
@@ -234,7 +234,7 @@ def _buffer(wire: list[Any], keep: int) -> CappedBuffer:
     return buf
 
 
-class WarmPool:
+class WarmPool(Sandbox):
     """Pre-started fork servers, optionally each inside bubblewrap (see the module docstring)."""
 
     def __init__(
@@ -339,23 +339,14 @@ class WarmPool:
                 idle.put_nowait(w)
             self._idle = idle
 
-    async def run(
-        self,
-        code: str,
-        *,
-        lang: Lang = "python",
-        timeout_s: float | None = None,
-        memory_mb: int | None = None,
-        workdir: Path | None = None,
-        session: str | None = None,
-    ) -> ExecResult:
-        """Run ``code`` in a forked child of a warm server (see the module docstring)."""
+    async def _run(self, req: RunRequest) -> ExecResult:
+        """Run ``req.code`` in a forked child of a warm server (see the module docstring)."""
         if self._closed:
             return ExecResult("", "", None, error="the sandbox pool is closed")
+        code, lang, workdir, session = req.code, req.lang, req.workdir, req.session
+        timeout, memory = req.timeout_s, req.memory_mb
         if (refused := nul_result(code)) is not None:
             return refused
-        timeout = timeout_s or self.timeout_s
-        memory = memory_mb or self.memory_mb
         if workdir is not None:  # the servers have their own workspaces: a fresh run binds this one
             if self._fresh is None:
                 common = {"timeout_s": self.timeout_s, "memory_mb": self.memory_mb}
@@ -370,7 +361,7 @@ class WarmPool:
             return result
         if session is not None and lang != "python":
             return ExecResult("", "", None, error="sessions keep Python state; run bash without session=")
-        req = {
+        msg = {
             "op": "run",
             "code": code,
             "lang": lang,
@@ -383,7 +374,7 @@ class WarmPool:
         }
         self._check_loop()
         if session is not None:
-            return await self._run_session(session, req)
+            return await self._run_session(session, msg)
         await self.start()
         assert self._idle is not None
         worker = await self._idle.get()
@@ -395,7 +386,7 @@ class WarmPool:
             except ServerNotReady:  # the last run left it stopped, stuck or gone: not this run's fault
                 worker.kill()
                 worker = await self._replace(worker)
-            return await self._call(worker, req)
+            return await self._call(worker, msg)
         finally:
             self._idle.put_nowait(worker)  # a dead one is replaced by the next run that takes it
 

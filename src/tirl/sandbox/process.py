@@ -37,7 +37,7 @@ from pathlib import Path
 
 from tirl.sandbox._common import CLEAN_ENV, Limits, nul_result
 from tirl.sandbox._spawn import spawn
-from tirl.sandbox.base import ExecResult, Lang
+from tirl.sandbox.base import ExecResult, RunRequest, Sandbox
 
 WARNING = (
     "tirl sandbox: using the plain-process fallback (no bubblewrap). It does NOT isolate "
@@ -47,7 +47,7 @@ WARNING = (
 )
 
 
-class ProcessSandbox:
+class ProcessSandbox(Sandbox):
     """Runs code as a plain child process with rlimits and a timeout (see the module docstring)."""
 
     name = "process"
@@ -69,24 +69,16 @@ class ProcessSandbox:
         if warn:
             warnings.warn(WARNING, RuntimeWarning, stacklevel=2)
 
-    async def run(
-        self,
-        code: str,
-        *,
-        lang: Lang = "python",
-        timeout_s: float | None = None,
-        memory_mb: int | None = None,
-        workdir: Path | None = None,
-        session: str | None = None,
-    ) -> ExecResult:
-        """Run ``code`` once; ``session`` is accepted but state is not kept (each run is fresh)."""
+    async def _run(self, req: RunRequest) -> ExecResult:
+        """Run ``req.code`` once; ``req.session`` is accepted but state is not kept (each run is fresh)."""
+        code = req.code
         if (refused := nul_result(code)) is not None:
             return refused
         # The process count covers all of the user's processes here, so it can only stop a runaway bomb.
-        limits = Limits(timeout_s=timeout_s or self.timeout_s, memory_mb=memory_mb or self.memory_mb, nproc=1024)
-        argv = [self.python, "-I", "-c", code] if lang == "python" else ["/bin/bash", "-c", code]
+        limits = Limits(timeout_s=req.timeout_s, memory_mb=req.memory_mb, nproc=1024)
+        argv = [self.python, "-I", "-c", code] if req.lang == "python" else ["/bin/bash", "-c", code]
         tmp = Path(tempfile.mkdtemp(prefix="tirl-proc-"))
-        cwd = workdir or tmp
+        cwd = req.workdir or tmp
         env = dict(CLEAN_ENV, HOME=str(cwd), TMPDIR=str(tmp))
         try:
             return await spawn(argv, cwd=cwd, env=env, limits=limits, max_chars=self.max_output_chars)
