@@ -22,11 +22,13 @@ import importlib
 import math
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from tirl import __version__
 from tirl.errors import TirlError, one_line
+
+T = TypeVar("T")
 
 # name -> (module under tirl.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -45,12 +47,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def converted(text: str, convert: Callable[[str], T], noun: str) -> T:
+    """``convert(text)``, or the argparse error ``'TEXT' is not NOUN`` when it raises ``ValueError``."""
+    try:
+        return convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+
+
 def finite_float(text: str) -> float:
     """An argparse type: a finite number (``inf``, ``nan`` and ``1e999`` are refused at parse time)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = converted(text, float, "a number")
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
@@ -58,10 +65,7 @@ def finite_float(text: str) -> float:
 
 def port(text: str) -> int:
     """An argparse type: a TCP port, 0 (a free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    value = converted(text, int, "a port number")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port: use 1-65535, or 0 for a free one")
     return value

@@ -22,6 +22,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from tirl.cli import converted
 from tirl.config import SandboxConfig
 from tirl.errors import InputError
 from tirl.sandbox import ExecResult, Sandbox, create_sandbox
@@ -32,20 +33,14 @@ GRACE_S = 15.0
 
 
 def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = converted(text, float, "a number")
     if not 0 < value < 86400:
         raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0 and below 86400")
     return value
 
 
 def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    value = converted(text, int, "a whole number")
     if not 0 < value <= 1 << 20:
         raise argparse.ArgumentTypeError(f"{text!r} must be between 1 and {1 << 20}")
     return value
