@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -112,6 +113,14 @@ def _load_adapter(path: Path, *, device: str, dtype: str, need_tools: bool, trai
     return replace(base, model=model, path=path)
 
 
+def _from_pretrained(p: Path, auto: Any, what: str, fix: str, **kwargs: Any) -> Any:
+    """``auto.from_pretrained(p, **kwargs)``; a file it cannot read is an :class:`InputError` naming ``what``."""
+    try:
+        return auto.from_pretrained(str(p), **kwargs)
+    except (OSError, ValueError) as exc:
+        raise InputError(str(p), None, f"{what} could not be loaded ({exc})", fix) from None
+
+
 def load_policy(
     path: str | Path | None = None,
     *,
@@ -144,26 +153,18 @@ def load_policy(
         _check_tokenizer_files(p)
     if dtype not in _DTYPES:
         raise InputError("model.dtype", None, f"unknown dtype {dtype!r}", f"use one of {', '.join(_DTYPES)}")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(p))
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            str(p),
-            None,
-            f"the tokenizer could not be loaded ({exc})",
-            "save it with tokenizer.save_pretrained(PATH) next to the model",
-        ) from None
+    tokenizer: PreTrainedTokenizerBase = _from_pretrained(
+        p, AutoTokenizer, "the tokenizer", "save it with tokenizer.save_pretrained(PATH) next to the model"
+    )
     if path is not None or need_tools:
         check_chat_template(p, tokenizer, need_tools=need_tools)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=_DTYPES[dtype])
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            str(p),
-            None,
-            f"the model could not be loaded ({exc})",
-            "check that it is a causal LM saved with save_pretrained",
-        ) from None
+    model: PreTrainedModel = _from_pretrained(
+        p,
+        AutoModelForCausalLM,
+        "the model",
+        "check that it is a causal LM saved with save_pretrained",
+        dtype=_DTYPES[dtype],
+    )
     dev = torch.device(device)
     model.to(dev)  # type: ignore[arg-type]
     model.eval()
