@@ -2,7 +2,8 @@
 
 Backends (``hf`` in-process transformers, ``openai`` HTTP, ``vllm``) implement
 :class:`Generator`. Calls are async and may arrive concurrently from many
-episodes; a backend batches them.
+episodes; a backend batches them (the in-process ones, ``hf`` and ``vllm``, with
+one shared :class:`RequestBatcher`).
 
 Optional capabilities are declared as protocols, checked with ``isinstance``
 by the wiring (:mod:`tirl.trainer.wiring`), never probed attribute by attribute:
@@ -19,6 +20,9 @@ protocol            what the trainer does with it                          backe
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -95,3 +99,82 @@ class Startable(Protocol):
     async def start(self) -> Any:
         """Connect and check the backend; raises a ``SetupError`` naming the fix."""
         ...
+
+
+@dataclass(slots=True)
+class Request:
+    """One queued generation request."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    future: asyncio.Future[GenerationResult]
+
+
+@dataclass(eq=False)
+class RequestBatcher:
+    """The request queue in front of an in-process generator: requests that arrive together run as one batch.
+
+    ``submit`` queues one request and returns its result; a drain task waits ``batch_window_s``
+    for more requests, then hands up to ``max_batch`` live ones (None: all queued) to the
+    backend's ``run_batch`` on ONE worker thread, so batches never overlap each other or
+    anything else the owner runs on ``executor`` (weight loads). An exception in ``run_batch``
+    fails that batch's requests only; requests cancelled while queued are skipped. Not covered:
+    priorities, fairness between callers, or a cap on the queue's length.
+
+    ``owner`` names the generator in errors; ``thread_name`` prefixes the worker thread's name.
+    """
+
+    run_batch: Callable[[list[Request]], list[GenerationResult]]
+    owner: str
+    thread_name: str
+    batch_window_s: float
+    max_batch: int | None = None
+    queue: list[Request] = field(default_factory=list, init=False)
+    closed: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.thread_name)
+        self._drain_task: asyncio.Task[None] | None = None
+
+    async def submit(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
+        """Queue one request; it runs in the next batch."""
+        if self.closed:
+            raise RuntimeError(f"{self.owner}.generate called after close()")
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty; a prompt needs at least one token")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[GenerationResult] = loop.create_future()
+        self.queue.append(Request(list(prompt_ids), params, fut))
+        if self._drain_task is None or self._drain_task.done():
+            self._drain_task = loop.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.queue:
+            if self.batch_window_s > 0:
+                await asyncio.sleep(self.batch_window_s)
+            n = len(self.queue) if self.max_batch is None else self.max_batch
+            batch = [r for r in self.queue[:n] if not r.future.done()]
+            del self.queue[:n]
+            if not batch:
+                continue
+            try:
+                results = await loop.run_in_executor(self.executor, self.run_batch, batch)
+            except Exception as exc:
+                for r in batch:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+                continue
+            for r, res in zip(batch, results, strict=True):
+                if not r.future.done():
+                    r.future.set_result(res)
+
+    def close(self) -> None:
+        """Fail queued requests and stop the worker thread."""
+        self.closed = True
+        for r in self.queue:
+            if not r.future.done():
+                r.future.set_exception(RuntimeError(f"{self.owner} closed"))
+        self.queue.clear()
+        self.executor.shutdown(wait=False, cancel_futures=True)

@@ -25,20 +25,18 @@ chat format's EOS ids are supported), beam search, speculative decoding.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import random
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from tirl.inference.base import FinishReason, GenerationResult, SamplingParams
+from tirl.inference.base import FinishReason, GenerationResult, Request, RequestBatcher, SamplingParams
 
 SMALL_MODEL_PARAMS = 20_000_000  # below this, threads="auto" generates with one intra-op thread
 
@@ -76,13 +74,6 @@ def sample_tokens(
     tokens = torch.where(greedy, argmax, tokens)
     lp = torch.where(greedy, torch.zeros_like(lp), lp)
     return tokens, lp
-
-
-@dataclass(slots=True)
-class _Request:
-    prompt_ids: list[int]
-    params: SamplingParams
-    future: asyncio.Future[GenerationResult]
 
 
 @dataclass(slots=True)
@@ -142,10 +133,13 @@ class HFGenerator:
         self.batches = 0
         self._busy_since: float | None = None
         self._rng = random.Random(seed)
-        self._queue: list[_Request] = []
-        self._drain_task: asyncio.Task[None] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tirl-hf-gen")
-        self._closed = False
+        self._batcher = RequestBatcher(
+            self._run_requests,
+            owner="HFGenerator",
+            thread_name="tirl-hf-gen",
+            batch_window_s=self.batch_window_s,
+            max_batch=self.max_batch,
+        )
         # transformers 5 renamed the forward argument ``past_key_values`` to ``cache``.
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
@@ -167,38 +161,10 @@ class HFGenerator:
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
         """Queue one request; it runs in the next batch."""
-        if self._closed:
-            raise RuntimeError("HFGenerator.generate called after close()")
-        if not prompt_ids:
-            raise ValueError("prompt_ids is empty; a prompt needs at least one token")
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[GenerationResult] = loop.create_future()
-        self._queue.append(_Request(list(prompt_ids), params, fut))
-        if self._drain_task is None or self._drain_task.done():
-            self._drain_task = loop.create_task(self._drain())
-        return await fut
+        return await self._batcher.submit(prompt_ids, params)
 
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._queue:
-            if self.batch_window_s > 0:
-                await asyncio.sleep(self.batch_window_s)
-            batch = [r for r in self._queue[: self.max_batch] if not r.future.done()]
-            del self._queue[: self.max_batch]
-            if not batch:
-                continue
-            try:
-                results = await loop.run_in_executor(
-                    self._executor, self._run_batch, [r.prompt_ids for r in batch], [r.params for r in batch]
-                )
-            except Exception as exc:
-                for r in batch:
-                    if not r.future.done():
-                        r.future.set_exception(exc)
-                continue
-            for r, res in zip(batch, results, strict=True):
-                if not r.future.done():
-                    r.future.set_result(res)
+    def _run_requests(self, batch: list[Request]) -> list[GenerationResult]:
+        return self._run_batch([r.prompt_ids for r in batch], [r.params for r in batch])
 
     def generate_batch(
         self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
@@ -325,9 +291,4 @@ class HFGenerator:
 
     async def close(self) -> None:
         """Fail queued requests and stop the worker thread."""
-        self._closed = True
-        for r in self._queue:
-            if not r.future.done():
-                r.future.set_exception(RuntimeError("HFGenerator closed"))
-        self._queue.clear()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._batcher.close()

@@ -33,15 +33,12 @@ LoRA, multi-node engines, and sharing one GPU between the trainer and vLLM
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from tirl.errors import SetupError
-from tirl.inference.base import FinishReason, GenerationResult, SamplingParams
+from tirl.inference.base import FinishReason, GenerationResult, Request, RequestBatcher, SamplingParams
 
 
 def _import_vllm() -> Any:
@@ -98,13 +95,6 @@ def result_from_output(output: Any, eos_ids: frozenset[int], version: int) -> Ge
     )
 
 
-@dataclass(slots=True)
-class _Request:
-    prompt_ids: list[int]
-    params: SamplingParams
-    future: asyncio.Future[GenerationResult]
-
-
 class VLLMGenerator:
     """Batched generation with an in-process ``vllm.LLM``.
 
@@ -148,45 +138,15 @@ class VLLMGenerator:
                 kwargs.setdefault("logprobs_mode", "processed_logprobs")
             llm = self.vllm.LLM(**kwargs)
         self.llm = llm
-        self._queue: list[_Request] = []
-        self._drain_task: asyncio.Task[None] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tirl-vllm")
-        self._closed = False
+        self._batcher = RequestBatcher(
+            self._run, owner="VLLMGenerator", thread_name="tirl-vllm", batch_window_s=self.batch_window_s
+        )
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
         """Queue one request; queued requests go to ``LLM.generate`` together."""
-        if self._closed:
-            raise RuntimeError("VLLMGenerator.generate called after close()")
-        if not prompt_ids:
-            raise ValueError("prompt_ids is empty; a prompt needs at least one token")
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[GenerationResult] = loop.create_future()
-        self._queue.append(_Request(list(prompt_ids), params, fut))
-        if self._drain_task is None or self._drain_task.done():
-            self._drain_task = loop.create_task(self._drain())
-        return await fut
+        return await self._batcher.submit(prompt_ids, params)
 
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._queue:
-            if self.batch_window_s > 0:
-                await asyncio.sleep(self.batch_window_s)
-            batch = [r for r in self._queue if not r.future.done()]
-            self._queue.clear()
-            if not batch:
-                continue
-            try:
-                results = await loop.run_in_executor(self._executor, self._run, batch)
-            except Exception as exc:
-                for r in batch:
-                    if not r.future.done():
-                        r.future.set_exception(exc)
-                continue
-            for r, res in zip(batch, results, strict=True):
-                if not r.future.done():
-                    r.future.set_result(res)
-
-    def _run(self, batch: list[_Request]) -> list[GenerationResult]:
+    def _run(self, batch: list[Request]) -> list[GenerationResult]:
         vllm = self.vllm
         from vllm.inputs import TokensPrompt
 
@@ -207,7 +167,7 @@ class VLLMGenerator:
             self.llm.reset_prefix_cache()
 
         # the single executor thread also runs generation, so the load never overlaps a batch
-        self._executor.submit(load).result()
+        self._batcher.executor.submit(load).result()
         self.policy_version = version
 
     def sync_weights(self, model: Any, tokenizer: Any, version: int) -> None:
@@ -216,9 +176,4 @@ class VLLMGenerator:
 
     async def close(self) -> None:
         """Fail queued requests and stop the worker thread (the engine is freed with this object)."""
-        self._closed = True
-        for r in self._queue:
-            if not r.future.done():
-                r.future.set_exception(RuntimeError("VLLMGenerator closed"))
-        self._queue.clear()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._batcher.close()
