@@ -29,13 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", type=Path, help="trajectory JSONL (one object with 'messages' per line)")
     parser.add_argument("--verdicts", type=Path, required=True, help="where to write the verdict JSONL")
     parser.add_argument("--kept", type=Path, help="where to write the non-void trajectories, unchanged")
+    add_rule_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
+    """The void-turn rule options, shared with ``tirl audit`` (read back by :func:`_rules`)."""
     parser.add_argument(
         "--exec-langs", help="comma-separated executable fence languages (default: python,py,python3,bash,sh,shell)"
     )
     parser.add_argument("--no-boxed", action="store_true", help="do not accept \\boxed{...} as a final answer")
     parser.add_argument("--no-answer-tags", action="store_true", help="do not accept <answer>...</answer>")
     parser.add_argument("--config", type=Path, help="a tirl TOML config; its [filter] section is used")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
 def _rules(args: argparse.Namespace) -> ParseRules:
