@@ -12,9 +12,11 @@ turn) apart from *truncated* (a limit cut the episode: max turns).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from tirl.types import Message, TerminationReason
+from tirl.types import Message, Role, TerminationReason
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +87,23 @@ class EnvError(RuntimeError):
 
 class EpisodeOverError(RuntimeError):
     """``step`` was called after the episode had ended (or before ``reset``)."""
+
+
+def check_step(action: Message, *, started: bool, ended: bool, closed: bool) -> None:
+    """The guard of ``step``: :class:`EpisodeOverError` outside a live episode, ``ValueError`` off an assistant turn."""
+    if not started or ended or closed:
+        raise EpisodeOverError("step called before reset, after the episode ended or after close")
+    if action.role is not Role.ASSISTANT:
+        raise ValueError(f"step takes an assistant message, got role {action.role.value!r}")
+
+
+def check_evaluable(episode: T | None, closed: bool) -> T:
+    """The guard of ``evaluate``: ``episode`` (what ``reset`` set), or :class:`EpisodeOverError`.
+
+    Raised before ``reset`` (``episode`` is None) or after ``close``.
+    """
+    if episode is None:
+        raise EpisodeOverError("evaluate called before reset")
+    if closed:
+        raise EpisodeOverError("evaluate called after close")
+    return episode

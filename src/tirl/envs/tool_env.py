@@ -48,7 +48,7 @@ import time
 from typing import Any, ClassVar, Self, TypedDict, Unpack
 
 from tirl.config import EnvConfig, SandboxConfig
-from tirl.envs.base import EpisodeOverError, EvalResult, StepResult, Task
+from tirl.envs.base import EpisodeOverError, EvalResult, StepResult, Task, check_evaluable, check_step
 from tirl.envs.common import SandboxLease, run_blocks
 from tirl.envs.observation import clip, observation_text, tool_message, wrap_output
 from tirl.parsing import DEFAULT_RULES, ActionKind, ParseRules, TurnVerdict, judge_message
@@ -192,10 +192,7 @@ class ToolEnv:
 
     async def step(self, action: Message) -> StepResult:
         """Judge and apply one assistant message (see the module docstring)."""
-        if self._task is None or self._reason is not None or self._closed:
-            raise EpisodeOverError("step called before reset, after the episode ended or after close")
-        if action.role is not Role.ASSISTANT:
-            raise ValueError(f"step takes an assistant message, got role {action.role.value!r}")
+        check_step(action, started=self._task is not None, ended=self._reason is not None, closed=self._closed)
         self._turns += 1
         info: dict[str, Any] = {"turn": self._turns}
         if self.max_action_chars is not None and len(action.content or "") > self.max_action_chars:
@@ -220,11 +217,7 @@ class ToolEnv:
 
     async def evaluate(self) -> EvalResult:
         """:meth:`score` plus the episode facts (``reason``, ``turns``, the ``setup`` facts) in ``info``."""
-        if self._task is None:
-            raise EpisodeOverError("evaluate called before reset")
-        if self._closed:
-            raise EpisodeOverError("evaluate called after close")
-        result = await self.score(self._task)
+        result = await self.score(check_evaluable(self._task, self._closed))
         reason = None if self._reason is None else self._reason.value
         result.info = {**self.info, **result.info, "reason": reason, "turns": self._turns}
         return result

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.config import EnvConfig
-from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, StepResult, Task
+from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, StepResult, Task, check_evaluable, check_step
 from tirl.errors import ConfigError, InputError, SetupError
 from tirl.parsing import ACTION_RULES, DEFAULT_RULES, ActionKind, ParseRules, judge_message
 from tirl.types import Message, Role, TerminationReason
@@ -222,10 +222,7 @@ class SkyRLGymEnv:
 
     async def step(self, action: Message) -> StepResult:
         """Judge the turn by the run's rule; pass a non-void turn to skyrl-gym's ``step`` (in a thread)."""
-        if self._env is None or self._reason is not None or self._closed:
-            raise EpisodeOverError("step called before reset, after the episode ended or after close")
-        if action.role is not Role.ASSISTANT:
-            raise ValueError(f"step takes an assistant message, got role {action.role.value!r}")
+        check_step(action, started=self._env is not None, ended=self._reason is not None, closed=self._closed)
         verdict = judge_message(action, self.rules)
         info: dict[str, Any] = {"turn": self.turns + 1, "action": verdict.kind.value, "env_class": self.env_class}
         if verdict.kind is ActionKind.VOID:
@@ -254,16 +251,13 @@ class SkyRLGymEnv:
 
     async def evaluate(self) -> EvalResult:
         """The sum of the step rewards; ``correct`` when a step scored >= 1.0; the per-turn rewards in ``info``."""
-        if self._task is None:
-            raise EpisodeOverError("evaluate called before reset")
-        if self._closed:
-            raise EpisodeOverError("evaluate called after close")
+        task = check_evaluable(self._task, self._closed)
         rewards = list(self.step_rewards)
         info = {
             "env_class": self.env_class,
             "step_rewards": rewards,
             "answer": self.answer,
-            "expected": self._task.answer,
+            "expected": task.answer,
             "reason": None if self._reason is None else self._reason.value,
             "turns": self.turns,
         }

@@ -49,7 +49,7 @@ import time
 from typing import Any
 
 from tirl.config import EnvConfig
-from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, StepResult, Task
+from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, StepResult, Task, check_evaluable, check_step
 from tirl.errors import ConfigError, SetupError
 from tirl.parsing import ActionKind, ParseRules, judge_message
 from tirl.types import Message, Role, TerminationReason, ToolCall
@@ -319,10 +319,7 @@ class VerifiersEnv:
 
     async def step(self, action: Message) -> StepResult:
         """Judge the turn; hand it to verifiers' rollout; return what verifiers appended, or the ending."""
-        if self._rollout is None or self._reason is not None or self._closed:
-            raise EpisodeOverError("step called before reset, after the episode ended or after close")
-        if action.role is not Role.ASSISTANT:
-            raise ValueError(f"step takes an assistant message, got role {action.role.value!r}")
+        check_step(action, started=self._rollout is not None, ended=self._reason is not None, closed=self._closed)
         self._turns += 1
         verdict = judge_message(action, self.rules)
         info: dict[str, Any] = {"turn": self._turns, "action": verdict.kind.value}
@@ -343,10 +340,7 @@ class VerifiersEnv:
 
     async def evaluate(self) -> EvalResult:
         """The rubric's score of the rollout as it stands (see the module docstring)."""
-        if self._rollout is None:
-            raise EpisodeOverError("evaluate called before reset")
-        if self._closed:
-            raise EpisodeOverError("evaluate called after close")
+        check_evaluable(self._rollout, self._closed)
         await self._stop()
         if self.state is None:
             raise EnvError("the verifiers rollout was cancelled before it produced a state")
