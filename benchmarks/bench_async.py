@@ -10,9 +10,12 @@ What is real and what is modelled:
 * **Real**: the rollout strategy (:class:`tirl.rollout.strategies.Rollout`,
   the ``pipeline`` or ``sync_batch`` schedule) and the bounded-staleness
   scheduler :func:`tirl.rollout.staleness.run_overlapped` — the same code
-  ``tirl train --set rollout.max_staleness=K`` runs.
+  ``tirl train --set rollout.max_staleness=K`` runs — and the generator's
+  request queue :class:`tirl.rollout.staleness.OldestStepFirst` (the queue
+  in front of ``OpenAIGenerator``'s concurrency limit: waiting requests of
+  the oldest in-flight step go first; plain FIFO when one step is in flight).
 * **Modelled** (from ``bench_pipeline.py``): the generator (``GEN_SLOTS`` = 16
-  slots, per-token time rising with load), the sandbox (24 slots), the
+  slots, per-token time rising with load; its queue is the real one above), the sandbox (24 slots), the
   heavy-tail workload's episodes (turns ~ logN(3, 1) clipped to [1, 40]),
   and the training step: a sleep of ``TRAIN_FRACTION`` (0.5) × the mean
   rollout time of a ``sync`` step. Training does not use the generator.
@@ -46,6 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_pipeline import (
+    GEN_SLOTS,
     GROUP,
     LIVE_BUDGET,
     POOLS,
@@ -61,7 +65,7 @@ from tirl.config import RolloutConfig
 from tirl.envs.base import Task
 from tirl.rollout.base import RolloutRequest
 from tirl.rollout.pipeline import episode_seed
-from tirl.rollout.staleness import run_overlapped
+from tirl.rollout.staleness import OldestStepFirst, run_overlapped
 from tirl.rollout.strategies import make_strategy
 from tirl.testing.clock import VirtualTimeLoop
 
@@ -95,6 +99,7 @@ def request_of(step: int, plans: list[Plan]) -> tuple[RolloutRequest, dict[int, 
 async def run_mode(mode: Mode, plans: list[list[Plan]], train_s: float) -> dict[str, Any]:
     """All steps of one mode on one generator and sandbox; times in model seconds."""
     res = Resources(scale=1.0, lag_s=0.0)
+    res.gen.sem = OldestStepFirst(GEN_SLOTS)  # type: ignore[assignment]  # the real queue, oldest step first
     cfg = RolloutConfig(
         strategy=mode.strategy,  # type: ignore[arg-type]
         trace_interval_s=1e6,

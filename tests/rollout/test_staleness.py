@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tirl.rollout.staleness import StalenessGate, run_overlapped, split_stale
+from tirl.rollout.staleness import ROLLOUT_STEP, OldestStepFirst, StalenessGate, run_overlapped, split_stale
 from tirl.testing.clock import VirtualTimeLoop
 from tirl.types import Group, Trajectory
 
@@ -110,3 +110,91 @@ def test_split_stale_removes_only_trajectories_more_than_k_versions_old() -> Non
     ref = [(g.id, [t.id for t in g.trajectories if 5 - t.policy_version <= 2]) for g in groups]
     assert [(g.id, [t.id for t in g.trajectories]) for g in kept] == [(i, ids) for i, ids in ref if ids]
     assert [t.id for t in stale] == ["b0"]
+
+
+def _service_order(slots: int, steps: list[int | None], cancel: frozenset[int] = frozenset()) -> list[int]:
+    """Indices of the waiters in the order ``OldestStepFirst`` serves them (all arrive while every slot is held)."""
+    served: list[int] = []
+
+    async def main() -> None:
+        sem = OldestStepFirst(slots)
+        for _ in range(slots):
+            await sem.acquire()
+        assert sem.locked()
+
+        async def waiter(i: int, step: int | None) -> None:
+            ROLLOUT_STEP.set(step)
+            async with sem:
+                served.append(i)
+                await asyncio.sleep(1)
+
+        tasks = []
+        for i, step in enumerate(steps):
+            tasks.append(asyncio.create_task(waiter(i, step)))
+            await asyncio.sleep(0)  # arrival order = index order
+        for i in cancel:
+            tasks[i].cancel()
+        for _ in range(slots):
+            sem.release()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert not sem.locked()  # every slot came back, cancelled waiters included
+        for _ in range(slots):  # and all of them are free again
+            await asyncio.wait_for(sem.acquire(), timeout=1)
+
+    VirtualTimeLoop.run(main())
+    return served
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=3),
+    st.lists(st.one_of(st.none(), st.integers(min_value=1, max_value=4)), max_size=12),
+    st.data(),
+)
+def test_oldest_step_first_matches_a_reference_order(slots: int, steps: list[int | None], data: Any) -> None:
+    cancel = frozenset(data.draw(st.sets(st.integers(min_value=0, max_value=max(0, len(steps) - 1)))) if steps else ())
+    # reference: a plain sort, oldest step first, no step last, arrival order within a step; cancelled never served
+    ref = sorted(
+        (i for i in range(len(steps)) if i not in cancel),
+        key=lambda i: (float("inf") if steps[i] is None else steps[i], i),
+    )
+    assert _service_order(slots, steps, cancel) == ref
+
+
+def test_oldest_step_first_is_fifo_with_one_step() -> None:
+    assert _service_order(2, [5] * 7) == list(range(7))
+
+
+def test_oldest_step_first_hands_back_a_slot_handed_to_a_cancelled_waiter() -> None:
+    async def main() -> bool:
+        sem = OldestStepFirst(1)
+        await sem.acquire()
+        waiter = asyncio.create_task(sem.acquire())
+        await asyncio.sleep(0)
+        sem.release()  # handed to the waiter ...
+        waiter.cancel()  # ... which is cancelled before it runs
+        await asyncio.gather(waiter, return_exceptions=True)
+        await asyncio.wait_for(sem.acquire(), timeout=1)  # the slot is free again
+        return sem.locked()
+
+    assert VirtualTimeLoop.run(main()) is True
+
+
+def test_run_overlapped_marks_each_rollout_and_its_child_tasks_with_its_step() -> None:
+    seen: dict[int, list[int | None]] = {}
+
+    async def produce(step: int) -> int:
+        async def child() -> int | None:
+            await asyncio.sleep(0.1)
+            return ROLLOUT_STEP.get()
+
+        seen[step] = [ROLLOUT_STEP.get(), *(await asyncio.gather(child(), child()))]
+        return step
+
+    async def consume(step: int, batch: int, lag: int) -> None:
+        assert ROLLOUT_STEP.get() is None  # the trainer's own context is not a rollout's
+        await asyncio.sleep(0.5)
+
+    VirtualTimeLoop.run(run_overlapped(range(3, 7), 2, produce, consume))
+    assert seen == {s: [s, s, s] for s in range(3, 7)}
+    assert ROLLOUT_STEP.get() is None

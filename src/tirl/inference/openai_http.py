@@ -55,6 +55,7 @@ import openai
 
 from tirl.errors import SetupError
 from tirl.inference.base import FinishReason, GenerationResult, SamplingParams
+from tirl.rollout.staleness import OldestStepFirst
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class OpenAIGenerator:
             timeout=timeout_s,
             max_retries=0,  # retries are ours: only connection errors and timeouts, with our backoff
         )
-        self._sem = asyncio.Semaphore(max(1, max_concurrency))
+        self._sem = OldestStepFirst(max(1, max_concurrency))  # waiting requests: oldest rollout step first
         self.max_concurrency = max(1, max_concurrency)
         self.timeout_s = timeout_s
         self._api_key = key or "EMPTY"

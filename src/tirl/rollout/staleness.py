@@ -26,24 +26,100 @@ This module is the scheduling code that both ``tirl train`` (through
 :mod:`tirl.trainer.overlap`) and ``benchmarks/bench_async.py`` run; it does
 not know what a rollout or an update is (``produce``/``consume`` callables).
 
+Priority for the oldest step: :func:`run_overlapped` marks every rollout task
+with its step (:data:`ROLLOUT_STEP`, a context variable the pipeline's workers
+inherit), and :class:`OldestStepFirst` — the request queue in front of
+:class:`~tirl.inference.openai_http.OpenAIGenerator`'s concurrency limit —
+serves waiting requests of the oldest step first (FIFO within a step). The
+trainer consumes steps in order, so the oldest step's slowest episode is what
+it waits for; FIFO sharing would slow exactly that episode by ``K + 1``
+steps' worth of queueing. With ``K = 0`` only one step is in flight and the
+queue is plain FIFO.
+
 Not covered: updating weights inside a running episode (the generator holds
 one version per request; a version change between turns is recorded per turn
-but not forced), and priority for the older step's episodes on a shared
-generator (requests are served FIFO).
+but not forced), priority inside the server's own batch (the queue orders
+requests before they are sent; vLLM schedules what it has been sent), and
+priority in the in-process HF/vLLM generators.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import heapq
+import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from tirl.types import Group, Trajectory
 
-__all__ = ["StalenessGate", "StepTiming", "run_overlapped", "split_stale", "trajectory_lag"]
+__all__ = [
+    "ROLLOUT_STEP",
+    "OldestStepFirst",
+    "StalenessGate",
+    "StepTiming",
+    "run_overlapped",
+    "split_stale",
+    "trajectory_lag",
+]
 
 T = TypeVar("T")
+
+#: the step whose rollout the current task serves (set by :func:`run_overlapped`; None outside it)
+ROLLOUT_STEP: contextvars.ContextVar[int | None] = contextvars.ContextVar("tirl_rollout_step", default=None)
+
+
+class OldestStepFirst:
+    """A counting semaphore whose waiters are served oldest :data:`ROLLOUT_STEP` first, FIFO within a step.
+
+    A drop-in for ``asyncio.Semaphore`` as an ``async with`` slot limit
+    (``locked()`` as well). A waiter without a step counts as the newest. A
+    released slot is handed to the chosen waiter directly, so a newcomer
+    cannot take it first; a cancelled waiter gives back a slot it was handed.
+    """
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self._free = slots
+        self._waiters: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    def locked(self) -> bool:
+        """True when an acquire would wait."""
+        return self._free == 0 or any(not f.done() for _, _, f in self._waiters)
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting behind every older step's waiters and this step's earlier ones."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        step = ROLLOUT_STEP.get()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (float("inf") if step is None else step, next(self._order), fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # handed a slot just as we were cancelled: pass it on
+                self.release()
+            raise
+
+    def release(self) -> None:
+        """Give the slot to the oldest waiter, or back to the pool."""
+        while self._waiters:
+            _, _, fut = heapq.heappop(self._waiters)
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._free += 1
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
 
 
 class StalenessGate:
@@ -114,6 +190,7 @@ async def run_overlapped(
     gate = StalenessGate(max_staleness, first_step=steps[0])
 
     async def rollout(step: int) -> tuple[int, float, float, T]:
+        ROLLOUT_STEP.set(step)  # this task's context: its generator requests queue as this step's
         base = await gate.admit(step)
         t0 = now()
         out = await produce(step)
