@@ -103,41 +103,25 @@ def parse_tool_calls(text: str, *, id_prefix: str = "call") -> ParsedTurn:
     return ParsedTurn(content="\n".join(p for p in pieces if p), tool_calls=tuple(calls))
 
 
+def function_tool(name: str, description: str, **arguments: str) -> dict[str, Any]:
+    """An OpenAI function definition whose ``arguments`` (name -> description) are strings, all required."""
+    properties = {arg: {"type": "string", "description": text} for arg, text in arguments.items()}
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if arguments:
+        parameters["required"] = list(arguments)
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
 #: The python tool as an OpenAI function definition: the call tir-math executes (``{"code": "..."}``).
-PYTHON_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "python",
-        "description": "Run Python code in a sandbox and return what it prints.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "the program to run"}},
-            "required": ["code"],
-        },
-    },
-}
+PYTHON_TOOL = function_tool(
+    "python", "Run Python code in a sandbox and return what it prints.", code="the program to run"
+)
 
 #: swe-lite's tools: run a shell command in the workspace (``{"command": "..."}``), and submit.
-BASH_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "bash",
-        "description": "Run a bash command in the repository and return its output and exit status.",
-        "parameters": {
-            "type": "object",
-            "properties": {"command": {"type": "string", "description": "the command line"}},
-            "required": ["command"],
-        },
-    },
-}
-SUBMIT_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "submit",
-        "description": "Submit the repository as it is now for the hidden tests (ends the episode).",
-        "parameters": {"type": "object", "properties": {}},
-    },
-}
+BASH_TOOL = function_tool(
+    "bash", "Run a bash command in the repository and return its output and exit status.", command="the command line"
+)
+SUBMIT_TOOL = function_tool("submit", "Submit the repository as it is now for the hidden tests (ends the episode).")
 
 
 def tools_for_env(env_name: str) -> tuple[dict[str, Any], ...]:
