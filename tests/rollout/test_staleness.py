@@ -198,3 +198,59 @@ def test_run_overlapped_marks_each_rollout_and_its_child_tasks_with_its_step() -
     VirtualTimeLoop.run(run_overlapped(range(3, 7), 2, produce, consume))
     assert seen == {s: [s, s, s] for s in range(3, 7)}
     assert ROLLOUT_STEP.get() is None
+
+
+def test_openai_generator_sends_queued_requests_oldest_step_first() -> None:
+    """Real HTTP: a local aiohttp server records the order ``OpenAIGenerator`` (1 slot) sends requests in."""
+    from aiohttp import web
+
+    from tirl.inference.base import SamplingParams
+    from tirl.inference.openai_http import OpenAIGenerator
+
+    order: list[int] = []
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def models(request: web.Request) -> web.Response:
+            return web.json_response({"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "t"}]})
+
+        async def completions(request: web.Request) -> web.Response:
+            body = await request.json()
+            order.append(body["prompt"][0])
+            if body["prompt"][0] == 0:
+                await release.wait()  # hold the only slot until every other request is queued
+            choice = {"text": "", "token_ids": [7], "logprobs": {"token_logprobs": [-0.1]}, "finish_reason": "length"}
+            return web.json_response({"choices": [choice]})
+
+        app = web.Application()
+        app.router.add_get("/v1/models", models)
+        app.router.add_post("/v1/completions", completions)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        gen = OpenAIGenerator(f"http://127.0.0.1:{port}/v1", max_concurrency=1, retries=0)
+        params = SamplingParams(max_new_tokens=1)
+        try:
+
+            async def ask(step: int | None, prompt: int) -> None:
+                ROLLOUT_STEP.set(step)
+                await gen.generate([prompt], params)
+
+            await gen.start()
+            first = asyncio.create_task(ask(9, 0))
+            while not order:
+                await asyncio.sleep(0.01)
+            rest = [asyncio.create_task(ask(s, p)) for s, p in [(3, 1), (None, 2), (1, 3), (2, 4), (1, 5)]]
+            while sum(not f.done() for _, _, f in gen._sem._waiters) < len(rest):
+                await asyncio.sleep(0.01)
+            release.set()
+            await asyncio.gather(first, *rest)
+        finally:
+            await gen.close()
+            await runner.cleanup()
+
+    asyncio.run(asyncio.wait_for(main(), timeout=60))
+    assert order == [0, 3, 5, 4, 1, 2]  # the slot holder, then step 1 (FIFO), 2, 3, and no step last
