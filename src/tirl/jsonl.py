@@ -32,7 +32,7 @@ import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from tirl.errors import InputError
 from tirl.fileio import atomic_write
@@ -152,25 +152,25 @@ def _open_lines(p: Path, missing_fix: str) -> Any:
         raise InputError(str(p), None, f"cannot be read ({exc.strerror})", missing_fix) from None
 
 
-def read_jsonl(
-    path: str | Path,
-    *,
-    comments: bool = False,
-    torn_tail: bool = False,
-    objects: bool = False,
-    fix: str = "each line must be one JSON object",
-    missing_fix: str = "check the path",
-) -> Iterator[tuple[int, Any]]:
+class ReadOptions(TypedDict, total=False):
+    """The keyword options of :func:`read_jsonl` (defaults: those of :func:`read_jsonl_text`)."""
+
+    comments: bool
+    torn_tail: bool
+    objects: bool
+    fix: str
+    missing_fix: str
+
+
+def read_jsonl(path: str | Path, **options: Unpack[ReadOptions]) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, value)`` for each non-blank line; every problem raises :class:`InputError`.
 
     ``comments``: skip lines starting with ``#``. ``torn_tail``: a last line
     without a newline that does not parse is ignored (a killed writer's
     half line). ``objects``: a line that is not a JSON object is an error.
+    ``fix``/``missing_fix``: the fix named by a bad line's / a missing file's error.
     """
-    lines = read_jsonl_text(
-        path, comments=comments, torn_tail=torn_tail, objects=objects, fix=fix, missing_fix=missing_fix
-    )
-    for number, value, _ in lines:
+    for number, value, _ in read_jsonl_text(path, **options):
         yield number, value
 
 
