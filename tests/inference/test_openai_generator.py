@@ -172,6 +172,7 @@ def test_tirl_train_with_openai_generator(tmp_path):
             "trainer.steps=2", "trainer.prompts_per_step=4", "algo.group_size=4", "trainer.eval_before_after=false",
             "sandbox.backend=process", "filter.max_resample_rounds=0", "filter.min_valid_per_group=1",
             "rollout.run_workers=8", "trainer.checkpoint_every=2", "algo.minibatches=1",
+            "env.name=tir-math", "env.max_turns=4",  # the task family tiny-tir was warm-started on
         ]  # fmt: skip
         args = ["train", "--model", str(model_dir), "--generator", "openai", "--base-url", url,
                 "--run-dir", str(run_dir), "--no-progress"]  # fmt: skip
