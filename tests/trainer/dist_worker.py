@@ -34,13 +34,13 @@ def batch(n: int = 12, seed: int = 3) -> tuple[list[Trajectory], torch.Tensor]:
     return trajs, torch.randn(n, generator=g)
 
 
-def run(rank: int, world: int, port: int, out: str) -> None:
+def run(rank: int, world: int, port: int, out: str, n: int = 12) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model, _ = build_tiny_model(SPEC, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
     base = PolicyUpdater(model=model, optimizer=opt, algo=ALGO, pad_id=0)
-    trajs, adv = batch()
+    trajs, adv = batch(n)  # n=3: mini-batches of 2 rows and 1 row, so rank 1 of 2 has an empty share
     if world == 1:
         stats = [base.update(trajs, adv, seed=11), base.update(trajs, adv, seed=12)]
     else:
@@ -60,4 +60,4 @@ def run(rank: int, world: int, port: int, out: str) -> None:
 
 
 if __name__ == "__main__":
-    run(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    run(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], *(int(a) for a in sys.argv[5:6]))

@@ -15,19 +15,25 @@ Who does what:
   and (with ``algo.kl_coef > 0``) the reference model; they only update.
 - **The update** (:class:`ShardedUpdater`): every rank draws the same
   mini-batches (same seed), computes the micro-batches of its share of each
-  mini-batch (rows ``rank, rank + N, ...``), scales each micro-loss by its
-  share of the *global* mini-batch (tokens or sequences), and the gradients
-  are summed with ``all_reduce`` before clipping and the optimiser step. So
-  the gradient, the clipped norm, ``train/loss`` and the parameters after the
-  step equal the one-process run's, up to float summation order.
+  mini-batch (rows ``rank, rank + N, ...``) and scales each micro-loss by its
+  share of the *global* mini-batch (tokens or sequences). The gradients are
+  summed by torch DDP (``DistributedDataParallel`` with a summing comm hook)
+  before clipping and the optimiser step. So the gradient, the clipped norm,
+  ``train/loss`` and the parameters after the step equal the one-process
+  run's, up to float summation order.
 
 Backend: gloo on CPU, nccl on GPU (``model.device`` ``cuda``; one GPU per
-rank, ``cuda:RANK``). The gradient exchange is an explicit ``all_reduce``
-per parameter, the math of DDP without the ``DistributedDataParallel``
-wrapper: after the void filter a rank's share of a mini-batch can be empty,
-and DDP needs every rank to run a backward through every parameter. FSDP2
-(``fully_shard``) is **not used**: every rank holds the full model and
-optimiser state (plain data parallelism), on CPU and on GPU.
+rank, ``cuda:RANK``). **DDP runs on CPU and GPU; FSDP2 is not used.** The
+micro-batches accumulate under ``no_sync()`` (their number differs across
+ranks), then every rank runs one synced pass on a zero-weighted dummy row
+whose backward triggers DDP's all-reduce: after the void filter a rank's
+share of a mini-batch can be empty, and this keeps the collectives matched
+(the empty rank contributes zero gradients). A trainable parameter that no
+forward reaches gets a zero gradient (not None) under DDP; tirl's policies
+use every trainable parameter in every forward. FSDP2 (``fully_shard``) runs
+on CPU/gloo in torch 2.13, but every FSDP2 forward is a collective while
+rank 0 alone samples with the policy, so every rank holds the full model and
+optimiser state (plain data parallelism).
 
 Checkpoints are written by rank 0 only and hold the full model and optimiser
 state, so a run resumes the same at any N (the ranks receive rank 0's
@@ -45,7 +51,8 @@ one ``error:`` line, exit 2, and the run directory keeps its last complete
 checkpoint (checkpoints are atomic), so ``tirl train --resume`` continues it.
 
 Not covered: sharding the generator or the rollout over ranks (rank 0 rolls
-out), sharded old-log-prob scoring (each rank scores every row), FSDP2,
+out), sharded old-log-prob scoring (each rank scores every row), FSDP2, gradient
+checkpointing with N > 1 (untested under DDP),
 multi-node launch without Ray (local ranks rendezvous on 127.0.0.1; Ray ranks
 on rank 0's node address), restarting a dead rank.
 """
@@ -62,6 +69,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -69,9 +77,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from tirl.errors import SetupError, TirlError
-from tirl.trainer.update import PolicyUpdater, UpdateStats
+from tirl.models.memory import autocast
+from tirl.trainer.update import PolicyUpdater, UpdateStats, model_device
 from tirl.types import Trajectory
 
 INIT_TIMEOUT_S = 300.0
@@ -142,35 +152,71 @@ def _gcd(a: int, b: int) -> int:
     return a
 
 
+def _sum_hook(state: Any, bucket: Any) -> Any:
+    """DDP comm hook: sum a gradient bucket over the ranks (DDP's default divides by N; the scale is global here)."""
+    fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()  # type: ignore[union-attr]
+    return fut.then(lambda f: f.value()[0])
+
+
+# DDP checks the hook's annotations as objects; this module's are strings (``from __future__ import annotations``)
+_sum_hook.__annotations__ = {"state": Any, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+
+
 @dataclass
 class ShardedUpdater(PolicyUpdater):
-    """:class:`PolicyUpdater` whose rank computes its share of each mini-batch; gradients summed across ranks."""
+    """:class:`PolicyUpdater` whose rank computes its share of each mini-batch; DDP sums the gradients."""
 
     rank: int = 0
     world_size: int = 1
+    ddp: Any = None  # the DistributedDataParallel wrapper, made at the first update (a collective on every rank)
+
+    def _wrap(self) -> None:
+        """Wrap the policy in DDP (every rank at the same point: the first update) and forward through it."""
+        if self.ddp is not None:
+            return
+        dev = model_device(self.model)
+        with warnings.catch_warnings():  # torch 2.13 deprecates broadcast_buffers, but its successor
+            warnings.simplefilter("ignore", FutureWarning)  # forward_sync_buffers=False hangs here (a lazy sync)
+            self.ddp = DistributedDataParallel(
+                self.model,
+                device_ids=[dev] if dev.type == "cuda" else None,
+                broadcast_buffers=False,  # forwards differ in number across ranks: no collective in forward
+                init_sync=False,  # sync_state already gave every rank rank 0's weights
+            )
+        self.ddp.register_comm_hook(None, _sum_hook)
+        self.model = self.ddp
 
     def _local_rows(self, rows: list[int]) -> list[int]:
         return rows[self.rank :: self.world_size]
 
+    def _minibatch(self, *args: Any, **kwargs: Any) -> None:
+        """The micro-batches accumulate locally (``no_sync``); :meth:`_reduce` runs the one synced pass."""
+        with self.ddp.no_sync():
+            super()._minibatch(*args, **kwargs)
+
     def _reduce(self, mb_loss: float, finite: bool) -> tuple[float, bool]:
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        device = params[0].device if params else torch.device("cpu")
-        head = [mb_loss, 0.0 if finite else 1.0]
-        flags = torch.tensor(head + [float(p.grad is not None) for p in params], dtype=torch.float64, device=device)
+        """One zero-weighted synced pass (DDP all-reduces the accumulated gradients), then loss and flags."""
+        dev = model_device(self.model)
+        ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=dev)  # a dummy row: every rank, even empty
+        self.ddp.require_backward_grad_sync = True  # leave no_sync for this pass only (as no_sync's exit does)
+        try:
+            with autocast(dev, self.precision):
+                out = self.ddp(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+            (out.logits.float().sum() * 0.0).backward()  # adds 0 to every gradient; triggers the all-reduce
+        finally:
+            self.ddp.require_backward_grad_sync = False
+        flags = torch.tensor([mb_loss, 0.0 if finite else 1.0], dtype=torch.float64, device=dev)
         dist.all_reduce(flags)
-        if flags[1].item() > 0:  # some rank saw a non-finite loss: every rank skips the step
-            return float(flags[0].item()), False
-        for p, present in zip(params, flags[2:].tolist(), strict=True):
-            if present > 0:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                dist.all_reduce(p.grad)
-        return float(flags[0].item()), True
+        return float(flags[0].item()), flags[1].item() == 0  # a non-finite loss on any rank: all skip the step
+
+    def _update_local(self, trajs: list[Trajectory], advantages: torch.Tensor, seed: int) -> UpdateStats:
+        self._wrap()
+        return PolicyUpdater.update(self, trajs, advantages, seed=seed)
 
     def update(self, trajs: list[Trajectory], advantages: torch.Tensor, *, seed: int) -> UpdateStats:
         """Rank 0: send the step to the other ranks, then update on its share (the others call :meth:`follow`)."""
         _collective(lambda: dist.broadcast_object_list([(trajs, advantages.cpu(), seed)], src=0))
-        return _collective(lambda: PolicyUpdater.update(self, trajs, advantages, seed=seed))
+        return _collective(lambda: self._update_local(trajs, advantages, seed))
 
     def follow(self) -> bool:
         """Ranks > 0: receive one step and update on its share; False when rank 0 says the run is over."""
@@ -179,7 +225,7 @@ class ShardedUpdater(PolicyUpdater):
         if box[0] is None:
             return False
         trajs, advantages, seed = box[0]
-        PolicyUpdater.update(self, trajs, advantages, seed=seed)
+        self._update_local(trajs, advantages, seed)
         return True
 
     @classmethod
