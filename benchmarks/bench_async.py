@@ -139,13 +139,13 @@ async def run_mode(mode: Mode, plans: list[list[Plan]], train_s: float) -> dict[
     }
 
 
-def simulate(tasks: int, steps: int, seed: int) -> dict[str, Any]:
+def simulate(tasks: int, steps: int, seed: int, sync_batch_live: int = LIVE_BUDGET) -> dict[str, Any]:
     plans = step_plans(tasks, steps, seed)
     probe = VirtualTimeLoop.run(run_mode(Mode("pipeline", 0), plans, 0.0))  # the sync rollout time alone
     train_s = TRAIN_FRACTION * probe["rollout_s_mean"]
     runs = {
         "sync": VirtualTimeLoop.run(run_mode(Mode("pipeline", 0), plans, train_s)),
-        "sync_batch": VirtualTimeLoop.run(run_mode(Mode("sync_batch", 0, LIVE_BUDGET), plans, train_s)),
+        "sync_batch": VirtualTimeLoop.run(run_mode(Mode("sync_batch", 0, sync_batch_live), plans, train_s)),
     }
     by_k = {k: VirtualTimeLoop.run(run_mode(Mode("pipeline", k), plans, train_s)) for k in range(1, MAX_K + 1)}
     best = max(by_k, key=lambda k: by_k[k]["steps_per_s"])
@@ -198,11 +198,18 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=32, help="tasks per step (x 4 trajectories)")
     ap.add_argument("--steps", type=int, default=30, help="training steps per mode")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--sync-batch-live",
+        type=int,
+        default=LIVE_BUDGET,
+        help="live envs sync_batch may hold (default: one pipeline's budget, 112; with K >= 1 several steps' "
+        "pipelines run at once, so give it a whole step, e.g. 128, for the strictest comparison)",
+    )
     args = ap.parse_args()
-    if args.tasks < 1 or args.steps < 1:
-        print("error: --tasks and --steps must be >= 1", file=sys.stderr)
+    if args.tasks < 1 or args.steps < 1 or args.sync_batch_live < 1:
+        print("error: --tasks, --steps and --sync-batch-live must be >= 1", file=sys.stderr)
         return 2
-    res = simulate(args.tasks, args.steps, args.seed)
+    res = simulate(args.tasks, args.steps, args.seed, args.sync_batch_live)
     if args.json:
         print(json.dumps(res["result"]))
     else:
