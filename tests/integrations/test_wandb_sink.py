@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,17 @@ class ListSink:
         self.closed = True
 
 
-def _wandb_file(run_dir: Path) -> bytes:
+def _wandb_file(run_dir: Path, *needles: bytes) -> bytes:
+    """The offline run's record file, once it holds every needle: wandb's service process writes it on its own
+    schedule, and on a loaded machine the records can land a moment after ``finish()`` returns (CI saw only the
+    7-byte header). Waits at most 30 s, then returns what is there so the caller's assert shows it."""
     (path,) = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
-    return path.read_bytes()
+    deadline = time.monotonic() + 30.0
+    data = path.read_bytes()
+    while not all(n in data for n in needles) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        data = path.read_bytes()
+    return data
 
 
 def test_sinks_get_exactly_the_rows_of_metrics_jsonl(tmp_path: Path) -> None:
@@ -51,7 +60,7 @@ def test_off_by_default_and_offline_writes_a_local_run(tmp_path: Path) -> None:
     logger = RunLogger(tmp_path, tensorboard=False, sinks=[sink])
     logger.log_step(1, {"train/loss": 0.5, "filter/void_trajectories": 3})
     logger.close()
-    data = _wandb_file(tmp_path)
+    data = _wandb_file(tmp_path, b"train/loss", b"filter/void_trajectories", b"tirl-test")
     assert b"train/loss" in data and b"filter/void_trajectories" in data and b"tirl-test" in data
     assert b"rollout/trajectories" not in data  # null values are left out, as in TensorBoard
 
@@ -71,6 +80,6 @@ def test_tirl_train_logs_to_an_offline_wandb_run(tmp_path: Path) -> None:
             "--set", "generation.max_total_tokens=200", "--set", "env.eval_size=2", "--set", "trainer.threads=1",
             "--set", "trainer.eval_before_after=false"]  # fmt: skip
     assert main(args) == 0
-    data = _wandb_file(run_dir)
+    data = _wandb_file(run_dir, b"filter/valid_trajectories", b"time/step_s")
     assert b"filter/valid_trajectories" in data and b"time/step_s" in data
     assert (run_dir / "metrics.jsonl").read_text().count("\n") == 1 and (run_dir / "tb").is_dir()
