@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +13,6 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from tirl.cli import main  # noqa: E402
 from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy  # noqa: E402
 from tirl.trainer.logging import read_metrics  # noqa: E402
 
@@ -29,21 +30,24 @@ TINY = [
 
 
 @pytest.mark.slow
-def test_nproc_2_on_ray_places_rank_1_in_an_actor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nproc_2_on_ray_places_rank_1_in_an_actor(tmp_path: Path) -> None:
     spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)
     model, tok = build_tiny_model(spec, seed=0)
     model_dir = save_policy(model, tok, tmp_path / "tiny")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # Ray's auth token goes to a private HOME
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    if ray.is_initialized():
-        ray.shutdown()
+    # A process of its own, in a private HOME (Ray's auth token goes there): Ray keeps process-wide state (token
+    # authentication turned on by an earlier test's cluster made this test's local GCS refuse to start in CI).
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_AUTH_MODE", None)
     run_dir = tmp_path / "run"
-    try:
-        args = ["train", "--model", str(model_dir), "--run-dir", str(run_dir), "--steps", "2", *TINY]
-        assert main([*args, "--backend", "ray", "--nproc", "2"]) == 0
-        assert ray.is_initialized()
-    finally:
-        ray.shutdown()
+    args = ["train", "--model", str(model_dir), "--run-dir", str(run_dir), "--steps", "2", *TINY]
+    done = subprocess.run(
+        [sys.executable, "-m", "tirl.cli", *args, "--backend", "ray", "--nproc", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
     rows = read_metrics(run_dir)
     assert [r["dist/world_size"] for r in rows] == [2, 2]
     assert all(r["train/optimizer_steps"] for r in rows)
