@@ -13,27 +13,16 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy  # noqa: E402
+from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model  # noqa: E402
+
 from tirl.trainer.logging import read_metrics  # noqa: E402
 
-TINY = [
-    "--set", "trainer.prompts_per_step=2",
-    "--set", "algo.group_size=2",
-    "--set", "generation.max_new_tokens=16",
-    "--set", "generation.max_total_tokens=200",
-    "--set", "filter.mode=off",
-    "--set", "algo.kl_coef=0.01",
-    "--set", "trainer.threads=1",
-    "--set", "trainer.eval_before_after=false",
-    "--no-progress",
-]  # fmt: skip
+TINY = TINY_TRAIN_ARGS
 
 
 @pytest.mark.slow
 def test_nproc_2_on_ray_places_rank_1_in_an_actor(tmp_path: Path) -> None:
-    spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)
-    model, tok = build_tiny_model(spec, seed=0)
-    model_dir = save_policy(model, tok, tmp_path / "tiny")
+    model_dir = save_tiny_model(tmp_path / "tiny")
     # A process of its own, in a private HOME (Ray's auth token goes there): Ray keeps process-wide state (token
     # authentication turned on by an earlier test's cluster made this test's local GCS refuse to start in CI).
     env = {**os.environ, "HOME": str(tmp_path / "home"), "RAY_USAGE_STATS_ENABLED": "0"}

@@ -7,35 +7,24 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
 
 from tirl.cli import main
 from tirl.config import ConfigError, RolloutConfig
 from tirl.filters import FilterStats
 from tirl.inference.snapshot import generator_copy, sync_snapshot
-from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
+from tirl.models.tiny import TinyModelSpec, build_tiny_model
 from tirl.trainer.logging import read_metrics
 from tirl.trainer.overlap import drop_stale
 from tirl.trainer.trainer import Collected
 from tirl.types import Group, Trajectory
 
-TINY = [
-    "--set", "trainer.prompts_per_step=2",
-    "--set", "algo.group_size=2",
-    "--set", "generation.max_new_tokens=16",
-    "--set", "generation.max_total_tokens=200",
-    "--set", "filter.mode=off",  # a random model only writes void turns; train on them anyway
-    "--set", "algo.kl_coef=0.01",  # every step updates (all-zero advantages would skip the update)
-    "--set", "trainer.threads=1",
-    "--set", "trainer.eval_before_after=false",
-    "--no-progress",
-]  # fmt: skip
+TINY = TINY_TRAIN_ARGS
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)
-    model, tok = build_tiny_model(spec, seed=0)
-    return save_policy(model, tok, tmp_path_factory.mktemp("m") / "tiny")
+    return save_tiny_model(tmp_path_factory.mktemp("m") / "tiny")
 
 
 @pytest.mark.slow

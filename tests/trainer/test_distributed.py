@@ -11,25 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
 
 from tirl.cli import main
-from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
+from tirl.models.tiny import TinyModelSpec, build_tiny_model
 from tirl.trainer.distributed import free_port
 from tirl.trainer.logging import read_metrics
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "dist_worker.py"
-TINY = [
-    "--set", "trainer.prompts_per_step=2",
-    "--set", "algo.group_size=2",
-    "--set", "generation.max_new_tokens=16",
-    "--set", "generation.max_total_tokens=200",
-    "--set", "filter.mode=off",
-    "--set", "algo.kl_coef=0.01",  # every step updates
-    "--set", "trainer.threads=1",
-    "--set", "trainer.eval_before_after=false",
-    "--no-progress",
-]  # fmt: skip
+TINY = TINY_TRAIN_ARGS
 
 
 def _worker(rank: int, world: int, port: int, out: Path, n: int = 12) -> subprocess.Popen[str]:
@@ -75,9 +66,7 @@ def _spec() -> TinyModelSpec:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)
-    model, tok = build_tiny_model(spec, seed=0)
-    return save_policy(model, tok, tmp_path_factory.mktemp("m") / "tiny")
+    return save_tiny_model(tmp_path_factory.mktemp("m") / "tiny")
 
 
 @pytest.mark.slow
