@@ -22,8 +22,9 @@ held-out set is smaller than ``make run``'s (``env.eval_size`` 40 instead of
 200) and runs are 8 steps instead of 25, and the same for every run: "before" is measured once per ablation and
 copied into each run directory (the trainer then skips its own before-eval;
 the policy and tasks are identical, and greedy decoding makes it the same
-number). ``--split validation`` evaluates on another draw (``env.seed=1``:
-other training and evaluation tasks) — use it to choose settings; the
+number). ``--split validation`` evaluates on the validation set
+(``env.eval_split=validation``: a draw disjoint from the held-out set, the
+training tasks and the SFT prompts) — use it to choose settings; the
 default split is the held-out one reported in the README.
 
 Not covered: parallel runs, resuming a half-finished ablation (a rerun
@@ -53,7 +54,6 @@ COLLAPSE_DROP = 0.10  # accuracy after < before - this is a collapse
 EDGE_STEPS = 3  # void share "start"/"end": mean over this many first/last steps
 DEFAULT_STEPS = 8
 DEFAULT_SEEDS = 3
-VALIDATION_ENV_SEED = 1
 
 STRESS: tuple[str, ...] = (
     "env.name=tir-chain",
@@ -91,10 +91,9 @@ class AblationPlan:
 
     def overrides(self, mode: str, seed: int) -> list[str]:
         """The ``--set`` pairs of one run."""
-        env_seed = VALIDATION_ENV_SEED if self.split == "validation" else 0
         return [
             *STRESS,
-            f"env.seed={env_seed}",
+            f"env.eval_split={self.split}",
             f"filter.mode={mode}",
             f"trainer.seed={seed}",
             f"trainer.steps={self.steps}",

@@ -92,6 +92,7 @@ class EnvConfig:
     difficulty: int = 1
     max_turns: int = 6  # tir-chain needs up to 6 (4 calls, a fixed error, the answer)
     eval_size: int = 200
+    eval_split: Literal["heldout", "validation"] = "heldout"  # what the trainer evaluates: validation is for tuning
     seed: int = 0
     tools: bool = False  # offer the env's tools as functions (python; swe-lite: bash, submit); needs a tool template
 
@@ -99,6 +100,8 @@ class EnvConfig:
         _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")
         _check(1 <= self.difficulty <= 5, "env.difficulty", self.difficulty, "use a level from 1 to 5")
         _check(self.eval_size >= 1, "env.eval_size", self.eval_size, "use at least 1")
+        _check(self.eval_split in ("heldout", "validation"), "env.eval_split", self.eval_split,
+               "use heldout (the reported figures) or validation (to choose settings)")  # fmt: skip
         _check(bool(self.prompt_key.strip()), "env.prompt_key", self.prompt_key, "name a field, e.g. prompt")
 
 

@@ -64,8 +64,9 @@ def test_summary_json_table_and_plot(tmp_path: Path) -> None:
 def test_plan_validates_and_builds_overrides() -> None:
     plan = AblationPlan(modes=("off", "penalize"), seeds=(0, 1), steps=3, split="validation")
     o = plan.overrides("penalize", 1)
-    assert {"filter.mode=penalize", "trainer.seed=1", "trainer.steps=3", "env.seed=1", "env.name=tir-chain"} <= set(o)
-    assert "env.seed=0" in AblationPlan().overrides("off", 0)
+    assert {"filter.mode=penalize", "trainer.seed=1", "trainer.steps=3", "env.eval_split=validation"} <= set(o)
+    assert "env.name=tir-chain" in o
+    assert "env.eval_split=heldout" in AblationPlan().overrides("off", 0)
     for bad in ({"modes": ("sometimes",)}, {"seeds": ()}, {"steps": 0}, {"split": "test"}):
         with pytest.raises(ConfigError):
             AblationPlan(**bad)  # type: ignore[arg-type]

@@ -20,3 +20,37 @@ def test_small_task_space_is_split_instead_of_exhausted() -> None:
     train = sets.train(3, 8)
     assert len(train) == 8
     assert not {t.prompt for t in train} & eval_prompts
+
+
+def test_pool_draw_is_without_replacement_and_covers_every_task_once_per_epoch() -> None:
+    sets = TaskSets(load_config(None, ["env.name=swe-lite"]))
+    assert sets._pool is not None
+    size = len(sets._pool)
+    assert size >= 8
+    for step in range(12):  # a step never repeats a task while n <= the pool (random.choices did)
+        drawn = [t.id for t in sets.train(step, 8)]
+        assert len(set(drawn)) == 8, drawn
+        assert drawn == [t.id for t in TaskSets(load_config(None, ["env.name=swe-lite"])).train(step, 8)]
+    epoch0 = [sets.train(step, 1)[0].id for step in range(size)]  # n=1: steps 0..size-1 are epoch 0
+    assert sorted(epoch0) == sorted(t.id for t in sets._pool)
+    epoch1 = [sets.train(step, 1)[0].id for step in range(size, 2 * size)]
+    assert sorted(epoch1) == sorted(epoch0) and epoch1 != epoch0  # reshuffled, same tasks
+    per_epoch = size // 8  # n=8: an epoch is size // 8 steps, no task twice within it
+    seen = [t.id for step in range(per_epoch) for t in sets.train(step, 8)]
+    assert len(seen) == len(set(seen)) == per_epoch * 8
+    big = sets.train(5, size + 3)  # n > pool: whole shuffles, every task at least once
+    assert len(big) == size + 3 and {t.id for t in big} == {t.id for t in sets._pool}
+
+
+def test_eval_split_picks_the_validation_set_and_refuses_an_empty_one() -> None:
+    import pytest
+
+    from tirl.errors import ConfigError
+
+    sets = TaskSets(load_config(None, ["env.name=tir-math", "env.eval_split=validation"]))
+    assert sets.split("validation") is sets.validation_tasks and sets.split("heldout") is sets.eval_tasks
+    assert not {t.prompt for t in sets.validation_tasks} & {t.prompt for t in sets.eval_tasks}
+    with pytest.raises(ConfigError, match=r"env\.eval_split=validation is empty"):
+        TaskSets(load_config(None, ["env.name=swe-lite", "env.eval_split=validation"]))
+    with pytest.raises(ConfigError, match=r"env\.eval_split"):
+        load_config(None, ["env.eval_split=test"])

@@ -127,9 +127,10 @@ class TrainingRun:
         return ref
 
     async def evaluate(self) -> dict[str, Any]:
-        """Greedy accuracy of the current policy on the held-out set."""
+        """Greedy accuracy of the current policy on the held-out set (or the validation set: ``env.eval_split``)."""
         assert self.parts is not None and self.tasks is not None, "setup() first"
-        return eval_record(await evaluate(self.parts, self.tasks.eval_tasks, seed=self.cfg.trainer.seed))
+        tasks = self.tasks.split(self.cfg.env.eval_split)
+        return eval_record(await evaluate(self.parts, tasks, seed=self.cfg.trainer.seed))
 
     async def train(self) -> dict[str, Any]:
         """Evaluation before, the steps, evaluation after; returns the evaluation part of the summary."""

@@ -122,6 +122,17 @@ class TaskSets:
                     len(distinct) - k,
                 )
         self._eval_prompts = {t.prompt for t in self.eval_tasks} | {t.prompt for t in self.validation_tasks}
+        self.split(env.eval_split)  # an empty validation split is a configuration error, found before any work
+
+    def split(self, name: str) -> list[Task]:
+        """The evaluation tasks of split ``name`` (``heldout`` or ``validation``); raises on an empty split."""
+        if name == "heldout":
+            return self.eval_tasks
+        if not self.validation_tasks:
+            raise ConfigError(f"env.eval_split={name} is empty for env {self.cfg.env.name} with this task source "
+                              "(a task file or a small task space has no validation split): use "
+                              "env.eval_split=heldout")  # fmt: skip
+        return self.validation_tasks
 
     def train(self, step: int, n: int) -> list[Task]:
         """``n`` training tasks for ``step`` (deterministic; none of them in the evaluation set)."""
@@ -129,7 +140,7 @@ class TaskSets:
 
         seed = train_seed(self.cfg.env.seed, step)
         if self._pool is not None:
-            return random.Random(seed).choices(self._pool, k=n)
+            return _epoch_draw(self._pool, self.cfg.env.seed, step, n)
         out: list[Task] = []
         extra = 0
         while len(out) < n and extra < 64:
@@ -142,6 +153,27 @@ class TaskSets:
             Task(id=f"s{step}-{i}-{t.id}", prompt=t.prompt, answer=t.answer, kind=t.kind, data=t.data)
             for i, t in enumerate(out)
         ]
+
+
+def _epoch_draw(pool: list[Task], env_seed: int, step: int, n: int) -> list[Task]:
+    """``n`` tasks of ``pool`` for ``step``: per epoch one seeded shuffle of the pool, cut into steps of ``n``.
+
+    A step never repeats a task while ``n <= len(pool)``, and a task is seen at most once per epoch (the
+    ``len(pool) % n`` left over at an epoch's end wait for a later shuffle). A larger ``n`` takes whole shuffles.
+    The draw depends only on ``(env_seed, step)``, so a resumed run draws the same tasks.
+    """
+
+    def shuffled(epoch: int) -> list[Task]:
+        order = list(pool)
+        random.Random(f"tirl-epoch-{env_seed}-{epoch}").shuffle(order)
+        return order
+
+    if n > len(pool):
+        rounds = -(-n // len(pool))
+        return [t for r in range(rounds) for t in shuffled(step * rounds + r)][:n]
+    per_epoch = len(pool) // n
+    epoch, slot = divmod(step, per_epoch)
+    return shuffled(epoch)[slot * n : slot * n + n]
 
 
 @dataclass

@@ -22,9 +22,10 @@ A solved expert episode therefore has 3–6 assistant turns; use
 
 Splits: training tasks per step and the trainer's held-out evaluation set
 (disjoint by prompt, see :mod:`tirl.trainer.wiring`), and SFT's own tasks
-(seeds 100000+). The **validation** split for choosing settings is the
-evaluation draw of ``env.seed=1`` (``tirl ablate --split validation``); the
-held-out set (``env.seed=0``) is only read for the reported figures.
+(seeds 100000+). The **validation** split for choosing settings is a draw
+disjoint from all of these (``env.eval_split=validation``, ``tirl ablate
+--split validation``, ``tirl eval --split validation``); the held-out set is
+only read for the reported figures.
 
 Not covered: ``env.difficulty`` (the chain length range is fixed to 2–4
 calls) and JSONL task files (use tir-math's loader for your own questions).
