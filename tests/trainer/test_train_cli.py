@@ -125,3 +125,15 @@ def test_bad_model_path_is_one_error_line_and_leaves_no_run_directory(tmp_path: 
     assert not run_dir.exists()
     assert main(["train", "--resume", str(tmp_path)]) == 2
     assert "not a tirl run directory" in capsys.readouterr().err
+
+
+def test_bad_task_file_leaves_no_runs_parent_it_created(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"bad": 1}\n')
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    for root in (tmp_path / "runs", keep / "a" / "b"):  # a fresh root (runs/) and nested parents under one that was
+        sets = ["--set", f"env.tasks_file={bad}", "--set", "env.name=tir-math", "--set", f"trainer.run_dir={root}"]
+        assert main(["train", *sets, "--no-progress"]) == 2
+        assert "t.jsonl:1:" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "t.jsonl"] and not any(keep.iterdir())

@@ -94,12 +94,25 @@ def _new_run_dir(cfg: TirlConfig) -> Path:
     while path.exists():
         n += 1
         path = root / f"{name}-{n}"
-    path.mkdir(parents=True)
     return path
 
 
-def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path]:
-    """The config and run directory of this invocation (saved config first when resuming)."""
+def _first_missing(path: Path) -> Path:
+    """The outermost directory of ``path`` that does not exist yet (what ``mkdir(parents=True)`` creates)."""
+    top = path
+    for parent in path.parents:
+        if parent.exists():
+            break
+        top = parent
+    return top
+
+
+def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
+    """The config, the run directory (saved config first when resuming) and what this call created.
+
+    The third value is the outermost directory created for the run (``None`` when resuming or when the run
+    directory existed): a failed set-up removes the run directory and those parents again while they are empty.
+    """
     overrides = [*args.overrides, *_shortcuts(args)]
     if args.resume:
         run_dir = Path(args.resume)
@@ -111,7 +124,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path]:
         if not isinstance(saved_cfg, dict):
             raise InputError(str(saved), None, "is not a JSON object", "restore the config.json that tirl train wrote")
         base = _as_overrides(saved_cfg)
-        return load_config(None, [*base, *overrides]), run_dir
+        return load_config(None, [*base, *overrides]), run_dir, None
     cfg = load_config(args.config, overrides)
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
     if args.run_dir:  # never overwrite an existing run: its metrics, trajectories and config
@@ -119,8 +132,9 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path]:
         if any((run_dir / name).exists() for name in ("config.json", "metrics.jsonl", "checkpoints")):
             raise InputError(str(run_dir), None, "already holds a run",
                              f"continue it with `tirl train --resume {run_dir}`, or give a new --run-dir")  # fmt: skip
+    created = None if run_dir.exists() else _first_missing(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    return cfg, run_dir
+    return cfg, run_dir, created
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     from tirl.trainer.run import train_run
 
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
-    cfg, run_dir = resolve(args)
+    cfg, run_dir, created = resolve(args)
     world = None
     try:
         if args.nproc != 1:  # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous
@@ -146,6 +160,10 @@ def run(args: argparse.Namespace) -> int:
         # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
         if not args.resume and {p.name for p in run_dir.iterdir()} <= {"config.json", "pipeline_trace.jsonl", "ranks"}:
             shutil.rmtree(run_dir, ignore_errors=True)
+            for parent in run_dir.parents:  # and the parents this call made (runs/), while they are empty
+                if created is None or not parent.is_relative_to(created) or any(parent.iterdir()):
+                    break
+                parent.rmdir()
         raise
     if "eval/accuracy_before" in summary:
         print(
