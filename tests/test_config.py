@@ -51,3 +51,15 @@ def test_missing_and_bad_toml(tmp_path: Path) -> None:
     bad.write_text("[algo\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+
+
+def test_list_overrides_take_a_toml_array_or_comma_separated_items() -> None:
+    def markers(text: str) -> list[str]:
+        return load_config(None, [f"filter.answer_markers={text}"]).filter.answer_markers
+
+    assert markers("####,ANS") == ["####", "ANS"]
+    assert markers('["####", "a,b"]') == ["####", "a,b"]  # an item holding a comma (split on commas before)
+    assert markers("[]") == [] and markers("") == []
+    for bad, needle in (('["####", x]', "is not a TOML array"), ("[[[", "is not a TOML array"), ("[1, 2]", "string")):
+        with pytest.raises(ConfigError, match=needle):
+            markers(bad)

@@ -303,7 +303,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if origin is list:
         (item,) = args
         if isinstance(value, str):
-            value = [v for v in (p.strip() for p in value.split(",")) if v]
+            value = _list_text(value, key)
         if not isinstance(value, list):
             raise ConfigError(
                 f"config {key}={_show(value)} is invalid: give a list (comma-separated on the command line)"
@@ -366,6 +366,21 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         else:
             kwargs[key] = _coerce(value, tp, full)
     return cls(**kwargs)
+
+
+def _list_text(text: str, key: str) -> list[Any]:
+    """A command-line list: a TOML array (``["####", "a,b"]``) or comma-separated items (``####,ANS``)."""
+    if not text.lstrip().startswith("["):
+        return [v for v in (p.strip() for p in text.split(",")) if v]
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
+        reason = str(exc) if isinstance(exc, tomllib.TOMLDecodeError) else "unreadable"
+        raise ConfigError(
+            f"config {key}={_show(text)} is not a TOML array ({reason}): quote each item, e.g. "
+            f'{key}=["####", "a,b"], or write items comma-separated without brackets'
+        ) from None
+    return list(value)  # "v = [" always parses to an array
 
 
 def parse_override(text: str) -> tuple[list[str], str]:
