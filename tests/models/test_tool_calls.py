@@ -225,3 +225,29 @@ def test_a_template_that_takes_arguments_only_as_a_mapping_supports_tools(qwen2_
     assert mapping_only != GROUPED
     support = template_supports_tools(tok, mapping_only)  # a JSON-string argument raises in dictsort
     assert support.ok and support.hermes, support.missing
+
+
+async def test_an_env_that_declares_its_own_tools_is_offered_those_not_the_default(
+    qwen2_dir: Path, model_sandbox: Sandbox
+) -> None:
+    """``env.tools = true`` gives the loop the built-in python tool; an env with its own functions keeps them."""
+    from tirl.models.toolcalls import function_tool
+
+    add = function_tool("add", "Add two numbers.", a="first", b="second")
+
+    class AddEnv(TirMathEnv):
+        tools = (add,)
+
+    chat = load_policy(qwen2_dir).chat
+    loop = AgentLoop(
+        ScriptedGenerator(chat, ["\\boxed{42}"]), chat, max_turns=2, max_total_tokens=4000, tools=(PYTHON_TOOL,)
+    )
+    env = AddEnv(sandbox=model_sandbox, max_turns=2)
+    task = Task(id="t", prompt="What is 40+2?", answer="42")
+    initial = await env.reset(task)
+    traj = Trajectory(id=task.id, messages=[])
+    await loop(env, task, initial, traj)
+    await env.close()
+    prompt = traj.token_ids[: traj.prompt_len]
+    assert prompt == chat.prompt_ids(initial, tools=[add])
+    assert prompt != chat.prompt_ids(initial, tools=[PYTHON_TOOL])

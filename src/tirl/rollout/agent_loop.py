@@ -26,8 +26,9 @@ the calls are parsed into ``tool_calls`` (ids ``call_{turn}_{k}``), the void
 rule counts well-formed ones as actions and the env executes them. Tool
 messages the env returns without a ``tool_call_id`` get the ids of the
 turn's calls in order, and are rendered as the template renders a ``tool``
-turn. Tool definitions for the prompt: :attr:`AgentLoop.tools`, else the
-env's ``tools`` attribute when it has one.
+turn. Tool definitions for the prompt: the env's own ``tools`` attribute when
+it declares some (a verifiers env's functions), else :attr:`AgentLoop.tools`
+(``env.tools = true``: the built-in env's python or bash/submit tools).
 
 Not covered: the loop never calls ``env.evaluate`` or ``env.close`` (the
 rollout stages do: training, held-out evaluation and SFT demonstrations all
@@ -101,7 +102,7 @@ class AgentLoop:
     async def _run(self, env: Env, initial: list[Message], traj: Trajectory) -> None:
         if not traj.messages:
             traj.messages.extend(initial)
-        prompt = self.chat.prompt_ids(initial, tools=list(self.tools or getattr(env, "tools", None) or ()) or None)
+        prompt = self.chat.prompt_ids(initial, tools=list(getattr(env, "tools", None) or self.tools or ()) or None)
         self._append(traj, prompt, None)
         traj.prompt_len = len(prompt)
         versions: list[int] = []
