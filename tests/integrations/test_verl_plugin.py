@@ -139,5 +139,8 @@ def test_divisible_by_trims_the_tail_and_counts_it() -> None:
     kept, stats = drop_void_trajectories(_batch(tok), tok, divisible_by=2)
     assert kept.non_tensor_batch["row"].tolist() == [0, 2] and stats.trimmed == 1
     assert stats.empty_groups == 1 and stats.min_valid_per_group == 0
+    metrics = stats.metrics()  # tirl's own filter/* names (FilterStats), plus the trimmed tail
+    assert metrics["filter/valid_trajectories"] == 3.0 and metrics["filter/trimmed_trajectories"] == 1.0
+    assert stats.kept == 2 and metrics["filter/failed_trajectories"] == 0.0
     with pytest.raises(ValueError, match="divisible_by"):
         drop_void_trajectories(_batch(tok), tok, divisible_by=0)

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tirl.inference.base import SamplingParams
 from tirl.inference.tools_api import ToolRequest, ToolRequestError, message_tool_fields, parse_tools
 from tirl.types import Message, Role
+
+T = TypeVar("T")
+D = TypeVar("D")
 
 MAX_N = 16
 GREEDY_BELOW = 1e-5  # temperatures below this sample greedily (as vLLM does): logits / 1e-40 overflow float32
@@ -83,42 +86,40 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
 
-def _int(
-    body: dict[str, Any], key: str, default: int | None, *, lo: int | None = None, hi: int | None = None
-) -> int | None:
-    value = body.get(key, default)
+# kind -> (the JSON types it accepts, how an error names it); a bool is never read as a number
+_KINDS: dict[type, tuple[Any, str]] = {
+    bool: ((bool,), "true or false"),
+    int: ((int,), "an integer"),
+    float: ((int, float), "a number"),
+}
+
+
+def _field(
+    body: dict[str, Any], key: str, kind: type[T], default: D, *, lo: int | None = None, hi: int | None = None
+) -> T | D:
+    """``body[key]`` read as ``kind`` (``bool``, ``int`` or ``float``); absent or ``null`` is ``default``.
+
+    A float must be finite (an integer too large for a float counts as infinite); ``lo``/``hi`` bound the value.
+    Anything else is a 400 naming the field.
+    """
+    value: Any = body.get(key)
     if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(f"'{key}' must be an integer, got {_show(value)}", key)
+        return default
+    accepts, noun = _KINDS[kind]
+    if not isinstance(value, accepts) or (isinstance(value, bool) and kind is not bool):
+        raise bad(f"'{key}' must be {noun}, got {_show(value)}", key)
+    if kind is float:
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise bad(f"'{key}' must be a finite number, got {_show(value)}", key)
+        value = number
     if lo is not None and value < lo:
         raise bad(f"'{key}' must be >= {lo}, got {_show(value)}", key)
     if hi is not None and value > hi:
         raise bad(f"'{key}' must be <= {hi}, got {_show(value)}", key)
-    return value
-
-
-def _float(body: dict[str, Any], key: str, default: float) -> float:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad(f"'{key}' must be a number, got {_show(value)}", key)
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise bad(f"'{key}' must be a finite number, got {_show(value)}", key)
-    return number
-
-
-def _bool(body: dict[str, Any], key: str, default: bool) -> bool:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise bad(f"'{key}' must be true or false, got {value!r}", key)
     return value
 
 
@@ -152,7 +153,7 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     if body.get("logit_bias"):
         raise bad("'logit_bias' is not supported by tirl serve", "logit_bias")
     for key in ("presence_penalty", "frequency_penalty"):
-        if _float(body, key, 0.0) != 0.0:
+        if _field(body, key, float, 0.0) != 0.0:
             raise bad(f"'{key}' is not supported by tirl serve (only 0)", key)
 
 
@@ -179,28 +180,28 @@ def _common(body: dict[str, Any], *, default_max_tokens: int, logprobs: int | No
     if not isinstance(model, str) or not model:
         raise bad("'model' is required: the served model name (see GET /v1/models)", "model")
     _refuse_unsupported(body)
-    max_tokens = _int(body, "max_tokens", default_max_tokens, lo=1, hi=MAX_TOKENS)
-    mct = _int(body, "max_completion_tokens", None, lo=1, hi=MAX_TOKENS)
+    max_tokens = _field(body, "max_tokens", int, default_max_tokens, lo=1, hi=MAX_TOKENS)
+    mct = _field(body, "max_completion_tokens", int, None, lo=1, hi=MAX_TOKENS)
     if mct is not None:
         max_tokens = mct
-    temperature = _float(body, "temperature", 1.0)
+    temperature = _field(body, "temperature", float, 1.0)
     if not 0.0 <= temperature <= 2.0:
         raise bad(f"'temperature' must be in [0, 2], got {temperature}", "temperature")
     if temperature < GREEDY_BELOW:
         temperature = 0.0
-    top_p = _float(body, "top_p", 1.0)
+    top_p = _field(body, "top_p", float, 1.0)
     if not 0.0 < top_p <= 1.0:
         raise bad(f"'top_p' must be in (0, 1], got {top_p}", "top_p")
-    n = _int(body, "n", 1, lo=1, hi=MAX_N) or 1
-    best_of = _int(body, "best_of", None, lo=1, hi=MAX_N)
+    n = _field(body, "n", int, 1, lo=1, hi=MAX_N)
+    best_of = _field(body, "best_of", int, None, lo=1, hi=MAX_N)
     if best_of is not None and best_of != n:
         raise bad("'best_of' other than n is not supported", "best_of")
-    seed = _int(body, "seed", None, lo=SEED_RANGE[0], hi=SEED_RANGE[1])
+    seed = _field(body, "seed", int, None, lo=SEED_RANGE[0], hi=SEED_RANGE[1])
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, dict):
         raise bad("'stream_options' must be an object", "stream_options")
     params = SamplingParams(
-        max_new_tokens=int(max_tokens or default_max_tokens),
+        max_new_tokens=max_tokens,
         temperature=temperature,
         top_p=top_p,
         stop=_stop(body),
@@ -210,13 +211,13 @@ def _common(body: dict[str, Any], *, default_max_tokens: int, logprobs: int | No
         model=model,
         params=params,
         n=n,
-        stream=_bool(body, "stream", False),
+        stream=_field(body, "stream", bool, False),
         include_usage=bool(stream_options.get("include_usage", False)),
         logprobs=logprobs,
-        token_ids_as_text=_bool(body, "return_tokens_as_token_ids", False),
-        return_token_ids=_bool(body, "return_token_ids", False),
-        include_stop=_bool(body, "include_stop_str_in_output", False),
-        skip_special=_bool(body, "skip_special_tokens", True),
+        token_ids_as_text=_field(body, "return_tokens_as_token_ids", bool, False),
+        return_token_ids=_field(body, "return_token_ids", bool, False),
+        include_stop=_field(body, "include_stop_str_in_output", bool, False),
+        skip_special=_field(body, "skip_special_tokens", bool, True),
     )
 
 
@@ -256,7 +257,7 @@ def parse_completion(body: Any, *, default_max_tokens: int = 16) -> CompletionJo
     prompts = _prompts(body["prompt"])
     if len(prompts) > MAX_PROMPTS:
         raise bad(f"'prompt' holds {len(prompts)} prompts; at most {MAX_PROMPTS} per request", "prompt")
-    logprobs = _int(body, "logprobs", None, lo=0, hi=20)
+    logprobs = _field(body, "logprobs", int, None, lo=0, hi=20)
     return CompletionJob(
         common=_common(body, default_max_tokens=default_max_tokens, logprobs=logprobs), prompts=prompts
     )
@@ -306,8 +307,8 @@ def parse_chat(body: Any, *, default_max_tokens: int = 256) -> ChatJob:
         if not isinstance(role, str) or role not in _ROLES:
             raise bad(f"messages[{i}].role {_show(role)} is not one of {sorted(_ROLES)}", f"messages[{i}].role")
         messages.append(_message(m, i, _ROLES[role]))
-    want = _bool(body, "logprobs", False)
-    top = _int(body, "top_logprobs", 0, lo=0, hi=20) or 0
+    want = _field(body, "logprobs", bool, False)
+    top = _field(body, "top_logprobs", int, 0, lo=0, hi=20)
     common = _common(body, default_max_tokens=default_max_tokens, logprobs=top if want else None)
     try:
         tools = parse_tools(body)

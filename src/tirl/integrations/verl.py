@@ -52,6 +52,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from tirl.filters.void_turn import FilterStats
 from tirl.parsing import DEFAULT_RULES, ParseRules, judge_message
 from tirl.types import Message, Role
 
@@ -70,28 +71,26 @@ class VerlBatch(Protocol):
 
 
 @dataclass(slots=True)
-class VoidDropStats:
-    """What :func:`drop_void_trajectories` did (``metrics()`` uses tirl's ``filter/`` names)."""
+class VoidDropStats(FilterStats):
+    """What :func:`drop_void_trajectories` did: tirl's filter counts plus the rows it trimmed.
 
-    trajectories: int = 0
-    void: int = 0
+    ``trajectories``, ``valid``, ``void``, ``empty_groups`` and ``min_valid_per_group`` are those of
+    :class:`~tirl.filters.void_turn.FilterStats` (``failed`` is always 0 and ``void_ids`` empty: a verl row
+    has no trajectory id, ``void_rows`` lists the void rows' indices); ``metrics()`` adds
+    ``filter/trimmed_trajectories`` to its ``filter/*`` metrics.
+    """
+
     trimmed: int = 0
-    kept: int = 0
-    empty_groups: int = 0
-    min_valid_per_group: int = 0
     void_rows: list[int] = field(default_factory=list)
 
+    @property
+    def kept(self) -> int:
+        """Rows left in the batch: the valid ones less the trimmed tail."""
+        return self.valid - self.trimmed
+
     def metrics(self) -> dict[str, float]:
-        """``filter/*`` metrics for verl's logger."""
-        judged = self.trajectories
-        return {
-            "filter/valid_trajectories": float(self.trajectories - self.void),
-            "filter/void_trajectories": float(self.void),
-            "filter/void_ratio": self.void / judged if judged else 0.0,
-            "filter/trimmed_trajectories": float(self.trimmed),
-            "filter/empty_groups": float(self.empty_groups),
-            "filter/min_valid_per_group": float(self.min_valid_per_group),
-        }
+        """``filter/*`` metrics for verl's logger (tirl's names, as in its own training log)."""
+        return {**FilterStats.metrics(self), "filter/trimmed_trajectories": float(self.trimmed)}
 
 
 def assistant_turns(token_ids: list[int], mask: list[int]) -> list[list[int]]:
@@ -151,9 +150,9 @@ def drop_void_trajectories(
     counts = [valid_per_group.get(g, 0) for g in all_groups]
     stats = VoidDropStats(
         trajectories=n,
+        valid=n - sum(void),
         void=sum(void),
         trimmed=len(trimmed),
-        kept=len(kept),
         empty_groups=sum(1 for c in counts if c == 0),
         min_valid_per_group=min(counts) if counts else 0,
         void_rows=[i for i in range(n) if void[i]],
