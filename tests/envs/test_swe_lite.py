@@ -12,7 +12,7 @@ from tirl.envs import check_env
 from tirl.envs.base import EpisodeOverError, Task
 from tirl.envs.swe_lite import SweLiteEnv, expert_solution, generate_swe_tasks, load_swe_tasks, parse_pytest_summary
 from tirl.envs.tasks.swe_gen import all_cases, run_hidden_in_process
-from tirl.envs.tasks.swe_programs import MUTATION_KINDS, PROGRAMS
+from tirl.envs.tasks.swe_programs import MUTATION_KINDS, PROGRAMS, parse_programs
 from tirl.errors import InputError
 from tirl.sandbox.base import Sandbox
 from tirl.testing import play
@@ -33,6 +33,19 @@ def test_every_planted_bug_is_unique_and_caught_by_the_hidden_tests() -> None:
             buggy = program.source.replace(mutation.original, mutation.mutated, 1)
             _, failed = run_hidden_in_process(program, buggy)
             assert failed >= 1, (program.package, mutation.kind)
+
+
+def test_programs_are_read_from_the_shipped_toml() -> None:
+    assert [p.package for p in PROGRAMS][:2] == ["statkit", "textkit"] and len(PROGRAMS) == 8
+    assert PROGRAMS[0].source.startswith('"""Small statistics helpers."""\n\n\ndef mean(xs):')
+    text = "[[program]]\npackage = 'p'\nsource = 'x = 1'\ntests = ''\n[[program.mutations]]\nkind = '{}'\n"
+    text += "original = '1'\nmutated = '2'\nexample = 'x'\n"
+    one = parse_programs(text.format("off_by_one"))
+    assert one[0].module_path == "p/core.py" and one[0].mutations[0].mutated == "2"
+    with pytest.raises(ValueError, match="not one of"):
+        parse_programs(text.format("typo"))
+    with pytest.raises(TypeError, match="tests"):
+        parse_programs("[[program]]\npackage = 'p'\nsource = 'x = 1'\n")
 
 
 def test_generator_is_deterministic_and_covers_all_cases() -> None:

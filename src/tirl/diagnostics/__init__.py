@@ -5,6 +5,7 @@
 * :mod:`tirl.diagnostics.adapters` / :mod:`tirl.diagnostics.wandb_csv` — tirl, verl, SimpleTIR logs; wandb exports
 * :mod:`tirl.diagnostics.pipeline` — ``initializer`` / ``runner`` / ``evaluator`` / ``overall`` / ``starved``,
   each queue judged against its capacity
+* :mod:`tirl.diagnostics.thresholds` — the tuning of the training, drift and pipeline rules, in one place
 * :mod:`tirl.diagnostics.audit` — void reasons, detector-too-eager rate, turn/length/tool-error stats
 * :mod:`tirl.diagnostics.report` — :func:`write_report` (self-contained HTML)
 * :mod:`tirl.diagnostics.bundle` / :mod:`tirl.diagnostics.review` — evidence bundle, LLM second opinion

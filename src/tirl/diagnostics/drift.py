@@ -32,6 +32,8 @@ steps without a value are skipped):
    units when that is closer (a slow creep before a sudden collapse starts
    the drift, not the collapse).
 
+The named numbers are fields of :class:`~tirl.diagnostics.thresholds.DriftThresholds`.
+
 Not covered: a rise shorter than ``2 * min_window`` known steps (too short to
 tell from noise) and a drift that only starts inside the final window.
 """
@@ -44,24 +46,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tirl.diagnostics.thresholds import DriftThresholds
+
 # Mean of |x| over the smallest 90 % of a normal variable's absolute values, in units of its sd:
 # sqrt(2 / pi) * (1 - exp(-z**2 / 2)) / 0.9 with z = 1.645 (the 90th percentile of |x|).
 TRIMMED_ABS_DIFF = 0.6574
-
-
-@dataclass(frozen=True, slots=True)
-class DriftThresholds:
-    """Tuning of the drift test (checked on seeded logs: ``tests/diagnostics/measure_rates.py``)."""
-
-    min_window: int = 5
-    max_window: int = 20
-    min_rise: float = 0.08
-    rise_z: float = 4.0
-    trend_z: float = 3.5
-    sustained_frac: float = 0.5
-    onset_frac: float = 0.25
-    onset_noise: float = 2.0
-    noise_floor: float = 0.01
 
 
 @dataclass(frozen=True, slots=True)

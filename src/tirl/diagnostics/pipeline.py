@@ -23,6 +23,8 @@ in every queue of a busy pipeline is buffering, not a shortage.
 * The generator is **idle** when the time-averaged ``gpu_util`` (the
   fraction of time it had work) is below ``idle_util``.
 
+The named numbers are fields of :class:`~tirl.diagnostics.thresholds.PipelineThresholds`.
+
 The verdict takes the most downstream congested stage, because a congested
 stage fills the bounded queue in front of it and blocks the stages upstream:
 that backpressure is the design working, not a second bottleneck.
@@ -51,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.diagnostics.adapters import read_rows
+from tirl.diagnostics.thresholds import PipelineThresholds
 from tirl.errors import InputError
 
 QUEUES: tuple[str, str, str] = ("init_queue", "run_queue", "eval_queue")
@@ -69,19 +72,6 @@ NEXT_STEP: dict[str, str] = {
     "upstream stage, an `await` that serialises episodes or a batch-wide wait",
     "healthy": "nothing to fix in the pipeline; change one variable at a time and compare queue depths and step time",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineThresholds:
-    """Tuning of the pipeline rules (fractions of capacity and of time; ``rise_items`` is a noise floor)."""
-
-    high_frac: float = 0.25
-    busy_frac: float = 0.6
-    idle_util: float = 0.5
-    blocked_frac: float = 0.3
-    rise_frac: float = 0.15
-    rise_items: float = 2.0
-    gap_factor: float = 3.0
 
 
 @dataclass(frozen=True, slots=True)

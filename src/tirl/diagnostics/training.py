@@ -19,6 +19,8 @@ so a spike means "unusual for this run", not "above a fixed number":
   the void ratio ``drop_z`` z-scores above baseline; when the log has neither,
   the valid count ``drop_z`` below.
 
+The named numbers are fields of :class:`~tirl.diagnostics.thresholds.TrainingThresholds`.
+
 Verdicts (``SEVERITY`` lists them from most to least severe):
 
 * ``void_leak``: an IS-ratio spike with a length spike in the same step and
@@ -51,8 +53,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.diagnostics.adapters import MetricsLog
-from tirl.diagnostics.drift import DriftThresholds, find_drift
+from tirl.diagnostics.drift import find_drift
 from tirl.diagnostics.robust import Baseline, baseline, log_values
+from tirl.diagnostics.thresholds import TrainingThresholds
 
 SEVERITY: tuple[str, ...] = ("void_leak", "void_drift", "late_filter", "detector_inactive", "empty_batch")
 
@@ -77,23 +80,6 @@ SUMMARY: dict[str, str] = {
     "detector_inactive": "valid count never changes, void count always 0",
     "empty_batch": "no valid trajectory in the step",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    """Tuning of the symptom rules (defaults were checked on seeded noisy logs in the tests)."""
-
-    window: int = 20
-    min_points: int = 8
-    is_z: float = 6.0
-    is_factor: float = 2.0
-    is_big_z: float = 3.0
-    is_big_factor: float = 8.0
-    is_abs: float = 10.0
-    len_z: float = 3.0
-    drop_z: float = 4.0
-    inactive_steps: int = 25
-    drift: DriftThresholds = field(default_factory=DriftThresholds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +150,7 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 class _Series:
     """A canonical series with cached baselines."""
 
-    def __init__(self, values: Sequence[float | None] | None, th: Thresholds, **floors: Any) -> None:
+    def __init__(self, values: Sequence[float | None] | None, th: TrainingThresholds, **floors: Any) -> None:
         self.values = list(values) if values is not None else None
         self._th = th
         self._floors = floors
@@ -193,7 +179,7 @@ class _Series:
 class _Signals:
     """The per-step tests of the rules, on one log."""
 
-    def __init__(self, log: MetricsLog, th: Thresholds) -> None:
+    def __init__(self, log: MetricsLog, th: TrainingThresholds) -> None:
         self.log, self.th = log, th
         self.is_max_log = _Series(
             log_values(log.get("is_max") or []) if log.get("is_max") else None, th, abs_floor=0.05
@@ -273,7 +259,7 @@ class _Signals:
         return {"grad_norm": _r(g[i]) if g else None, "grad_norm_z": _r(self.grad.z(i), 2)}
 
 
-def _spike_findings(log: MetricsLog, th: Thresholds) -> list[Finding]:
+def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> list[Finding]:
     sig = _Signals(log, th)
     out: list[Finding] = []
     for i, step in enumerate(log.steps):
@@ -326,7 +312,7 @@ def _empty_batch_findings(log: MetricsLog) -> list[Finding]:
     return out
 
 
-def _inactive_findings(log: MetricsLog, th: Thresholds) -> list[Finding]:
+def _inactive_findings(log: MetricsLog, th: TrainingThresholds) -> list[Finding]:
     """Longest stretches with void always 0 and a constant valid count (nulls inside are skipped)."""
     valid, void, ratio, trajs = log.get("valid"), log.get("void"), log.get("void_ratio"), log.get("trajectories")
     if (valid is None and ratio is None) or (void is None and ratio is None and trajs is None):
@@ -382,7 +368,9 @@ def _inactive_findings(log: MetricsLog, th: Thresholds) -> list[Finding]:
     return out
 
 
-def _drift_finding(log: MetricsLog, th: Thresholds, spikes: list[Finding]) -> tuple[Finding | None, list[Finding]]:
+def _drift_finding(
+    log: MetricsLog, th: TrainingThresholds, spikes: list[Finding]
+) -> tuple[Finding | None, list[Finding]]:
     """The ``void_drift`` finding (if any) and the spike findings it does not explain.
 
     An IS-ratio spike at or after the onset (``late_filter``: the void count jumped with the rest of the
@@ -426,9 +414,9 @@ def _drift_finding(log: MetricsLog, th: Thresholds, spikes: list[Finding]) -> tu
     return finding, [f for f in spikes if f not in absorbed]
 
 
-def diagnose_training(log: MetricsLog, thresholds: Thresholds | None = None) -> TrainingDiagnosis:
+def diagnose_training(log: MetricsLog, thresholds: TrainingThresholds | None = None) -> TrainingDiagnosis:
     """Run every rule on ``log``; findings are ordered by step."""
-    th = thresholds or Thresholds()
+    th = thresholds or TrainingThresholds()
     drift, spikes = _drift_finding(log, th, _spike_findings(log, th))
     findings = spikes + _empty_batch_findings(log) + _inactive_findings(log, th) + ([drift] if drift else [])
     findings.sort(key=lambda f: (f.steps[0] if f.steps else -1, SEVERITY.index(f.kind)))

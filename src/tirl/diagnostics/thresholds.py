@@ -1,0 +1,59 @@
+"""The tuning of every diagnostic verdict rule, in one place.
+
+Each rule is described in its own module, which names these fields:
+:mod:`tirl.diagnostics.training` (the void-turn symptoms), :mod:`tirl.diagnostics.drift`
+(void drift) and :mod:`tirl.diagnostics.pipeline` (the bottleneck stage). The defaults
+were checked on seeded synthetic logs and traces (``tests/diagnostics/measure_rates.py``,
+``docs/diagnostics.md``); a caller passes its own instance to ``diagnose_training``,
+``find_drift`` or ``diagnose_pipeline`` to change them. Not covered: reading them from a file
+or the command line (``tirl diagnose`` always uses the defaults).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class DriftThresholds:
+    """Tuning of the drift test (checked on seeded logs: ``tests/diagnostics/measure_rates.py``)."""
+
+    min_window: int = 5
+    max_window: int = 20
+    min_rise: float = 0.08
+    rise_z: float = 4.0
+    trend_z: float = 3.5
+    sustained_frac: float = 0.5
+    onset_frac: float = 0.25
+    onset_noise: float = 2.0
+    noise_floor: float = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingThresholds:
+    """Tuning of the symptom rules (defaults were checked on seeded noisy logs in the tests)."""
+
+    window: int = 20
+    min_points: int = 8
+    is_z: float = 6.0
+    is_factor: float = 2.0
+    is_big_z: float = 3.0
+    is_big_factor: float = 8.0
+    is_abs: float = 10.0
+    len_z: float = 3.0
+    drop_z: float = 4.0
+    inactive_steps: int = 25
+    drift: DriftThresholds = field(default_factory=DriftThresholds)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineThresholds:
+    """Tuning of the pipeline rules (fractions of capacity and of time; ``rise_items`` is a noise floor)."""
+
+    high_frac: float = 0.25
+    busy_frac: float = 0.6
+    idle_util: float = 0.5
+    blocked_frac: float = 0.3
+    rise_frac: float = 0.15
+    rise_items: float = 2.0
+    gap_factor: float = 3.0
