@@ -42,11 +42,15 @@ __all__ = [
     "MAX_DEPTH",
     "JSONProblem",
     "atomic_write",
+    "check_depth",
+    "jsonl_line",
+    "open_input",
     "parse_json",
     "read_jsonl",
     "read_jsonl_text",
     "read_trajectories",
     "read_trajectory_lines",
+    "to_trajectory",
 ]
 
 MAX_DEPTH = 64  # deeper than any file tirl reads or request it serves; deep enough for tool-call arguments
@@ -74,10 +78,12 @@ def _may_hold_surrogates(text: str | bytes) -> bool:
     return False
 
 
-def _check_depth(value: Any) -> None:
-    """The depth check alone, level by level over the containers only (the fast path of :func:`_check_tree`)."""
+def check_depth(value: Any, depth: int = 1) -> None:
+    """The depth check alone, level by level over the containers only (the fast path of :func:`_check_tree`).
+
+    ``depth``: the level ``value`` sits at (1 for a whole document; a value inside one starts deeper).
+    """
     level = [value] if isinstance(value, dict | list) else []
-    depth = 1
     while level:
         if depth > MAX_DEPTH:
             raise JSONProblem(f"nested deeper than {MAX_DEPTH} levels")
@@ -92,7 +98,7 @@ def _check_depth(value: Any) -> None:
 def _check_tree(value: Any, strings: bool = True) -> None:
     """Depth and (when ``strings``) lone-surrogate checks, iteratively (no recursion to exhaust)."""
     if not strings:
-        _check_depth(value)
+        check_depth(value)
         return
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -137,7 +143,8 @@ def parse_json(text: str | bytes, *, allow_nan: bool = True) -> Any:
     return value
 
 
-def _open_lines(p: Path, missing_fix: str) -> Any:
+def open_input(p: Path, missing_fix: str = "check the path") -> Any:
+    """``p`` opened for binary reading; a missing file, a directory or an unreadable path raises :class:`InputError`."""
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -185,32 +192,58 @@ def read_jsonl_text(
 ) -> Iterator[tuple[int, Any, str]]:
     """:func:`read_jsonl` that also yields each line's text, stripped (to copy a line unchanged)."""
     p = Path(path)
-    with _open_lines(p, missing_fix) as fh:
+    with open_input(p, missing_fix) as fh:
         for number, raw in enumerate(fh, start=1):
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(
-                    str(p), number, f"not UTF-8 text ({exc.reason} at byte {exc.start})", "re-encode the file as UTF-8"
-                ) from None
-            text = line.strip()
-            if not text or (comments and text.startswith("#")):
-                continue
-            try:
-                value = parse_json(text)
-            except JSONProblem as exc:
-                if torn_tail and not raw.endswith(b"\n"):
-                    return
-                raise InputError(str(p), number, str(exc), fix) from None
-            if objects and not isinstance(value, dict):
-                raise InputError(str(p), number, f"expected a JSON object, got {type(value).__name__}", fix)
-            yield number, value, text
+                got = jsonl_line(p, number, raw, comments=comments, torn_tail=torn_tail, objects=objects, fix=fix)
+            except _TornTail:
+                return
+            if got is not None:
+                yield number, *got
+
+
+class _TornTail(Exception):
+    """The last line has no newline and does not parse: a killed writer's half line (``torn_tail``)."""
+
+
+def jsonl_line(
+    p: Path,
+    number: int,
+    raw: bytes,
+    *,
+    comments: bool = False,
+    torn_tail: bool = False,
+    objects: bool = False,
+    fix: str = "each line must be one JSON object",
+) -> tuple[Any, str] | None:
+    """One raw line (``number`` counts from 1) as :func:`read_jsonl_text` reads it: ``(value, stripped text)``.
+
+    ``None`` for a blank (or, with ``comments``, a ``#``) line; a problem raises :class:`InputError`.
+    """
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            str(p), number, f"not UTF-8 text ({exc.reason} at byte {exc.start})", "re-encode the file as UTF-8"
+        ) from None
+    text = line.strip()
+    if not text or (comments and text.startswith("#")):
+        return None
+    try:
+        value = parse_json(text)
+    except JSONProblem as exc:
+        if torn_tail and not raw.endswith(b"\n"):
+            raise _TornTail from None
+        raise InputError(str(p), number, str(exc), fix) from None
+    if objects and not isinstance(value, dict):
+        raise InputError(str(p), number, f"expected a JSON object, got {type(value).__name__}", fix)
+    return value, text
 
 
 def read_json(path: str | Path, *, missing_fix: str = "check the path") -> Any:
     """One JSON document (``config.json``, ``state.json``); problems raise :class:`InputError`."""
     p = Path(path)
-    with _open_lines(p, missing_fix) as fh:
+    with open_input(p, missing_fix) as fh:
         data = fh.read()
     try:
         return parse_json(data)
@@ -227,16 +260,20 @@ def read_trajectories(path: str | Path) -> Iterator[tuple[int, Trajectory]]:
 def read_trajectory_lines(path: str | Path) -> Iterator[tuple[int, Trajectory, str]]:
     """:func:`read_trajectories` that also yields each line's text (``tirl filter --kept`` copies it)."""
     for number, obj, text in read_jsonl_text(path):
-        try:
-            traj = Trajectory.from_dict(obj, default_id=f"line-{number}")
-        except (ValueError, TypeError) as exc:
-            raise InputError(
-                str(path),
-                number,
-                str(exc),
-                'each line needs {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}',
-            ) from None
-        yield number, traj, text
+        yield number, to_trajectory(path, number, obj), text
+
+
+def to_trajectory(path: str | Path, number: int, obj: Any) -> Trajectory:
+    """Line ``number``'s value as a :class:`Trajectory`; a wrong field or too large a number raises InputError."""
+    try:
+        return Trajectory.from_dict(obj, default_id=f"line-{number}")
+    except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: "reward": 1e400 written as an integer
+        raise InputError(
+            str(path),
+            number,
+            str(exc),
+            'each line needs {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}',
+        ) from None
 
 
 def is_readable_file(path: str | Path) -> bool:

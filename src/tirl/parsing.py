@@ -433,7 +433,14 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
     """Judge one assistant message. Non-assistant messages are never scanned (raises ``ValueError``)."""
     if message.role is not Role.ASSISTANT:
         raise ValueError(f"only assistant messages are judged, got role {message.role.value!r}")
-    text = message.content or ""
+    return judge_content(message.content, message.tool_calls, rules)
+
+
+def judge_content(
+    content: str | None, tool_calls: tuple[ToolCall, ...] = (), rules: ParseRules = DEFAULT_RULES
+) -> TurnVerdict:
+    """Judge an assistant turn from its parts: :func:`judge_message` without building a :class:`Message`."""
+    text = content or ""
     answer: str | None = None
     code: tuple[CodeBlock, ...] = ()
     regions: list[tuple[int, int]] = []
@@ -448,7 +455,7 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
     elif maybe_answer:
         answer = _final_answer(text, [], rules)
     tags = _tag_actions(text, regions, rules) if rules.action_tags and "<" in text and answer is None else ()
-    calls_ok = bool(message.tool_calls) and tool_calls_well_formed(message.tool_calls)
+    calls_ok = bool(tool_calls) and tool_calls_well_formed(tool_calls)
     if answer is not None:
         kind = ActionKind.ANSWER
     elif code:
@@ -459,7 +466,7 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
         kind = ActionKind.TOOL_CALL
     else:
         kind = ActionKind.VOID
-    return TurnVerdict(kind, code, answer, message.tool_calls if calls_ok else (), tags)
+    return TurnVerdict(kind, code, answer, tool_calls if calls_ok else (), tags)
 
 
 def judge_messages(messages: Sequence[Message], rules: ParseRules = DEFAULT_RULES) -> TrajectoryVerdict:

@@ -4,7 +4,9 @@ Writes one verdict line per input trajectory (input order), optionally the
 kept (non-void) trajectories unchanged, and prints a summary with the audit
 of void trajectories that nevertheless ended with the correct answer.
 Nothing is written unless the whole input is valid; an output that is also
-an input (``tirl filter X --kept X``) is refused.
+an input (``tirl filter X --kept X``) is refused. The judging is
+:func:`tirl.filters.stream.judge_file` (a fast path exact to the reference
+reader, optionally over several processes).
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from tirl.answers import answers_match
+from tirl.cli import converted
 from tirl.config import load_config
 from tirl.errors import ConfigError
 from tirl.fileio import atomic_write, check_output, refuse_overwrite
-from tirl.filters.void_turn import judge_trajectory, rules_from_config
-from tirl.jsonl import read_trajectory_lines
+from tirl.filters.stream import judge_file
+from tirl.filters.void_turn import rules_from_config
 from tirl.parsing import ParseRules
 
 
@@ -30,7 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verdicts", type=Path, required=True, help="where to write the verdict JSONL")
     parser.add_argument("--kept", type=Path, help="where to write the non-void trajectories, unchanged")
     add_rule_arguments(parser)
+    parser.add_argument(
+        "--workers", type=_workers, help="processes to judge with (default: one per 4 MB of input, up to the CPUs)"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _workers(text: str) -> int:
+    value = converted(text, int, "a whole number")
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"{value} workers is out of range: use 1-256 (1: no extra processes)")
+    return value
 
 
 def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,26 +79,13 @@ def run(args: argparse.Namespace) -> int:
     if args.kept:
         check_output(args.kept)
     rules = _rules(args)
-    trajectories = list(read_trajectory_lines(args.input))  # raises InputError before anything is written
-    total = void = with_answer = 0
-    void_correct: list[str] = []
-    with ExitStack() as stack:
-        verdict_fh = stack.enter_context(atomic_write(args.verdicts))
-        kept_fh = stack.enter_context(atomic_write(args.kept)) if args.kept else None
-        for _, traj, text in trajectories:
-            verdict = judge_trajectory(traj, rules)
-            total += 1
-            turns = ", ".join(map(str, verdict.void_turns))  # the line json.dumps writes, without building a dict
-            flag = "true" if verdict.void else "false"
-            verdict_fh.write(f'{{"id": {json.dumps(traj.id)}, "void": {flag}, "void_turns": [{turns}]}}\n')
-            if traj.answer is not None:
-                with_answer += 1
-            if verdict.void:
-                void += 1
-                if answers_match(verdict.final_answer, traj.answer):
-                    void_correct.append(traj.id)
-            elif kept_fh is not None:
-                kept_fh.write(text + "\n")  # the input line, unchanged
+    # The outputs are opened only once judge_file has judged every line: a bad input raised before they existed.
+    with judge_file(args.input, rules, keep=args.kept is not None, workers=args.workers) as judged, ExitStack() as out:
+        judged.write_verdicts(out.enter_context(atomic_write(args.verdicts, "wb")))
+        if args.kept:
+            judged.write_kept(out.enter_context(atomic_write(args.kept, "wb")))
+    part = judged.part
+    total, void, with_answer, void_correct = part.trajectories, part.void, part.with_answer, part.void_correct
     summary = {
         "trajectories": total,
         "void": void,
