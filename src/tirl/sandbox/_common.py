@@ -1,8 +1,7 @@
 """Pieces shared by the sandbox backends: limits, output capping, result building.
 
-Kept free of any backend so that the fork server (``_server.py``), which runs
-*inside* the sandbox with only the standard library, can reuse the same rules
-by copying nothing: it has its own tiny copy of :func:`apply_rlimits`.
+The output buffer and cutting rules live in :mod:`tirl.sandbox._wire` (standard library only), whose
+source the fork server (``_server.py``) also runs inside the sandbox; they are re-exported here.
 """
 
 from __future__ import annotations
@@ -12,7 +11,11 @@ import resource
 import signal
 from dataclasses import dataclass
 
+from tirl.sandbox._wire import BYTES_MARKER, TRUNCATION_MARKER, CappedBuffer, cut_text
 from tirl.sandbox.base import ExecResult
+
+__all__ = ["BYTES_MARKER", "CLEAN_ENV", "TRUNCATION_MARKER", "CappedBuffer", "Limits", "cut_text"]
+__all__ += ["apply_rlimits", "build_result", "exit_status", "memory_exceeded", "nul_result"]
 
 # What a sandboxed program sees as its environment; nothing of the parent's leaks in.
 CLEAN_ENV: dict[str, str] = {
@@ -23,9 +26,6 @@ CLEAN_ENV: dict[str, str] = {
     "PYTHONUNBUFFERED": "1",
     "PYTHONIOENCODING": "utf-8:replace",
 }
-
-TRUNCATION_MARKER = "\n[... {n} characters cut ...]\n"
-BYTES_MARKER = "\n[... output cut, {n} bytes in all ...]\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,59 +63,6 @@ def apply_rlimits(limits: Limits) -> None:
     ]
     for which, value in pairs:
         resource.setrlimit(which, (value, value))
-
-
-class CappedBuffer:
-    """Collects a byte stream, keeping only its first and last ``keep`` bytes.
-
-    >>> b = CappedBuffer(4)
-    >>> b.feed(b"0123456789")
-    >>> (b.head, bytes(b.tail), b.total)
-    (b'0123', b'6789', 10)
-    """
-
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self.head = b""
-        self.tail = bytearray()
-        self.total = 0
-
-    def feed(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.keep - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            if len(self.tail) > self.keep:
-                del self.tail[: len(self.tail) - self.keep]
-
-    @property
-    def dropped(self) -> bool:
-        return self.total > len(self.head) + len(self.tail)
-
-    def text(self, max_chars: int) -> tuple[str, bool]:
-        """Decoded text (invalid UTF-8 becomes U+FFFD) cut to ``max_chars``; (text, truncated)."""
-        head = self.head.decode("utf-8", errors="replace")
-        if not self.dropped:
-            return cut_text(head + self.tail.decode("utf-8", errors="replace"), max_chars)
-        tail = self.tail.decode("utf-8", errors="replace")
-        half = max_chars // 2
-        marker = BYTES_MARKER.format(n=self.total)
-        return head[:half] + marker + tail[-half:], True
-
-
-def cut_text(text: str, max_chars: int) -> tuple[str, bool]:
-    r"""``text`` if it fits in ``max_chars``, else head + marker + tail; (text, truncated).
-
-    >>> cut_text("a" * 10 + "b" * 10, 8)[0]
-    'aaaa\n[... 12 characters cut ...]\nbbbb'
-    """
-    if len(text) <= max_chars:
-        return text, False
-    half = max_chars // 2
-    return text[:half] + TRUNCATION_MARKER.format(n=len(text) - 2 * half) + text[-half:], True
 
 
 def memory_exceeded(exit_code: int | None, stderr: str) -> bool:

@@ -1,33 +1,38 @@
 """The fork server of the warm pool. Standard library only: it runs *inside* the sandbox.
 
-Started as ``python -I -c <this file> MODE WORK DIR...`` (MODE ``isolated`` inside bwrap, where
-it also removes SysV IPC objects between runs, or ``plain``; every DIR is emptied between runs).
-It imports the usual modules once, then serves requests read from fd 0 (4-byte big-endian length + JSON)
-and answers on fd 1, one request at a time:
+Started as ``python -I -c <source> MODE WORK DIR...`` (MODE ``isolated`` inside bwrap, where
+it also removes SysV IPC objects between runs, or ``plain``; every DIR is emptied between runs), where
+the source is :mod:`tirl.sandbox._tree`'s, then :mod:`tirl.sandbox._wire`'s, then this file's. It
+imports the usual modules once, then serves requests read from fd 0 and answers on fd 1, one request
+at a time, in the binary frames of :mod:`tirl.sandbox._wire`:
 
-``{"op": "run", "code", "lang", "timeout_s", "memory_mb", "nproc", "fsize_mb", "keep", "session"}``
-    Fork a fresh child (its own process group, rlimits, cwd WORK) that runs the
-    code and exits; with ``session``, run it instead in that session's
-    long-lived kernel process, which keeps its globals across runs. Answer
-    ``{"out": [head_b64, tail_b64, total], "err": [...], "exit", "timed_out", "wall", "note"}``.
-``{"op": "end", "session"}``
-    Kill that session's kernel.
+run (``OP_RUN``)
+    Hand the request to the pre-forked child (its own process group, rlimits, cwd WORK), which runs
+    the code and exits; with a session key, run it instead in that session's long-lived kernel
+    process, which keeps its globals across runs. Answer with the exit status, timed out, wall
+    seconds and the head and tail of stdout and stderr.
+Every request carries a nonce that its answer repeats, and the server writes a ready frame when it
+starts and after the cleanup that follows every answer: it reads the next request only then (the
+host may already have sent it), and the host replaces a server whose ready frame does not come in
+time (stopped, stuck, or gone).
 
-Every request carries a ``nonce`` that its answer repeats, and the server writes ``{"ready": true}``
-when it starts and after the cleanup that follows every answer: the host sends a request only after
-a ready frame, and replaces a server that does not send one in time (stopped, stuck, or gone).
+The child for the next run is forked right after the cleanup, so a run's latency excludes the fork:
+it waits for its request on a pipe with everything that does not depend on the request done
+(descriptors, directory, signal handlers, a warm-up ``exec``). The server never runs code of a
+request itself, and a child runs exactly one request: each execution starts from the state the
+server had before any request (the standard streams are created once, on pipes, before the first
+fork; :mod:`random` is re-seeded in every child by its fork hook).
 
 After every run the server kills every process it did not start as a kernel and empties WORK and
-TMP (:mod:`tirl.sandbox._tree`, whose source is put in front of this one: any depth, no recursion),
-so nothing of one execution is visible to the next. In ``isolated`` mode the server is the PID
-namespace's init (bwrap ``--as-pid-1``): no process of the sandbox can signal it (the kernel drops
-signals from inside the namespace to an init without a handler), and ``kill(-1)`` reaches every
-other process of the namespace. It is never dumpable, so no process can ptrace it or open its
-descriptors through ``/proc`` (and the seccomp filter denies ``ptrace`` anyway). A tree too large to
-empty within the budget makes the server exit; the host then starts a fresh one.
+TMP (:mod:`tirl.sandbox._tree`: any depth, no recursion), so nothing of one execution is visible
+to the next. In ``isolated`` mode the server is the PID namespace's init (bwrap ``--as-pid-1``): no
+process of the sandbox can signal it (the kernel drops signals from inside the namespace to an init
+without a handler), and ``kill(-1)`` reaches every other process of the namespace. It is never
+dumpable, so no process can ptrace it or open its descriptors through ``/proc`` (and the seccomp
+filter denies ``ptrace`` anyway). A tree too large to empty within the budget makes the server exit;
+the host then starts a fresh one.
 """
 
-import base64
 import bisect
 import builtins
 import cmath
@@ -66,8 +71,9 @@ import typing
 PREIMPORTED = [bisect, cmath, collections, copy, dataclasses, datetime, decimal, fractions, functools]
 PREIMPORTED += [heapq, itertools, math, operator, re, statistics, string, textwrap, typing, json, random]
 
-if "empty_dir" not in globals():  # imported as a module; inside the sandbox _tree.py's source comes first
+if "empty_dir" not in globals():  # imported as a module; inside the sandbox the sources come first
     from tirl.sandbox._tree import TreeTooLarge, empty_dir
+    from tirl.sandbox._wire import OP_RUN, READY, CappedBuffer, decode_request, encode_answer, frame
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -75,37 +81,15 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 DRAIN_GRACE_S = 0.1
 MB = 1024 * 1024
 CLEAN_BUDGET = 200_000  # entries; past it the server exits and the host starts a fresh one
-READY = {"ready": True}
 WARMUP = "print(end='')\nx = [i * i for i in range(8)]\n"
 
 
-class Capped:
-    """First and last ``keep`` bytes of a stream, and its total length."""
-
-    def __init__(self, keep):
-        self.keep, self.head, self.tail, self.total = keep, b"", bytearray(), 0
-
-    def feed(self, data):
-        self.total += len(data)
-        room = self.keep - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            if len(self.tail) > self.keep:
-                del self.tail[: len(self.tail) - self.keep]
-
-    def wire(self):
-        return [base64.b64encode(self.head).decode(), base64.b64encode(bytes(self.tail)).decode(), self.total]
-
-
-def read_msg(fd):
+def read_frame(fd):
+    """One frame's body from ``fd``; None at end of input."""
     head = read_exact(fd, 4)
     if head is None:
         return None
-    body = read_exact(fd, struct.unpack(">I", head)[0])
-    return None if body is None else json.loads(body)
+    return read_exact(fd, struct.unpack(">I", head)[0])
 
 
 def read_exact(fd, n):
@@ -118,28 +102,30 @@ def read_exact(fd, n):
     return buf
 
 
-def write_msg(fd, obj):
-    data = json.dumps(obj).encode()
-    data = struct.pack(">I", len(data)) + data
-    while data:
-        data = data[os.write(fd, data) :]
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def set_limits(req, cpu=True):
+    """The rlimits of a decoded request (see ``decode_request``) on the calling process."""
+    timeout_s, memory_mb, nproc, fsize_mb = req[2:6]
     pairs = [
-        (resource.RLIMIT_AS, req["memory_mb"] * MB),
-        (resource.RLIMIT_NPROC, req["nproc"]),
-        (resource.RLIMIT_FSIZE, req["fsize_mb"] * MB),
+        (resource.RLIMIT_AS, memory_mb * MB),
+        (resource.RLIMIT_NPROC, nproc),
+        (resource.RLIMIT_FSIZE, fsize_mb * MB),
         (resource.RLIMIT_NOFILE, 256),
         (resource.RLIMIT_CORE, 0),
     ]
     if cpu:
-        pairs.append((resource.RLIMIT_CPU, int(req["timeout_s"] + 1)))
+        pairs.append((resource.RLIMIT_CPU, int(timeout_s + 1)))
     for which, value in pairs:
         resource.setrlimit(which, (value, value))
 
 
 def fresh_stdio():
+    """New ``sys.stdin/stdout/stderr`` on fds 0, 1 and 2 (unbuffered writes)."""
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True)
@@ -175,11 +161,13 @@ def new_globals():
     return {"__name__": "__main__", "__builtins__": builtins}
 
 
-def zygote_main(req_r, done_w, out_w, err_w, work):
+def zygote_main(req_r, done_w, out_w, err_w):
     """The pre-forked child: do all that does not depend on the request, wait for it, run it. Never returns.
 
-    Everything before the request (descriptors, directory, stdio, a warm-up ``exec`` that takes the
-    copy-on-write faults of the common paths) happens while the server is idle. At the end the
+    Everything before the request (descriptors, signal handler, a warm-up ``exec`` that takes the
+    copy-on-write faults of the common paths) happens while the server is idle. The working
+    directory, ``sys.argv`` and the standard streams are the server's, set once before its first
+    fork (the streams on pipes, as a child's are, and never written by the server). At the end the
     child closes its output, writes its status on fd 4 and exits, so the server answers without
     waiting for the exit's memory teardown (the code could write a status there itself: it only
     ends its own run early).
@@ -192,11 +180,7 @@ def zygote_main(req_r, done_w, out_w, err_w, work):
         for src, dst in ((null, 0), (out_w, 1), (err_w, 2), (req_r, 3), (done_w, 4)):
             os.dup2(src, dst)
         os.closerange(5, 65536)
-        os.chdir(work)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        random.seed()  # (the random module re-seeds at fork too; explicit, in case that hook changes)
-        sys.argv = ["-c"]
-        fresh_stdio()
         exec(compile(WARMUP, "<string>", "exec"), new_globals())
         chunks = []
         while chunk := os.read(3, 1 << 16):
@@ -204,13 +188,14 @@ def zygote_main(req_r, done_w, out_w, err_w, work):
         os.close(3)
         if not chunks:  # the server went away without a request
             os._exit(0)
-        req = json.loads(b"".join(chunks))
+        req = decode_request(b"".join(chunks))
         set_limits(req)
-        if req["lang"] == "bash":
+        code = req[9].decode("utf-8", "surrogatepass")
+        if req[1] == "bash":
             os.close(4)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            os.execve("/bin/bash", ["bash", "-c", req["code"]], os.environ)
-        status = exec_python(req["code"], new_globals())
+            os.execve("/bin/bash", ["bash", "-c", code], os.environ)
+        status = exec_python(code, new_globals())
     except BaseException:
         try:
             traceback.print_exc()
@@ -243,33 +228,42 @@ def kernel_main(sock, work, req):
             data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
         except OSError:
             os._exit(0)
-        if not data:
+        if not data or len(fds) != 2:
             os._exit(0)
-        msg = json.loads(data)
+        msg = decode_request(data)
         used = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = int(used.ru_utime + used.ru_stime + msg["timeout_s"] + 1)
+        cpu = int(used.ru_utime + used.ru_stime + msg[2] + 1)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.RLIM_INFINITY))
         os.dup2(fds[0], 1)
         os.dup2(fds[1], 2)
         os.close(fds[0])
         os.close(fds[1])
         fresh_stdio()
-        status = exec_python(msg["code"], env)
+        status = exec_python(msg[9].decode("utf-8", "surrogatepass"), env)
         os.dup2(null, 1)
         os.dup2(null, 2)
-        sock.sendall(json.dumps({"exit": status}).encode())
+        sock.sendall(struct.pack(">i", status))
 
 
 class Server:
     def __init__(self, isolated, work, scratch):
         self.isolated, self.work, self.scratch = isolated, work, scratch
         self.kernels = {}  # session -> (pid, socket)
-        self.zygote = None  # (pid, pidfd, request pipe, stdout pipe, stderr pipe) of the pre-forked child
+        self.zygote = None  # (pid, pidfd, request pipe, stdout pipe, stderr pipe, status pipe) of the next child
         self.ctrl_in = os.dup(0)
         self.ctrl_out = os.dup(1)
         null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1):
-            os.dup2(null, fd)
+        os.dup2(null, 0)
+        # The children's standard streams, made once: on a pipe (as a child's are) whose reader is gone,
+        # so a stray write of the server fails instead of blocking, and nothing is ever buffered in them.
+        sink_r, sink_w = os.pipe()
+        os.close(sink_r)
+        for fd in (1, 2):
+            os.dup2(sink_w, fd)
+        os.close(sink_w)
+        fresh_stdio()
+        os.chdir(work)  # what a child inherits; the server itself uses absolute paths
+        sys.argv = ["-c"]
         LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         # Not dumpable: a child (same uid) cannot ptrace the server, read its memory or open its fds.
         LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -280,26 +274,22 @@ class Server:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     def serve(self):
-        write_msg(self.ctrl_out, READY)
+        write_all(self.ctrl_out, frame(READY))
         while True:
-            req = read_msg(self.ctrl_in)
-            if req is None:
+            body = read_frame(self.ctrl_in)
+            if body is None:
                 self.shutdown()
                 return
-            if req["op"] == "end":
-                self.end(req["session"])
-                write_msg(self.ctrl_out, {"ok": True, "nonce": req.get("nonce")})
-            elif req["op"] == "run":
-                session = req.get("session")
-                reply = self.run(req)
-                reply["nonce"] = req.get("nonce")
-                write_msg(self.ctrl_out, reply)
-                # Clean up after answering; the host sends the next request once it reads READY.
+            req = decode_request(body)
+            if req[0] == OP_RUN:
+                session = req[8]
+                write_all(self.ctrl_out, frame(self.run(body, req)))
+                # Clean up after answering; the next request is read only after the ready frame.
                 self.sweep()
                 if session is None:
                     self.clean()
                     self.zygote = self.make_zygote()
-            write_msg(self.ctrl_out, READY)
+            write_all(self.ctrl_out, frame(READY))
 
     def make_zygote(self):
         """Fork the next child now, off the critical path; it waits for its request on a pipe."""
@@ -309,55 +299,47 @@ class Server:
         done_r, done_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            zygote_main(req_r, done_w, out_w, err_w, self.work)
+            zygote_main(req_r, done_w, out_w, err_w)
         for fd in (out_w, err_w, req_r, done_w):
             os.close(fd)
         return pid, os.pidfd_open(pid), req_w, out_r, err_r, done_r
 
-    def run(self, req):
+    def run(self, body, req):
+        """Run one request (``body`` as received, ``req`` decoded); the answer body."""
         start = time.monotonic()
-        note = ""
-        session = req.get("session")
+        note = b""
+        timeout_s, keep, nonce, session = req[2], req[6], req[7], req[8]
         done: typing.Any  # a pidfd (int) for a forked child, the kernel's socket in a session
         status_r = None
         if session is None:
             pid, done, req_w, out_r, err_r, status_r = self.zygote or self.make_zygote()
             self.zygote = None
-            data = json.dumps(req).encode()
-            while data:
-                data = data[os.write(req_w, data) :]
+            write_all(req_w, body)
             os.close(req_w)
         else:
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             pid, done = self.kernel(session, req)
-            socket.send_fds(done, [json.dumps(req).encode()], [out_w, err_w])
+            socket.send_fds(done, [body], [out_w, err_w])
             os.close(out_w)
             os.close(err_w)
-        out, err = Capped(req["keep"]), Capped(req["keep"])
-        finished, reply = self.wait(done, out_r, err_r, out, err, start + req["timeout_s"], status_r)
+        out, err = CappedBuffer(keep), CappedBuffer(keep)
+        finished, reply = self.wait(done, out_r, err_r, out, err, start + timeout_s, status_r)
         if not finished:
             kill_group(pid)
         if session is None:
             # The child's own status report, else its exit status (it is then reaped later, by the sweep).
             status = struct.unpack(">i", reply)[0] if reply else reap(pid)
             os.close(done)
-        elif finished and reply:
-            status = json.loads(reply)["exit"]
+        elif finished and len(reply or b"") == 4:
+            status = struct.unpack(">i", reply)[0]
         else:  # the kernel hit the deadline or died: its state is gone
             kill_group(pid)
             del self.kernels[session]
             done.close()
             status = reap(pid)
-            note = "[session restarted: its state was lost]"
-        return {
-            "out": out.wire(),
-            "err": err.wire(),
-            "exit": status,
-            "timed_out": not finished,
-            "wall": time.monotonic() - start,
-            "note": note,
-        }
+            note = b"[session restarted: its state was lost]"
+        return encode_answer(nonce, status, not finished, time.monotonic() - start, out, err, note)
 
     def wait(self, done, out_r, err_r, out, err, deadline, status_r=None):
         """Pump output until the program ends and its pipes close; (finished in time, kernel reply or status)."""
@@ -398,6 +380,7 @@ class Server:
         return finished, reply
 
     def kernel(self, session, req):
+        """The session's kernel (pid, socket), started with ``req``'s limits on first use."""
         if session in self.kernels:
             return self.kernels[session]
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -470,6 +453,13 @@ class Server:
             remove_sysv_ipc()
         try:
             for root in (self.work, *self.scratch):
+                try:
+                    os.chmod(root, 0o755)  # a run may have taken its own permissions away
+                except OSError:
+                    pass
+                with os.scandir(root) as entries:
+                    if next(entries, None) is None:
+                        continue  # already empty (the usual case): nothing to walk
                 empty_dir(root, CLEAN_BUDGET)
         except (OSError, TreeTooLarge):
             # Cannot empty it (in budget): the host replaces this server, and its tmpfs goes with it.
@@ -490,10 +480,18 @@ def remove_sysv_ipc():
     """Remove the SysV shared memory, queues and semaphores of this IPC namespace (all are ours)."""
     for kind, func in (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl")):
         try:
-            with open(f"/proc/sysvipc/{kind}") as f:
-                ids = [int(line.split()[1]) for line in f.readlines()[1:] if line.strip()]
+            fd = os.open(f"/proc/sysvipc/{kind}", os.O_RDONLY)
         except OSError:
             continue
+        data = b""
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                data += chunk
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        ids = [int(line.split()[1]) for line in data.split(b"\n")[1:] if line.strip()]
         for ident in ids:
             if kind == "sem":
                 LIBC.semctl(ident, 0, 0)  # IPC_RMID
@@ -544,8 +542,10 @@ def descendants(root):
 
 
 if __name__ == "__main__":
-    # Move everything imported so far out of the collector's view, so forked children do not
-    # touch (and copy) those pages when they collect.
+    SERVER = Server(sys.argv[1] == "isolated", sys.argv[2], sys.argv[3:])
+    # Move everything made so far out of the collector's view, so forked children do not touch (and
+    # copy) those pages when they collect, and hand the freed heap back: a fork copies fewer pages.
     gc.collect()
+    LIBC.malloc_trim(0)
     gc.freeze()
-    Server(sys.argv[1] == "isolated", sys.argv[2], sys.argv[3:]).serve()
+    SERVER.serve()

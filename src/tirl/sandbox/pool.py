@@ -62,30 +62,28 @@ because of the subreaper.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import os
-import secrets
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from tirl.sandbox._common import CLEAN_ENV, CappedBuffer, build_result, nul_result
+from tirl.sandbox._common import CLEAN_ENV, build_result, nul_result
 from tirl.sandbox._launch import DEFAULT_INODES, Launch
+from tirl.sandbox._wire import FRAME, OP_RUN, READY, decode_answer, encode_request, frame
 from tirl.sandbox.base import ExecResult, RunRequest, Sandbox
 from tirl.sandbox.bwrap import SHM, TMP, WORK, BwrapSandbox, launch, sandbox_python
 from tirl.sandbox.process import WARNING, ProcessSandbox
 
 _HERE = Path(__file__).parent
-# The server runs the tree walker's source first (it has only the standard library inside the sandbox).
-SERVER_SOURCE = (_HERE / "_tree.py").read_text() + "\n" + (_HERE / "_server.py").read_text()
+# The server runs the tree walker's and the wire format's sources first (only the standard library is
+# importable inside the sandbox).
+SERVER_SOURCE = "\n".join((_HERE / name).read_text() for name in ("_tree.py", "_wire.py", "_server.py"))
 # Host-side margin over the program's timeout before a silent server is declared dead.
 _SERVER_MARGIN_S = 5.0
 # How long a started server may take to say it is ready (interpreter start-up, imports; a loaded machine).
@@ -97,6 +95,16 @@ MAX_SESSIONS = 256
 
 class ServerNotReady(Exception):
     """The server did not announce itself ready in time (stopped, stuck in cleanup, or gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One encoded request (:mod:`tirl.sandbox._wire`) and what its answer is checked against."""
+
+    body: bytes
+    nonce: bytes
+    timeout_s: float
+    keep: int
 
 
 class _Worker:
@@ -114,7 +122,6 @@ class _Worker:
         self.uid = uid
         self.tmp = tmp  # host directory of a non-isolated server
         self.start = start  # an isolated server's sandbox (its PID namespace is killed with it)
-        self.ready = False  # a ready frame arrived since the last request
         self.fresh = True  # no request sent yet
         self.lock = asyncio.Lock()
         self._in = proc.stdin.fileno()
@@ -127,7 +134,8 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    async def _ready(self, fd: int, write: bool) -> None:
+    async def _wait(self, fd: int, write: bool, deadline: float) -> None:
+        """Until ``fd`` is ready (TimeoutError at ``deadline``, loop time); no task is made."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
 
@@ -135,65 +143,64 @@ class _Worker:
             if not fut.done():
                 fut.set_result(None)
 
+        def expire() -> None:
+            if not fut.done():
+                fut.set_exception(TimeoutError())
+
         (loop.add_writer if write else loop.add_reader)(fd, wake)
+        timer = loop.call_at(deadline, expire)
         try:
             await fut
         finally:
+            timer.cancel()
             (loop.remove_writer if write else loop.remove_reader)(fd)
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes, deadline: float) -> None:
         view = memoryview(data)
         while view:
             try:
                 view = view[os.write(self._in, view) :]
             except BlockingIOError:
-                await self._ready(self._in, write=True)
+                await self._wait(self._in, True, deadline)
 
-    async def _read_exact(self, n: int) -> bytes:
-        while len(self._buf) < n:
+    async def _frame(self, deadline: float) -> bytes:
+        """The body of the next frame from the server."""
+        while True:
+            if len(self._buf) >= 4:
+                size = FRAME.unpack_from(self._buf)[0]
+                if size > 1 << 26:
+                    raise ConnectionError(f"a reply frame of {size} bytes")
+                if len(self._buf) >= 4 + size:
+                    body = bytes(self._buf[4 : 4 + size])
+                    del self._buf[: 4 + size]
+                    return body
             try:
                 chunk = os.read(self._out, 1 << 16)
             except BlockingIOError:
-                await self._ready(self._out, write=False)
+                await self._wait(self._out, False, deadline)
                 continue
             if not chunk:
-                raise asyncio.IncompleteReadError(bytes(self._buf), n)
+                raise asyncio.IncompleteReadError(bytes(self._buf), None)
             self._buf += chunk
-        data = bytes(self._buf[:n])
-        del self._buf[:n]
-        return data
 
-    async def _frame(self) -> dict[str, Any]:
-        head = await self._read_exact(4)
-        size = struct.unpack(">I", head)[0]
-        if size > 1 << 26:
-            raise ConnectionError(f"a reply frame of {size} bytes")
-        reply = json.loads(await self._read_exact(size))
-        if not isinstance(reply, dict):
-            raise ConnectionError("a reply frame that is not an object")
-        return reply
+    async def call(self, body: bytes, nonce: bytes, timeout_s: float) -> bytes:
+        """Send one request body and return its answer body, whose nonce must match.
 
-    async def wait_ready(self) -> None:
-        """Wait for the server's ready frame (sent at start and after each cleanup); ServerNotReady if none."""
-        if self.ready:
-            return
+        The request is written at once; the server reads it only after its ready frame (sent when it
+        starts and after each cleanup). :class:`ServerNotReady` when that frame does not come in time
+        (the request then never ran).
+        """
+        loop = asyncio.get_running_loop()
+        ready_by = loop.time() + (_START_S if self.fresh else _READY_S)
+        self.fresh = False
         try:
-            frame = await asyncio.wait_for(self._frame(), _START_S if self.fresh else _READY_S)
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
+            await self._write(frame(body), ready_by)
+            if await self._frame(ready_by) != READY:
+                raise ConnectionError("a frame other than the ready frame")
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
             raise ServerNotReady(type(exc).__name__) from exc
-        if frame != {"ready": True}:
-            raise ServerNotReady(f"unexpected frame {str(frame)[:80]!r}")
-        self.ready = True
-
-    async def call(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send one request (after the ready frame) and return its answer, whose nonce must match."""
-        await self.wait_ready()
-        nonce = secrets.token_hex(8)
-        data = json.dumps(dict(msg, nonce=nonce)).encode()
-        self.ready = self.fresh = False
-        await self._write(struct.pack(">I", len(data)) + data)
-        reply = await asyncio.wait_for(self._frame(), timeout_s)
-        if reply.get("nonce") != nonce:
+        reply = await self._frame(loop.time() + timeout_s)
+        if reply[1:9] != nonce:
             raise ConnectionError("a reply that does not answer this request")
         return reply
 
@@ -224,14 +231,6 @@ class _Worker:
                     break
                 await asyncio.sleep(0.01)
         self.kill()
-
-
-def _buffer(wire: list[Any], keep: int) -> CappedBuffer:
-    buf = CappedBuffer(keep)
-    buf.head = base64.b64decode(wire[0])
-    buf.tail = bytearray(base64.b64decode(wire[1]))
-    buf.total = int(wire[2])
-    return buf
 
 
 class WarmPool(Sandbox):
@@ -361,20 +360,13 @@ class WarmPool(Sandbox):
             return result
         if session is not None and lang != "python":
             return ExecResult("", "", None, error="sessions keep Python state; run bash without session=")
-        msg = {
-            "op": "run",
-            "code": code,
-            "lang": lang,
-            "timeout_s": timeout,
-            "memory_mb": memory,
-            "nproc": self.nproc,
-            "fsize_mb": self.disk_mb,
-            "keep": self.max_output_chars * 4,
-            "session": session,
-        }
+        keep = self.max_output_chars * 4
+        nonce = os.urandom(8)
+        body = encode_request(OP_RUN, code, lang, timeout, memory, self.nproc, self.disk_mb, keep, nonce, session)
+        call = _Call(body, nonce, timeout, keep)
         self._check_loop()
         if session is not None:
-            return await self._run_session(session, msg)
+            return await self._run_session(session, call)
         await self.start()
         assert self._idle is not None
         worker = await self._idle.get()
@@ -382,15 +374,14 @@ class WarmPool(Sandbox):
             if not worker.alive:  # died, or killed by a cancelled call: replace it before use
                 worker = await self._replace(worker)
             try:
-                await worker.wait_ready()
+                return await self._call(worker, call, first_try=True)
             except ServerNotReady:  # the last run left it stopped, stuck or gone: not this run's fault
-                worker.kill()
                 worker = await self._replace(worker)
-            return await self._call(worker, msg)
+                return await self._call(worker, call)
         finally:
             self._idle.put_nowait(worker)  # a dead one is replaced by the next run that takes it
 
-    async def _run_session(self, session: str, req: dict[str, Any]) -> ExecResult:
+    async def _run_session(self, session: str, call: _Call) -> ExecResult:
         worker = self._sessions.get(session)
         if worker is not None and not worker.alive:  # a cancelled call killed it: its state is gone
             await self.end_session(session)
@@ -401,33 +392,31 @@ class WarmPool(Sandbox):
             worker = await self._spawn()
             self._sessions[session] = worker
         async with worker.lock:
-            result = await self._call(worker, req)
+            result = await self._call(worker, call)
         if not worker.alive:
             await self.end_session(session)
         return result
 
-    async def _call(self, worker: _Worker, req: dict[str, Any]) -> ExecResult:
+    async def _call(self, worker: _Worker, call: _Call, *, first_try: bool = False) -> ExecResult:
+        """One request on ``worker``; a failed server is killed (ServerNotReady raised on a ``first_try``)."""
         try:
-            reply = await worker.call(req, req["timeout_s"] + _SERVER_MARGIN_S)
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError, ServerNotReady) as exc:
+            reply = await worker.call(call.body, call.nonce, call.timeout_s + _SERVER_MARGIN_S)
+            _, status, timed_out, wall_s, out, err, note = decode_answer(reply, call.keep)
+        except ServerNotReady as exc:
+            worker.kill()
+            if first_try:
+                raise
+            return ExecResult("", "", None, error=f"sandbox server failed ({exc}); replaced")
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
             worker.kill()
             return ExecResult("", "", None, error=f"sandbox server failed ({type(exc).__name__}); replaced")
         except asyncio.CancelledError:
             # The reply would arrive during someone else's call: this server cannot be reused.
             worker.kill()
             raise
-        keep = req["keep"]
-        out, err = _buffer(reply["out"], keep), _buffer(reply["err"], keep)
-        if reply.get("note"):
-            err.feed((b"\n" if err.total else b"") + reply["note"].encode())
-        return build_result(
-            out,
-            err,
-            int(reply["exit"]),
-            timed_out=bool(reply["timed_out"]),
-            wall_s=float(reply["wall"]),
-            max_chars=self.max_output_chars,
-        )
+        if note:
+            err.feed((b"\n" if err.total else b"") + note)
+        return build_result(out, err, status, timed_out=timed_out, wall_s=wall_s, max_chars=self.max_output_chars)
 
     async def _replace(self, worker: _Worker) -> _Worker:
         await worker.stop()
