@@ -1,26 +1,33 @@
 r"""The void-turn rule: turns judged per second, and ``tirl filter`` end to end on a JSONL file.
 
 The mix (seeded): about 850 characters per assistant turn on average —
-reasoning prose with inline LaTeX (``\\frac``, ``\\le``, ``x^{2}``) and
-comparisons (``<``, ``>``, ``a<b``), fenced blocks of several languages
-(python, bash, text, output, json), answers with nested braces, unclosed
-fences, inline backticks, and OpenAI tool calls (some malformed). The prose
-carries backslashes and ``<`` in most turns, so the answer search runs on
-them (an earlier mix had neither, and the judge skipped the search on 70% of
-its turns). Every turn is distinct text; nothing is cached.
+reasoning prose with inline LaTeX (``\\frac``, ``\\le``, ``x^{2}``),
+comparisons (``<``, ``>``, ``a<b``), non-ASCII words in three turns of ten (``≤``, ``→``),
+fenced blocks of several languages (python, bash, text, output, json), answers
+with nested braces, unclosed fences, inline backticks, and OpenAI tool calls
+(some malformed). The prose carries backslashes and ``<`` in most turns, so
+the answer search runs on them (an earlier mix had neither, and the judge
+skipped the search on 70% of its turns). Every turn is distinct text; nothing
+is cached.
 
 Two measurements:
 
 * ``turns_per_s``: :func:`tirl.parsing.judge_message` alone, CPU time of this
   process, best of ``--repeats`` (target >= 200,000 on one core);
-* ``cli``: ``tirl filter IN --verdicts V --kept K --json`` as a subprocess on
-  ``--trajectories`` four-turn trajectories (system, user, then assistant and
-  tool messages; the answer in ``answer``): JSON in, JSON out, interpreter
-  start-up and imports included; assistant turns per wall second and per CPU
-  second of the subprocess (user + system), best of ``--cli-repeats``
-  (target >= 100,000 on 25,000 trajectories).
+* ``cli``: ``--trajectories`` four-turn trajectories (system, user, then
+  assistant and tool messages; the answer in ``answer``) judged end to end by
+  three sides, each a subprocess run ``--cli-repeats`` times, interleaved
+  (``cli.how`` says exactly how): ``reference`` (the loop before issue 16:
+  ``json.loads``, typed objects), ``filter_1`` (``tirl filter --workers 1``)
+  and ``filter`` (``tirl filter`` as a user runs it: default workers). Each
+  gives min / median / max of wall seconds, CPU seconds (the process and its
+  forked workers), assistant turns per wall second and per CPU second, and
+  peak RSS above its own empty-input baseline; the outputs of every run are
+  compared byte for byte. Target: >= 100,000 turns per second end to end on
+  25,000 trajectories.
 
-The load average before the run is printed; ``noisy`` when it was above 1.5.
+The load average before and after the run, the usable CPUs and the
+interpreter are printed; ``noisy`` when the load was above 1.5.
 
     python benchmarks/bench_filter.py [--turns N] [--trajectories N] [--json]
 """
@@ -30,14 +37,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import random
-import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from tirl.filters.forked import usable_cpus
 from tirl.parsing import judge_message
 from tirl.types import Message, Role, ToolCall
 
@@ -46,30 +56,32 @@ WORDS = (
     "range is large so let us write a short program that prints it and verify the remainder modulo the prime "
     r"\frac{n}{2} \le x^{2} $a<b$ since n>0 \sqrt{k} \cdot \{1,\dots,n\} a_{i}>a_{j} p<q \pmod{p} \alpha"
 ).split()
+UNICODE_WORDS = (*WORDS, *"so ≤ n·m → café ×".split())  # non-ASCII, as models write it (json.dumps: \\uXXXX)
 
 
-def prose(rng: random.Random, chars: int) -> str:
+def prose(rng: random.Random, chars: int, words: tuple[str, ...] | list[str] = WORDS) -> str:
     out: list[str] = []
     n = 0
     while n < chars:
-        w = rng.choice(WORDS)
+        w = rng.choice(words)
         out.append(w)
         n += len(w) + 1
     return " ".join(out)
 
 
 def make_turn(rng: random.Random, i: int) -> Message:
+    words = UNICODE_WORDS if rng.random() < 0.3 else WORDS  # three turns in ten hold some non-ASCII text
     kind = rng.random()
     if kind < 0.08:
         args = f'{{"code": "print({i})"}}' if rng.random() < 0.8 else f'{{"code": print({i})'
-        return Message(Role.ASSISTANT, prose(rng, 200), (ToolCall(name="python", arguments=args, id=f"c{i}"),))
-    parts = [prose(rng, rng.randint(300, 800))]
+        return Message(Role.ASSISTANT, prose(rng, 200, words), (ToolCall(name="python", arguments=args, id=f"c{i}"),))
+    parts = [prose(rng, rng.randint(300, 800), words)]
     if kind < 0.55:
         lang = rng.choice(["python", "python", "py", "bash", "sh", "Python"])
         body = "\n".join(f"x{j} = {rng.randint(1, 10**6)} * {rng.randint(1, 999)}" for j in range(rng.randint(3, 10)))
         parts.append(f"```{lang}\n{body}\nprint(x0 % 97)\n```")
     elif kind < 0.65:
-        parts.append(f"```{rng.choice(['text', 'output', 'json'])}\n{prose(rng, 120)}\n```")
+        parts.append(f"```{rng.choice(['text', 'output', 'json'])}\n{prose(rng, 120, words)}\n```")
         parts.append("Let me double-check `print(x)` before answering.")
     elif kind < 0.85:
         parts.append(f"So the answer is \\boxed{{\\frac{{{rng.randint(1, 999)}}}{{{rng.randint(2, 99)}}}}}.")
@@ -79,7 +91,7 @@ def make_turn(rng: random.Random, i: int) -> Message:
         parts.append(f"```python\nprint({i})\n")  # unclosed fence
     else:
         parts.append("\\boxed{} \\boxed{{unbalanced")
-    parts.append(prose(rng, rng.randint(100, 400)))
+    parts.append(prose(rng, rng.randint(100, 400), words))
     return Message(Role.ASSISTANT, "\n\n".join(parts))
 
 
@@ -96,36 +108,125 @@ def make_trajectory(rng: random.Random, i: int) -> dict[str, object]:
     return {"id": f"t{i}", "group": f"g{i // 8}", "messages": msgs, "reward": 0.0, "answer": str(rng.randint(1, 999))}
 
 
-def bench_cli(n: int, repeats: int) -> dict[str, float]:
-    """``tirl filter`` on ``n`` four-turn trajectories as a subprocess; best wall time of ``repeats``."""
+REFERENCE = """
+import json, sys
+from tirl.config import load_config
+from tirl.fileio import atomic_write
+from tirl.filters.stream import reference_part
+from tirl.filters.void_turn import rules_from_config
+cfg = load_config(None)
+part = reference_part(sys.argv[1], rules_from_config(cfg.filter, cfg.env), keep=True)
+with atomic_write(sys.argv[2], "wb") as fh:
+    fh.write("".join(part.verdicts).encode("ascii"))
+with atomic_write(sys.argv[3], "wb") as fh:
+    fh.write(b"".join(part.kept))
+print(json.dumps({"trajectories": part.trajectories, "void_ratio": part.void / max(part.trajectories, 1)}))
+"""
+HOW = (
+    "each side is a subprocess of this script (JSON in, JSON out: verdicts and kept files written, interpreter "
+    "start-up and imports included); wall_s: perf_counter around it; cpu_s: user + system CPU of the process and "
+    "its forked workers (os.wait4, from a small launcher process); peak_rss_mb: its peak RSS (the memory-mapped "
+    "input's pages count), above_baseline_mb: minus the same command's peak on an empty input. 'reference' is "
+    "the pre-issue-16 loop "
+    "(tirl.filters.stream.reference_part: json.loads, Trajectory objects, judge_trajectory), 'filter_1' is "
+    "`tirl filter --workers 1`, 'filter' is `tirl filter` with its default workers. The sides run interleaved, "
+    "--cli-repeats times each; the outputs of every run are compared byte for byte."
+)
+
+
+LAUNCH = """
+import json, os, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+row = {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_kb": usage.ru_maxrss}
+with open(sys.argv[1], "w") as fh:
+    json.dump({**row, "rc": os.waitstatus_to_exitcode(status)}, fh)
+"""
+
+
+def _run(cmd: list[str], tmp: Path) -> tuple[float, float, float, str]:
+    """Run ``cmd``; (wall s, CPU s of it and its reaped workers, peak RSS MB, its output).
+
+    A small launcher process forks and execs it and reads ``os.wait4``: a peak RSS read from a child of this
+    (large) process would start at this process's size (Linux keeps the peak across exec).
+    """
+    log, stats = tmp / "log", tmp / "stats.json"
+    with log.open("w") as fh:
+        subprocess.run(
+            [sys.executable, "-c", LAUNCH, str(stats), *cmd], stdout=fh, stderr=subprocess.STDOUT, check=True
+        )
+    row, out = json.loads(stats.read_text()), log.read_text()
+    if row["rc"] != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({row['rc']}): {out[-2000:]}")
+    return row["wall"], row["cpu"], row["rss_kb"] / 1024, out
+
+
+def _spread(values: list[float], digits: int = 3) -> dict[str, float]:
+    return {"min": round(min(values), digits), "median": round(statistics.median(values), digits),
+            "max": round(max(values), digits)}  # fmt: skip
+
+
+def _sides(tmp: Path, src: Path) -> dict[str, list[str]]:
+    py = [sys.executable, "-m", "tirl.cli", "filter", str(src), "--verdicts", str(tmp / "v"), "--kept", str(tmp / "k")]
+    return {
+        "reference": [sys.executable, "-c", REFERENCE, str(src), str(tmp / "v"), str(tmp / "k")],
+        "filter_1": [*py, "--json", "--workers", "1"],
+        "filter": [*py, "--json"],
+    }
+
+
+def bench_cli(n: int, repeats: int) -> dict[str, object]:
+    """Each side on ``n`` four-turn trajectories, ``repeats`` interleaved runs each, outputs compared."""
     rng = random.Random(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "in.jsonl"
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        src, empty = tmp / "in.jsonl", tmp / "empty.jsonl"
+        empty.write_bytes(b"")
         with src.open("w", encoding="utf-8") as fh:
             for i in range(n):
                 fh.write(json.dumps(make_trajectory(rng, i)) + "\n")
-        cmd = [sys.executable, "-m", "tirl.cli", "filter", str(src), "--verdicts", str(Path(tmp) / "v.jsonl")]
-        cmd += ["--kept", str(Path(tmp) / "k.jsonl"), "--json"]
-        best = best_cpu = float("inf")
+        sides = _sides(tmp, src)
+        on_empty = {k: [str(empty) if x == str(src) else x for x in cmd] for k, cmd in sides.items()}
+        baseline = {k: _run(cmd, tmp)[2] for k, cmd in on_empty.items()}  # start-up and imports alone
+        runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
+        expected: tuple[bytes, bytes] | None = None
         summary: dict[str, object] = {}
-        for _ in range(repeats):
-            c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            best = min(best, time.perf_counter() - t0)
-            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            best_cpu = min(best_cpu, c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime)
-            summary = json.loads(out.stdout.strip().splitlines()[-1])
-        return {
+        for r in range(repeats):
+            order = list(sides)[r % 3 :] + list(sides)[: r % 3]  # each side goes first once in three
+            for side in order:
+                wall, cpu, rss, out = _run(sides[side], tmp)
+                runs[side].append((wall, cpu, rss))
+                got = ((tmp / "v").read_bytes(), (tmp / "k").read_bytes())
+                if expected is None:
+                    expected = got
+                elif got != expected:
+                    raise SystemExit(f"{side}: its output differs from the first run's")
+                summary = json.loads(out.strip().splitlines()[-1])
+        turns = 4 * n
+        result: dict[str, object] = {
             "trajectories": n,
-            "assistant_turns": 4 * n,
-            "input_mb": src.stat().st_size / 1e6,
-            "wall_s": best,
-            "turns_per_s": 4 * n / best,
-            "cpu_s": best_cpu,  # user + system CPU of the subprocess: what the run costs, robust to other load
-            "turns_per_cpu_s": 4 * n / best_cpu,
-            "void_ratio": float(summary["void_ratio"]),  # type: ignore[arg-type]
+            "assistant_turns": turns,
+            "input_mb": round(src.stat().st_size / 1e6, 1),
+            "outputs_identical": True,
+            "void_ratio": summary["void_ratio"],
+            "how": HOW,
         }
+        for side, rows in runs.items():
+            walls, cpus = [w for w, _, _ in rows], [c for _, c, _ in rows]
+            peak = max(m for _, _, m in rows)
+            result[side] = {
+                "wall_s": _spread(walls), "cpu_s": _spread(cpus),
+                "turns_per_s": _spread([turns / w for w in walls], 0),
+                "turns_per_cpu_s": _spread([turns / c for c in cpus], 0),
+                "peak_rss_mb": round(peak), "above_baseline_mb": round(peak - baseline[side]),
+            }  # fmt: skip
+        ref = statistics.median(w for w, _, _ in runs["reference"])
+        result["speedup_median_wall"] = {s: round(ref / statistics.median(w for w, _, _ in runs[s]), 2) for s in runs}
+        return result
 
 
 def main() -> None:
@@ -133,7 +234,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--trajectories", type=int, default=25_000, help="tirl filter: four-turn trajectories")
-    parser.add_argument("--cli-repeats", type=int, default=3)
+    parser.add_argument("--cli-repeats", type=int, default=5, help="runs of each tirl filter side")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     load = os.getloadavg()
@@ -149,7 +250,14 @@ def main() -> None:
     per_s = len(turns) / best
     searched = sum(1 for t in turns if "\\" in (t.content or "") or "<" in (t.content or "")) / len(turns)
     cli = bench_cli(args.trajectories, args.cli_repeats) if args.trajectories > 0 else None
-    machine = {"loadavg_before": [round(x, 2) for x in load], "noisy": load[0] > 1.5, "python": sys.executable}
+    after = os.getloadavg()
+    machine = {
+        "loadavg_before": [round(x, 2) for x in load],
+        "loadavg_after": [round(x, 2) for x in after],
+        "noisy": max(load[0], after[0]) > 1.5,
+        "usable_cpus": usable_cpus(),
+        "python": f"{sys.executable} (CPython {platform.python_version()}, no flags)",
+    }
     if args.json:
         row = {"turns_per_s": round(per_s), "mean_chars": round(mean_chars), "void_fraction": voids / len(turns)}
         print(json.dumps({**row, "answer_search_share": searched, "cli": cli, "machine": machine}))
@@ -158,11 +266,22 @@ def main() -> None:
           f"{searched:.0%} with a backslash or '<' (the answer search runs)")  # fmt: skip
     print(f"turns judged per second (best of {args.repeats}, one core): {per_s:,.0f}  (target >= 200,000)")
     if cli is not None:
-        print(f"tirl filter end to end: {cli['trajectories']:,.0f} trajectories ({cli['input_mb']:.0f} MB), "
-              f"{cli['wall_s']:.2f} s wall (best of {args.cli_repeats}): {cli['turns_per_s']:,.0f} assistant "
-              f"turns/s; {cli['cpu_s']:.2f} s CPU: {cli['turns_per_cpu_s']:,.0f} turns per CPU second "
-              f"(target >= 100,000)")  # fmt: skip
-    print(f"load average before the run: {machine['loadavg_before']}{'  (noisy)' if machine['noisy'] else ''}")
+        _print_cli(cli, args.cli_repeats)
+    print(f"load average before / after: {machine['loadavg_before']} / {machine['loadavg_after']}"
+          f"{'  (noisy)' if machine['noisy'] else ''}; {machine['usable_cpus']} CPUs; {machine['python']}")  # fmt: skip
+
+
+def _print_cli(cli: dict[str, Any], repeats: int) -> None:
+    print(f"tirl filter end to end: {cli['trajectories']:,} trajectories ({cli['input_mb']} MB), "
+          f"{cli['assistant_turns']:,} assistant turns, {repeats} runs per side (min / median / max):")  # fmt: skip
+    for side in ("reference", "filter_1", "filter"):
+        row = cli[side]
+        t, c = row["turns_per_s"], row["turns_per_cpu_s"]
+        print(f"  {side:<10} wall {row['wall_s']['median']:.2f} s: {t['min']:>9,.0f} / {t['median']:>9,.0f} / "
+              f"{t['max']:>9,.0f} turns/s;  per CPU s {c['min']:>9,.0f} / {c['median']:>9,.0f} / {c['max']:>9,.0f};  "
+              f"x{cli['speedup_median_wall'][side]} wall vs reference; peak {row['peak_rss_mb']} MB "
+              f"(+{row['above_baseline_mb']} MB)")  # fmt: skip
+    print("  (target >= 100,000 turns/s end to end; outputs identical across all runs)")
 
 
 if __name__ == "__main__":

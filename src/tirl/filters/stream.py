@@ -1,8 +1,8 @@
 """Judging a whole trajectory JSONL file with the void-turn rule, fast: what ``tirl filter`` runs.
 
 :func:`judge_file` reads the file as bytes (a memory map for a regular file,
-one read for a pipe), in blocks of whole lines, and judges each line on one
-of two paths:
+one read for a pipe), slices each line straight out of it, and judges it on
+one of two paths:
 
 * **the fast path** decodes the line with ``orjson`` and judges straight from
   the decoded dicts (:func:`tirl.parsing.judge_content`), building no
@@ -64,9 +64,8 @@ from tirl.jsonl import JSONProblem, check_depth, jsonl_line, open_input, read_tr
 from tirl.parsing import ActionKind, ParseRules, judge_content
 from tirl.types import TerminationReason, ToolCall
 
-__all__ = ["BLOCK_BYTES", "FilePart", "JudgedFile", "judge_file", "judge_range", "reference_part"]
+__all__ = ["PARALLEL_BYTES", "FilePart", "JudgedFile", "judge_file", "judge_range", "reference_part"]
 
-BLOCK_BYTES = 8 << 20  # lines are split and judged this many bytes at a time (bounded memory)
 PARALLEL_BYTES = 4 << 20  # automatic workers: one per this many bytes of input, up to the usable CPUs
 _OTHER_ROLES = frozenset({"system", "user", "tool"})
 _MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id"})
@@ -184,50 +183,22 @@ def judge_file(
 
 
 def judge_range(path: Path, buf: Buffer, lo: int, hi: int, rules: ParseRules, *, keep: bool = False) -> FilePart:
-    """Judge the lines in ``buf[lo:hi]`` (``lo`` at a line start); line numbers count from the start of ``buf``."""
+    """Judge the lines in ``buf[lo:hi]`` (``lo`` at a line start); line numbers count from the start of ``buf``.
+
+    The hot loop of the module: one line at a time, sliced straight out of ``buf`` (a memory map: no block
+    copies, no list of lines).
+    """
     part = FilePart()
+    loads, fast, record, kept, find = orjson.loads, _fast_verdict, part.record, part.kept, buf.find
     number = _newlines(buf, lo)
+    run_lo = run_hi = -1  # the current run of kept lines, as one slice of the input
     pos = lo
     while pos < hi:
-        end = min(hi, pos + BLOCK_BYTES)
-        if end < hi:
-            nl = buf.find(b"\n", end - 1, hi)
-            end = hi if nl < 0 else nl + 1
-        block = buf[pos:end]
-        lines = block.split(b"\n")
-        if block.endswith(b"\n"):
-            lines.pop()  # the empty text after the block's last newline is not a line
-        _judge_lines(part, path, lines, pos, number, rules, keep, end == len(buf) and not block.endswith(b"\n"))
-        number += len(lines)
-        pos = end
-    return part
-
-
-def _newlines(buf: Buffer, end: int) -> int:
-    """The newlines in ``buf[:end]`` (the lines before a range), counted a block at a time (mmap has no count)."""
-    if isinstance(buf, bytes):
-        return buf.count(b"\n", 0, end)
-    return sum(buf[k : min(end, k + BLOCK_BYTES)].count(b"\n") for k in range(0, end, BLOCK_BYTES))
-
-
-def _judge_lines(
-    part: FilePart,
-    path: Path,
-    lines: list[bytes],
-    offset: int,
-    number: int,
-    rules: ParseRules,
-    keep: bool,
-    torn: bool,
-) -> None:
-    """The loop over one block's lines (``torn``: its last line has no newline); the hot path of the module."""
-    loads, fast, record, kept = orjson.loads, _fast_verdict, part.record, part.kept
-    run_lo = run_hi = -1  # the current run of kept lines, as one slice of the input
-    last = len(lines) - 1
-    for i, line in enumerate(lines):
+        nl = find(b"\n", pos, hi)  # -1 only on the file's last line when it has no newline
+        start, end = pos, hi if nl < 0 else nl
+        pos = end + 1
         number += 1
-        start = offset
-        offset += len(line) + 1
+        line = buf[start:end]
         text = line if line[:1] == b"{" and line[-1:] == b"}" else line.strip()
         got = None
         if text[:1] == b"{" and text[-1:] == b"}":
@@ -236,19 +207,18 @@ def _judge_lines(
             except orjson.JSONDecodeError:
                 pass
         if got is None:
-            raw = line if torn and i == last else line + b"\n"
-            ref = _reference_line(path, number, raw, rules)
+            ref = _reference_line(path, number, buf[start:pos], rules)  # the raw line, with its newline
             if ref is None:
                 continue
             got, text = ref
         if record(*got) or not keep:
             continue
-        if text is line and not (torn and i == last):  # the line and its newline, as they are in the input
+        if text is line and nl >= 0:  # the line and its newline, as they are in the input
             if start != run_hi:
                 if run_hi > run_lo:
                     kept.append((run_lo, run_hi))
                 run_lo = start
-            run_hi = offset
+            run_hi = pos
             continue
         if run_hi > run_lo:
             kept.append((run_lo, run_hi))
@@ -256,6 +226,15 @@ def _judge_lines(
         kept.append(text + b"\n")
     if run_hi > run_lo:
         kept.append((run_lo, run_hi))
+    return part
+
+
+def _newlines(buf: Buffer, end: int) -> int:
+    """The newlines in ``buf[:end]`` (the lines before a range), counted a block at a time (mmap has no count)."""
+    if isinstance(buf, bytes):
+        return buf.count(b"\n", 0, end)
+    step = 1 << 20
+    return sum(buf[k : min(end, k + step)].count(b"\n") for k in range(0, end, step))
 
 
 Verdict = tuple[str, list[int], str | None, str | None]  # id, void turns, last final answer, the 'answer' field
@@ -298,20 +277,16 @@ def _fast_verdict(obj: Any, number: int, rules: ParseRules) -> Verdict | None:
             return None
         role = m.get("role")
         content = m.get("content")
-        if content is not None and type(content) is not str:
-            return None
-        if not m.keys() <= _MESSAGE_KEYS and not _shallow(m, 3):
-            return None
-        cid = m.get("tool_call_id")
-        if cid is not None and type(cid) is not str:
-            return None
-        calls = m.get("tool_calls")
-        if calls:
-            if type(calls) is not list or not _shallow(calls, 4):
+        if type(content) is not str:
+            if content is not None:
                 return None
-            calls = tuple([ToolCall.from_dict(c) for c in calls])
-        else:
+            calls = _checked_calls(m)
+        elif len(m) == 2 and role is not None:  # exactly role and content: the common message
             calls = ()
+        else:
+            calls = _checked_calls(m)
+        if calls is None:
+            return None
         if role == "assistant":
             verdict = judge_content(content, calls, rules)
             if verdict.kind is ActionKind.VOID:
@@ -322,6 +297,25 @@ def _fast_verdict(obj: Any, number: int, rules: ParseRules) -> Verdict | None:
         elif type(role) is not str or role not in _OTHER_ROLES:
             return None
     return _fields(obj, number, void_turns, final, turns)
+
+
+def _checked_calls(m: dict[str, Any]) -> tuple[ToolCall, ...] | None:
+    """A message's tool calls; None when the fast path cannot take the message.
+
+    That is: extra keys nested too deep, a ``tool_call_id`` that is not a string or null, or ``tool_calls``
+    truthy but not a list within the depth limit.
+    """
+    if not m.keys() <= _MESSAGE_KEYS and not _shallow(m, 3):
+        return None
+    cid = m.get("tool_call_id")
+    if cid is not None and type(cid) is not str:
+        return None
+    calls = m.get("tool_calls")
+    if not calls:
+        return ()
+    if type(calls) is not list or not _shallow(calls, 4):
+        return None
+    return tuple([ToolCall.from_dict(c) for c in calls])
 
 
 def _fields(obj: dict[str, Any], number: int, void_turns: list[int], final: str | None, turns: int) -> Verdict | None:
