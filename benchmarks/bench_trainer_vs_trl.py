@@ -181,6 +181,7 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, che
             f"trainer.threads={args.threads}",
             f"rollout.run_workers={args.prompts * args.group}",
             f"algo.gradient_checkpointing={str(checkpointing).lower()}",
+            *args.tirl_set,
         ],
     )
     policy = load_policy(model_dir, threads=args.threads)
@@ -209,6 +210,7 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, che
     )
     tokens = 0
     rewards: list[float] = []
+    split = {"rollout_s": 0.0, "update_s": 0.0}  # of the timed steps
     mem = TrainMemory()
     mem.start()
     t0 = time.perf_counter()
@@ -218,6 +220,8 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, che
             t0 = time.perf_counter()
         else:
             tokens += sum(len(t.token_ids) for t in sampled)
+            split["rollout_s"] += float(metrics.get("time/rollout_s") or 0.0)
+            split["update_s"] += float(metrics.get("time/update_s") or 0.0)
         rewards.append(float(metrics["reward/mean"] or 0.0))
         if metrics.get("train/optimizer_steps") != 2:
             raise RuntimeError(f"tirl step {step} made {metrics.get('train/optimizer_steps')} optimiser steps, not 2")
@@ -231,6 +235,7 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, che
         "optimizer_steps": 2 * args.steps,
         "reward_mean": sum(rewards) / len(rewards),
         "train_mem_mb": train_mb,
+        **split,
     }
 
 
@@ -342,6 +347,8 @@ def _spawn(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str, An
     cmd = [sys.executable, __file__, "--child", name, "--model-dir", str(model_dir)]
     for key in ("steps", "prompts", "group", "max_new", "threads", "seed", "lr"):
         cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    for item in args.tirl_set:
+        cmd += ["--tirl-set", item]
     # the same OpenMP settings for both (passive waiting: see tirl.commands.train)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(args.threads)}
     env["OMP_WAIT_POLICY"] = "PASSIVE"
@@ -373,6 +380,9 @@ def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "optimizer_steps": rs[0]["optimizer_steps"],
             "reward_mean": statistics.median(r["reward_mean"] for r in rs),
         }
+        for k in ("rollout_s", "update_s"):  # tirl only: where the timed wall time went
+            if k in rs[0]:
+                out[name][k] = statistics.median(r[k] for r in rs)
         if "gradient_checkpointing" in rs[0]:
             out[name]["gradient_checkpointing"] = rs[0]["gradient_checkpointing"]
     for mine, theirs in PAIRS:
@@ -398,6 +408,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--repeats", type=int, default=1, help="runs of every entry (interleaved); median and range")
+    parser.add_argument(
+        "--tirl-set", action="append", default=[], metavar="KEY=VALUE", help="extra tirl config override (repeatable)"
+    )
     parser.add_argument("--only", choices=ENTRIES, action="append", help="run these entries only (repeatable)")
     parser.add_argument("--json", action="store_true", help='print {"tirl": {...}, "trl": {...}, ...}')
     parser.add_argument("--child", choices=ENTRIES, help=argparse.SUPPRESS)
@@ -427,6 +440,7 @@ def main() -> None:
         "model": model_dir.name,
         "steps": args.steps,
         "timed_batches": args.steps - 1,
+        "tirl_set": args.tirl_set,
     }
     if args.json:
         print(json.dumps(results))

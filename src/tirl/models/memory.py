@@ -23,6 +23,9 @@ Three independent options (config keys in ``[algo]``; all off by default):
   such a directory over its base model, and :func:`export_merged` writes a
   standalone model with the adapter merged in (``tirl model merge``).
 
+:func:`release_free_memory` returns the C heap's free pages to the OS
+between the rollout and the update (glibc only; elsewhere a no-op).
+
 Not covered: fp16 (needs loss scaling), 8/4-bit quantised bases (QLoRA),
 LoRA on the embeddings, FSDP/ZeRO sharding, offloading. Under ``autocast``
 the sampler (float32) and the trainer (bf16) compute slightly different
@@ -33,9 +36,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
+import ctypes.util
+import functools
 import json
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +100,32 @@ def update_mode(model: torch.nn.Module) -> None:
     model.eval()
     for layer in checkpointed_layers(model):
         layer.training = True  # only this module: its children (dropout, attention) stay in eval mode
+
+
+@functools.cache
+def _libc_trim() -> Callable[[int], int] | None:
+    """The C library's ``malloc_trim`` (glibc; None on other C libraries: musl, macOS, Windows)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+def release_free_memory() -> bool:
+    """Hand the C heap's free pages back to the OS (glibc ``malloc_trim(0)``); False where unavailable.
+
+    PyTorch's CPU tensors live on the C heap. glibc keeps the pages of freed
+    tensors below its (dynamic, up to 32 MB) mmap threshold, so without this
+    the process's resident memory after an update still holds the update's
+    activations while the next rollout allocates its own on top. The trainer
+    calls this between the rollout and the update and after the update; it
+    frees nothing that is in use (the next allocation faults fresh pages in).
+    """
+    trim = _libc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 @contextlib.contextmanager

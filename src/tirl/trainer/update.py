@@ -15,12 +15,19 @@ The steps, for the trajectories kept by the filter (with their advantages):
 4. A non-finite loss or gradient norm skips that optimiser step (gradients
    are dropped, the count goes to ``train/skipped_updates``).
 
+Log-probs and entropy come from :func:`tirl.trainer.logprobs.target_logprobs`
+(chunked over positions; autograd keeps the logits, not a ``[B, T, V]``
+log-softmax). Each micro-batch's tensors are released before the next forward
+pass, and the C heap's free pages go back to the OS before and after the update
+(:func:`tirl.models.memory.release_free_memory`), so the rollout and the
+update do not stack their peaks in resident memory.
+
 With ``generation.temperature`` T != 1, every log-prob (old, current,
 reference) is of ``softmax(logits / T)``, the distribution the sampler drew
 from, so the ratio and the TIS weight refer to one distribution.
 
 Memory options (:mod:`tirl.models.memory`): ``autocast="bf16"`` runs every
-forward pass here under bf16 autocast (log-probs from float32 logits);
+forward pass here under bf16 autocast (the logits stay bf16; log-probs are computed in float32);
 a model with gradient checkpointing enabled is put in
 :func:`~tirl.models.memory.update_mode` (eval mode, checkpointed layers
 recompute); a LoRA model trains its adapter only (the optimiser is given
@@ -41,10 +48,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tirl.algorithms.losses import LossConfig, gather_logprobs, logprobs_and_entropy, policy_loss, tis_weights
+from tirl.algorithms.losses import LossConfig, policy_loss, tis_weights
 from tirl.config import AlgoConfig
-from tirl.models.memory import autocast, update_mode
+from tirl.models.memory import autocast, release_free_memory, update_mode
 from tirl.trainer.batching import TrainBatch, collate, split_microbatches, split_minibatches
+from tirl.trainer.logprobs import target_logprobs
 from tirl.types import Trajectory
 
 
@@ -54,11 +62,14 @@ def loss_config(algo: AlgoConfig) -> LossConfig:
 
 
 def forward_logits(model: Any, batch: TrainBatch, precision: str = "off") -> Tensor:
-    """Logits at every position that predicts a target (float32 under bf16 autocast): Tensor  # [B, L-1, V]."""
+    """Logits at every position that predicts a target, in the model's output dtype: Tensor  # [B, L-1, V].
+
+    Under bf16 autocast they stay bf16 (no full float32 copy): :func:`~tirl.trainer.logprobs.target_logprobs`
+    casts one chunk of positions at a time to float32.
+    """
     with autocast(batch.input_ids.device, precision):
         out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    logits = out.logits[:, :-1, :]
-    return logits.float() if precision != "off" else logits  # type: ignore[no-any-return]
+    return out.logits[:, :-1, :]  # type: ignore[no-any-return]
 
 
 def model_device(model: Any) -> torch.device:
@@ -106,7 +117,7 @@ def score_logprobs(
     budget = micro_tokens if micro_tokens > 0 else 1 << 62
     for micro in split_microbatches(list(range(len(trajs))), lengths, budget):
         batch = on_device(collate(trajs, zeros, micro, pad_id), model_device(model))
-        lp = gather_logprobs(forward_logits(model, batch, precision), batch.targets, temperature)
+        lp, _ = target_logprobs(forward_logits(model, batch, precision), batch.targets, temperature, entropy=False)
         for j, i in enumerate(micro):
             out[i] = lp[j, : lengths[i] - 1].float().clone()
     return out
@@ -215,6 +226,7 @@ class PolicyUpdater:
         """
         stats = UpdateStats()
         micro_tokens = self.algo.micro_batch_tokens or (1 << 62)
+        release_free_memory()  # the rollout's freed pages go back before the activations are allocated
         update_mode(self.model)  # eval mode throughout (dropout would make the ratio noisy even at step 0);
         # checkpointed layers keep their own training flag so that they recompute (tirl.models.memory)
         rng = random.Random(seed)
@@ -233,6 +245,7 @@ class PolicyUpdater:
                 self._minibatch(trajs, advantages, rows, lengths, old, ref, stats, micro_tokens)
                 if e == 0 and k == 0:  # skipped or empty first mini-batch: weights unchanged, score what is missing
                     self._score_into(old, trajs, [i for i in rows if old[i] is None], micro_tokens)
+        release_free_memory()  # and the activations' pages before the next rollout
         return stats
 
     def _score_into(self, old: list[Tensor | None], trajs: list[Trajectory], rows: list[int], micro: int) -> None:
@@ -302,7 +315,7 @@ class PolicyUpdater:
             batch = on_device(collate(trajs, advantages, micro, self.pad_id), model_device(self.model))
             width = batch.targets.shape[1]
             logits = forward_logits(self.model, batch, self.precision)
-            lp, ent = logprobs_and_entropy(logits, batch.targets, self.temperature)
+            lp, ent = target_logprobs(logits, batch.targets, self.temperature)
             for j, i in enumerate(micro):
                 if old[i] is None:  # first mini-batch at the pre-update weights: these are the old log-probs
                     old[i] = lp[j, : lengths[i] - 1].detach().clone()
@@ -317,6 +330,7 @@ class PolicyUpdater:
             (out.loss * scale).backward()
             mb_loss += float(out.loss.item()) * scale
             stats.add_tokens(batch.mask, out.ratio, ent, tis, old_lp - batch.gen_logprobs, out)
+            del logits, lp, ent, out  # not alive during the next micro-batch's forward pass
         mb_loss, finite = self._reduce(mb_loss, finite)
         if not finite:
             stats.skipped += 1
