@@ -284,3 +284,61 @@ async def test_a_server_slow_to_get_ready_is_replaced_not_waited_for(
     assert flood.ok, flood
     assert after.stdout == "0\n" and after.error is None, after
     assert now is not first  # the slow one was replaced before the run
+
+
+# What the pre-forked child inherits from the server (streams, cwd, argv, the random state) is the server's
+# own, never what an earlier run left: each run changes all of it, and the next run (same server) checks.
+SPOILER = """
+import os, random, sys
+print(random.random())
+sys.argv.append('leak')
+os.chdir('/tmp')
+sys.stdout.write('half a line')
+sys.stdout = sys.stderr = None
+"""
+CHECKER = """
+import os, random, sys
+print(random.random())
+print(sys.argv, os.getcwd(), sys.stdout.seekable(), sys.stderr is not None)
+"""
+
+
+async def test_a_pre_forked_child_starts_from_the_server_state_not_the_last_run(host_audit: object) -> None:
+    pool = _pool(size=1)
+    try:
+        first = await pool.run(SPOILER)
+        second = await pool.run(CHECKER)
+        third = await pool.run(CHECKER)
+    finally:
+        await pool.close()
+    assert first.exit_code == 0 and first.stdout.endswith("half a line"), first
+    lines = second.stdout.splitlines()
+    assert lines[1] == "['-c'] /work False True", second
+    draws = {first.stdout.splitlines()[0], lines[0], third.stdout.splitlines()[0]}
+    assert len(draws) == 3, draws  # every child is re-seeded at its fork
+
+
+KILLERS = [
+    ("import os, signal\nprint('x', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)", -9),
+    ("import os\nos.write(4, b'\\x00\\x00\\x00\\x07')\nimport time\ntime.sleep(0.2)", 7),  # a forged status
+    ("import os\nos.close(1)\nos.close(2)\nos.close(4)\nos.abort()", -6),
+    ("import os, signal\nos.killpg(0, signal.SIGKILL)", -9),
+]
+
+
+@pytest.mark.parametrize(("code", "status"), KILLERS)
+async def test_a_child_killed_or_lying_mid_run_does_not_poison_the_pool(
+    host_audit: object, code: str, status: int
+) -> None:
+    pool = _pool(size=1)
+    try:
+        await pool.start()
+        server = pool._workers[0]
+        dead = await pool.run(code)
+        runs = [await pool.run(f"print({i})") for i in range(3)]
+        same = pool._workers == [server]
+    finally:
+        await pool.close()
+    assert dead.exit_code == status and dead.error is None, dead
+    assert [r.stdout for r in runs] == ["0\n", "1\n", "2\n"] and all(r.error is None for r in runs), runs
+    assert same  # the child's death cost no server: the same one served every run
