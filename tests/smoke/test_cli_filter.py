@@ -112,3 +112,55 @@ def test_unknown_config_key_is_a_clear_error(tmp_path: Path) -> None:
     res = run("filter", str(src), "--verdicts", str(tmp_path / "v.jsonl"), "--config", str(cfg))
     assert res.returncode == 2
     assert "unknown config key 'filter.exec_lang'" in res.stderr and "exec_langs" in res.stderr
+
+
+def _big_input(path: Path, n: int = 600, bad_at: int | None = None) -> Path:
+    """``n`` trajectories (both verdicts, ids absent on some), optionally a bad line at ``bad_at`` (1-based)."""
+    lines = []
+    for i in range(n):
+        row: dict[str, object] = dict(LINES[i % len(LINES)])
+        if i % 7:
+            row["id"] = f"r{i}"
+        else:
+            row.pop("id")
+        lines.append(json.dumps(row, ensure_ascii=i % 2 == 0))
+    if bad_at is not None:
+        lines[bad_at - 1] = '{"messages": [{"role": "robot", "content": "x"}]}'
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_workers_write_the_same_files_as_one_process(tmp_path: Path) -> None:
+    from tirl.filters.stream import reference_part
+    from tirl.parsing import DEFAULT_RULES
+
+    src = _big_input(tmp_path / "in.jsonl")
+    outputs = []
+    for workers in ("1", "3"):
+        v, k = tmp_path / f"v{workers}", tmp_path / f"k{workers}"
+        res = run("filter", str(src), "--verdicts", str(v), "--kept", str(k), "--workers", workers, "--json")
+        assert res.returncode == 0, res.stderr
+        outputs.append((v.read_bytes(), k.read_bytes(), json.loads(res.stdout)))
+    assert outputs[0] == outputs[1]
+    ref = reference_part(src, DEFAULT_RULES, keep=True)
+    assert outputs[0][0] == "".join(ref.verdicts).encode()
+    assert outputs[0][1] == b"".join(x for x in ref.kept if isinstance(x, bytes))
+    assert b'"id": "line-1"' in outputs[0][0] and outputs[0][2]["void"] == ref.void > 0
+
+
+def test_a_bad_line_in_a_later_worker_range_writes_nothing(tmp_path: Path) -> None:
+    src = _big_input(tmp_path / "in.jsonl", bad_at=500)
+    out = tmp_path / "v.jsonl"
+    out.write_text("keep me\n")
+    res = run("filter", str(src), "--verdicts", str(out), "--kept", str(tmp_path / "k.jsonl"), "--workers", "3")
+    assert res.returncode == 2
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {src}:500: message") and "robot" in lines[0], res.stderr
+    assert out.read_text() == "keep me\n" and not (tmp_path / "k.jsonl").exists()
+
+
+def test_workers_out_of_range_is_one_error_line(tmp_path: Path) -> None:
+    src = _big_input(tmp_path / "in.jsonl", n=3)
+    res = run("filter", str(src), "--verdicts", str(tmp_path / "v.jsonl"), "--workers", "0")
+    assert res.returncode == 2 and res.stderr.startswith("error: ") and "--workers" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "v.jsonl").exists()
