@@ -8,6 +8,9 @@ Public API (what the trainer, the CLI and the diagnostics use)::
 trajectory once, sets ``Trajectory.void``/``void_turns``/``loss_weight`` and
 returns the kept groups (aligned with the input) with their ``usable`` counts
 and the batch statistics. A mode is one row of ``MODES``.
+
+A whole trajectory JSONL file (``tirl filter``) is judged by
+:func:`tirl.filters.stream.judge_file` (imported on its own: it loads ``orjson``).
 """
 
 from tirl.filters.void_turn import (

@@ -142,7 +142,10 @@ def _source(path: Path) -> Iterator[Buffer]:
         try:
             yield mm
         finally:
-            mm.close()
+            try:
+                mm.close()
+            except BufferError:  # a slice still referenced by a traceback: unmapped when it goes; keep the error
+                pass
 
 
 def _ranges(buf: Buffer, workers: int) -> list[tuple[int, int]]:
