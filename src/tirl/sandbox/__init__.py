@@ -19,12 +19,13 @@ import warnings
 
 from tirl.config import SandboxConfig
 from tirl.errors import SetupError
-from tirl.sandbox.base import ExecResult, Lang, Sandbox
+from tirl.sandbox.base import ExecResult, Lang, RunDefaults, Sandbox
 from tirl.sandbox.bwrap import BwrapSandbox, bwrap_problem
 from tirl.sandbox.pool import WarmPool
 from tirl.sandbox.process import ProcessSandbox
 
-__all__ = ["BwrapSandbox", "ExecResult", "Lang", "ProcessSandbox", "Sandbox", "WarmPool", "create_sandbox"]
+__all__ = ["BwrapSandbox", "ExecResult", "Lang", "ProcessSandbox", "RunDefaults", "Sandbox", "WarmPool"]
+__all__ += ["create_sandbox"]
 
 
 def create_sandbox(cfg: SandboxConfig | None = None, *, warn: bool = True) -> Sandbox:
@@ -37,7 +38,7 @@ def create_sandbox(cfg: SandboxConfig | None = None, *, warn: bool = True) -> Sa
     pool of ``pool_size`` pre-started interpreters.
     """
     cfg = cfg or SandboxConfig()
-    common = {"timeout_s": cfg.timeout_s, "memory_mb": cfg.memory_mb, "max_output_chars": cfg.max_output_chars}
+    common = RunDefaults(timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, max_output_chars=cfg.max_output_chars)
     backend = cfg.backend
     if backend in ("auto", "bwrap"):
         problem = bwrap_problem()
@@ -53,8 +54,8 @@ def create_sandbox(cfg: SandboxConfig | None = None, *, warn: bool = True) -> Sa
             backend = "process"
     if backend == "bwrap":
         if cfg.warm_pool:
-            return WarmPool(isolate=True, size=cfg.pool_size, **common)  # type: ignore[arg-type]
-        return BwrapSandbox(**common)  # type: ignore[arg-type]
+            return WarmPool(isolate=True, size=cfg.pool_size, **common)
+        return BwrapSandbox(**common)
     if cfg.warm_pool:
-        return WarmPool(isolate=False, size=cfg.pool_size, warn=warn, **common)  # type: ignore[arg-type]
-    return ProcessSandbox(warn=warn, **common)  # type: ignore[arg-type]
+        return WarmPool(isolate=False, size=cfg.pool_size, warn=warn, **common)
+    return ProcessSandbox(warn=warn, **common)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 Lang = Literal["python", "bash"]
 
@@ -71,6 +71,18 @@ class RunRequest:
     session: str | None
 
 
+class RunDefaults(TypedDict, total=False):
+    """What a backend gives a run that leaves it unset: keywords of every backend's constructor.
+
+    ``timeout_s`` (wall clock, default 5.0), ``memory_mb`` (address space, default 1024) and
+    ``max_output_chars`` (each of stdout and stderr, default 2000).
+    """
+
+    timeout_s: float
+    memory_mb: int
+    max_output_chars: int
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """Runs untrusted code. Implementations must be safe to call concurrently.
@@ -81,6 +93,13 @@ class Sandbox(Protocol):
     name: str
     timeout_s: float
     memory_mb: int
+    max_output_chars: int
+
+    def _set_defaults(self, defaults: RunDefaults) -> None:
+        """Keep a constructor's :class:`RunDefaults` (the documented default for each one left out)."""
+        self.timeout_s = defaults.get("timeout_s", 5.0)
+        self.memory_mb = defaults.get("memory_mb", 1024)
+        self.max_output_chars = defaults.get("max_output_chars", 2000)
 
     async def run(
         self,

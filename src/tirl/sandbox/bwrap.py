@@ -61,6 +61,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Unpack
 
 from tirl.errors import SetupError
 from tirl.sandbox._common import CLEAN_ENV, Limits, nul_result
@@ -68,7 +69,7 @@ from tirl.sandbox._launch import DEFAULT_INODES, MOUNT_POINT, Launch, can_mount,
 from tirl.sandbox._seccomp import seccomp_problem
 from tirl.sandbox._spawn import spawn
 from tirl.sandbox._tree import restore_tree
-from tirl.sandbox.base import ExecResult, RunRequest, Sandbox
+from tirl.sandbox.base import ExecResult, RunDefaults, RunRequest, Sandbox
 
 WORK = "/work"
 TMP = "/tmp"
@@ -252,18 +253,8 @@ class BwrapSandbox(Sandbox):
 
     name = "bwrap"
 
-    def __init__(
-        self,
-        *,
-        timeout_s: float = 5.0,
-        memory_mb: int = 1024,
-        max_output_chars: int = 2000,
-        disk_mb: int = 64,
-        python: str | None = None,
-    ) -> None:
-        self.timeout_s = timeout_s
-        self.memory_mb = memory_mb
-        self.max_output_chars = max_output_chars
+    def __init__(self, *, disk_mb: int = 64, python: str | None = None, **defaults: Unpack[RunDefaults]) -> None:
+        self._set_defaults(defaults)
         self.disk_mb = disk_mb
         self.python = python or sandbox_python()
         self.uids: set[int] = set()  # every uid this backend ran code as (for audits and tests)

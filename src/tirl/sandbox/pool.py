@@ -72,11 +72,12 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Unpack
 
 from tirl.sandbox._common import CLEAN_ENV, build_result, nul_result
 from tirl.sandbox._launch import DEFAULT_INODES, Launch
 from tirl.sandbox._wire import FRAME, OP_RUN, READY, decode_answer, encode_request, frame
-from tirl.sandbox.base import ExecResult, RunRequest, Sandbox
+from tirl.sandbox.base import ExecResult, RunDefaults, RunRequest, Sandbox
 from tirl.sandbox.bwrap import SHM, TMP, WORK, BwrapSandbox, launch, sandbox_python
 from tirl.sandbox.process import WARNING, ProcessSandbox
 
@@ -241,21 +242,17 @@ class WarmPool(Sandbox):
         *,
         isolate: bool = True,
         size: int = 4,
-        timeout_s: float = 5.0,
-        memory_mb: int = 1024,
-        max_output_chars: int = 2000,
         disk_mb: int = 64,
         inodes: int = DEFAULT_INODES,
         nproc: int = 64,
         python: str | None = None,
         warn: bool = True,
+        **defaults: Unpack[RunDefaults],
     ) -> None:
         self.name = "warm-pool" if isolate else "warm-pool-process"
         self.isolate = isolate
         self.size = size
-        self.timeout_s = timeout_s
-        self.memory_mb = memory_mb
-        self.max_output_chars = max_output_chars
+        self._set_defaults(defaults)
         self.disk_mb = disk_mb
         self.inodes = inodes
         # Outside a user namespace the count is the whole uid's: there it can only stop a runaway bomb.
@@ -348,12 +345,13 @@ class WarmPool(Sandbox):
             return refused
         if workdir is not None:  # the servers have their own workspaces: a fresh run binds this one
             if self._fresh is None:
-                common = {"timeout_s": self.timeout_s, "memory_mb": self.memory_mb}
-                common["max_output_chars"] = self.max_output_chars
+                common = RunDefaults(
+                    timeout_s=self.timeout_s, memory_mb=self.memory_mb, max_output_chars=self.max_output_chars
+                )
                 self._fresh = (
-                    BwrapSandbox(disk_mb=self.disk_mb, python=self.python, **common)  # type: ignore[arg-type]
+                    BwrapSandbox(disk_mb=self.disk_mb, python=self.python, **common)
                     if self.isolate
-                    else ProcessSandbox(python=self.python, warn=False, **common)  # type: ignore[arg-type]
+                    else ProcessSandbox(python=self.python, warn=False, **common)
                 )
             result = await self._fresh.run(code, lang=lang, timeout_s=timeout, memory_mb=memory, workdir=workdir)
             self.uids |= self._fresh.uids

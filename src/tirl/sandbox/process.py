@@ -34,10 +34,11 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Unpack
 
 from tirl.sandbox._common import CLEAN_ENV, Limits, nul_result
 from tirl.sandbox._spawn import spawn
-from tirl.sandbox.base import ExecResult, RunRequest, Sandbox
+from tirl.sandbox.base import ExecResult, RunDefaults, RunRequest, Sandbox
 
 WARNING = (
     "tirl sandbox: using the plain-process fallback (no bubblewrap). It does NOT isolate "
@@ -52,18 +53,8 @@ class ProcessSandbox(Sandbox):
 
     name = "process"
 
-    def __init__(
-        self,
-        *,
-        timeout_s: float = 5.0,
-        memory_mb: int = 1024,
-        max_output_chars: int = 2000,
-        python: str | None = None,
-        warn: bool = True,
-    ) -> None:
-        self.timeout_s = timeout_s
-        self.memory_mb = memory_mb
-        self.max_output_chars = max_output_chars
+    def __init__(self, *, python: str | None = None, warn: bool = True, **defaults: Unpack[RunDefaults]) -> None:
+        self._set_defaults(defaults)
         self.python = python or sys.executable
         self.uids: set[int] = set()  # always empty: code runs as our own uid
         if warn:
