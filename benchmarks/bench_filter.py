@@ -47,6 +47,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from tirl.filters.forked import usable_cpus
 from tirl.parsing import judge_message
 from tirl.types import Message, Role, ToolCall
@@ -179,6 +181,21 @@ def _sides(tmp: Path, src: Path) -> dict[str, list[str]]:
     }
 
 
+def bench_decode(src: Path, repeats: int = 3) -> dict[str, float]:
+    """CPU seconds to decode every line of ``src`` (best of ``repeats``): what orjson saves over json.loads."""
+    lines = src.read_bytes().splitlines()
+    best: dict[str, float] = {}
+    for name, loads in (("json.loads", json.loads), ("orjson.loads", orjson.loads)):
+        times = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            for line in lines:
+                loads(line)
+            times.append(time.process_time() - t0)
+        best[name] = round(min(times), 3)
+    return best
+
+
 def bench_cli(n: int, repeats: int) -> dict[str, object]:
     """Each side on ``n`` four-turn trajectories, ``repeats`` interleaved runs each, outputs compared."""
     rng = random.Random(1)
@@ -214,6 +231,7 @@ def bench_cli(n: int, repeats: int) -> dict[str, object]:
             "outputs_identical": True,
             "void_ratio": summary["void_ratio"],
             "how": HOW,
+            "decode_cpu_s": bench_decode(src),
         }
         for side, rows in runs.items():
             walls, cpus = [w for w, _, _ in rows], [c for _, c, _ in rows]
@@ -282,6 +300,9 @@ def _print_cli(cli: dict[str, Any], repeats: int) -> None:
               f"x{cli['speedup_median_wall'][side]} wall vs reference; peak {row['peak_rss_mb']} MB "
               f"(+{row['above_baseline_mb']} MB)")  # fmt: skip
     print("  (target >= 100,000 turns/s end to end; outputs identical across all runs)")
+    dec = cli["decode_cpu_s"]
+    print(f"  decoding every line alone (CPU s, best of 3): json.loads {dec['json.loads']:.3f}, "
+          f"orjson.loads {dec['orjson.loads']:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":
