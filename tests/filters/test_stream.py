@@ -277,3 +277,15 @@ def test_forked_workers_in_a_fresh_process(tmp_path: Path, mode: str) -> None:
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout == "".join(reference_part(path, DEFAULT_RULES).verdicts)
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_an_unreadable_input_gives_the_reference_error(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "nope.jsonl"
+    if kind == "directory":
+        path.mkdir()
+    with pytest.raises(InputError) as ref:
+        reference_part(path, DEFAULT_RULES)
+    with pytest.raises(InputError) as fast, judge_file(path, DEFAULT_RULES):
+        pass
+    assert str(fast.value) == str(ref.value) and str(path) in str(fast.value)

@@ -164,3 +164,17 @@ def test_workers_out_of_range_is_one_error_line(tmp_path: Path) -> None:
     res = run("filter", str(src), "--verdicts", str(tmp_path / "v.jsonl"), "--workers", "0")
     assert res.returncode == 2 and res.stderr.startswith("error: ") and "--workers" in res.stderr
     assert "Traceback" not in res.stderr and not (tmp_path / "v.jsonl").exists()
+
+
+def test_input_from_a_pipe_matches_the_file(tmp_path: Path) -> None:
+    src = _big_input(tmp_path / "in.jsonl", n=50)
+    from_file = run("filter", str(src), "--verdicts", str(tmp_path / "v1"), "--kept", str(tmp_path / "k1"))
+    piped = subprocess.run(
+        [*TIRL, "filter", "/dev/stdin", "--verdicts", str(tmp_path / "v2"), "--kept", str(tmp_path / "k2")],
+        input=src.read_bytes(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert from_file.returncode == 0 and piped.returncode == 0, piped.stderr
+    assert (tmp_path / "v1").read_bytes() == (tmp_path / "v2").read_bytes()
+    assert (tmp_path / "k1").read_bytes() == (tmp_path / "k2").read_bytes()
