@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import platform
 import random
@@ -46,11 +47,13 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import orjson
 
+from tirl.filters import stream
 from tirl.filters.forked import usable_cpus
-from tirl.parsing import judge_message
+from tirl.parsing import DEFAULT_RULES, ActionKind, TurnVerdict, judge_message
 from tirl.types import Message, Role, ToolCall
 
 WORDS = (
@@ -196,6 +199,33 @@ def bench_decode(src: Path, repeats: int = 3) -> dict[str, float]:
     return best
 
 
+def bench_phases(src: Path, repeats: int = 2) -> dict[str, float]:
+    """Where the judging CPU of ``tirl filter --workers 1`` goes, in this process (best of ``repeats``).
+
+    Differences of runs of :func:`tirl.filters.stream.judge_range` over the whole file with one part stubbed out
+    (the void-but-correct audit, then also the judge): ``audit``, ``judge`` (``judge_content``) and the rest
+    (slicing, orjson decoding, field checks, verdict lines). Start-up and writing are not in these figures.
+    """
+    turn = TurnVerdict(ActionKind.CODE)
+
+    def best() -> float:
+        times = []
+        with src.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            for _ in range(repeats):
+                t0 = time.process_time()
+                stream.judge_range(src, buf, 0, len(buf), DEFAULT_RULES, keep=True)
+                times.append(time.process_time() - t0)
+        return min(times)
+
+    full = best()
+    with mock.patch.object(stream, "answers_match", lambda a, b: False):
+        no_audit = best()
+        with mock.patch.object(stream, "judge_content", lambda c, t, r: turn):
+            rest = best()
+    return {"judging": round(full, 3), "audit": round(full - no_audit, 3), "judge": round(no_audit - rest, 3),
+            "decode_and_rest": round(rest, 3)}  # fmt: skip
+
+
 def bench_cli(n: int, repeats: int) -> dict[str, object]:
     """Each side on ``n`` four-turn trajectories, ``repeats`` interleaved runs each, outputs compared."""
     rng = random.Random(1)
@@ -232,6 +262,7 @@ def bench_cli(n: int, repeats: int) -> dict[str, object]:
             "void_ratio": summary["void_ratio"],
             "how": HOW,
             "decode_cpu_s": bench_decode(src),
+            "phases_cpu_s": bench_phases(src),
         }
         for side, rows in runs.items():
             walls, cpus = [w for w, _, _ in rows], [c for _, c, _ in rows]
@@ -303,6 +334,9 @@ def _print_cli(cli: dict[str, Any], repeats: int) -> None:
     dec = cli["decode_cpu_s"]
     print(f"  decoding every line alone (CPU s, best of 3): json.loads {dec['json.loads']:.3f}, "
           f"orjson.loads {dec['orjson.loads']:.3f}")  # fmt: skip
+    ph = cli["phases_cpu_s"]
+    print(f"  judging CPU s with --workers 1, in-process: {ph['judging']:.3f} = judge_content {ph['judge']:.3f} + "
+          f"void-but-correct audit {ph['audit']:.3f} + decoding and the rest {ph['decode_and_rest']:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":
