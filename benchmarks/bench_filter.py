@@ -17,8 +17,9 @@ Two measurements:
 * ``cli``: ``--trajectories`` four-turn trajectories (system, user, then
   assistant and tool messages; the answer in ``answer``) judged end to end by
   three sides, each a subprocess run ``--cli-repeats`` times, interleaved
-  (``cli.how`` says exactly how): ``reference`` (the loop before issue 16:
-  ``json.loads``, typed objects), ``filter_1`` (``tirl filter --workers 1``)
+  (``cli.how`` says exactly how): ``reference`` (the plain loop the fast path
+  must match, streamed: ``json.loads``, typed objects; the command before this
+  change also held every trajectory in memory first), ``filter_1`` (``tirl filter --workers 1``)
   and ``filter`` (``tirl filter`` as a user runs it: default workers). Each
   gives min / median / max of wall seconds, CPU seconds (the process and its
   forked workers), assistant turns per wall second and per CPU second, and
@@ -132,8 +133,8 @@ HOW = (
     "start-up and imports included); wall_s: perf_counter around it; cpu_s: user + system CPU of the process and "
     "its forked workers (os.wait4, from a small launcher process); peak_rss_mb: its peak RSS (the memory-mapped "
     "input's pages count), above_baseline_mb: minus the same command's peak on an empty input. 'reference' is "
-    "the pre-issue-16 loop "
-    "(tirl.filters.stream.reference_part: json.loads, Trajectory objects, judge_trajectory), 'filter_1' is "
+    "the plain loop the fast path must match, streamed (tirl.filters.stream.reference_part: json.loads through "
+    "the one JSONL reader, Trajectory objects, judge_trajectory, json.dumps lines), 'filter_1' is "
     "`tirl filter --workers 1`, 'filter' is `tirl filter` with its default workers. The sides run interleaved, "
     "--cli-repeats times each; the outputs of every run are compared byte for byte."
 )
