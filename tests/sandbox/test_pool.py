@@ -342,3 +342,30 @@ async def test_a_child_killed_or_lying_mid_run_does_not_poison_the_pool(
     assert dead.exit_code == status and dead.error is None, dead
     assert [r.stdout for r in runs] == ["0\n", "1\n", "2\n"] and all(r.error is None for r in runs), runs
     assert same  # the child's death cost no server: the same one served every run
+
+
+FDS = """
+import os
+links = []
+for n in os.listdir('/proc/self/fd'):
+    try:
+        links.append(os.readlink(f'/proc/self/fd/{n}'))
+    except OSError:  # the descriptor listdir itself used
+        pass
+print(links)
+"""
+
+
+async def test_the_code_never_holds_the_pipe_its_request_came_on(host_audit: object) -> None:
+    pool = _pool(size=1)
+    try:
+        await pool.start()
+        worker = pool._workers[0]
+        assert worker.proc.stdin is not None
+        host_pipe = f"pipe:[{os.fstat(worker.proc.stdin.fileno()).st_ino}]"
+        r = await pool.run(FDS)
+    finally:
+        await pool.close()
+    assert r.ok and "pipe:[" in r.stdout, r  # its own stdout and stderr are pipes
+    assert host_pipe not in r.stdout, r
+    assert worker.proc.returncode == 0  # end of input reached the waiting child, and the server left cleanly

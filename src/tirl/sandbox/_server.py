@@ -1,27 +1,29 @@
 """The fork server of the warm pool. Standard library only: it runs *inside* the sandbox.
 
-Started as ``python -I -c <source> MODE WORK DIR...`` (MODE ``isolated`` inside bwrap, where
-it also removes SysV IPC objects between runs, or ``plain``; every DIR is emptied between runs), where
-the source is :mod:`tirl.sandbox._tree`'s, then :mod:`tirl.sandbox._wire`'s, then this file's. It
-imports the usual modules once, then serves requests read from fd 0 and answers on fd 1, one request
-at a time, in the binary frames of :mod:`tirl.sandbox._wire`:
+Started as ``python -I -c <source> MODE KIND WORK DIR...`` (MODE ``isolated`` inside bwrap, where
+it also removes SysV IPC objects between runs, or ``plain``; KIND ``pool`` or ``session``; every DIR
+is emptied between runs), where the source is :mod:`tirl.sandbox._tree`'s, then
+:mod:`tirl.sandbox._wire`'s, then this file's. It imports the usual modules once, then serves
+requests (``OP_RUN``) arriving on fd 0 and answers on fd 1, one at a time, in the binary frames of
+:mod:`tirl.sandbox._wire`: the exit status, timed out, wall seconds and the head and tail of stdout
+and stderr.
 
-run (``OP_RUN``)
-    Hand the request to the pre-forked child (its own process group, rlimits, cwd WORK), which runs
-    the code and exits; with a session key, run it instead in that session's long-lived kernel
-    process, which keeps its globals across runs. Answer with the exit status, timed out, wall
-    seconds and the head and tail of stdout and stderr.
+``pool``: a pre-forked child (its own process group, rlimits, cwd WORK) takes the request from fd 0
+itself, reports its nonce, timeout and output cap to the server on its status pipe, closes fd 0,
+runs the code and exits. It is forked right after the previous run's cleanup, so a run's latency
+excludes the fork, and it waits with everything that does not depend on the request done
+(descriptors, signal handler, a warm-up ``exec``). The server never runs code of a request itself,
+and a child runs exactly one request: each execution starts from the state the server had before
+any request (the standard streams are created once, on pipes, before the first fork; :mod:`random`
+is re-seeded in every child by its fork hook).
+
+``session``: the server reads the request and runs it in the session's long-lived kernel process,
+which keeps its globals across runs.
+
 Every request carries a nonce that its answer repeats, and the server writes a ready frame when it
-starts and after the cleanup that follows every answer: it reads the next request only then (the
+starts and after the cleanup that follows every answer: only then is the next request read (the
 host may already have sent it), and the host replaces a server whose ready frame does not come in
 time (stopped, stuck, or gone).
-
-The child for the next run is forked right after the cleanup, so a run's latency excludes the fork:
-it waits for its request on a pipe with everything that does not depend on the request done
-(descriptors, directory, signal handlers, a warm-up ``exec``). The server never runs code of a
-request itself, and a child runs exactly one request: each execution starts from the state the
-server had before any request (the standard streams are created once, on pipes, before the first
-fork; :mod:`random` is re-seeded in every child by its fork hook).
 
 After every run the server kills every process it did not start as a kernel and empties WORK and
 TMP (:mod:`tirl.sandbox._tree`: any depth, no recursion), so nothing of one execution is visible
@@ -73,7 +75,7 @@ PREIMPORTED += [heapq, itertools, math, operator, re, statistics, string, textwr
 
 if "empty_dir" not in globals():  # imported as a module; inside the sandbox the sources come first
     from tirl.sandbox._tree import TreeTooLarge, empty_dir
-    from tirl.sandbox._wire import OP_RUN, READY, CappedBuffer, decode_request, encode_answer, frame
+    from tirl.sandbox._wire import READY, CappedBuffer, decode_request, encode_answer, frame
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -81,6 +83,8 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 DRAIN_GRACE_S = 0.1
 MB = 1024 * 1024
 CLEAN_BUDGET = 200_000  # entries; past it the server exits and the host starts a fresh one
+# A child's report that it took a request: nonce, timeout, bytes kept, when (monotonic clock, the host's too).
+TAKEN = struct.Struct(">8sdId")
 WARMUP = "print(end='')\nx = [i * i for i in range(8)]\n"
 
 
@@ -161,8 +165,13 @@ def new_globals():
     return {"__name__": "__main__", "__builtins__": builtins}
 
 
-def zygote_main(req_r, done_w, out_w, err_w):
-    """The pre-forked child: do all that does not depend on the request, wait for it, run it. Never returns.
+def zygote_main(ctrl_in, done_w, out_w, err_w):
+    """The pre-forked child: do all that does not depend on the request, take it, run it. Never returns.
+
+    It reads its request from the host's pipe itself (one hop less than through the server), writes
+    ``S`` + :data:`TAKEN` (nonce, timeout, bytes kept, time) to the server on fd 4 and closes the host's
+    pipe before any code runs: the code never holds it. At end of input it writes ``Q`` (the host
+    closed the pool) and exits.
 
     Everything before the request (descriptors, signal handler, a warm-up ``exec`` that takes the
     copy-on-write faults of the common paths) happens while the server is idle. The working
@@ -177,18 +186,18 @@ def zygote_main(req_r, done_w, out_w, err_w):
         os.setpgid(0, 0)
         LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         null = os.open(os.devnull, os.O_RDONLY)
-        for src, dst in ((null, 0), (out_w, 1), (err_w, 2), (req_r, 3), (done_w, 4)):
+        for src, dst in ((null, 0), (out_w, 1), (err_w, 2), (ctrl_in, 3), (done_w, 4)):
             os.dup2(src, dst)
         os.closerange(5, 65536)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         exec(compile(WARMUP, "<string>", "exec"), new_globals())
-        chunks = []
-        while chunk := os.read(3, 1 << 16):
-            chunks.append(chunk)
+        body = read_frame(3)
         os.close(3)
-        if not chunks:  # the server went away without a request
+        if body is None:  # the host closed the pool
+            os.write(4, b"Q")
             os._exit(0)
-        req = decode_request(b"".join(chunks))
+        req = decode_request(body)
+        os.write(4, b"S" + TAKEN.pack(req[7], req[2], req[6], time.monotonic()))
         set_limits(req)
         code = req[9].decode("utf-8", "surrogatepass")
         if req[1] == "bash":
@@ -246,10 +255,11 @@ def kernel_main(sock, work, req):
 
 
 class Server:
-    def __init__(self, isolated, work, scratch):
+    def __init__(self, isolated, pool, work, scratch):
         self.isolated, self.work, self.scratch = isolated, work, scratch
+        self.pool = pool  # a pool server's children take their requests; a session server reads them
         self.kernels = {}  # session -> (pid, socket)
-        self.zygote = None  # (pid, pidfd, request pipe, stdout pipe, stderr pipe, status pipe) of the next child
+        self.zygote = None  # (pid, pidfd, stdout pipe, stderr pipe, status pipe) of the next child
         self.ctrl_in = os.dup(0)
         self.ctrl_out = os.dup(1)
         null = os.open(os.devnull, os.O_RDWR)
@@ -274,64 +284,75 @@ class Server:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     def serve(self):
+        if self.pool:
+            self.zygote = self.make_zygote()
         write_all(self.ctrl_out, frame(READY))
         while True:
-            body = read_frame(self.ctrl_in)
-            if body is None:
+            if self.pool:
+                answer = self.run_taken()
+            else:
+                body = read_frame(self.ctrl_in)
+                answer = None if body is None else self.run_session(body, decode_request(body))
+            if answer is None:  # end of input: the host closed the pool
                 self.shutdown()
                 return
-            req = decode_request(body)
-            if req[0] == OP_RUN:
-                session = req[8]
-                write_all(self.ctrl_out, frame(self.run(body, req)))
-                # Clean up after answering; the next request is read only after the ready frame.
-                self.sweep()
-                if session is None:
-                    self.clean()
-                    self.zygote = self.make_zygote()
+            write_all(self.ctrl_out, frame(answer))
+            # Clean up after answering; the next request is read only after the ready frame.
+            self.sweep()
+            if self.pool:
+                self.clean()
+                self.zygote = self.make_zygote()
             write_all(self.ctrl_out, frame(READY))
 
     def make_zygote(self):
-        """Fork the next child now, off the critical path; it waits for its request on a pipe."""
+        """Fork the next child now, off the critical path; it waits for its request on the host's pipe."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        req_r, req_w = os.pipe()
         done_r, done_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            zygote_main(req_r, done_w, out_w, err_w)
-        for fd in (out_w, err_w, req_r, done_w):
+            zygote_main(self.ctrl_in, done_w, out_w, err_w)
+        for fd in (out_w, err_w, done_w):
             os.close(fd)
-        return pid, os.pidfd_open(pid), req_w, out_r, err_r, done_r
+        return pid, os.pidfd_open(pid), out_r, err_r, done_r
 
-    def run(self, body, req):
-        """Run one request (``body`` as received, ``req`` decoded); the answer body."""
-        start = time.monotonic()
-        note = b""
-        timeout_s, keep, nonce, session = req[2], req[6], req[7], req[8]
-        done: typing.Any  # a pidfd (int) for a forked child, the kernel's socket in a session
-        status_r = None
-        if session is None:
-            pid, done, req_w, out_r, err_r, status_r = self.zygote or self.make_zygote()
-            self.zygote = None
-            write_all(req_w, body)
-            os.close(req_w)
-        else:
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-            pid, done = self.kernel(session, req)
-            socket.send_fds(done, [body], [out_w, err_w])
-            os.close(out_w)
-            os.close(err_w)
+    def run_taken(self):
+        """The answer to the request the pre-forked child takes (None at end of input)."""
+        pid, done, out_r, err_r, status_r = self.zygote or self.make_zygote()
+        self.zygote = None
+        kind = read_exact(status_r, 1)  # no code runs before this report
+        taken = read_exact(status_r, TAKEN.size) if kind == b"S" else None
+        if taken is None:
+            reap(pid)
+            if kind == b"Q":
+                return None
+            os._exit(3)  # died holding part of a request, perhaps: the host replaces this server
+        nonce, timeout_s, keep, start = TAKEN.unpack(taken)  # written before the code ran
         out, err = CappedBuffer(keep), CappedBuffer(keep)
         finished, reply = self.wait(done, out_r, err_r, out, err, start + timeout_s, status_r)
         if not finished:
             kill_group(pid)
-        if session is None:
-            # The child's own status report, else its exit status (it is then reaped later, by the sweep).
-            status = struct.unpack(">i", reply)[0] if reply else reap(pid)
-            os.close(done)
-        elif finished and len(reply or b"") == 4:
+        # The child's own status report, else its exit status (it is then reaped later, by the sweep).
+        status = struct.unpack(">i", reply)[0] if reply else reap(pid)
+        os.close(done)
+        return encode_answer(nonce, status, not finished, time.monotonic() - start, out, err, b"")
+
+    def run_session(self, body, req):
+        """Run one request (``body`` as received, ``req`` decoded) in its session's kernel; the answer body."""
+        start = time.monotonic()
+        note = b""
+        timeout_s, keep, nonce, session = req[2], req[6], req[7], req[8]
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid, done = self.kernel(session, req)
+        socket.send_fds(done, [body], [out_w, err_w])
+        os.close(out_w)
+        os.close(err_w)
+        out, err = CappedBuffer(keep), CappedBuffer(keep)
+        finished, reply = self.wait(done, out_r, err_r, out, err, start + timeout_s)
+        if not finished:
+            kill_group(pid)
+        if finished and len(reply or b"") == 4:
             status = struct.unpack(">i", reply)[0]
         else:  # the kernel hit the deadline or died: its state is gone
             kill_group(pid)
@@ -467,8 +488,9 @@ class Server:
 
     def shutdown(self):
         if self.zygote is not None:
-            os.close(self.zygote[2])  # EOF: the waiting child exits
-            os.close(self.zygote[5])
+            kill_group(self.zygote[0])  # it waits on the host's pipe, which stays open until we exit
+            for fd in self.zygote[1:]:
+                os.close(fd)
             reap(self.zygote[0])
             self.zygote = None
         for session in list(self.kernels):
@@ -542,7 +564,7 @@ def descendants(root):
 
 
 if __name__ == "__main__":
-    SERVER = Server(sys.argv[1] == "isolated", sys.argv[2], sys.argv[3:])
+    SERVER = Server(sys.argv[1] == "isolated", sys.argv[2] == "pool", sys.argv[3], sys.argv[4:])
     # Move everything made so far out of the collector's view, so forked children do not touch (and
     # copy) those pages when they collect, and hand the freed heap back: a fork copies fewer pages.
     gc.collect()

@@ -269,13 +269,14 @@ class WarmPool(Sandbox):
         if not isolate and warn:
             warnings.warn(WARNING, RuntimeWarning, stacklevel=2)
 
-    async def _spawn(self) -> _Worker:
+    async def _spawn(self, kind: str = "pool") -> _Worker:
+        """Start one server: ``kind`` "pool" (children take requests) or "session" (one kernel keeps state)."""
         uid = None
         tmp = None
         start = None
         pass_fds: tuple[int, ...] = ()
         if self.isolate:
-            prog = [self.python, "-I", "-c", SERVER_SOURCE, "isolated", WORK, TMP, SHM]
+            prog = [self.python, "-I", "-c", SERVER_SOURCE, "isolated", kind, WORK, TMP, SHM]
             start = launch(python=self.python, prog=prog, disk_mb=self.disk_mb, inodes=self.inodes, as_pid_1=True)
             argv, uid, pass_fds = start.argv, start.user, start.pass_fds
             if start.uid is not None:
@@ -285,7 +286,7 @@ class WarmPool(Sandbox):
             tmp = Path(tempfile.mkdtemp(prefix="tirl-pool-"))
             (tmp / "work").mkdir()
             (tmp / "tmp").mkdir()
-            argv = [self.python, "-I", "-c", SERVER_SOURCE, "plain", str(tmp / "work"), str(tmp / "tmp")]
+            argv = [self.python, "-I", "-c", SERVER_SOURCE, "plain", kind, str(tmp / "work"), str(tmp / "tmp")]
             env = dict(CLEAN_ENV, HOME=str(tmp / "work"), TMPDIR=str(tmp / "tmp"))
         try:
             proc = subprocess.Popen(
@@ -387,7 +388,7 @@ class WarmPool(Sandbox):
         if worker is None:
             if len(self._sessions) >= MAX_SESSIONS:
                 return ExecResult("", "", None, error=f"more than {MAX_SESSIONS} open sessions; end some first")
-            worker = await self._spawn()
+            worker = await self._spawn("session")
             self._sessions[session] = worker
         async with worker.lock:
             result = await self._call(worker, call)
