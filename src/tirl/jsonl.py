@@ -17,7 +17,10 @@ and the HTTP bodies of ``tirl serve``): every problem is a
 :class:`~tirl.errors.InputError` naming the line. Options cover the
 differences between tirl's files: ``comments`` (task files skip ``#``
 lines), ``torn_tail`` (logs of a killed run may end with half a line) and
-``objects`` (every line must be an object).
+``objects`` (every line must be an object). :func:`jsonl_line` is that
+reading of one raw line, and :func:`to_trajectory` a line's value as a
+:class:`~tirl.types.Trajectory`: ``tirl filter`` runs them on each line its
+fast path does not take (:mod:`tirl.filters.stream`).
 
 Writes go through :func:`tirl.fileio.atomic_write` (re-exported here).
 """
