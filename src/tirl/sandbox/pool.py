@@ -5,9 +5,11 @@ The pool keeps ``size`` fork servers (:mod:`tirl.sandbox._server`). With
 one :mod:`tirl.sandbox.bwrap` builds, under its own unprivileged uid when tirl
 runs as root. A server has already imported the usual modules (math,
 fractions, itertools, collections, re, json, decimal, statistics...). For each
-execution it forks a fresh child, which puts itself in a new process group,
-applies the rlimits and runs the code in the private workspace. The host
-talks to a server over its stdin/stdout with length-prefixed JSON.
+execution a fresh child, forked after the previous run's cleanup, takes the
+request from the host's pipe, closes that pipe, puts itself in a new process
+group, applies the rlimits and runs the code in the private workspace. The
+host talks to a server over its stdin/stdout in the binary frames of
+:mod:`tirl.sandbox._wire`.
 
 A server runs one execution at a time. Afterwards it kills every process that
 execution left behind, empties the workspace, ``/tmp`` and ``/dev/shm`` and
@@ -18,8 +20,9 @@ PID 1 (bwrap ``--as-pid-1``) and undumpable, under the seccomp filter: no
 process can ptrace it, open its descriptors or signal it, and ``kill(-1)``
 reaches every other process of the namespace. Every request carries a nonce
 that its answer must repeat, and the server announces itself ready after each
-cleanup; one that does not within a few seconds is replaced before the next
-run uses it. Closing the pool kills each server's whole PID namespace.
+cleanup (the next request is read only then); one that does not within a few
+seconds is replaced and the request, which never ran, goes to a fresh one.
+Closing the pool kills each server's whole PID namespace.
 
 Sessions (``run(..., session=key)``) are notebook-like. The first run of a key
 starts a dedicated server (in its own sandbox) with one long-lived kernel
