@@ -55,8 +55,10 @@ def run(rank: int, world: int, port: int, out: str, n: int = 12) -> None:
             while upd.follow():
                 pass
             stats = []
+        upd.release()
         dist.destroy_process_group()
-    torch.save({"params": dict(model.named_parameters()), "stats": [(s.losses, s.grad_norms) for s in stats]}, out)
+    rows = [(s.losses, s.grad_norms, s.metrics()) for s in stats]
+    torch.save({"params": dict(model.named_parameters()), "stats": rows}, out)
 
 
 if __name__ == "__main__":

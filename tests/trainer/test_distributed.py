@@ -44,11 +44,16 @@ def test_two_cpu_processes_equal_one_on_the_same_global_batch(tmp_path: Path, n:
         assert p.returncode == 0, out
     single = torch.load(tmp_path / "single.pt")
     ranks = [torch.load(tmp_path / f"r{r}.pt") for r in range(2)]
-    (s_losses, s_norms), (d_losses, d_norms) = single["stats"][0], ranks[0]["stats"][0]
+    (s_losses, s_norms, s_metrics), (d_losses, d_norms, d_metrics) = single["stats"][0], ranks[0]["stats"][0]
     assert len(s_losses) == len(d_losses) == 4  # 2 epochs x 2 mini-batches, every step taken
     assert d_losses == pytest.approx(s_losses, rel=1e-4, abs=1e-6)
     assert d_norms == pytest.approx(s_norms, rel=1e-4)
     assert ranks[0]["stats"][1][0] == pytest.approx(single["stats"][1][0], rel=1e-4, abs=1e-6)
+    # the token statistics cover both ranks' shares (rank 0's alone: half the loss tokens)
+    assert d_metrics["train/loss_tokens"] == s_metrics["train/loss_tokens"] > 0
+    for key in ("train/is_ratio_min", "train/is_ratio_max", "train/is_ratio_mean", "train/clip_frac",
+                "train/entropy", "train/tis_weight_mean", "train/gen_logprob_gap_max"):  # fmt: skip
+        assert d_metrics[key] == pytest.approx(s_metrics[key], rel=1e-4, abs=1e-6), key
     moved = False
     for name, p in single["params"].items():
         for r in ranks:

@@ -38,9 +38,10 @@ optimiser state (plain data parallelism).
 Checkpoints are written by rank 0 only and hold the full model and optimiser
 state, so a run resumes the same at any N (the ranks receive rank 0's
 weights and optimiser state when the world starts). ``dist/world_size`` is on
-every metrics line. ``train/loss`` and ``train/grad_norm`` are global;
-the token statistics (``train/is_ratio_*``, ``train/clip_frac``,
-``train/entropy``) are over rank 0's share.
+every metrics line. ``train/loss`` and ``train/grad_norm`` are global, and
+so are the token statistics (``train/is_ratio_*``, ``train/clip_frac``,
+``train/entropy``, ``train/kl``: :func:`merge_stats` folds every rank's share
+in after each update).
 
 Failures: ``--nproc`` above the CPU count (gloo) or the GPU count (nccl) of
 this machine (not checked with ``--backend ray``: the cluster holds the
@@ -61,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import socket
@@ -186,6 +188,16 @@ class ShardedUpdater(PolicyUpdater):
         self.ddp.register_comm_hook(None, _sum_hook)
         self.model = self.ddp
 
+    def release(self) -> None:
+        """Drop the DDP wrapper (and its reducer's hold on the process group) before the group is destroyed.
+
+        A reducer that outlives ``destroy_process_group`` can hang the process in its destructor at exit.
+        """
+        if self.ddp is not None:
+            self.model = self.ddp.module
+            self.ddp = None
+            gc.collect()
+
     def _local_rows(self, rows: list[int]) -> list[int]:
         return rows[self.rank :: self.world_size]
 
@@ -211,7 +223,7 @@ class ShardedUpdater(PolicyUpdater):
 
     def _update_local(self, trajs: list[Trajectory], advantages: torch.Tensor, seed: int) -> UpdateStats:
         self._wrap()
-        return PolicyUpdater.update(self, trajs, advantages, seed=seed)
+        return merge_stats(PolicyUpdater.update(self, trajs, advantages, seed=seed), model_device(self.model))
 
     def update(self, trajs: list[Trajectory], advantages: torch.Tensor, *, seed: int) -> UpdateStats:
         """Rank 0: send the step to the other ranks, then update on its share (the others call :meth:`follow`)."""
@@ -233,6 +245,28 @@ class ShardedUpdater(PolicyUpdater):
         """A sharded updater with every setting of ``base``."""
         kw = {f.name: getattr(base, f.name) for f in dataclasses.fields(PolicyUpdater) if f.init}
         return cls(**kw, rank=rank, world_size=world_size)
+
+
+#: :class:`UpdateStats` fields that are sums over tokens, and the extremes: merged over the ranks' shares.
+_STAT_SUMS = ("tokens", "ratio_sum", "clip_sum", "dual_sum", "entropy_sum", "tis_sum", "kl_sum")
+_STAT_EXTREMES = (("ratio_min", dist.ReduceOp.MIN), ("ratio_max", dist.ReduceOp.MAX), ("gap_max", dist.ReduceOp.MAX))
+
+
+def merge_stats(stats: UpdateStats, dev: torch.device) -> UpdateStats:
+    """Every rank's token statistics folded into each rank's ``stats`` (a collective on ``dev``: every rank calls it).
+
+    After it ``train/is_ratio_*``, ``train/clip_frac``, ``train/entropy``, ``train/kl`` and the TIS mean cover
+    the whole global batch, as in a one-process run; losses and gradient norms are already global.
+    """
+    sums = torch.tensor([getattr(stats, k) for k in _STAT_SUMS], dtype=torch.float64, device=dev)
+    dist.all_reduce(sums)
+    for k, v in zip(_STAT_SUMS, sums.tolist(), strict=True):
+        setattr(stats, k, v)
+    for k, op in _STAT_EXTREMES:
+        t = torch.tensor([getattr(stats, k)], dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=op)
+        setattr(stats, k, t.item())
+    return stats
 
 
 def _collective(fn: Any) -> Any:
@@ -272,6 +306,7 @@ class World:
     config_file: str = ""
     addr: str = "127.0.0.1"  # the rendezvous: rank 0's address
     started: bool = False
+    updater: ShardedUpdater | None = None  # rank 0's, released before the group is destroyed
 
     @classmethod
     def launch(cls, cfg: Any, run_dir: Path, nproc: int, port: int, model_path: str | None) -> World:
@@ -342,7 +377,7 @@ class World:
         if err:
             raise SetupError(f"--nproc {self.nproc}: the process group did not start ({err[0]}); see the rank logs")
         self.started = True
-        trainer.updater = ShardedUpdater.like(trainer.updater, 0, self.nproc)
+        trainer.updater = self.updater = ShardedUpdater.like(trainer.updater, 0, self.nproc)
         _collective(lambda: sync_state(trainer.model, trainer.optimizer, 0))
 
     def close(self) -> None:
@@ -355,6 +390,8 @@ class World:
                     clean = True
                 except (RuntimeError, dist.DistError):
                     pass  # a rank already gone: nothing more to tell it
+                if self.updater is not None:
+                    self.updater.release()
                 dist.destroy_process_group()
         finally:
             for p in self.procs:
@@ -428,6 +465,7 @@ def follower(argv: list[str] | None = None) -> int:
     sync_state(model, opt, args.rank)
     while updater.follow():
         pass
+    updater.release()
     dist.destroy_process_group()
     return 0
 
