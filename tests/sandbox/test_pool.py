@@ -369,3 +369,16 @@ async def test_the_code_never_holds_the_pipe_its_request_came_on(host_audit: obj
     assert r.ok and "pipe:[" in r.stdout, r  # its own stdout and stderr are pipes
     assert host_pipe not in r.stdout, r
     assert worker.proc.returncode == 0  # end of input reached the waiting child, and the server left cleanly
+
+
+async def test_a_limit_the_wire_cannot_carry_is_an_error_result_and_the_pool_goes_on(host_audit: object) -> None:
+    pool = _pool(size=1)
+    try:
+        negative = await pool.run("print(1)", memory_mb=-5)
+        long_key = await pool.run("print(1)", session="k" * 70_000)
+        after = await pool.run("print(2)")
+    finally:
+        await pool.close()
+    for r in (negative, long_key):
+        assert r.exit_code is None and r.error is not None and "cannot send" in r.error, r
+    assert after.stdout == "2\n" and after.error is None, after

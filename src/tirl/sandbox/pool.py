@@ -69,6 +69,7 @@ import contextlib
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -364,7 +365,10 @@ class WarmPool(Sandbox):
             return ExecResult("", "", None, error="sessions keep Python state; run bash without session=")
         keep = self.max_output_chars * 4
         nonce = os.urandom(8)
-        body = encode_request(OP_RUN, code, lang, timeout, memory, self.nproc, self.disk_mb, keep, nonce, session)
+        try:
+            body = encode_request(OP_RUN, code, lang, timeout, memory, self.nproc, self.disk_mb, keep, nonce, session)
+        except (struct.error, ValueError) as exc:  # a limit or key out of the wire's range: nothing ran
+            return ExecResult("", "", None, error=f"cannot send this run to the pool: {exc}")
         call = _Call(body, nonce, timeout, keep)
         self._check_loop()
         if session is not None:
