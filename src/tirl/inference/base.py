@@ -21,10 +21,14 @@ protocol            what the trainer does with it                          backe
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
+
+from tirl.rollout.staleness import ROLLOUT_STEP
 
 FinishReason = Literal["stop", "length", "eos"]
 
@@ -108,6 +112,8 @@ class Request:
     prompt_ids: list[int]
     params: SamplingParams
     future: asyncio.Future[GenerationResult]
+    step: float = math.inf  # the rollout step it serves (ROLLOUT_STEP; none: the newest)
+    order: int = 0  # arrival order
 
 
 @dataclass(eq=False)
@@ -117,9 +123,12 @@ class RequestBatcher:
     ``submit`` queues one request and returns its result; a drain task waits ``batch_window_s``
     for more requests, then hands up to ``max_batch`` live ones (None: all queued) to the
     backend's ``run_batch`` on ONE worker thread, so batches never overlap each other or
-    anything else the owner runs on ``executor`` (weight loads). An exception in ``run_batch``
-    fails that batch's requests only; requests cancelled while queued are skipped. Not covered:
-    priorities, fairness between callers, or a cap on the queue's length.
+    anything else the owner runs on ``executor`` (weight loads). When more requests are queued
+    than ``max_batch``, the batch takes the oldest rollout step's first (:data:`ROLLOUT_STEP`,
+    set by the overlapped rollout of ``rollout.max_staleness``), in arrival order within a step,
+    as :class:`~tirl.rollout.staleness.OldestStepFirst` does for HTTP backends. An exception in
+    ``run_batch`` fails that batch's requests only; requests cancelled while queued are skipped.
+    Not covered: fairness between callers of one step, or a cap on the queue's length.
 
     ``owner`` names the generator in errors; ``thread_name`` prefixes the worker thread's name.
     """
@@ -135,6 +144,7 @@ class RequestBatcher:
     def __post_init__(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.thread_name)
         self._drain_task: asyncio.Task[None] | None = None
+        self._arrivals = itertools.count()
 
     async def submit(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
         """Queue one request; it runs in the next batch."""
@@ -144,7 +154,10 @@ class RequestBatcher:
             raise ValueError("prompt_ids is empty; a prompt needs at least one token")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[GenerationResult] = loop.create_future()
-        self.queue.append(Request(list(prompt_ids), params, fut))
+        step = ROLLOUT_STEP.get()
+        self.queue.append(
+            Request(list(prompt_ids), params, fut, math.inf if step is None else step, next(self._arrivals))
+        )
         if self._drain_task is None or self._drain_task.done():
             self._drain_task = loop.create_task(self._drain())
         return await fut
@@ -155,6 +168,8 @@ class RequestBatcher:
             if self.batch_window_s > 0:
                 await asyncio.sleep(self.batch_window_s)
             n = len(self.queue) if self.max_batch is None else self.max_batch
+            if n < len(self.queue):
+                self.queue.sort(key=lambda r: (r.step, r.order))  # the oldest step's requests first
             batch = [r for r in self.queue[:n] if not r.future.done()]
             del self.queue[:n]
             if not batch:
