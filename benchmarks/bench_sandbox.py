@@ -12,7 +12,9 @@ The whole set is repeated ``--runs`` times and each figure is given as its media
 load average is read before anything starts; above 1.5 the result is marked ``noisy`` (and the targets
 not conclusive). A failed execution is counted (``failed``), not fatal: the JSON is always printed
 (last line). The warm pool's CPU per execution is split into the host process and the sandbox
-(servers and their children, from ``/proc``). Run: ``python benchmarks/bench_sandbox.py [--json]``.
+(servers and their children, from ``/proc``). Run: ``python benchmarks/bench_sandbox.py [--json]``;
+A/B against older code: ``git archive COMMIT src/tirl | tar -x -C /tmp/old`` and the same command with
+``PYTHONPATH=/tmp/old/src`` (the JSON's ``package`` names the code measured), alternately.
 
 Targets (issue 16): warm-pool p50 <= 1/8 of ``unisolated``, >= 1000 isolated executions/s on 2 cores.
 """
@@ -31,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import tirl.sandbox
 from tirl.sandbox import BwrapSandbox, WarmPool
 from tirl.sandbox.bwrap import bwrap_problem, sandbox_python
 
@@ -170,6 +173,8 @@ def main() -> int:
             "noisy": noisy,
         },
         "baseline": {"interpreter": python, "argv": [python, "-c", "<program>"], "site": True},
+        # which tirl was measured: PYTHONPATH=<an exported older src> runs this script on older code (A/B)
+        "package": os.path.dirname(tirl.sandbox.__file__),
         "settings": {"n": args.n, "runs": args.runs, "concurrency": args.concurrency, "pool_size": args.pool_size},
         "runs": runs,
         "summary": summary,
