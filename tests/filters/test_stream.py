@@ -260,17 +260,22 @@ FORK_SCRIPT = textwrap.dedent(
             os._exit(9)
         real(fn, job, fd)
     forked._child = flaky
+    if sys.argv[2] == "nofork":  # fork fails (a process limit): every job runs here, in order
+        def no_fork():
+            raise OSError(11, "Resource temporarily unavailable")
+        os.fork = no_fork
     got = forked.map_forked(lambda j: (j, os.getpid() != parent), [1, 2, "die"])
-    assert got == [(1, False), (2, True), ("die", False)], got
+    assert got == [(1, False), (2, sys.argv[2] != "nofork"), ("die", False)], got
     with judge_file(Path(sys.argv[1]), DEFAULT_RULES, keep=True, workers=3) as judged:
         sys.stdout.write("".join(judged.part.verdicts))
     """
 )
 
 
-@pytest.mark.parametrize("mode", ["ok", "kill"])
+@pytest.mark.parametrize("mode", ["ok", "kill", "nofork"])
 def test_forked_workers_in_a_fresh_process(tmp_path: Path, mode: str) -> None:
-    """A real fork (a fresh process has no other threads): results in order; a dead child's job is redone."""
+    """A real fork (a fresh process has no other threads): results in order; a dead child's job is redone, and
+    a fork that fails runs its job here."""
     path = generated_file(tmp_path / "in.jsonl", 7, 400)
     res = subprocess.run(
         [sys.executable, "-c", FORK_SCRIPT, str(path), mode], capture_output=True, text=True, timeout=120

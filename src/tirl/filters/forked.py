@@ -4,9 +4,10 @@
 child made with :func:`os.fork` (it shares this process's memory, so an input
 held or mapped here is not copied). A child sends its result back pickled
 through a pipe. A child that fails for any reason (an exception, a crash, a
-kill) sends nothing, and its job is run again here, in order: an input error
-is therefore raised here exactly as a serial run would raise it, and no
-exception object ever has to cross a process boundary.
+kill) sends nothing, and a child that cannot be made (no process or
+descriptor left) is not made; either way its job is run here, in order: an
+input error is therefore raised here exactly as a serial run would raise it,
+and no exception object ever has to cross a process boundary.
 
 Forking is skipped (every job runs here, in order) where it is unsafe or
 useless: one job, no ``os.fork`` (not POSIX), or other threads alive in this
@@ -63,12 +64,20 @@ def _child(fn: Callable[[J], R], job: J, write_fd: int) -> None:
             os._exit(status)
 
 
-def _start(fn: Callable[[J], R], job: J) -> tuple[int, int]:
-    """Fork a child for ``job``; returns (pid, read end of its pipe)."""
-    read_fd, write_fd = os.pipe()
+def _start(fn: Callable[[J], R], job: J) -> tuple[int, int] | None:
+    """Fork a child for ``job``; returns (pid, read end of its pipe), or None when no child can be made now."""
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError:  # out of descriptors: the job runs here
+        return None
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # a process limit or no memory: the job runs here
+        os.close(read_fd)
+        os.close(write_fd)
+        return None
     if pid == 0:  # the child
         os.close(read_fd)
         _child(fn, job, write_fd)
@@ -93,9 +102,12 @@ def _collect(pid: int, read_fd: int) -> tuple[bool, object]:
         return False, None
 
 
-def _stop(children: list[tuple[int, int]]) -> None:
+def _stop(children: list[tuple[int, int] | None]) -> None:
     """Kill and reap children whose results are no longer wanted (this process is raising)."""
-    for pid, read_fd in children:
+    for child in children:
+        if child is None:
+            continue
+        pid, read_fd = child
         os.close(read_fd)
         try:
             os.kill(pid, signal.SIGKILL)
@@ -108,7 +120,7 @@ def map_forked(fn: Callable[[J], R], jobs: Sequence[J]) -> list[R]:
     """``[fn(job) for job in jobs]``, the jobs after the first in forked children (see the module doc)."""
     if len(jobs) <= 1 or not can_fork():
         return [fn(job) for job in jobs]
-    children: list[tuple[int, int]] = []
+    children: list[tuple[int, int] | None] = []
     try:
         for job in jobs[1:]:
             children.append(_start(fn, job))
@@ -116,17 +128,13 @@ def map_forked(fn: Callable[[J], R], jobs: Sequence[J]) -> list[R]:
     except BaseException:
         _stop(children)
         raise
-    for k, (pid, read_fd) in enumerate(children):
+    for k, child in enumerate(children):
         try:
-            ok, value = _collect(pid, read_fd)
+            ok, value = _collect(*child) if child is not None else (False, None)
+            if not ok:  # the child failed or was never made: its job runs here, in order
+                value = fn(jobs[k + 1])
         except BaseException:
             _stop(children[k + 1 :])
             raise
-        if not ok:
-            try:
-                value = fn(jobs[k + 1])
-            except BaseException:
-                _stop(children[k + 1 :])
-                raise
         results.append(value)  # type: ignore[arg-type]
     return results
