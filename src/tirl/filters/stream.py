@@ -99,13 +99,13 @@ class FilePart:
     def record(self, tid: str, void_turns: list[int], final: str | None, answer: str | None) -> bool:
         """Count one judged trajectory and add its verdict line; returns whether it is void."""
         self.trajectories += 1
-        turns = ", ".join(map(str, void_turns))
-        flag = "true" if void_turns else "false"
-        self.verdicts.append(f'{{"id": {encode_basestring_ascii(tid)}, "void": {flag}, "void_turns": [{turns}]}}\n')
         if answer is not None:
             self.with_answer += 1
         if not void_turns:
+            self.verdicts.append(f'{{"id": {encode_basestring_ascii(tid)}, "void": false, "void_turns": []}}\n')
             return False
+        turns = ", ".join(map(str, void_turns))
+        self.verdicts.append(f'{{"id": {encode_basestring_ascii(tid)}, "void": true, "void_turns": [{turns}]}}\n')
         self.void += 1
         if final is not None and answer is not None and answers_match(final, answer):
             self.void_correct.append(tid)
@@ -269,8 +269,9 @@ def _fast_verdict(obj: Any, number: int, rules: ParseRules) -> Verdict | None:
     messages = obj.get("messages")
     if type(messages) is not list:
         return None
-    for key, value in obj.items():
-        if (type(value) is dict or type(value) is list) and key != "messages" and not _shallow(value, 2):
+    for value in obj.values():
+        kind = type(value)
+        if (kind is dict or kind is list) and value is not messages and not _shallow(value, 2):
             return None
     void_turns: list[int] = []
     final = None
