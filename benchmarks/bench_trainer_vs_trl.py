@@ -16,7 +16,8 @@ AdamW at the same constant learning rate with no warm-up on either side (tirl:
 ``OMP_WAIT_POLICY=PASSIVE``. tirl runs with ``filter.mode=off`` so that it
 updates on exactly as many trajectories as TRL.
 
-Four entries: ``tirl`` (its defaults: no gradient checkpointing); ``trl``,
+Four entries: ``tirl`` (its defaults: no gradient checkpointing, micro-batches
+of ``algo.micro_batch_tokens`` = 1024 padded tokens); ``trl``,
 TRL as its users run it (its other defaults, notably
 ``gradient_checkpointing=True``, which lowers activation memory and costs a
 second forward pass); ``trl_no_ckpt``, the same with gradient checkpointing
@@ -36,6 +37,11 @@ Measured, each side in its own process:
   just before training starts (model, optimiser and trainer built): the
   kernel's peak counter is reset there (``/proc/self/clear_refs``), so this is
   what training itself adds (activations, gradients, Adam state).
+
+tirl also reports ``rollout_s`` and ``update_s``, the timed wall time's split.
+``--tirl-set KEY=VALUE`` (repeatable) adds a tirl config override to both tirl
+entries (e.g. ``algo.micro_batch_tokens=2048`` for the previous default); it is
+recorded in the JSON's ``machine.tirl_set``.
 
 ``--repeats N`` runs every entry N times, interleaved, and reports the median
 and the range of each figure; ``cat /proc/loadavg`` is recorded before the run
