@@ -73,7 +73,10 @@ def _decimal(s: str) -> Fraction | None:
         return None
     if exp is not None and (len(exp.lstrip("+-")) > 4 or abs(int(exp)) > MAX_EXPONENT):
         return None
-    value = Fraction(mantissa) * (Fraction(10) ** int(exp) if exp else 1)
+    if exp:
+        value = Fraction(mantissa) * Fraction(10) ** int(exp)
+    else:  # the common case; an int is ~5x cheaper for Fraction than its text
+        value = Fraction(mantissa) if "." in mantissa else Fraction(int(mantissa))
     return -value if sign == "-" else value
 
 
