@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.diagnostics.adapters import MetricsLog
-from tirl.diagnostics.pipeline import NEXT_STEP, PipelineDiagnosis
+from tirl.diagnostics.pipeline import PipelineDiagnosis
 from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis
 from tirl.jsonl import JSONProblem, parse_json
 
@@ -233,7 +233,7 @@ def pipeline_bundle(rows: list[dict[str, Any]], diag: PipelineDiagnosis, samples
         table.append("| " + " | ".join(str(r.get(k)) for k in keys) + " |")
     parts = [
         f"# Evidence bundle: pipeline trace `{diag.path}`\n",
-        f"Verdict: **{diag.verdict}**. Next: check {NEXT_STEP[diag.verdict]}.\n",
+        f"Verdict: **{diag.verdict}**. Next: check {diag.next_step}.\n",
         "Backpressure from a bounded queue is a feature: a full run_queue that blocks the Initializer is the "
         "design working.\n",
         _section("Evidence", "```json\n" + json.dumps(diag.evidence, indent=2) + "\n```"),

@@ -27,7 +27,7 @@ from typing import Any
 
 from tirl.diagnostics.adapters import MetricsLog, load_metrics
 from tirl.diagnostics.audit import audit_file
-from tirl.diagnostics.pipeline import NEXT_STEP, PipelineDiagnosis, diagnose_pipeline, load_trace
+from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, load_trace
 from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines
 from tirl.errors import TirlError
 from tirl.fileio import write_text
@@ -195,7 +195,7 @@ def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis) -> st
     return (
         f"<h2>Pipeline: {_verdict(diag.verdict)}</h2>"
         f"<p>{ev['snapshots']} snapshots over {ev['duration_s']} s; generator busy "
-        f"{'unknown' if util_v is None else f'{util_v:.0%}'}. Next: check {html.escape(NEXT_STEP[diag.verdict])}.</p>"
+        f"{'unknown' if util_v is None else f'{util_v:.0%}'}. Next: check {html.escape(diag.next_step)}.</p>"
         f"<table><tr><th>queue</th><th>time-avg depth</th><th>fill of capacity</th><th>max</th><th>non-empty</th>"
         f"<th>first → last third</th>"
         f"<th>high</th></tr>{qrows}</table>{f'<ul>{notes}</ul>' if notes else ''}"
