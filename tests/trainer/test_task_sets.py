@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tirl.config import load_config
 from tirl.trainer.wiring import TaskSets
 
@@ -43,8 +45,6 @@ def test_pool_draw_is_without_replacement_and_covers_every_task_once_per_epoch()
 
 
 def test_eval_split_picks_the_validation_set_and_refuses_an_empty_one() -> None:
-    import pytest
-
     from tirl.errors import ConfigError
 
     sets = TaskSets(load_config(None, ["env.name=tir-math", "env.eval_split=validation"]))
@@ -54,3 +54,14 @@ def test_eval_split_picks_the_validation_set_and_refuses_an_empty_one() -> None:
         TaskSets(load_config(None, ["env.name=swe-lite", "env.eval_split=validation"]))
     with pytest.raises(ConfigError, match=r"env\.eval_split"):
         load_config(None, ["env.eval_split=test"])
+
+
+def test_tirl_eval_on_an_empty_validation_split_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from tirl.cli import main
+
+    assert main(["eval", "--env", "swe-lite", "--split", "validation", "--set", "trainer.threads=1"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert err == [
+        "error: --split=validation is empty for env swe-lite with this task source (a task file or a small task "
+        "space has no validation split): use --split=heldout"
+    ]

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.tiny_run import save_tiny_model
 
 from tirl.cli import main
-from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
 from tirl.trainer.logging import REQUIRED_METRICS, read_metrics
 
 TIRL = [sys.executable, "-m", "tirl.cli"]
@@ -28,9 +28,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)
-    model, tok = build_tiny_model(spec, seed=0)
-    return save_policy(model, tok, tmp_path_factory.mktemp("m") / "tiny")
+    return save_tiny_model(tmp_path_factory.mktemp("m") / "tiny")
 
 
 def _main(args: list[str], capsys) -> tuple[int, str]:

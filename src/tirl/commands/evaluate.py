@@ -71,11 +71,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     model = _model_dir(args.model)
     parts = build_parts(cfg, model_path=model, trace_path=None)
     try:
-        task_sets = TaskSets(cfg)
-        tasks = task_sets.validation_tasks if args.split == "validation" else task_sets.eval_tasks
-        if not tasks:
-            raise InputError(f"--split {args.split}", None, "is empty for this task source (a task file or a small "
-                             "task space has no validation split)", "use --split heldout")  # fmt: skip
+        tasks = TaskSets(cfg).split(args.split, option="--split")
         rep = await evaluate(parts, tasks, seed=cfg.trainer.seed)
     finally:
         await parts.close()

@@ -124,14 +124,17 @@ class TaskSets:
         self._eval_prompts = {t.prompt for t in self.eval_tasks} | {t.prompt for t in self.validation_tasks}
         self.split(env.eval_split)  # an empty validation split is a configuration error, found before any work
 
-    def split(self, name: str) -> list[Task]:
-        """The evaluation tasks of split ``name`` (``heldout`` or ``validation``); raises on an empty split."""
+    def split(self, name: str, *, option: str = "env.eval_split") -> list[Task]:
+        """The evaluation tasks of split ``name`` (``heldout`` or ``validation``).
+
+        An empty split raises :class:`ConfigError` naming ``option`` (the config key, or ``tirl eval``'s ``--split``).
+        """
         if name == "heldout":
             return self.eval_tasks
         if not self.validation_tasks:
-            raise ConfigError(f"env.eval_split={name} is empty for env {self.cfg.env.name} with this task source "
-                              "(a task file or a small task space has no validation split): use "
-                              "env.eval_split=heldout")  # fmt: skip
+            raise ConfigError(f"{option}={name} is empty for env {self.cfg.env.name} with this task source "
+                              "(a task file or a small task space has no validation split): "
+                              f"use {option}=heldout")  # fmt: skip
         return self.validation_tasks
 
     def train(self, step: int, n: int) -> list[Task]:
