@@ -100,8 +100,6 @@ class EnvConfig:
         _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")
         _check(1 <= self.difficulty <= 5, "env.difficulty", self.difficulty, "use a level from 1 to 5")
         _check(self.eval_size >= 1, "env.eval_size", self.eval_size, "use at least 1")
-        _check(self.eval_split in ("heldout", "validation"), "env.eval_split", self.eval_split,
-               "use heldout (the reported figures) or validation (to choose settings)")  # fmt: skip
         _check(bool(self.prompt_key.strip()), "env.prompt_key", self.prompt_key, "name a field, e.g. prompt")
 
 

@@ -247,9 +247,10 @@ class ShardedUpdater(PolicyUpdater):
         return cls(**kw, rank=rank, world_size=world_size)
 
 
-#: :class:`UpdateStats` fields that are sums over tokens, and the extremes: merged over the ranks' shares.
+#: :class:`UpdateStats` fields that are sums over tokens, minima and maxima: merged over the ranks' shares.
 _STAT_SUMS = ("tokens", "ratio_sum", "clip_sum", "dual_sum", "entropy_sum", "tis_sum", "kl_sum")
-_STAT_EXTREMES = (("ratio_min", dist.ReduceOp.MIN), ("ratio_max", dist.ReduceOp.MAX), ("gap_max", dist.ReduceOp.MAX))
+_STAT_MINS = ("ratio_min",)
+_STAT_MAXES = ("ratio_max", "gap_max")
 
 
 def merge_stats(stats: UpdateStats, dev: torch.device) -> UpdateStats:
@@ -262,10 +263,15 @@ def merge_stats(stats: UpdateStats, dev: torch.device) -> UpdateStats:
     dist.all_reduce(sums)
     for k, v in zip(_STAT_SUMS, sums.tolist(), strict=True):
         setattr(stats, k, v)
-    for k, op in _STAT_EXTREMES:
-        t = torch.tensor([getattr(stats, k)], dtype=torch.float64, device=dev)
-        dist.all_reduce(t, op=op)
-        setattr(stats, k, t.item())
+    # one MIN over the minima and the negated maxima (two collectives in all, not one per field)
+    extremes = [getattr(stats, k) for k in _STAT_MINS] + [-getattr(stats, k) for k in _STAT_MAXES]
+    low = torch.tensor(extremes, dtype=torch.float64, device=dev)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    values = low.tolist()
+    for k, v in zip(_STAT_MINS, values, strict=False):
+        setattr(stats, k, v)
+    for k, v in zip(_STAT_MAXES, values[len(_STAT_MINS) :], strict=True):
+        setattr(stats, k, -v)
     return stats
 
 
