@@ -52,6 +52,29 @@ def test_resume_cuts_logs_back_to_the_checkpoint_step(tmp_path) -> None:
     assert _tb_scalars(tmp_path / "tb")["train/loss"] == [(1, 1.0), (2, 2.0), (3, 30.0)]  # purge_step
 
 
+def test_resumed_event_file_sorts_after_the_one_it_continues(tmp_path) -> None:
+    """TensorBoard reads event files in name order; a resumed writer's file must come last.
+
+    The old file is renamed to a stamp one second ahead with a counter that
+    sorts late as text: a writer opened without waiting would sort before it,
+    and the reader would apply the old steps after the purge.
+    """
+    import time
+
+    log = RunLogger(tmp_path)
+    for step in (1, 2, 3):
+        log.log_step(step, {"train/loss": float(step)})
+    log.close()
+    (old,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    ahead = old.with_name(f"events.out.tfevents.{int(time.time()) + 1:010d}.host.1.99")
+    old.rename(ahead)
+    log = RunLogger(tmp_path, resume_step=2)
+    log.log_step(3, {"train/loss": 30.0})
+    log.close()
+    assert sorted(p.name for p in (tmp_path / "tb").iterdir())[0] == ahead.name
+    assert _tb_scalars(tmp_path / "tb")["train/loss"] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+
+
 def test_checkpoint_roundtrip_is_atomic_and_restores_state(tmp_path) -> None:
     model, tok = build_tiny_model(SMALL, seed=1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -91,6 +93,24 @@ def _keep_lines(path: Path, keep: int) -> None:
         fh.writelines(kept)
 
 
+_EVENT_FILE = re.compile(r"events\.out\.tfevents\.(\d+)\.")
+
+
+def _wait_past_event_files(tb_dir: Path) -> None:
+    """Wait (at most 2 s) until the wall-clock second is later than every event file's in ``tb_dir``.
+
+    TensorBoard reads a directory's event files in name order, and a name is
+    ``events.out.tfevents.<unix second>.<host>.<pid>.<counter>``: a resumed
+    writer opened in the same second as the file it continues could sort
+    before it (counter ``10`` < ``9`` as text), and the reader would then
+    apply the old file's steps after the new file's purge. Starting in a later
+    second makes the resumed file sort last.
+    """
+    stamps = [int(m.group(1)) for p in tb_dir.glob("events.out.tfevents.*") if (m := _EVENT_FILE.match(p.name))]
+    if stamps:
+        time.sleep(max(0.0, min(2.0, max(stamps) + 1 - time.time())))
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The complete lines of ``run_dir/metrics.jsonl``, in order."""
     path = Path(run_dir) / "metrics.jsonl"
@@ -136,6 +156,7 @@ class RunLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
+            _wait_past_event_files(self.run_dir / "tb")
             self._tb = SummaryWriter(
                 log_dir=str(self.run_dir / "tb"), purge_step=resume_step + 1 if resume_step > 0 else None
             )
