@@ -45,16 +45,18 @@ def test_minibatches_partition_and_microbatches_respect_the_budget() -> None:
         assert len(m) == 1 or len(m) * max(lengths[i] for i in m) <= 60
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean"])
-def test_microbatch_accumulation_gives_the_whole_batch_gradient(agg: str) -> None:
+def test_microbatch_accumulation_gives_the_whole_batch_gradient(agg: str, workers: int) -> None:
+    # workers=2: micro-batches on two threads (tirl.trainer.parallel), gradients summed by the caller
     trajs = [_traj(i, 6 + 3 * i, 2) for i in range(5)]
     adv = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.7])
     grads = []
-    for budget in (0, 20):
+    for budget in (0, 20 * workers):
         model, _ = build_tiny_model(SMALL, seed=3)
         algo = AlgoConfig(minibatches=1, micro_batch_tokens=budget, loss_agg=agg, lr=1e-3)
         opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: keep weights, read the gradient
-        upd = PolicyUpdater(model=model, optimizer=opt, algo=algo, pad_id=0)
+        upd = PolicyUpdater(model=model, optimizer=opt, algo=algo, pad_id=0, workers=workers if budget else 1)
         captured = {}
         real_step = opt.step
 

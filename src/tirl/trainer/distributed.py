@@ -201,6 +201,10 @@ class ShardedUpdater(PolicyUpdater):
     def _local_rows(self, rows: list[int]) -> list[int]:
         return rows[self.rank :: self.world_size]
 
+    def _worker_count(self) -> int:
+        """One: the DDP wrapper's forward and its gradient hooks are not for concurrent micro-batches."""
+        return 1
+
     def _minibatch(self, *args: Any, **kwargs: Any) -> None:
         """The micro-batches accumulate locally (``no_sync``); :meth:`_reduce` runs the one synced pass."""
         with self.ddp.no_sync():

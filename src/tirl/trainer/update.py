@@ -12,6 +12,12 @@ The steps, for the trajectories kept by the filter (with their advantages):
    ``algo.micro_batch_tokens`` padded tokens; each micro-loss is scaled by its
    share of the mini-batch (tokens for ``token_mean``, sequences for
    ``seq_mean``), so gradient accumulation gives exactly the mini-batch loss.
+   With ``workers`` > 1 (by default: a small model on the CPU, one per
+   ``trainer.threads``; :mod:`tirl.trainer.parallel`) that many micro-batches
+   run at once on worker threads and share the token budget; each returns its
+   gradient and they are added in micro-batch order, bit for bit what the
+   sequential loop over the same micro-batches gives (the scoring passes
+   use the same workers).
 4. A non-finite loss or gradient norm skips that optimiser step (gradients
    are dropped, the count goes to ``train/skipped_updates``).
 
@@ -39,6 +45,7 @@ renormalisation in the trainer's log-probs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
@@ -53,6 +60,7 @@ from tirl.config import AlgoConfig
 from tirl.models.memory import autocast, release_free_memory, update_mode
 from tirl.trainer.batching import TrainBatch, collate, split_microbatches, split_minibatches
 from tirl.trainer.logprobs import target_logprobs
+from tirl.trainer.parallel import MicroPool, auto_workers
 from tirl.types import Trajectory
 
 
@@ -101,7 +109,6 @@ def _pad_rows(rows: list[Tensor], width: int) -> Tensor:
     return out
 
 
-@torch.inference_mode()
 def score_logprobs(
     model: Any,
     trajs: list[Trajectory],
@@ -109,17 +116,27 @@ def score_logprobs(
     micro_tokens: int,
     temperature: float = 1.0,
     precision: str = "off",
+    pool: MicroPool | None = None,
 ) -> list[Tensor]:
-    """Per-trajectory target log-probs of ``softmax(logits / temperature)`` (no grad), each Tensor  # [L_i - 1]."""
+    """Per-trajectory target log-probs of ``softmax(logits / temperature)`` (no grad), each Tensor  # [L_i - 1].
+
+    ``pool`` scores its workers' micro-batches at once (each row's values do not depend on the others).
+    """
     lengths = [len(t.token_ids) for t in trajs]
     out: list[Tensor] = [torch.empty(0)] * len(trajs)
     zeros = torch.zeros(len(trajs))
     budget = micro_tokens if micro_tokens > 0 else 1 << 62
-    for micro in split_microbatches(list(range(len(trajs))), lengths, budget):
+    micros = split_microbatches(list(range(len(trajs))), lengths, budget)
+
+    @torch.inference_mode()  # thread-local: set in the thread that runs the forward pass
+    def score(micro: list[int]) -> list[Tensor]:
         batch = on_device(collate(trajs, zeros, micro, pad_id), model_device(model))
         lp, _ = target_logprobs(forward_logits(model, batch, precision), batch.targets, temperature, entropy=False)
-        for j, i in enumerate(micro):
-            out[i] = lp[j, : lengths[i] - 1].float().clone()
+        return [lp[j, : lengths[i] - 1].float().clone() for j, i in enumerate(micro)]
+
+    for micro, lps in zip(micros, (pool or MicroPool(1)).map(score, micros), strict=True):
+        for i, lp in zip(micro, lps, strict=True):
+            out[i] = lp
     return out
 
 
@@ -160,6 +177,21 @@ class UpdateStats:
         self.gap_max = max(self.gap_max, float(gap[m].abs().max().item()))
         self.tokens += n
 
+    def absorb(self, part: UpdateStats) -> None:
+        """Fold in the token statistics of one micro-batch (a fresh :class:`UpdateStats` given ``add_tokens``)."""
+        if part.tokens == 0:
+            return
+        self.ratio_min = min(self.ratio_min, part.ratio_min)
+        self.ratio_max = max(self.ratio_max, part.ratio_max)
+        self.gap_max = max(self.gap_max, part.gap_max)
+        self.ratio_sum += part.ratio_sum
+        self.clip_sum += part.clip_sum
+        self.dual_sum += part.dual_sum
+        self.kl_sum += part.kl_sum
+        self.entropy_sum += part.entropy_sum
+        self.tis_sum += part.tis_sum
+        self.tokens += part.tokens
+
     def metrics(self) -> dict[str, float | None]:
         """The ``train/*`` metrics (None where nothing was measured)."""
         n = self.tokens
@@ -194,6 +226,28 @@ def _loss_tokens(traj: Trajectory) -> int:
     return sum(traj.loss_mask[1:]) if traj.loss_weight > 0 else 0
 
 
+@dataclass(slots=True)
+class _MicroResult:
+    """One micro-batch's share of a mini-batch step (computed on a :class:`MicroPool` worker or inline)."""
+
+    finite: bool
+    loss: float = 0.0  # the micro-batch's own loss (unscaled)
+    scale: float = 0.0  # its share of the mini-batch's aggregate
+    grads: tuple[Tensor | None, ...] | None = None  # its scaled gradient per parameter (None: went into .grad)
+    stats: UpdateStats | None = None
+
+
+def _accumulate(params: list[Tensor], grads: tuple[Tensor | None, ...]) -> None:
+    """Add one micro-batch's gradients into ``.grad`` as ``backward()`` would (set when empty, else ``+=``)."""
+    for p, g in zip(params, grads, strict=True):
+        if g is None:
+            continue
+        if p.grad is None:
+            p.grad = g
+        else:
+            p.grad.add_(g)
+
+
 def _micro_scale(loss_agg: str, mask: Tensor, total_tokens: float, total_seqs: float) -> float:
     """Share of a micro-batch in its mini-batch's aggregate (mask: Tensor  # [B, T])."""
     if loss_agg == "seq_mean":
@@ -212,9 +266,15 @@ class PolicyUpdater:
     ref_model: Any = None
     temperature: float = 1.0  # the sampler's (generation.temperature): log-probs are of softmax(logits / T)
     precision: str = "off"  # algo.autocast: "bf16" runs the forward passes under bf16 autocast
+    workers: int | None = None  # micro-batches computed at once (tirl.trainer.parallel); None: auto_workers
 
     def __post_init__(self) -> None:
         self.loss_cfg = loss_config(self.algo)
+        self.pool = MicroPool(self._worker_count())
+
+    def _worker_count(self) -> int:
+        """How many micro-batches run at once: ``workers``, else :func:`~tirl.trainer.parallel.auto_workers`."""
+        return max(1, self.workers) if self.workers is not None else auto_workers(self.model)
 
     def update(self, trajs: list[Trajectory], advantages: Tensor, *, seed: int) -> UpdateStats:
         """All epochs and mini-batches of one step; ``advantages``: Tensor  # [N].
@@ -225,7 +285,9 @@ class PolicyUpdater:
         no-grad scoring pass before the first optimiser step.
         """
         stats = UpdateStats()
-        micro_tokens = self.algo.micro_batch_tokens or (1 << 62)
+        # algo.micro_batch_tokens bounds the padded tokens in flight: the pool's workers share it
+        budget = self.algo.micro_batch_tokens
+        micro_tokens = max(1, budget // self.pool.workers) if budget > 0 else 1 << 62
         release_free_memory()  # the rollout's freed pages go back before the activations are allocated
         update_mode(self.model)  # eval mode throughout (dropout would make the ratio noisy even at step 0);
         # checkpointed layers keep their own training flag so that they recompute (tirl.models.memory)
@@ -235,7 +297,9 @@ class PolicyUpdater:
         old: list[Tensor | None] = [None] * len(trajs)
         self._score_into(old, trajs, [i for i in range(len(trajs)) if i not in first], micro_tokens)
         ref = (
-            score_logprobs(self.ref_model, trajs, self.pad_id, micro_tokens, self.temperature, self.precision)
+            score_logprobs(
+                self.ref_model, trajs, self.pad_id, micro_tokens, self.temperature, self.precision, self.pool
+            )
             if self._use_ref()
             else None
         )
@@ -252,7 +316,7 @@ class PolicyUpdater:
         """Fill ``old[i]`` for ``rows`` with a no-grad scoring pass at the current weights."""
         if rows:
             scored = score_logprobs(
-                self.model, [trajs[i] for i in rows], self.pad_id, micro, self.temperature, self.precision
+                self.model, [trajs[i] for i in rows], self.pad_id, micro, self.temperature, self.precision, self.pool
             )
             for i, lp in zip(rows, scored, strict=True):
                 old[i] = lp
@@ -288,6 +352,45 @@ class PolicyUpdater:
     def _use_ref(self) -> bool:
         return self.ref_model is not None and self.algo.kl_coef > 0
 
+    def _micro(
+        self,
+        trajs: list[Trajectory],
+        advantages: Tensor,
+        micro: list[int],
+        lengths: list[int],
+        old: list[Tensor | None],
+        ref: list[Tensor] | None,
+        total_tokens: float,
+        total_seqs: float,
+        params: list[Tensor] | None,
+    ) -> _MicroResult:
+        """Forward, loss and backward of one micro-batch: into ``.grad``, or returned when ``params`` are given.
+
+        Rows whose ``old`` entry is None take their old log-probs from this forward pass (detached).
+        """
+        batch = on_device(collate(trajs, advantages, micro, self.pad_id), model_device(self.model))
+        width = batch.targets.shape[1]
+        logits = forward_logits(self.model, batch, self.precision)
+        lp, ent = target_logprobs(logits, batch.targets, self.temperature)
+        for j, i in enumerate(micro):
+            if old[i] is None:  # first mini-batch at the pre-update weights: these are the old log-probs
+                old[i] = lp[j, : lengths[i] - 1].detach().clone()
+        old_lp = _pad_rows([_known(old[i]) for i in micro], width)  # [B, T]
+        tis = tis_weights(old_lp, batch.gen_logprobs, self.algo.tis_cap)
+        ref_lp = _pad_rows([ref[i] for i in micro], width) if ref is not None else None
+        out = policy_loss(lp, old_lp, batch.advantages, batch.mask, self.loss_cfg, tis=tis, ref_logprobs=ref_lp)
+        scale = _micro_scale(self.algo.loss_agg, batch.mask, total_tokens, total_seqs)
+        if not torch.isfinite(out.loss):
+            return _MicroResult(finite=False)
+        grads: tuple[Tensor | None, ...] | None = None
+        if params is None:
+            (out.loss * scale).backward()
+        else:
+            grads = torch.autograd.grad(out.loss * scale, params, allow_unused=True)
+        part = UpdateStats()
+        part.add_tokens(batch.mask, out.ratio, ent, tis, old_lp - batch.gen_logprobs, out)
+        return _MicroResult(finite=True, loss=float(out.loss.item()), scale=scale, grads=grads, stats=part)
+
     def _minibatch(
         self,
         trajs: list[Trajectory],
@@ -309,36 +412,33 @@ class PolicyUpdater:
         if total_tokens == 0:
             return
         self.optimizer.zero_grad(set_to_none=True)
+        # with more than one worker each micro-batch returns its gradient, added here in micro-batch order
+        params = [p for p in self.model.parameters() if p.requires_grad] if self.pool.workers > 1 else None
         mb_loss = 0.0
         finite = True
-        for micro in split_microbatches(self._local_rows(rows), lengths, micro_tokens):
-            batch = on_device(collate(trajs, advantages, micro, self.pad_id), model_device(self.model))
-            width = batch.targets.shape[1]
-            logits = forward_logits(self.model, batch, self.precision)
-            lp, ent = target_logprobs(logits, batch.targets, self.temperature)
-            for j, i in enumerate(micro):
-                if old[i] is None:  # first mini-batch at the pre-update weights: these are the old log-probs
-                    old[i] = lp[j, : lengths[i] - 1].detach().clone()
-            old_lp = _pad_rows([_known(old[i]) for i in micro], width)  # [B, T]
-            tis = tis_weights(old_lp, batch.gen_logprobs, self.algo.tis_cap)
-            ref_lp = _pad_rows([ref[i] for i in micro], width) if ref is not None else None
-            out = policy_loss(lp, old_lp, batch.advantages, batch.mask, self.loss_cfg, tis=tis, ref_logprobs=ref_lp)
-            scale = _micro_scale(self.algo.loss_agg, batch.mask, total_tokens, total_seqs)
-            if not torch.isfinite(out.loss):
-                finite = False
-                break
-            (out.loss * scale).backward()
-            mb_loss += float(out.loss.item()) * scale
-            stats.add_tokens(batch.mask, out.ratio, ent, tis, old_lp - batch.gen_logprobs, out)
-            del logits, lp, ent, out  # not alive during the next micro-batch's forward pass
+        micros = split_microbatches(self._local_rows(rows), lengths, micro_tokens)
+
+        def run(micro: list[int]) -> _MicroResult:
+            return self._micro(trajs, advantages, micro, lengths, old, ref, total_tokens, total_seqs, params)
+
+        with contextlib.closing(self.pool.map(run, micros)) as results:  # closing: waits for started workers
+            for res in results:
+                if not res.finite:
+                    finite = False
+                    break
+                if params is not None and res.grads is not None:
+                    _accumulate(params, res.grads)
+                mb_loss += res.loss * res.scale
+                if res.stats is not None:
+                    stats.absorb(res.stats)
         mb_loss, finite = self._reduce(mb_loss, finite)
         if not finite:
             stats.skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
             return
-        params = [p for p in self.model.parameters() if p.grad is not None]
+        with_grad = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.algo.grad_clip if self.algo.grad_clip > 0 else math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm).item())
+        norm = float(torch.nn.utils.clip_grad_norm_(with_grad, max_norm).item())
         if not math.isfinite(norm):
             stats.skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
