@@ -177,3 +177,36 @@ async def test_prompt_at_the_context_limit_returns_length(policy: Policy) -> Non
     res = await gen.generate([3, 4, 5, 6, 7, 8], SamplingParams(max_new_tokens=4, temperature=0.0))
     assert len(res.token_ids) <= 2
     await gen.close()
+
+
+def test_preallocated_cache_layer_holds_what_the_concatenating_layer_holds() -> None:
+    from transformers.cache_utils import DynamicLayer
+
+    from tirl.inference.hf import _PreallocLayer
+
+    g = torch.Generator().manual_seed(0)
+    ref, mine = DynamicLayer(), _PreallocLayer(capacity=7)  # capacity 7: the last steps outgrow it
+    for step, n in enumerate([5, 1, 1, 1, 2, 1]):  # prefill, then single tokens (one chunk of 2)
+        k, v = torch.randn(4 if step < 3 else 3, 2, n, 8, generator=g), torch.randn(4 if step < 3 else 3, 2, n, 8)
+        if step == 3:  # a row finished: both keep rows 0, 2, 3
+            keep = torch.tensor([0, 2, 3])
+            ref.batch_select_indices(keep)
+            mine.batch_select_indices(keep)
+        rk, rv = ref.update(k, v)
+        mk, mv = mine.update(k, v)
+        assert torch.equal(rk, mk) and torch.equal(rv, mv)
+        assert ref.get_seq_length() == mine.get_seq_length() and ref.get_mask_sizes(1) == mine.get_mask_sizes(1)
+
+
+async def test_greedy_batch_equals_a_plain_loop_without_cache(policy: Policy) -> None:
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000])
+    prompts = _prompts(policy)  # different lengths: left padding, and rows of one batch
+    results = await asyncio.gather(*(gen.generate(p, SamplingParams(max_new_tokens=10 + 3 * i, temperature=0.0))
+                                     for i, p in enumerate(prompts)))  # fmt: skip
+    for i, (prompt, res) in enumerate(zip(prompts, results, strict=True)):
+        ids = list(prompt)
+        for _ in range(10 + 3 * i):  # the whole sequence again each token, no padding, no cache
+            with torch.no_grad():
+                ids.append(int(policy.model(torch.tensor([ids])).logits[0, -1].argmax()))
+        assert res.token_ids == ids[len(prompt) :]
+    await gen.close()

@@ -6,7 +6,11 @@ takes whatever is queued (after a short batching window, and again whenever
 the previous batch finishes), left-pads the prompts, and runs a manual sampling
 loop over ``past_key_values`` in a worker thread, so the event loop (sandbox
 calls, env steps) keeps running while the model computes. Rows that finish are
-removed from the KV cache, so a batch costs what its live rows cost.
+removed from the KV cache, so a batch costs what its live rows cost. The KV
+cache's buffers are allocated once per batch (prompt width plus the longest
+token budget) and each new token is written into its slot
+(:class:`_PreallocLayer`), where transformers' ``DynamicCache`` copies the
+whole cache per token and layer; the values are the same (tested).
 
 Sampling: temperature and top-p per request; the log-prob returned for each
 token is its log-probability under the distribution it was *sampled from*
@@ -25,6 +29,7 @@ chat format's EOS ids are supported), beam search, speculative decoding.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import random
 import threading
@@ -35,6 +40,7 @@ from typing import Literal
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
 
 from tirl.inference.base import FinishReason, GenerationResult, Request, RequestBatcher, SamplingParams
 
@@ -74,6 +80,60 @@ def sample_tokens(
     tokens = torch.where(greedy, argmax, tokens)
     lp = torch.where(greedy, torch.zeros_like(lp), lp)
     return tokens, lp
+
+
+class _PreallocLayer(DynamicLayer):
+    """A :class:`DynamicLayer` whose keys and values live in buffers allocated once for the whole batch.
+
+    The stock layer concatenates every new token onto the cache (a copy of the whole cache per token and
+    layer); this one writes the new token into its slot and returns a view of the filled part, which
+    holds the same values. A batch that outgrows ``capacity`` gets a buffer twice as large.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+        self._k = torch.empty(0, 0, 0, 0)
+        self._v = torch.empty(0, 0, 0, 0)
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``key_states``/``value_states`` [B, H, n, D] after the cached positions; return the filled views."""
+        end = self.length + key_states.shape[-2]
+        if not self.is_initialized or end > self._k.shape[-2]:
+            self._grow(key_states, value_states, max(end, self.capacity, 2 * self._k.shape[-2]))
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+        return self.keys, self.values
+
+    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, size: int) -> None:
+        b, h, _, dk = key_states.shape
+        k = key_states.new_empty((b, h, size, dk))
+        v = value_states.new_empty((b, h, size, value_states.shape[-1]))
+        if self.is_initialized:
+            k[:, :, : self.length] = self._k[:, :, : self.length]
+            v[:, :, : self.length] = self._v[:, :, : self.length]
+        self._k, self._v = k, v
+        self.device = key_states.device
+        self.is_initialized = True
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices`` (the buffers shrink to them)."""
+        if self.is_initialized:
+            self._k, self._v = self._k.index_select(0, indices), self._v.index_select(0, indices)
+            self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+
+class _PreallocCache(DynamicCache):
+    """A :class:`DynamicCache` whose layers are :class:`_PreallocLayer` of ``capacity`` positions."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.layer_class_to_replicate = functools.partial(_PreallocLayer, capacity)  # type: ignore[assignment]
 
 
 @dataclass(slots=True)
@@ -216,12 +276,14 @@ class HFGenerator:
         for row in rows:
             if row.max_new == 0:
                 row.finish = "length"
+        cap = width + max(r.max_new for r in rows)  # every position this batch can reach
         input_ids = torch.full((b, width), self.pad_id, dtype=torch.long)  # [B, L] left-padded
-        attn = torch.zeros((b, width), dtype=torch.long)  # [B, L]
+        attn = torch.ones((b, cap), dtype=torch.long)  # [B, cap]: the prompt's padding, then every new token
+        attn[:, :width] = 0
         for i, ids in enumerate(prompts):
             input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attn[i, width - len(ids) :] = 1
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L] position ids that skip the padding
+            attn[i, width - len(ids) : width] = 1
+        pos = (attn[:, :width].cumsum(-1) - 1).clamp(min=0)  # [B, L] position ids that skip the padding
         temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)  # [B]
         top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32)  # [B]
         live = [i for i in range(b) if rows[i].finish is None]  # original row of each cache row
@@ -229,10 +291,10 @@ class HFGenerator:
             return [self._result(r) for r in rows]
         sel = torch.tensor(live, dtype=torch.long)
         input_ids, attn, pos = input_ids[sel].to(dev), attn[sel].to(dev), pos[sel].to(dev)
-        cache = DynamicCache()
+        cache = _PreallocCache(cap)
         out = self.model(
             input_ids=input_ids,
-            attention_mask=attn,
+            attention_mask=attn[:, :width],
             position_ids=pos,
             use_cache=True,
             logits_to_keep=1,
@@ -240,16 +302,16 @@ class HFGenerator:
         )
         logits = out.logits[:, -1, :].float().cpu()  # [b_live, V]
         next_pos = pos[:, -1] + 1  # [b_live]
+        length = width  # positions in the cache
         while True:
             idx = torch.tensor(live, dtype=torch.long)
             u = torch.cat([torch.rand(1, generator=rows[i].rng) for i in live])  # [b_live]
             tokens, lps = sample_tokens(logits, temps[idx], top_ps[idx], u)  # [b_live] each
             keep: list[int] = []
-            for j, i in enumerate(live):
+            for j, (i, tok, lp) in enumerate(zip(live, tokens.tolist(), lps.tolist(), strict=True)):
                 row = rows[i]
-                tok = int(tokens[j])
                 row.out.append(tok)
-                row.logprobs.append(float(lps[j]))
+                row.logprobs.append(lp)
                 if tok in self.eos_ids:
                     row.finish = "eos"
                 elif self._stopped_by_string(row):
@@ -268,10 +330,10 @@ class HFGenerator:
                 live = [live[j] for j in keep]
             else:
                 tokens = tokens.to(dev)
-            attn = torch.cat([attn, torch.ones((len(live), 1), dtype=attn.dtype, device=dev)], dim=1)  # [b, L+1]
+            length += 1
             out = self.model(
                 input_ids=tokens[:, None],
-                attention_mask=attn,
+                attention_mask=attn[:, :length],
                 position_ids=next_pos[:, None],
                 use_cache=True,
                 **{self._cache_kw: cache},
