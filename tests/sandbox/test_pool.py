@@ -46,20 +46,52 @@ for path in ('/work/a', '/tmp/b', '/dev/shm/c', '/d', '/etc/e'):
         open(path, 'w').write('left')
     except OSError:
         pass
-ctypes.CDLL(None).shmget(4242, 4096, 0o1000 | 0o600)
+libc = ctypes.CDLL(None)
+print(libc.shmget(4242, 4096, 0o1000 | 0o600) >= 0, libc.msgget(4243, 0o1000 | 0o600) >= 0,
+      libc.semget(4244, 2, 0o1000 | 0o600) >= 0)
 """
     reader = """
 import os
 print([p for p in ('/work/a', '/tmp/b', '/dev/shm/c', '/d', '/etc/e') if os.path.exists(p)])
-print(len(open('/proc/sysvipc/shm').read().splitlines()) - 1)
+print([len(open('/proc/sysvipc/' + k).read().splitlines()) - 1 for k in ('shm', 'msg', 'sem')])
 """
     try:
         first = await pool.run(writer)
         second = await pool.run(reader)
     finally:
         await pool.close()
-    assert first.ok
-    assert second.stdout.split("\n")[:2] == ["[]", "0"]
+    assert first.ok and first.stdout.strip() == "True True True"
+    assert second.stdout.split("\n")[:2] == ["[]", "[0, 0, 0]"]
+
+
+async def test_a_run_that_locks_its_directories_leaves_them_empty_and_open(host_audit: object) -> None:
+    # The server sees an empty tmpfs root from its size and mode alone; a run that leaves entries, or
+    # takes the root's permissions away, must still get it emptied and reset (issue 16's fast path).
+    pool = _pool(size=1)
+    locker = """
+import os
+for root in ('/work', '/tmp'):
+    os.mkdir(root + '/sub')
+    open(root + '/sub/f', 'w').write('left')
+    os.link(root + '/sub/f', root + '/g')
+    os.rename(root + '/sub/f', root + '/h')
+    os.chmod(root, 0o500)
+os.chmod('/dev/shm', 0o000)  # empty, so only its mode tells
+"""
+    reader = """
+import os
+print([(root, sorted(os.listdir(root)), oct(os.stat(root).st_mode & 0o7777)) for root in ('/work', '/tmp', '/dev/shm')])
+"""
+    try:
+        before = await pool.run(reader)
+        locked = await pool.run(locker)
+        after = await pool.run(reader)
+    finally:
+        await pool.close()
+    assert locked.ok, locked.stderr
+    expected = "[('/work', [], '0o755'), ('/tmp', [], '0o755'), ('/dev/shm', [], '0o755')]"
+    assert before.stdout.strip() == expected
+    assert after.stdout.strip() == expected
 
 
 async def test_a_session_keeps_its_state_and_no_one_else_sees_it(host_audit: object) -> None:

@@ -89,6 +89,10 @@ _HERE = Path(__file__).parent
 # The server runs the tree walker's and the wire format's sources first (only the standard library is
 # importable inside the sandbox).
 SERVER_SOURCE = "\n".join((_HERE / name).read_text() for name in ("_tree.py", "_wire.py", "_server.py"))
+# ``python -c`` keeps the parsed tree of its program alive for as long as the program runs (for the server:
+# forever, ~2 MB that every fork copies and every child tears down), so the program is this stub, and
+# the source, its first argument, is compiled by ``compile``, which frees the tree before the server starts.
+BOOT = "import sys; exec(compile(sys.argv.pop(1), '<tirl-server>', 'exec'))"
 # Host-side margin over the program's timeout before a silent server is declared dead.
 _SERVER_MARGIN_S = 5.0
 # How long a started server may take to say it is ready (interpreter start-up, imports; a loaded machine).
@@ -280,7 +284,7 @@ class WarmPool(Sandbox):
         start = None
         pass_fds: tuple[int, ...] = ()
         if self.isolate:
-            prog = [self.python, "-I", "-c", SERVER_SOURCE, "isolated", kind, WORK, TMP, SHM]
+            prog = [self.python, "-I", "-c", BOOT, SERVER_SOURCE, "isolated", kind, WORK, TMP, SHM]
             start = launch(python=self.python, prog=prog, disk_mb=self.disk_mb, inodes=self.inodes, as_pid_1=True)
             argv, uid, pass_fds = start.argv, start.user, start.pass_fds
             if start.uid is not None:
@@ -290,7 +294,7 @@ class WarmPool(Sandbox):
             tmp = Path(tempfile.mkdtemp(prefix="tirl-pool-"))
             (tmp / "work").mkdir()
             (tmp / "tmp").mkdir()
-            argv = [self.python, "-I", "-c", SERVER_SOURCE, "plain", kind, str(tmp / "work"), str(tmp / "tmp")]
+            argv = [self.python, "-I", "-c", BOOT, SERVER_SOURCE, "plain", kind, str(tmp / "work"), str(tmp / "tmp")]
             env = dict(CLEAN_ENV, HOME=str(tmp / "work"), TMPDIR=str(tmp / "tmp"))
         try:
             proc = subprocess.Popen(
