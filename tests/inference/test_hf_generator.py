@@ -210,3 +210,26 @@ async def test_greedy_batch_equals_a_plain_loop_without_cache(policy: Policy) ->
                 ids.append(int(policy.model(torch.tensor([ids])).logits[0, -1].argmax()))
         assert res.token_ids == ids[len(prompt) :]
     await gen.close()
+
+
+async def test_auto_threads_prefill_on_the_process_count_decode_on_one(policy: Policy) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000])  # threads="auto", a tiny model
+    seen: list[tuple[int, int]] = []  # (query length, threads) per forward pass
+    real = policy.model.forward
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append((kwargs["input_ids"].shape[1], torch.get_num_threads()))
+        return real(*args, **kwargs)
+
+    policy.model.forward = spy  # type: ignore[method-assign]
+    try:
+        await gen.generate(_prompts(policy)[1], SamplingParams(max_new_tokens=4, temperature=0.0))
+    finally:
+        del policy.model.forward
+        await gen.close()
+    assert seen[0][0] > 1 and seen[0][1] == 2  # the prompt's forward pass
+    assert [t for q, t in seen[1:]] == [1, 1, 1] and all(q == 1 for q, _ in seen[1:])
+    assert torch.get_num_threads() == 2
+    torch.set_num_threads(before)
