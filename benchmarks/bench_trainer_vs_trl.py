@@ -17,7 +17,10 @@ AdamW at the same constant learning rate with no warm-up on either side (tirl:
 updates on exactly as many trajectories as TRL.
 
 Four entries: ``tirl`` (its defaults: no gradient checkpointing, micro-batches
-of ``algo.micro_batch_tokens`` = 1024 padded tokens); ``trl``,
+of ``algo.micro_batch_tokens`` = 1024 padded tokens in flight, which on the
+CPU with a small model its 2 threads share as 2 concurrent 512-token
+micro-batches with one intra-op thread each, see ``tirl.trainer.parallel``);
+``trl``,
 TRL as its users run it (its other defaults, notably
 ``gradient_checkpointing=True``, which lowers activation memory and costs a
 second forward pass); ``trl_no_ckpt``, the same with gradient checkpointing
