@@ -350,6 +350,32 @@ async def test_a_pre_forked_child_starts_from_the_server_state_not_the_last_run(
     assert len(draws) == 3, draws  # every child is re-seeded at its fork
 
 
+FORKER = """
+import os, random
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(w, repr(random.random()).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print(random.random(), float(os.read(r, 64)))
+"""
+
+
+async def test_every_process_draws_its_own_random_numbers(host_audit: object) -> None:
+    # The server re-seeds before each fork (random's own fork hook is kept out of it); a fork made by the
+    # code still re-seeds its child, as in any Python, and so does a session kernel.
+    pool = _pool(size=1)
+    try:
+        forked = [await pool.run(FORKER) for _ in range(2)]
+        sessions = [await pool.run("import random\nprint(random.random())", session=k) for k in "ab"]
+    finally:
+        await pool.close()
+    assert all(r.ok for r in forked + sessions), forked + sessions
+    draws = [float(x) for r in forked for x in r.stdout.split()] + [float(r.stdout) for r in sessions]
+    assert len(set(draws)) == len(draws) == 6, draws
+
+
 KILLERS = [
     ("import os, signal\nprint('x', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)", -9),
     ("import os\nos.write(4, b'\\x00\\x00\\x00\\x07')\nimport time\ntime.sleep(0.2)", 7),  # a forged status

@@ -1,13 +1,12 @@
 """The fork server of the warm pool. Standard library only: it runs *inside* the sandbox.
 
-Started as ``python -I -c BOOT <source> MODE KIND WORK DIR...`` (MODE ``isolated`` inside bwrap,
-where it also removes SysV IPC objects between runs, or ``plain``; KIND ``pool`` or ``session``;
-every DIR is emptied between runs), where the source is :mod:`tirl.sandbox._tree`'s, then
-:mod:`tirl.sandbox._wire`'s, then this file's, and :data:`tirl.sandbox.pool.BOOT` compiles and
-runs it (a ``-c`` program's parse tree would stay in every fork). It imports the usual modules once, then serves
-requests (``OP_RUN``) arriving on fd 0 and answers on fd 1, one at a time, in the binary frames of
-:mod:`tirl.sandbox._wire`: the exit status, timed out, wall seconds and the head and tail of stdout
-and stderr.
+Started as ``python -I -c BOOT <source> MODE KIND WORK DIR...`` (MODE ``isolated`` inside bwrap, where it
+also removes SysV IPC objects between runs, or ``plain``; KIND ``pool`` or ``session``; every DIR is
+emptied between runs); the source is :mod:`tirl.sandbox._tree`'s, :mod:`tirl.sandbox._wire`'s and this
+file's, compiled by :data:`tirl.sandbox.pool.BOOT` (a ``-c`` program's parse tree would stay in every fork).
+It imports the usual modules once, then serves requests (``OP_RUN``) arriving on fd 0 and answers on fd 1,
+one at a time, in the frames of :mod:`tirl.sandbox._wire` (exit status, timed out, wall seconds, the head
+and tail of stdout and stderr).
 
 ``pool``: a pre-forked child (its own process group, rlimits, cwd WORK) takes the request from fd 0
 itself, reports its nonce, timeout and output cap to the server on its status pipe, closes fd 0,
@@ -16,7 +15,7 @@ excludes the fork, and it waits with everything that does not depend on the requ
 (descriptors, signal handler, a warm-up ``exec``). The server never runs code of a request itself,
 and a child runs exactly one request: each execution starts from the state the server had before
 any request (the standard streams are created once, on pipes, before the first fork; :mod:`random`
-is re-seeded in every child by its fork hook).
+is re-seeded by the server right before each fork, see :func:`reseed_after_fork`).
 
 ``session``: the server reads the request and runs it in the session's long-lived kernel process,
 which keeps its globals across runs.
@@ -54,13 +53,11 @@ import json
 import math
 import operator
 import os
-import random
 import re
 import resource
 import select
 import signal
 import stat
-import statistics
 import string
 import struct
 import sys
@@ -69,12 +66,21 @@ import time
 import traceback
 import typing
 
+# random's own fork hook re-seeds it in every forked child, from 2.5 kB of urandom (~0.05 ms of CPU a run): it
+# is kept out, and the server re-seeds before each of its forks instead (see reseed_after_fork).
+_register_at_fork, os.register_at_fork = os.register_at_fork, lambda **_: None
+import random  # noqa: E402
+import statistics  # noqa: E402 (imports random)
+
+os.register_at_fork = _register_at_fork
+
 # The usual modules, imported once so that a forked child pays nothing for them. Not dataclasses (~1 MB with
 # inspect, ast, dis) or socket (no network): each MB held costs every run's fork and exit ~30 us of CPU.
 PREIMPORTED = [bisect, cmath, collections, copy, datetime, decimal, fractions, functools]
 PREIMPORTED += [heapq, itertools, math, operator, re, statistics, string, textwrap, typing, json, random]
 
 if "empty_dir" not in globals():  # imported as a module; inside the sandbox the sources come first
+    from tirl.sandbox._leftovers import EMPTY_TMPFS_DIR, descendants, remove_sysv_ipc, tmpfs_mounts
     from tirl.sandbox._tree import TreeTooLarge, empty_dir
     from tirl.sandbox._wire import READY, CappedBuffer, decode_request, encode_answer, frame
 
@@ -84,8 +90,6 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 DRAIN_GRACE_S = 0.1
 MB = 1024 * 1024
 CLEAN_BUDGET = 200_000  # entries; past it the server exits and the host starts a fresh one
-# tmpfs gives a directory a size of 20 bytes per entry, counting "." and "..": 40 is an empty one.
-EMPTY_TMPFS_DIR = 40
 # A child's report that it took a request: nonce, timeout, bytes kept, when (monotonic clock, the host's too).
 TAKEN = struct.Struct(">8sdId")
 WARMUP = "print(end='')\nx = [i * i for i in range(8)]\n"
@@ -177,12 +181,10 @@ def zygote_main(ctrl_in, done_w, out_w, err_w):
     closed the pool) and exits.
 
     Everything before the request (descriptors, signal handler, a warm-up ``exec`` that takes the
-    copy-on-write faults of the common paths) happens while the server is idle. The working
-    directory, ``sys.argv`` and the standard streams are the server's, set once before its first
-    fork (the streams on pipes, as a child's are, and never written by the server). At the end the
-    child closes its output, writes its status on fd 4 and exits, so the server answers without
-    waiting for the exit's memory teardown (the code could write a status there itself: it only
-    ends its own run early).
+    copy-on-write faults of the common paths) happens while the server is idle. The working directory,
+    ``sys.argv`` and the standard streams (on pipes, never written by the server) are the server's. At
+    the end the child closes its output, writes its status on fd 4 and exits, so the server answers
+    without waiting for the exit's teardown (the code could write a status itself: it only ends its run).
     """
     status = 1
     try:
@@ -283,6 +285,7 @@ class Server:
         # Not dumpable: a child (same uid) cannot ptrace the server, read its memory or open its fds.
         LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         self.me = os.getpid()
+        os.register_at_fork(after_in_child=functools.partial(reseed_after_fork, self.me))
         # As the namespace's init, a signal without a handler cannot reach us from inside: drop Python's.
         self.init = isolated and self.me == 1
         self.tmpfs = tmpfs_mounts({work, *scratch}) if isolated else set()
@@ -315,6 +318,7 @@ class Server:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         done_r, done_w = os.pipe()
+        random.seed()  # the child's own random state (see reseed_after_fork)
         pid = os.fork()
         if pid == 0:
             zygote_main(self.ctrl_in, done_w, out_w, err_w)
@@ -415,6 +419,7 @@ class Server:
         if session in self.kernels:
             return self.kernels[session]
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        random.seed()
         pid = os.fork()
         if pid == 0:
             parent.close()
@@ -516,36 +521,10 @@ class Server:
         self.sweep()
 
 
-def remove_sysv_ipc():
-    """Remove the SysV shared memory, queues and semaphores of this IPC namespace (all are ours)."""
-    for kind, func in (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl")):
-        try:
-            fd = os.open(f"/proc/sysvipc/{kind}", os.O_RDONLY)
-        except OSError:
-            continue
-        data = b""
-        try:
-            while chunk := os.read(fd, 1 << 16):
-                data += chunk
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-        ids = [int(line.split()[1]) for line in data.split(b"\n")[1:] if line.strip()]
-        for ident in ids:
-            if kind == "sem":
-                LIBC.semctl(ident, 0, 0)  # IPC_RMID
-            else:
-                getattr(LIBC, func)(ident, 0, None)
-
-
-def tmpfs_mounts(paths):
-    """Those of ``paths`` that are tmpfs mount points (the last mount on a path is the one seen)."""
-    fstype = {}
-    with open("/proc/self/mountinfo", "rb") as f:
-        for fields, _, tail in (line.partition(" - ") for line in f.read().decode("utf-8", "replace").splitlines()):
-            fstype[(fields.split(" ") + [""] * 5)[4]] = tail.split(" ")[0]
-    return {p for p in paths if fstype.get(p) == "tmpfs"}
+def reseed_after_fork(server):
+    """In a forked child, a new random state, unless the server forked it (it reseeded just before)."""
+    if os.getppid() != server:
+        random.seed()
 
 
 def kill_group(pid):
@@ -561,33 +540,6 @@ def reap(pid):
     if os.WIFSIGNALED(status):
         return -os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
-
-
-def descendants(root):
-    """Pids whose parent chain reaches ``root`` (live, non-zombie), from /proc."""
-    parent = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        if fields[0] == b"Z":
-            continue
-        parent[int(name)] = int(fields[1])
-    found = []
-    for pid in parent:
-        p, seen = pid, 0
-        while p in parent and seen < 4096:
-            p = parent[p]
-            seen += 1
-            if p == root:
-                found.append(pid)
-                break
-    return found
 
 
 if __name__ == "__main__":

@@ -86,9 +86,10 @@ from tirl.sandbox.bwrap import SHM, TMP, WORK, BwrapSandbox, launch, sandbox_pyt
 from tirl.sandbox.process import WARNING, ProcessSandbox
 
 _HERE = Path(__file__).parent
-# The server runs the tree walker's and the wire format's sources first (only the standard library is
-# importable inside the sandbox).
-SERVER_SOURCE = "\n".join((_HERE / name).read_text() for name in ("_tree.py", "_wire.py", "_server.py"))
+# The server runs the tree walker's, the wire format's and the leftovers' sources first (only the standard
+# library is importable inside the sandbox).
+_PARTS = ("_tree.py", "_wire.py", "_leftovers.py", "_server.py")
+SERVER_SOURCE = "\n".join((_HERE / name).read_text() for name in _PARTS)
 # ``python -c`` keeps the parsed tree of its program alive for as long as the program runs (for the server:
 # forever, ~2 MB that every fork copies and every child tears down), so the program is this stub, and
 # the source, its first argument, is compiled by ``compile``, which frees the tree before the server starts.
