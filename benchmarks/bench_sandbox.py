@@ -12,9 +12,11 @@ The whole set is repeated ``--runs`` times and each figure is given as its media
 load average is read before anything starts; above 1.5 the result is marked ``noisy`` (and the targets
 not conclusive). A failed execution is counted (``failed``), not fatal: the JSON is always printed
 (last line). The warm pool's CPU per execution is split into the host process and the sandbox
-(servers and their children, from ``/proc``). Run: ``python benchmarks/bench_sandbox.py [--json]``;
-A/B against older code: ``git archive COMMIT src/tirl | tar -x -C /tmp/old`` and the same command with
-``PYTHONPATH=/tmp/old/src`` (the JSON's ``package`` names the code measured), alternately.
+(servers and their children, from ``/proc``), beside the minor page faults per execution of the servers
+and of their children and the first server's anonymous memory (what each fork copies).
+Run: ``python benchmarks/bench_sandbox.py [--json]``; A/B against older code: ``git archive COMMIT
+src/tirl | tar -x -C /tmp/old`` and the same command with ``PYTHONPATH=/tmp/old/src`` (the JSON's
+``package`` names the code measured), alternately.
 
 Targets (issue 16): warm-pool p50 <= 1/8 of ``unisolated``, >= 1000 isolated executions/s on 2 cores.
 """
@@ -99,34 +101,52 @@ async def one_run(args: argparse.Namespace, python: str) -> dict[str, dict[str, 
             return (await pool.run(code)).ok
 
         await pool.start()
-        before = pool_cpu_s(pool)
+        before = pool_usage(pool)
         results["warm_pool"] = await measure(warm, args.n, args.concurrency)
-        host, sandbox = (b - a for a, b in zip(before, pool_cpu_s(pool), strict=True))
+        host, sandbox, server_flt, child_flt = (b - a for a, b in zip(before, pool_usage(pool), strict=True))
         # CPU seconds of host + servers + their children per execution (warm-up and both phases counted);
         # this, unlike per_s, does not depend much on what else the machine runs.
         runs = 2 * args.n + len(PROGRAMS)
         results["warm_pool"]["cpu_ms_per_exec"] = round((host + sandbox) / runs * 1000, 3)
         results["warm_pool"]["cpu_ms_per_exec_host"] = round(host / runs * 1000, 3)
         results["warm_pool"]["cpu_ms_per_exec_sandbox"] = round(sandbox / runs * 1000, 3)
+        # What the CPU per run is made of: page faults (copy-on-write after the fork) and what each fork
+        # copies and each child's exit tears down (the server's anonymous memory).
+        results["warm_pool"]["faults_per_exec_server"] = round(server_flt / runs, 1)
+        results["warm_pool"]["faults_per_exec_child"] = round(child_flt / runs, 1)
+        results["warm_pool"]["server_anon_kb"] = server_anon_kb(pool)
     finally:
         await pool.close()
     return results
 
 
-def pool_cpu_s(pool: WarmPool) -> tuple[float, float]:
-    """CPU seconds used so far by this process, and by every server of ``pool`` with its reaped children."""
+def pool_usage(pool: WarmPool) -> tuple[float, float, int, int]:
+    """CPU seconds so far (this process; the servers with their children) and minor faults (servers; children)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     host = usage.ru_utime + usage.ru_stime
-    total = 0.0
+    total, server_flt, child_flt = 0.0, 0, 0
     tick = os.sysconf("SC_CLK_TCK")
-    for worker in pool._workers:
-        pid = worker.start.pid1 if worker.start is not None else None
-        if pid is None:
-            continue
+    for pid in _server_pids(pool):
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    return host, total
+        server_flt += int(fields[7])  # minflt
+        child_flt += int(fields[8])  # cminflt
+    return host, total, server_flt, child_flt
+
+
+def _server_pids(pool: WarmPool) -> list[int]:
+    return [w.start.pid1 for w in pool._workers if w.start is not None and w.start.pid1 is not None]
+
+
+def server_anon_kb(pool: WarmPool) -> int:
+    """The anonymous memory (RssAnon) of the pool's first server, whose page table every fork copies (0: unknown)."""
+    for pid in _server_pids(pool):
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+    return 0
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -203,6 +223,8 @@ def main() -> int:
         split = summary["warm_pool"]
         host_ms, box_ms = (split[k]["median"] for k in ("cpu_ms_per_exec_host", "cpu_ms_per_exec_sandbox"))
         print(f"warm pool CPU per execution: {cpu_ms:.2f} ms (host {host_ms:.2f}, servers + children {box_ms:.2f})")
+        flt = [split[k]["median"] for k in ("faults_per_exec_server", "faults_per_exec_child", "server_anon_kb")]
+        print(f"page faults per execution: server {flt[0]:.0f}, child {flt[1]:.0f}; server anon memory {flt[2]:.0f} kB")
         if failed := sum(summary[way]["failed"] for way in runs[0]):
             print(f"FAILED executions: {failed} (see 'failed' in the JSON)")
     print(json.dumps(out))
