@@ -94,6 +94,32 @@ print([(root, sorted(os.listdir(root)), oct(os.stat(root).st_mode & 0o7777)) for
     assert after.stdout.strip() == expected
 
 
+async def test_the_roots_own_attributes_and_times_do_not_reach_the_next_execution(host_audit: object) -> None:
+    # The directories themselves outlive a run: data hidden in their extended attributes or times would
+    # reach the next execution (found while speeding up the cleanup for issue 16).
+    pool = _pool(size=1)
+    hider = """
+import os
+for root in ('/work', '/tmp', '/dev/shm'):
+    os.setxattr(root, 'user.secret', b'42')
+    os.utime(root, ns=(42_000_000_000, 4_200_000_000))
+print('hidden')
+"""
+    seeker = """
+import os
+print([(os.listxattr(r), os.stat(r).st_atime_ns, os.stat(r).st_mtime_ns) for r in ('/work', '/tmp', '/dev/shm')])
+"""
+    try:
+        before = await pool.run(seeker)
+        hidden = await pool.run(hider)
+        after = await pool.run(seeker)
+    finally:
+        await pool.close()
+    assert hidden.stdout.strip() == "hidden", hidden
+    assert "[]" in before.stdout and "42" not in before.stdout, before
+    assert after.stdout == before.stdout, (before.stdout, after.stdout)
+
+
 async def test_a_session_keeps_its_state_and_no_one_else_sees_it(host_audit: object) -> None:
     pool = _pool(size=1)
     try:

@@ -289,6 +289,7 @@ class Server:
         # As the namespace's init, a signal without a handler cannot reach us from inside: drop Python's.
         self.init = isolated and self.me == 1
         self.tmpfs = tmpfs_mounts({work, *scratch}) if isolated else set()
+        self.times = {root: (os.stat(root).st_atime_ns, os.stat(root).st_mtime_ns) for root in (work, *scratch)}
         if self.init:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -487,27 +488,32 @@ class Server:
                     del self.kernels[session]
 
     def clean(self):
-        """Empty WORK and TMP (not in a session: there they are the session's files)."""
+        """Empty WORK and TMP (not in a session: there they are the session's files) and reset their roots."""
         if self.isolated:
             remove_sysv_ipc()
         try:
             for root in (self.work, *self.scratch):
-                if root in self.tmpfs:
-                    # One stat says it all for a tmpfs mount: its size counts its entries, and its mode.
-                    st = os.stat(root)
-                    if st.st_size == EMPTY_TMPFS_DIR and stat.S_IMODE(st.st_mode) == 0o755:
-                        continue  # the usual case: the run left nothing there
-                try:
-                    os.chmod(root, 0o755)  # a run may have taken its own permissions away
-                except OSError:
-                    pass
-                with os.scandir(root) as entries:
-                    if next(entries, None) is None:
-                        continue  # already empty (the usual case): nothing to walk
-                empty_dir(root, CLEAN_BUDGET)
+                self.clean_root(root)
         except (OSError, TreeTooLarge):
             # Cannot empty it (in budget): the host replaces this server, and its tmpfs goes with it.
             os._exit(3)
+
+    def clean_root(self, root):
+        """Empty ``root`` and reset what a run could leave in the root itself: mode, extended attributes, times."""
+        st = os.stat(root)
+        if stat.S_IMODE(st.st_mode) != 0o755:
+            try:
+                os.chmod(root, 0o755)  # a run may have taken its own permissions away
+            except OSError:
+                pass
+        for name in os.listxattr(root):  # user.* attributes and ACLs could carry data to the next run
+            os.removexattr(root, name)
+        # A tmpfs directory's size counts its entries: one stat tells an empty one (the usual case).
+        if root not in self.tmpfs or st.st_size != EMPTY_TMPFS_DIR:
+            with os.scandir(root) as entries:
+                if next(entries, None) is not None:
+                    empty_dir(root, CLEAN_BUDGET)
+        os.utime(root, ns=self.times[root])  # so do its access and modification times
 
     def shutdown(self):
         if self.zygote is not None:
