@@ -233,3 +233,21 @@ async def test_auto_threads_prefill_on_the_process_count_decode_on_one(policy: P
     assert [t for q, t in seen[1:]] == [1, 1, 1] and all(q == 1 for q, _ in seen[1:])
     assert torch.get_num_threads() == 2
     torch.set_num_threads(before)
+
+
+async def test_seeded_sampling_equals_a_plain_loop_drawing_one_uniform_per_token(policy: Policy) -> None:
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000])
+    prompts = _prompts(policy)
+    params = [SamplingParams(max_new_tokens=12, temperature=0.8, top_p=0.95, seed=40 + i) for i in range(4)]
+    results = await asyncio.gather(*(gen.generate(p, sp) for p, sp in zip(prompts, params, strict=True)))
+    for prompt, sp, res in zip(prompts, params, results, strict=True):
+        rng = torch.Generator().manual_seed(sp.seed)
+        ids = list(prompt)
+        for _ in range(12):  # the whole sequence each token, then one draw from the row's generator
+            with torch.no_grad():
+                logits = policy.model(torch.tensor([ids])).logits[:, -1].float()  # [1, V]
+            u = torch.rand(1, generator=rng)
+            tok, _ = sample_tokens(logits, torch.tensor([0.8]), torch.tensor([0.95]), u)
+            ids.append(int(tok[0]))
+        assert res.token_ids == ids[len(prompt) :]
+    await gen.close()
