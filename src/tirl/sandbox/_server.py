@@ -2,8 +2,9 @@
 
 Started as ``python -I -c BOOT <source> MODE KIND WORK DIR...`` (MODE ``isolated`` inside bwrap, where it
 also removes SysV IPC objects between runs, or ``plain``; KIND ``pool`` or ``session``; every DIR is
-emptied between runs); the source is :mod:`tirl.sandbox._tree`'s, :mod:`tirl.sandbox._wire`'s and this
-file's, compiled by :data:`tirl.sandbox.pool.BOOT` (a ``-c`` program's parse tree would stay in every fork).
+emptied between runs); the source is that of :mod:`tirl.sandbox._tree`, :mod:`tirl.sandbox._wire`,
+:mod:`tirl.sandbox._leftovers` and this file, compiled by :data:`tirl.sandbox.pool.BOOT` (not run as the
+``-c`` program itself, whose parse tree would stay in every fork).
 It imports the usual modules once, then serves requests (``OP_RUN``) arriving on fd 0 and answers on fd 1,
 one at a time, in the frames of :mod:`tirl.sandbox._wire` (exit status, timed out, wall seconds, the head
 and tail of stdout and stderr).
