@@ -10,7 +10,7 @@ Not covered: POSIX message queues (their names cannot be listed without mounting
 import ctypes
 import os
 
-LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC = ctypes.CDLL(None)
 # tmpfs gives a directory a size of 20 bytes per entry, counting "." and "..": 40 is an empty one.
 EMPTY_TMPFS_DIR = 40
 

@@ -16,7 +16,7 @@ excludes the fork, and it waits with everything that does not depend on the requ
 (descriptors, signal handler, a warm-up ``exec``). The server never runs code of a request itself,
 and a child runs exactly one request: each execution starts from the state the server had before
 any request (the standard streams are created once, on pipes, before the first fork; :mod:`random`
-is re-seeded by the server right before each fork, see :func:`reseed_after_fork`).
+is re-seeded by the server right before each fork; the child registers its fork hook).
 
 ``session``: the server reads the request and runs it in the session's long-lived kernel process,
 which keeps its globals across runs.
@@ -67,8 +67,8 @@ import time
 import traceback
 import typing
 
-# random's own fork hook re-seeds it in every forked child, from 2.5 kB of urandom (~0.05 ms of CPU a run): it
-# is kept out, and the server re-seeds before each of its forks instead (see reseed_after_fork).
+# random's own fork hook re-seeds it in every forked child, from 2.5 kB of urandom (~0.05 ms of CPU a run): it is
+# kept out; the server re-seeds before each of its forks instead, and its children register the hook themselves.
 _register_at_fork, os.register_at_fork = os.register_at_fork, lambda **_: None
 import random  # noqa: E402
 import statistics  # noqa: E402 (imports random)
@@ -87,7 +87,9 @@ if "empty_dir" not in globals():  # imported as a module; inside the sandbox the
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
-LIBC = ctypes.CDLL(None, use_errno=True)
+# Without use_errno: nothing reads errno, and ctypes' errno swap costs a fresh child ~65 page faults.
+LIBC = ctypes.CDLL(None)
+PRCTL = LIBC.prctl  # looked up once, before any fork
 DRAIN_GRACE_S = 0.1
 MB = 1024 * 1024
 CLEAN_BUDGET = 200_000  # entries; past it the server exits and the host starts a fresh one
@@ -190,12 +192,13 @@ def zygote_main(ctrl_in, done_w, out_w, err_w):
     status = 1
     try:
         os.setpgid(0, 0)
-        LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)
         null = os.open(os.devnull, os.O_RDONLY)
         for src, dst in ((null, 0), (out_w, 1), (err_w, 2), (ctrl_in, 3), (done_w, 4)):
             os.dup2(src, dst)
         os.closerange(5, 65536)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.register_at_fork(after_in_child=random.seed)  # forks of the code re-seed, as in any Python
         exec(compile(WARMUP, "<string>", "exec"), new_globals())
         body = read_frame(3)
         os.close(3)
@@ -230,7 +233,8 @@ def kernel_main(sock, work, req):
     import socket  # see Server.kernel
 
     os.setpgid(0, 0)
-    LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    os.register_at_fork(after_in_child=random.seed)  # see zygote_main
     keep = sock.fileno()
     os.closerange(3, keep)
     os.closerange(keep + 1, 65536)
@@ -282,11 +286,10 @@ class Server:
         fresh_stdio()
         os.chdir(work)  # what a child inherits; the server itself uses absolute paths
         sys.argv = ["-c"]
-        LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         # Not dumpable: a child (same uid) cannot ptrace the server, read its memory or open its fds.
-        LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        PRCTL(PR_SET_DUMPABLE, 0, 0, 0, 0)
         self.me = os.getpid()
-        os.register_at_fork(after_in_child=functools.partial(reseed_after_fork, self.me))
         # As the namespace's init, a signal without a handler cannot reach us from inside: drop Python's.
         self.init = isolated and self.me == 1
         self.tmpfs = tmpfs_mounts({work, *scratch}) if isolated else set()
@@ -320,7 +323,7 @@ class Server:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         done_r, done_w = os.pipe()
-        random.seed()  # the child's own random state (see reseed_after_fork)
+        random.seed()  # the child's own random state (the server has no fork hook for it)
         pid = os.fork()
         if pid == 0:
             zygote_main(self.ctrl_in, done_w, out_w, err_w)
@@ -526,12 +529,6 @@ class Server:
         for session in list(self.kernels):
             self.end(session)
         self.sweep()
-
-
-def reseed_after_fork(server):
-    """In a forked child, a new random state, unless the server forked it (it reseeded just before)."""
-    if os.getppid() != server:
-        random.seed()
 
 
 def kill_group(pid):
