@@ -198,7 +198,11 @@ def test_preallocated_cache_layer_holds_what_the_concatenating_layer_holds() -> 
         assert ref.get_seq_length() == mine.get_seq_length() and ref.get_mask_sizes(1) == mine.get_mask_sizes(1)
 
 
-async def test_greedy_batch_equals_a_plain_loop_without_cache(policy: Policy) -> None:
+@pytest.mark.parametrize("chunk", [256, 3])  # 3: the cache outgrows its first allocation several times
+async def test_greedy_batch_equals_a_plain_loop_without_cache(
+    policy: Policy, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tirl.inference.hf.CACHE_CHUNK", chunk)
     gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000])
     prompts = _prompts(policy)  # different lengths: left padding, and rows of one batch
     results = await asyncio.gather(*(gen.generate(p, SamplingParams(max_new_tokens=10 + 3 * i, temperature=0.0))

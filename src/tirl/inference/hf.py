@@ -7,10 +7,11 @@ the previous batch finishes), left-pads the prompts, and runs a manual sampling
 loop over ``past_key_values`` in a worker thread, so the event loop (sandbox
 calls, env steps) keeps running while the model computes. Rows that finish are
 removed from the KV cache, so a batch costs what its live rows cost. The KV
-cache's buffers are allocated once per batch (prompt width plus the longest
-token budget) and each new token is written into its slot
-(:class:`_PreallocLayer`), where transformers' ``DynamicCache`` copies the
-whole cache per token and layer; the values are the same (tested).
+cache's buffers are allocated per batch (prompt width plus up to
+:data:`CACHE_CHUNK` new tokens, doubled when a batch outgrows them) and each
+new token is written into its slot (:class:`_PreallocLayer`), where
+transformers' ``DynamicCache`` copies the whole cache per token and layer;
+the values are the same (tested).
 
 Sampling: temperature and top-p per request; the log-prob returned for each
 token is its log-probability under the distribution it was *sampled from*
@@ -45,6 +46,9 @@ from transformers.cache_utils import DynamicLayer
 from tirl.inference.base import FinishReason, GenerationResult, Request, RequestBatcher, SamplingParams
 
 SMALL_MODEL_PARAMS = 20_000_000  # below this, threads="auto" generates with one intra-op thread
+#: new-token positions a batch's KV cache is first allocated for (then doubled as needed), so that a large
+#: ``max_new_tokens`` does not reserve memory (on a GPU) for tokens that are never generated
+CACHE_CHUNK = 256
 
 
 def sample_tokens(
@@ -303,7 +307,7 @@ class HFGenerator:
         uniform = torch.stack([torch.rand(cap - width, generator=r.rng) for r in rows])  # [B, max_new]
         sel = torch.tensor(live, dtype=torch.long)
         input_ids, attn, pos = input_ids[sel].to(dev), attn[sel].to(dev), pos[sel].to(dev)
-        cache = _PreallocCache(cap)
+        cache = _PreallocCache(min(cap, width + CACHE_CHUNK))  # grows by doubling past that
         out = self.model(
             input_ids=input_ids,
             attention_mask=attn[:, :width],
