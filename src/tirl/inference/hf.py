@@ -326,20 +326,7 @@ class HFGenerator:
             u = uniform[idx, step]  # [b_live]
             step += 1
             tokens, lps = sample_tokens(logits, temps[idx], top_ps[idx], u)  # [b_live] each
-            keep: list[int] = []
-            for j, (i, tok, lp) in enumerate(zip(live, tokens.tolist(), lps.tolist(), strict=True)):
-                row = rows[i]
-                row.out.append(tok)
-                row.logprobs.append(lp)
-                if tok in self.eos_ids:
-                    row.finish = "eos"
-                elif self._stopped_by_string(row):
-                    row.finish = "stop"
-                elif len(row.out) >= row.max_new:
-                    row.finish = "length"
-                else:
-                    keep.append(j)
-            self.tokens_generated += len(live)
+            keep = self._append_tokens(rows, live, tokens.tolist(), lps.tolist())
             if not keep:
                 break
             if len(keep) < len(live):
@@ -360,6 +347,24 @@ class HFGenerator:
             logits = out.logits[:, -1, :].float().cpu()  # [b_live, V]
             next_pos = next_pos + 1
         return [self._result(r) for r in rows]
+
+    def _append_tokens(self, rows: list[_Row], live: list[int], tokens: list[int], lps: list[float]) -> list[int]:
+        """Append each live row's sampled token; the positions in ``live`` of the rows that go on."""
+        keep: list[int] = []
+        for j, (i, tok, lp) in enumerate(zip(live, tokens, lps, strict=True)):
+            row = rows[i]
+            row.out.append(tok)
+            row.logprobs.append(lp)
+            if tok in self.eos_ids:
+                row.finish = "eos"
+            elif self._stopped_by_string(row):
+                row.finish = "stop"
+            elif len(row.out) >= row.max_new:
+                row.finish = "length"
+            else:
+                keep.append(j)
+        self.tokens_generated += len(live)
+        return keep
 
     def _result(self, row: _Row) -> GenerationResult:
         return GenerationResult(
