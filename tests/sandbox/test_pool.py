@@ -37,6 +37,25 @@ async def test_a_global_set_in_one_episode_is_invisible_to_another(host_audit: o
     assert second.stdout.strip() == "False False []"
 
 
+async def test_exit_statuses_are_those_of_python_c(host_audit: object) -> None:
+    """``sys.exit(n)`` in the pool (a run or a session) reports what ``python -c`` exits with.
+
+    The code's own status report used to carry ``n`` itself: 300 where ``python -c`` exits with 44,
+    and -1 (which reads as killed by signal 1) where it exits with 255.
+    """
+    codes = ["sys.exit(300)", "sys.exit(-1)", "sys.exit(2 ** 40)", "sys.exit(2 ** 70)", "sys.exit(True)", "sys.exit(3)"]
+    pool = _pool(size=1)
+    try:
+        runs = [(await pool.run(f"import sys\n{c}")).exit_code for c in codes]
+        session = [(await pool.run(f"import sys\n{c}", session="s")).exit_code for c in codes]
+    finally:
+        await pool.close()
+    python = [subprocess.run([sys.executable, "-c", f"import sys\n{c}"], check=False).returncode for c in codes]
+    assert python == [44, 255, 0, 255, 1, 3]
+    assert runs == python
+    assert session == python
+
+
 async def test_files_shared_memory_and_ipc_do_not_reach_the_next_execution(host_audit: object) -> None:
     pool = _pool(size=1)
     writer = """

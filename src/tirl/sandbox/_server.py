@@ -153,8 +153,8 @@ def exec_python(code, env):
     except SystemExit as exc:
         if exc.code is None:
             status = 0
-        elif isinstance(exc.code, int):
-            status = exc.code
+        elif isinstance(exc.code, int):  # as python -c exits: the code as a C long, its low byte; else 255
+            status = exc.code & 0xFF if -(1 << 63) <= exc.code < 1 << 63 else 0xFF
         else:
             print(exc.code, file=sys.stderr)
             status = 1
