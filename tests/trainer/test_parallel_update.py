@@ -125,3 +125,16 @@ def test_auto_workers_uses_the_thread_count_for_a_small_cpu_model() -> None:
     assert auto_workers(model) == 2
     torch.set_num_threads(1)
     assert auto_workers(model) == 1
+
+
+def test_every_token_statistic_has_one_fold() -> None:
+    # absorb (micro-batches) and merge_stats (ranks) fold exactly these fields; a new one must be classified
+    import dataclasses
+
+    from tirl.trainer.update import TOKEN_MAXES, TOKEN_MINS, TOKEN_SUMS, UpdateStats
+
+    per_step = {"losses", "grad_norms", "skipped", "steps"}
+    token_fields = [f.name for f in dataclasses.fields(UpdateStats) if f.name not in per_step]
+    groups = [*TOKEN_SUMS, *TOKEN_MINS, *TOKEN_MAXES]
+    assert sorted(groups) == sorted(token_fields)
+    assert len(set(groups)) == len(groups)

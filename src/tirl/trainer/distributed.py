@@ -83,7 +83,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tirl.errors import SetupError, TirlError
 from tirl.models.memory import autocast
-from tirl.trainer.update import PolicyUpdater, UpdateStats, model_device
+from tirl.trainer.update import TOKEN_MAXES, TOKEN_MINS, TOKEN_SUMS, PolicyUpdater, UpdateStats, model_device
 from tirl.types import Trajectory
 
 INIT_TIMEOUT_S = 300.0
@@ -252,29 +252,24 @@ class ShardedUpdater(PolicyUpdater):
 
 
 #: :class:`UpdateStats` fields that are sums over tokens, minima and maxima: merged over the ranks' shares.
-_STAT_SUMS = ("tokens", "ratio_sum", "clip_sum", "dual_sum", "entropy_sum", "tis_sum", "kl_sum")
-_STAT_MINS = ("ratio_min",)
-_STAT_MAXES = ("ratio_max", "gap_max")
-
-
 def merge_stats(stats: UpdateStats, dev: torch.device) -> UpdateStats:
     """Every rank's token statistics folded into each rank's ``stats`` (a collective on ``dev``: every rank calls it).
 
     After it ``train/is_ratio_*``, ``train/clip_frac``, ``train/entropy``, ``train/kl`` and the TIS mean cover
     the whole global batch, as in a one-process run; losses and gradient norms are already global.
     """
-    sums = torch.tensor([getattr(stats, k) for k in _STAT_SUMS], dtype=torch.float64, device=dev)
+    sums = torch.tensor([getattr(stats, k) for k in TOKEN_SUMS], dtype=torch.float64, device=dev)
     dist.all_reduce(sums)
-    for k, v in zip(_STAT_SUMS, sums.tolist(), strict=True):
+    for k, v in zip(TOKEN_SUMS, sums.tolist(), strict=True):
         setattr(stats, k, v)
     # one MIN over the minima and the negated maxima (two collectives in all, not one per field)
-    extremes = [getattr(stats, k) for k in _STAT_MINS] + [-getattr(stats, k) for k in _STAT_MAXES]
+    extremes = [getattr(stats, k) for k in TOKEN_MINS] + [-getattr(stats, k) for k in TOKEN_MAXES]
     low = torch.tensor(extremes, dtype=torch.float64, device=dev)
     dist.all_reduce(low, op=dist.ReduceOp.MIN)
     values = low.tolist()
-    for k, v in zip(_STAT_MINS, values, strict=False):
+    for k, v in zip(TOKEN_MINS, values, strict=False):
         setattr(stats, k, v)
-    for k, v in zip(_STAT_MAXES, values[len(_STAT_MINS) :], strict=True):
+    for k, v in zip(TOKEN_MAXES, values[len(TOKEN_MINS) :], strict=True):
         setattr(stats, k, -v)
     return stats
 

@@ -140,6 +140,13 @@ def score_logprobs(
     return out
 
 
+#: how each token statistic of :class:`UpdateStats` folds: summed, least, greatest (one micro-batch into
+#: the update, :meth:`UpdateStats.absorb`; one rank into all, :func:`tirl.trainer.distributed.merge_stats`)
+TOKEN_SUMS = ("tokens", "ratio_sum", "clip_sum", "dual_sum", "entropy_sum", "tis_sum", "kl_sum")
+TOKEN_MINS = ("ratio_min",)
+TOKEN_MAXES = ("ratio_max", "gap_max")
+
+
 @dataclass(slots=True)
 class UpdateStats:
     """Accumulated diagnostics of one update (token-weighted where it matters)."""
@@ -181,16 +188,12 @@ class UpdateStats:
         """Fold in the token statistics of one micro-batch (a fresh :class:`UpdateStats` given ``add_tokens``)."""
         if part.tokens == 0:
             return
-        self.ratio_min = min(self.ratio_min, part.ratio_min)
-        self.ratio_max = max(self.ratio_max, part.ratio_max)
-        self.gap_max = max(self.gap_max, part.gap_max)
-        self.ratio_sum += part.ratio_sum
-        self.clip_sum += part.clip_sum
-        self.dual_sum += part.dual_sum
-        self.kl_sum += part.kl_sum
-        self.entropy_sum += part.entropy_sum
-        self.tis_sum += part.tis_sum
-        self.tokens += part.tokens
+        for k in TOKEN_SUMS:
+            setattr(self, k, getattr(self, k) + getattr(part, k))
+        for k in TOKEN_MINS:
+            setattr(self, k, min(getattr(self, k), getattr(part, k)))
+        for k in TOKEN_MAXES:
+            setattr(self, k, max(getattr(self, k), getattr(part, k)))
 
     def metrics(self) -> dict[str, float | None]:
         """The ``train/*`` metrics (None where nothing was measured)."""
