@@ -278,12 +278,26 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Convert a TOML or command-line value to the annotated type, or raise ConfigError."""
+@dataclass(frozen=True)
+class _Exact:
+    """A value read from a saved config (``config.json``): typed already, so no text rule applies to it.
+
+    Command-line and TOML text has two shorthands that a saved value must not go through again: the strings
+    ``none``/``null`` mean "unset" for an optional key, and a string given for a list is split at commas.
+    """
+
+    value: Any
+
+
+def _coerce(value: Any, tp: Any, key: str, text: bool = True) -> Any:
+    """Convert a TOML or command-line value (``text``) or a saved JSON value to the annotated type.
+
+    Raises ConfigError when the value does not fit the type.
+    """
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        is_null = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
+        is_null = value is None or (text and isinstance(value, str) and value.lower() in ("none", "null"))
         if is_null and type(None) in args:
             return None
         errors = []
@@ -291,7 +305,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, key)
+                return _coerce(value, arg, key, text)
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"config {key}={_show(value)} is invalid")
@@ -301,17 +315,17 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise ConfigError(f"config {key}={_show(value)} is invalid: choose one of {', '.join(map(str, args))}")
     if origin is list:
         (item,) = args
-        if isinstance(value, str):
+        if text and isinstance(value, str):
             value = _list_text(value, key)
         if not isinstance(value, list):
             raise ConfigError(
                 f"config {key}={_show(value)} is invalid: give a list (comma-separated on the command line)"
             )
-        return [_coerce(v, item, key) for v in value]
+        return [_coerce(v, item, key, text) for v in value]
     if tp is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        if text and isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
             return value.lower() in ("true", "1", "yes", "on")
         raise ConfigError(f"config {key}={_show(value)} is invalid: use true or false")
     if tp is int:
@@ -362,9 +376,21 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             if not isinstance(value, dict):
                 raise ConfigError(f"config section [{full}] must be a table of keys")
             kwargs[key] = _build(tp, value, f"{full}.")  # type: ignore[arg-type]
+        elif isinstance(value, _Exact):
+            kwargs[key] = _coerce(value.value, tp, full, text=False)
         else:
             kwargs[key] = _coerce(value, tp, full)
     return cls(**kwargs)
+
+
+def _exact_tree(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``data`` with every leaf wrapped in :class:`_Exact` (tables stay dicts, so overrides can replace leaves)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"saved config key {prefix}{key!r} is not a string — restore the config.json tirl wrote")
+        out[key] = _exact_tree(value, f"{prefix}{key}.") if isinstance(value, dict) else _Exact(value)
+    return out
 
 
 def _list_text(text: str, key: str) -> list[Any]:
@@ -415,9 +441,18 @@ def _read_toml(p: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} holds a value tirl cannot read ({exc}) — shorten it") from None
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TirlConfig:
-    """Load a :class:`TirlConfig` from an optional TOML file, then apply dotted overrides."""
-    data: dict[str, Any] = {}
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None
+) -> TirlConfig:
+    """Load a :class:`TirlConfig` from an optional TOML file, then apply dotted overrides.
+
+    ``base`` is a saved config (what :func:`config_to_dict` wrote, e.g. a run's ``config.json``): it is read
+    exactly, with no command-line shorthand, and ``overrides`` then apply on top of it (``--resume --steps 50``).
+    A ``path`` and a ``base`` together are refused: a run continues its own config, not a file's.
+    """
+    if path is not None and base is not None:
+        raise ConfigError("a saved config and --config were both given — a resumed run keeps its own config")
+    data: dict[str, Any] = _exact_tree(base) if base is not None else {}
     if path is not None:
         p = Path(path)
         if not p.is_file():
@@ -436,5 +471,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
-    """A plain dict (for summary.json and the evidence bundle)."""
+    """A plain JSON-ready dict (``config.json``, summary.json, the evidence bundle, every rank's config).
+
+    :func:`config_from_dict` reads it back to an equal config: ``config_from_dict(config_to_dict(c)) == c``.
+    """
     return dataclasses.asdict(cfg)
+
+
+def config_from_dict(data: dict[str, Any], overrides: list[str] | None = None) -> TirlConfig:
+    """The :class:`TirlConfig` that :func:`config_to_dict` wrote, rebuilt exactly, then ``overrides`` applied.
+
+    Lossless where the old ``key=value`` flattening was not: a list item holding a comma stays one item, and
+    the string ``"none"`` stays a string. Keys missing from ``data`` take their defaults (a config saved by
+    an older tirl); unknown keys and values of the wrong type are one ConfigError naming the key.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("a saved config must be a JSON object of sections — restore the config.json tirl wrote")
+    return load_config(None, overrides, base=data)

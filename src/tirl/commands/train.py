@@ -25,9 +25,8 @@ import asyncio
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
-from tirl.config import TirlConfig, load_config
+from tirl.config import TirlConfig, config_from_dict, load_config
 from tirl.errors import InputError, TirlError
 from tirl.fileio import check_output_dir
 from tirl.jsonl import read_json
@@ -73,19 +72,6 @@ def _shortcuts(args: argparse.Namespace) -> list[str]:
     return [f"{k}={v}" for k, v in pairs if v is not None]
 
 
-def _as_overrides(data: dict[str, Any], prefix: str = "") -> list[str]:
-    """Flatten a saved config dict back into ``key=value`` overrides."""
-    out: list[str] = []
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.extend(_as_overrides(value, f"{prefix}{key}."))
-        elif isinstance(value, list):
-            out.append(f"{prefix}{key}={','.join(map(str, value))}")
-        else:
-            out.append(f"{prefix}{key}={'none' if value is None else value}")
-    return out
-
-
 def _new_run_dir(cfg: TirlConfig) -> Path:
     root = Path(cfg.trainer.run_dir)
     name = cfg.trainer.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.env.name}"
@@ -123,8 +109,10 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         saved_cfg = read_json(saved)
         if not isinstance(saved_cfg, dict):
             raise InputError(str(saved), None, "is not a JSON object", "restore the config.json that tirl train wrote")
-        base = _as_overrides(saved_cfg)
-        return load_config(None, [*base, *overrides]), run_dir, None
+        if args.config:
+            raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
+                             "change single keys with --set KEY=VALUE")  # fmt: skip
+        return config_from_dict(saved_cfg, overrides), run_dir, None
     cfg = load_config(args.config, overrides)
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
     if args.run_dir:  # never overwrite an existing run: its metrics, trajectories and config

@@ -423,14 +423,11 @@ def follower(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from transformers.utils import logging as hf_logging
 
-    from tirl.commands.train import _as_overrides
-    from tirl.config import load_config
     from tirl.models.loading import load_policy
     from tirl.models.memory import apply_memory_options
 
     hf_logging.disable_progress_bar()
-    text = args.config if args.config.lstrip().startswith("{") else Path(args.config).read_text()
-    cfg = load_config(None, _as_overrides(json.loads(text)))
+    cfg = read_rank_config(args.config)
     torch.set_num_threads(max(1, cfg.trainer.threads))
     torch.manual_seed(cfg.trainer.seed)
     device = rank_device(cfg.model.device, args.rank)
@@ -473,6 +470,14 @@ def follower(argv: list[str] | None = None) -> int:
     updater.release()
     dist.destroy_process_group()
     return 0
+
+
+def read_rank_config(arg: str) -> Any:
+    """The run's config as rank 0 sent it (JSON text, or a JSON file's path), rebuilt exactly."""
+    from tirl.config import config_from_dict
+
+    text = arg if arg.lstrip().startswith("{") else Path(arg).read_text()
+    return config_from_dict(json.loads(text))
 
 
 def main() -> int:
