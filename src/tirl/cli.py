@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "serve a checkpoint with an OpenAI-compatible HTTP API"),
     "sandbox": ("sandbox", "run code in the sandbox (tirl sandbox exec FILE)"),
     "model": ("model", "make a small random-weight model (init) or check a model directory (check)"),
+    "config": ("config", "print the resolved config with each value's source, or the TRL/verl names tirl reads"),
     "ablate": ("ablate", "the same job under each void-filter mode x seeds: table, plots, one JSON line"),
 }
 

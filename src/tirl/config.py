@@ -441,6 +441,86 @@ def _read_toml(p: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} holds a value tirl cannot read ({exc}) — shorten it") from None
 
 
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A config with where each set key came from and the notes on foreign names it translated."""
+
+    config: TirlConfig
+    sources: dict[str, str]  # dotted key -> "file" | "--set" | "saved" (keys not here are defaults)
+    notes: list[str]  # one line per TRL/verl name or value read as tirl's (tirl.config_aliases)
+
+
+def tirl_keys() -> frozenset[str]:
+    """Every dotted config key (``algo.clip_high``…)."""
+    hints = _hints(TirlConfig)
+    return frozenset(
+        f"{s.name}.{f.name}" for s in dataclasses.fields(TirlConfig) for f in dataclasses.fields(hints[s.name])
+    )
+
+
+def _leaves(node: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        out.extend(_leaves(value, f"{path}.") if isinstance(value, dict) else [(path, value)])
+    return out
+
+
+def _place(data: dict[str, Any], key: str, value: Any, where: str) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{where}: '{part}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _drop(data: dict[str, Any], key: str) -> None:
+    parts = key.split(".")
+    chain = [data]
+    for part in parts[:-1]:
+        chain.append(chain[-1][part])
+    del chain[-1][parts[-1]]
+    for node, part in zip(reversed(chain[:-1]), reversed(parts[:-1]), strict=True):
+        if not node[part]:
+            del node[part]
+
+
+def resolve_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None
+) -> ResolvedConfig:
+    """:func:`load_config`, plus each key's source and the notes on TRL/verl names it translated."""
+    from tirl.config_aliases import translate
+
+    if path is not None and base is not None:
+        raise ConfigError("a saved config and --config were both given — a resumed run keeps its own config")
+    keys = tirl_keys()
+    data: dict[str, Any] = _exact_tree(base) if base is not None else {}
+    sources = {key: "saved" for key, _ in _leaves(data)}
+    notes: list[str] = []
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist — check the path given to --config")
+        data = _read_toml(p)
+        for key, value in _leaves(data):
+            moved = translate(key, value, keys.__contains__)
+            if moved.note:
+                _drop(data, key)
+                _place(data, moved.key, moved.value, f"config file {p}")
+                notes.append(moved.note)
+            sources[moved.key] = "file"
+    for item in overrides or []:
+        parts, value = parse_override(item)
+        moved = translate(".".join(parts), value, keys.__contains__)
+        notes += [moved.note] if moved.note else []
+        _place(data, moved.key, moved.value, f"override {item!r}")
+        sources[moved.key] = "--set"
+    return ResolvedConfig(_build(TirlConfig, data, ""), sources, notes)
+
+
 def load_config(
     path: str | Path | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None
 ) -> TirlConfig:
@@ -448,26 +528,11 @@ def load_config(
 
     ``base`` is a saved config (what :func:`config_to_dict` wrote, e.g. a run's ``config.json``): it is read
     exactly, with no command-line shorthand, and ``overrides`` then apply on top of it (``--resume --steps 50``).
-    A ``path`` and a ``base`` together are refused: a run continues its own config, not a file's.
+    A ``path`` and a ``base`` together are refused: a run continues its own config, not a file's. TRL's and
+    verl's names for tirl keys are accepted (:mod:`tirl.config_aliases`); :func:`resolve_config` also returns
+    the notes that name the tirl key each one became.
     """
-    if path is not None and base is not None:
-        raise ConfigError("a saved config and --config were both given — a resumed run keeps its own config")
-    data: dict[str, Any] = _exact_tree(base) if base is not None else {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist — check the path given to --config")
-        data = _read_toml(p)
-    for item in overrides or []:
-        parts, value = parse_override(item)
-        node = data
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {item!r}: '{part}' is a value, not a section")
-            node = child
-        node[parts[-1]] = value
-    return _build(TirlConfig, data, "")  # type: ignore[no-any-return]
+    return resolve_config(path, overrides, base).config
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

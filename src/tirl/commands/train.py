@@ -23,10 +23,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import sys
 import time
 from pathlib import Path
 
-from tirl.config import TirlConfig, config_from_dict, load_config
+from tirl.config import TirlConfig, config_from_dict, resolve_config
 from tirl.errors import InputError, TirlError
 from tirl.fileio import check_output_dir
 from tirl.jsonl import read_json
@@ -113,7 +114,10 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
             raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
                              "change single keys with --set KEY=VALUE")  # fmt: skip
         return config_from_dict(saved_cfg, overrides), run_dir, None
-    cfg = load_config(args.config, overrides)
+    resolved = resolve_config(args.config, overrides)
+    for note in resolved.notes:  # a TRL/verl name read as tirl's: say which key it became
+        print(f"note: {note}", file=sys.stderr)
+    cfg = resolved.config
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
     if args.run_dir:  # never overwrite an existing run: its metrics, trajectories and config
         check_output_dir(run_dir)
