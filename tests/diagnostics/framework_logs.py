@@ -150,3 +150,79 @@ def chart_exports(tmp: Path, runs: dict[str, list[dict[str, Any]]], metrics: lis
         series = {run: [(r["step"], r.get(metric)) for r in rows] for run, rows in runs.items()}
         paths.append(write_wandb_chart_csv(tmp / f"wandb_export_{i}.csv", metric, series, bucket))
     return paths
+
+
+def trl_step_metrics(row: dict[str, Any], plugin: bool = True) -> dict[str, Any]:
+    """One TRL ``GRPOTrainer.log`` payload (trl/trainer/grpo_trainer.py, 1.16) from a ``diag_synth`` tirl row.
+
+    ``sampling/importance_sampling_ratio/*`` is logged with ``vllm_importance_sampling_correction``;
+    ``plugin``: tirl's ``VoidFilteredGRPOTrainer`` adds ``void/trajectories`` and ``void/ratio``.
+    """
+    valid, void = row.get("filter/valid_trajectories"), row.get("filter/void_trajectories")
+    out: dict[str, Any] = {
+        "loss": row.get("train/loss"),
+        "grad_norm": row.get("train/grad_norm"),
+        "learning_rate": 1e-6,
+        "num_tokens": 1000.0 * row["step"],
+        "completions/mean_length": row.get("rollout/mean_seq_len"),
+        "completions/min_length": 12.0,
+        "completions/max_length": row.get("rollout/max_seq_len"),
+        "completions/clipped_ratio": 0.0,
+        "rewards/correct/mean": row.get("reward/mean"),
+        "rewards/correct/std": 0.4,
+        "reward": row.get("reward/mean"),
+        "reward_std": 0.4,
+        "frac_reward_zero_std": 0.1,
+        "sampling/sampling_logp_difference/mean": 0.01,
+        "sampling/importance_sampling_ratio/min": row.get("train/is_ratio_min"),
+        "sampling/importance_sampling_ratio/mean": row.get("train/is_ratio_mean"),
+        "sampling/importance_sampling_ratio/max": row.get("train/is_ratio_max"),
+        "kl": 0.0,
+        "entropy": row.get("train/entropy"),
+        "clip_ratio/low_mean": 0.0,
+        "clip_ratio/high_mean": 0.0,
+        "clip_ratio/region_mean": row.get("train/clip_frac"),
+    }
+    if plugin and valid is not None and void is not None:
+        out["void/trajectories"] = float(void)
+        out["void/ratio"] = void / (valid + void) if valid + void else 0.0
+    return out
+
+
+def write_trl_trainer_state(path: Path, rows: list[dict[str, Any]], plugin: bool = True) -> Path:
+    """A ``trainer_state.json`` as transformers writes it: ``Trainer.log`` appends ``{**logs, "epoch", "step"}``
+    to ``state.log_history`` (TRL's metrics averaged over ``logging_steps``, NaN-free values or None), the
+    end-of-training summary row follows, and ``TrainerState.save_to_json`` dumps the dataclass with
+    ``indent=2, sort_keys=True``.
+    """
+    history = [{**trl_step_metrics(r, plugin), "epoch": r["step"] / len(rows), "step": r["step"]} for r in rows]
+    history.append({"epoch": 1.0, "step": rows[-1]["step"], "total_flos": 0.0, "train_loss": 0.1,
+                    "train_runtime": 99.0, "train_samples_per_second": 1.0, "train_steps_per_second": 0.1})  # fmt: skip
+    state = {"best_metric": None, "epoch": 1.0, "global_step": rows[-1]["step"], "log_history": history,
+             "logging_steps": 1, "max_steps": rows[-1]["step"], "trial_name": None}  # fmt: skip
+    path.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def skyrl_step_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """One SkyRL ``tracker.log(all_metrics, step)`` payload (skyrl/train/trainer.py) from a ``diag_synth`` row:
+    ``policy/`` + the worker's reduced status (``loss_metrics/`` + the off-policy ``is_ratio_*``), the
+    generator's ``generate/*`` and ``reward/*``, and ``trainer/global_step``.
+    """
+    return {
+        "trainer/epoch": 0,
+        "trainer/global_step": row["step"],
+        "policy/policy_loss": row.get("train/loss"),
+        "policy/policy_entropy": row.get("train/entropy"),
+        "policy/grad_norm": row.get("train/grad_norm"),
+        "policy/policy_lr": 1e-6,
+        "policy/loss_metrics/clip_ratio": row.get("train/clip_frac"),
+        "policy/loss_metrics/is_ratio_mean": row.get("train/is_ratio_mean"),
+        "policy/loss_metrics/is_ratio_max": row.get("train/is_ratio_max"),
+        "policy/loss_metrics/is_ratio_min": row.get("train/is_ratio_min"),
+        "generate/min_num_tokens": 12,
+        "generate/max_num_tokens": row.get("rollout/max_seq_len"),
+        "generate/avg_num_tokens": row.get("rollout/mean_seq_len"),
+        "reward/avg_raw_reward": row.get("reward/mean"),
+        "reward/avg_pass_at_8": 0.6,
+    }

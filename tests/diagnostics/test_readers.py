@@ -6,8 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-from diag_synth import tirl_log
-from framework_logs import chart_exports, simpletir_step_metrics, write_verl_file_log, write_wandb_chart_csv
+from diag_synth import tirl_log, write_jsonl
+from framework_logs import (
+    chart_exports,
+    simpletir_step_metrics,
+    skyrl_step_metrics,
+    trl_step_metrics,
+    write_trl_trainer_state,
+    write_verl_file_log,
+    write_wandb_chart_csv,
+)
 
 from tirl.cli import main
 from tirl.diagnostics.adapters import load_logs, load_metrics
@@ -108,3 +116,40 @@ def test_cli_several_exports_and_run_selection(tmp_path: Path, capsys: pytest.Ca
     assert main(["diagnose", "training", *paths]) == 0
     text = capsys.readouterr().out
     assert f"run '{drift}'" in text and "void_drift" in text and f"run '{healthy}'" in text
+
+
+def test_trl_trainer_state_is_read_with_the_plugins_void_counts(tmp_path: Path) -> None:
+    rows = tirl_log(seed=2, inject="late_filter")
+    path = write_trl_trainer_state(tmp_path / "trainer_state.json", rows)
+    log = load_metrics(path)
+    assert log.format == "trl" and len(log) == len(rows)  # the summary row is not a step
+    i = next(k for k, r in enumerate(rows) if r.get("filter/valid_trajectories") is not None)
+    assert log.get("void")[i] == rows[i]["filter/void_trajectories"]
+    assert log.get("valid")[i] == pytest.approx(rows[i]["filter/valid_trajectories"])  # from void count + share
+    assert log.get("is_max")[i] == pytest.approx(rows[i]["train/is_ratio_max"])
+    assert diagnose_training(log).verdict == "late_filter"
+
+
+def test_trl_log_history_as_jsonl_and_with_the_wandb_prefix(tmp_path: Path) -> None:
+    rows = tirl_log(seed=2, inject="void_leak")
+    plain = write_jsonl(
+        tmp_path / "trl.jsonl", [{**trl_step_metrics(r, plugin=False), "step": r["step"]} for r in rows]
+    )
+    assert diagnose_training(load_metrics(plain)).verdict == "void_leak"
+    prefixed = [{"_step": r["step"], **{f"train/{k}": v for k, v in trl_step_metrics(r).items()}} for r in rows]
+    log = load_metrics(write_jsonl(tmp_path / "wandb.jsonl", prefixed))
+    assert log.format == "trl" and diagnose_training(log).verdict == "void_leak"
+
+
+def test_a_trl_log_without_is_ratio_or_void_keys_names_what_is_needed(tmp_path: Path) -> None:
+    rows = [{"step": r["step"], "loss": 0.1, "reward": 0.5, "frac_reward_zero_std": 0.1} for r in tirl_log(n=10)]
+    with pytest.raises(InputError, match="importance_sampling_ratio/max"):
+        load_metrics(write_jsonl(tmp_path / "trl.jsonl", rows))
+
+
+def test_skyrl_metrics(tmp_path: Path) -> None:
+    rows = tirl_log(seed=2, inject="void_leak")
+    log = load_metrics(write_jsonl(tmp_path / "skyrl.jsonl", [skyrl_step_metrics(r) for r in rows]))
+    assert log.format == "skyrl" and log.steps[:3] == [r["step"] for r in rows[:3]]
+    diag = diagnose_training(log)
+    assert diag.verdict == "void_leak" and [f.step for f in diag.findings] == [120]

@@ -15,6 +15,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
 
+from tirl.diagnostics.adapters import load_metrics
 from tirl.envs.tir_math import DEFAULT_SYSTEM_PROMPT
 from tirl.integrations.trl import (
     VoidFilteredGRPOTrainer,
@@ -178,6 +179,11 @@ def test_void_completions_leave_the_group_statistics_and_the_loss(tmp_path: Path
     assert logged["void/trajectories"] == 2 and logged["void/ratio"] == pytest.approx(1 / 3)
     assert logged["reward"] == pytest.approx((1.0 + 0.0 + 0.0 + 0.5) / 4)  # void rows are out of the logged mean
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    # TRL's own trainer_state.json (written by transformers' TrainerState.save_to_json) is what tirl diagnose reads
+    trainer.state.save_to_json(str(tmp_path / "trainer_state.json"))
+    log = load_metrics(tmp_path / "trainer_state.json")
+    assert log.format == "trl" and log.steps == [1]
+    assert (log.get("void"), log.get("valid"), log.get("void_ratio")) == ([2.0], [4.0], [pytest.approx(1 / 3)])
 
 
 def _sampled_rollout(tok: Any, transcripts: list[Any]) -> Any:

@@ -12,9 +12,21 @@ the whole adapter: add a framework by adding its names.
 * ``simpletir``: verl's keys plus ``env/void_turn_ratio`` (the share of trajectories with a void
   turn, read as the void share) and ``env/num_turns/mean``. Its ``batch/effective_batch_size``
   counts prompt groups, not trajectories, so no valid or void *count* is derived from it.
+* ``trl``: TRL's ``GRPOTrainer`` (``trl/trainer/grpo_trainer.py``, 1.16): ``grad_norm``, ``loss``,
+  ``entropy``, ``reward``, ``completions/max_length``, ``clip_ratio/region_mean``, the IS ratio of
+  ``vllm_importance_sampling_correction`` (``sampling/importance_sampling_ratio/max``), and the void
+  keys of tirl's ``VoidFilteredGRPOTrainer`` (``void/trajectories``, ``void/ratio``); bare as in
+  ``trainer_state.json``'s ``log_history`` or with transformers' wandb ``train/`` prefix. TRL averages
+  each key over the ``logging_steps`` it logs at once, so with ``logging_steps > 1`` an IS-ratio *max*
+  is a mean of maxima and a spike is damped (log every step to diagnose).
+* ``skyrl``: SkyRL's trainer (``skyrl/train/trainer.py``): ``policy/grad_norm``,
+  ``policy/loss_metrics/is_ratio_max`` (off-policy correction on), ``policy/policy_entropy``,
+  ``generate/max_num_tokens``, ``reward/avg_raw_reward`` and ``trainer/global_step`` (SkyRL has no
+  void filter, so valid/void counts are unknown).
 
 Files: tirl's ``metrics.jsonl``; any JSONL with one flat or nested object per
-step; verl's ``file`` logger (``{"step": N, "data": {...}}`` per line); a
+step; TRL's ``trainer_state.json`` (its ``log_history``: training rows only, the final summary and
+``eval_`` rows left out); verl's ``file`` logger (``{"step": N, "data": {...}}`` per line); a
 wandb CSV export (:mod:`tirl.diagnostics.wandb_csv`: each run of a multi-run
 export is its own log, ``__MIN``/``__MAX`` bucket columns keep spikes that
 downsampling would hide). Several files of one run (one chart export per
@@ -37,10 +49,10 @@ from typing import Any, Literal
 
 from tirl.diagnostics.wandb_csv import read_wandb_csv
 from tirl.errors import InputError
-from tirl.jsonl import read_jsonl
+from tirl.jsonl import read_json, read_jsonl
 
-LogFormat = Literal["tirl", "verl", "simpletir"]
-FORMATS: tuple[str, ...] = ("auto", "tirl", "verl", "simpletir")
+LogFormat = Literal["tirl", "verl", "simpletir", "trl", "skyrl"]
+FORMATS: tuple[str, ...] = ("auto", "tirl", "verl", "simpletir", "trl", "skyrl")
 
 STEP_KEYS: tuple[str, ...] = ("step", "_step", "Step", "training/global_step", "global_step", "trainer/global_step")
 
@@ -85,16 +97,62 @@ _VERL: dict[str, tuple[str, ...]] = {
 # with a void turn. ``batch/effective_batch_size`` counts prompt *groups* kept by rejection sampling, not
 # trajectories, so it is not a valid count and is not read.
 _SIMPLETIR: dict[str, tuple[str, ...]] = {**_VERL, "void_ratio": ("env/void_turn_ratio",)}
-KEY_TABLES: dict[str, dict[str, tuple[str, ...]]] = {"tirl": _TIRL, "verl": _VERL, "simpletir": _SIMPLETIR}
+
+
+def _bare_or_train(*names: str) -> tuple[str, ...]:
+    """A TRL key as ``log_history`` writes it, then as transformers' wandb callback does (``train/`` prefix)."""
+    return (*names, *(f"train/{n}" for n in names))
+
+
+# TRL 1.16 (trl/trainer/grpo_trainer.py ``self._metrics[mode][...]``) and tirl's VoidFilteredGRPOTrainer.
+_TRL: dict[str, tuple[str, ...]] = {
+    "is_max": _bare_or_train("sampling/importance_sampling_ratio/max"),
+    "is_min": _bare_or_train("sampling/importance_sampling_ratio/min"),
+    "is_mean": _bare_or_train("sampling/importance_sampling_ratio/mean"),
+    "void": _bare_or_train("void/trajectories"),
+    "void_ratio": _bare_or_train("void/ratio"),
+    "grad_norm": _bare_or_train("grad_norm"),
+    "loss": _bare_or_train("loss"),
+    "entropy": _bare_or_train("entropy"),
+    "clip_frac": _bare_or_train("clip_ratio/region_mean"),
+    "max_len": _bare_or_train("completions/max_length"),
+    "mean_len": _bare_or_train("completions/mean_length"),
+    "reward": _bare_or_train("reward"),
+}
+# SkyRL (skyrl/train/trainer.py: ``policy/`` + the worker's status, ``loss_metrics/`` + the off-policy metrics).
+_SKYRL: dict[str, tuple[str, ...]] = {
+    "is_max": ("policy/loss_metrics/is_ratio_max",),
+    "is_min": ("policy/loss_metrics/is_ratio_min",),
+    "is_mean": ("policy/loss_metrics/is_ratio_mean",),
+    "grad_norm": ("policy/grad_norm",),
+    "loss": ("policy/policy_loss",),
+    "entropy": ("policy/policy_entropy",),
+    "clip_frac": ("policy/loss_metrics/clip_ratio",),
+    "max_len": ("generate/max_num_tokens",),
+    "mean_len": ("generate/avg_num_tokens",),
+    "turns_mean": ("generate/avg_num_turns",),
+    "reward": ("reward/avg_raw_reward",),
+}
+KEY_TABLES: dict[str, dict[str, tuple[str, ...]]] = {
+    "tirl": _TIRL, "verl": _VERL, "simpletir": _SIMPLETIR, "trl": _TRL, "skyrl": _SKYRL,
+}  # fmt: skip
 
 # The keys each format must have for a diagnosis (at least one IS-ratio extreme, or a filter count).
 NEEDED: dict[str, tuple[str, ...]] = {
     "tirl": ("train/is_ratio_max", "filter/valid_trajectories", "filter/void_trajectories", "rollout/max_seq_len"),
     "verl": ("rollout_corr/rollout_is_max (or mismatch/rollout_is_max)", "response_length/max", "actor/grad_norm"),
     "simpletir": ("env/void_turn_ratio", "response_length/max", "actor/grad_norm"),
+    "trl": (
+        "sampling/importance_sampling_ratio/max (vllm_importance_sampling_correction=True)",
+        "void/ratio (tirl.integrations.trl.VoidFilteredGRPOTrainer)",
+        "completions/max_length",
+    ),
+    "skyrl": ("policy/loss_metrics/is_ratio_max (an off-policy correction on)", "generate/max_num_tokens"),
 }
 _SIGNATURE: dict[str, tuple[str, ...]] = {
     "simpletir": ("env/void_turn_ratio",),
+    "trl": _bare_or_train("frac_reward_zero_std", "completions/max_length", "clip_ratio/region_mean", "void/ratio"),
+    "skyrl": ("policy/loss_metrics/is_ratio_max", "generate/max_num_tokens", "reward/avg_raw_reward"),
     "tirl": ("filter/valid_trajectories", "filter/void_trajectories", "train/is_ratio_max", "train/grad_norm"),
     "verl": (
         "actor/grad_norm",
@@ -167,9 +225,30 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_jsonl_rows(p: Path) -> list[dict[str, Any]]:
-    """Rows read with the one JSONL reader (:func:`tirl.jsonl.read_jsonl`); a killed run's torn last line is skipped."""
+    """Rows read with the one JSONL reader (:func:`tirl.jsonl.read_jsonl`); a killed run's torn last line is skipped.
+
+    A file that is one JSON document with a ``log_history`` list (TRL's ``trainer_state.json``) gives that list's
+    training rows instead.
+    """
+    if p.suffix.lower() == ".json" and (history := _log_history(p)) is not None:
+        return history
     lines = read_jsonl(p, torn_tail=True, objects=True, fix="write one JSON object per step")
     return [_flatten(_unwrap(obj)) for _, obj in lines]
+
+
+def _log_history(p: Path) -> list[dict[str, Any]] | None:
+    """The per-step training rows of a transformers ``trainer_state.json``; None when ``p`` is not one."""
+    state = read_json(p, missing_fix="check the path of the training log")
+    if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
+        return None
+    rows = []
+    for entry in state["log_history"]:
+        if not isinstance(entry, dict) or "step" not in entry:
+            continue
+        if "train_runtime" in entry or any(str(k).startswith("eval_") for k in entry):
+            continue  # the end-of-training summary and evaluation rows are not training steps
+        rows.append(_flatten(entry))
+    return rows
 
 
 def _is_csv(p: Path) -> bool:
@@ -200,8 +279,12 @@ def read_runs(path: str | Path) -> dict[str | None, list[dict[str, Any]]]:
 
 
 def detect_format(keys: set[str]) -> str | None:
-    """The format whose signature keys are present (SimpleTIR before verl, since it extends it)."""
-    for fmt in ("simpletir", "tirl", "verl"):
+    """The format whose signature keys are present.
+
+    SimpleTIR before verl, since it extends it; TRL before tirl, since transformers' wandb callback writes
+    TRL's ``grad_norm`` as ``train/grad_norm``.
+    """
+    for fmt in ("simpletir", "trl", "skyrl", "tirl", "verl"):
         if any(k in keys for k in _SIGNATURE[fmt]):
             return fmt
     return None
@@ -324,6 +407,11 @@ def _derive(series: dict[str, list[float | None]]) -> None:
             else:
                 derived.append(round(r / (1.0 - r) * v, 6))
         series["void"] = derived
+    if valid is None and void is not None and ratio is not None:  # TRL's plug-in logs the void count and share
+        series["valid"] = [
+            round(d * (1.0 - r) / r, 6) if d is not None and r is not None and r > 0 else None
+            for d, r in zip(void, ratio, strict=True)
+        ]
     if ratio is None and valid is not None and void is not None:
         series["void_ratio"] = [
             (d / (v + d)) if v is not None and d is not None and (v + d) > 0 else None
