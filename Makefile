@@ -34,8 +34,8 @@ run: install
 	$(BIN)/tirl train
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 
 typecheck: install
 	$(BIN)/mypy

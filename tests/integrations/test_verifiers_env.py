@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("verifiers")
 
-sys.path.insert(0, str(Path(__file__).parent))  # vf_calc_env, the local verifiers environment
+sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))  # verifiers_calc, the example verifiers env
 
 from tirl.cli import main
 from tirl.config import EnvConfig
@@ -20,7 +20,7 @@ from tirl.envs import check_env, env_factory, load_tasks, register_env, unregist
 from tirl.integrations.verifiers_env import VerifiersEnv
 from tirl.types import Message, Role, TerminationReason, ToolCall
 
-NAME = "verifiers:vf_calc_env:load_environment"
+NAME = "verifiers:verifiers_calc:load_environment"
 
 
 def _task(i: int = 0) -> Any:
@@ -104,7 +104,7 @@ TINY = ["--set", "trainer.prompts_per_step=2", "--set", "algo.group_size=2", "--
 @pytest.mark.slow
 def test_one_training_step_on_the_verifiers_env(tmp_path: Path) -> None:
     """The tiny model's template renders no tools, so the env is registered without offering them."""
-    maker = functools.partial(VerifiersEnv, variant="vf_calc_env:load_environment", offer_tools=False)
+    maker = functools.partial(VerifiersEnv, variant="verifiers_calc:load_environment", offer_tools=False)
     register_env("vf-calc-test", maker, tasks="tirl.integrations.verifiers_env:task_source")
     try:
         run_dir = tmp_path / "run"
