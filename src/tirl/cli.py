@@ -22,6 +22,7 @@ import importlib
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -29,6 +30,15 @@ from tirl import __version__
 from tirl.errors import TirlError, one_line
 
 T = TypeVar("T")
+
+#: When this process imported the command line (its timers report the whole command from here: :func:`elapsed`).
+STARTED = time.perf_counter()
+
+
+def elapsed() -> float:
+    """Seconds since the command started (imports included), for timers that report the whole command."""
+    return time.perf_counter() - STARTED
+
 
 # name -> (module under tirl.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -95,6 +95,7 @@ class EnvConfig:
     eval_split: Literal["heldout", "validation"] = "heldout"  # what the trainer evaluates: validation is for tuning
     seed: int = 0
     tools: bool = False  # offer the env's tools as functions (python; swe-lite: bash, submit); needs a tool template
+    offer_tools: bool = True  # verifiers envs: describe the env's tools to the model (false: a template without tools)
 
     def __post_init__(self) -> None:
         _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")
@@ -253,11 +254,14 @@ class TrainerConfig:
     threads: int = 2
     wandb: Literal["off", "offline", "online"] = "off"  # a wandb sink beside TensorBoard (the wandb extra)
     wandb_project: str = "tirl"
+    tolerate_failed_steps: int = 0  # steps whose every trajectory failed (set-up, sandbox, env) before the run stops
 
     def __post_init__(self) -> None:
         _check(self.steps >= 1, "trainer.steps", self.steps, "use at least 1")
         _check(self.prompts_per_step >= 1, "trainer.prompts_per_step", self.prompts_per_step, "use at least 1")
         _check(self.checkpoint_every >= 1, "trainer.checkpoint_every", self.checkpoint_every, "use at least 1")
+        _check(self.tolerate_failed_steps >= 0, "trainer.tolerate_failed_steps", self.tolerate_failed_steps,
+               "use 0 (stop at the first step whose every trajectory failed) or more")  # fmt: skip
 
 
 @dataclass

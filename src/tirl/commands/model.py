@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from tirl.cli import elapsed
 from tirl.models.init import ARCHS, ModelSpec
 
 
@@ -54,8 +55,9 @@ def _init(args: argparse.Namespace) -> int:
     spec.check()
     t0 = time.perf_counter()
     path = init_model(spec, args.out)
+    written = time.perf_counter() - t0
     _describe(str(path), need_tools=True)
-    print(f"wrote {path} in {time.perf_counter() - t0:.1f} s")
+    print(f"wrote {path} in {elapsed():.1f} s (the whole command; writing the model: {written:.1f} s)")
     return 0
 
 

@@ -3,13 +3,17 @@
 The default job: tir-chain (chained computations, 3-6 tool turns), its
 built-in warm-started tiny model (``tiny-chain``), GRPO, void filter
 ``off`` (the best mode of ``tirl ablate``; README), the pipeline rollout strategy, two CPU threads. It writes a
-run directory (``runs/<time>-<env>`` unless ``--resume``)::
+run directory (``runs/<time>-<env>``, or ``-<task file name>`` with ``env.tasks_file``, unless ``--resume``)::
 
     config.json  metrics.jsonl  tb/  trajectories.jsonl  pipeline_trace.jsonl
     checkpoints/step-N/  eval_before.json  summary.json  (report.html when the diagnostics are installed)
 
-and prints its path at the end. ``--resume RUN_DIR`` continues a run from its
-newest checkpoint with the run's saved config (plus any ``--set``/shortcut
+and prints its path at the start (with the TensorBoard command) and at the end.
+Before anything heavy loads, the config is checked (:mod:`tirl.trainer.preflight`: an
+unknown env, tools the model cannot render are one ``error:`` line; a task file whose
+prompts ask for an answer format the action rule does not count is a warning).
+
+``--resume RUN_DIR`` continues a run from its newest checkpoint with the run's saved config (plus any ``--set``/shortcut
 overrides, e.g. ``--steps`` to extend it); steps after that checkpoint are
 redone, and the logs are cut back so that no step is lost or repeated.
 
@@ -31,6 +35,7 @@ from tirl.config import TirlConfig, config_from_dict, resolve_config
 from tirl.errors import InputError, TirlError
 from tirl.fileio import check_output_dir
 from tirl.jsonl import read_json
+from tirl.trainer.preflight import answer_format_warning, preflight, run_label
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,13 +80,18 @@ def _shortcuts(args: argparse.Namespace) -> list[str]:
 
 def _new_run_dir(cfg: TirlConfig) -> Path:
     root = Path(cfg.trainer.run_dir)
-    name = cfg.trainer.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.env.name}"
+    label = run_label(cfg).replace("/", "-").replace(":", "-")  # the task file's name, else the env's
+    name = cfg.trainer.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}-{label}"
     path = root / name
     n = 1
     while path.exists():
         n += 1
         path = root / f"{name}-{n}"
     return path
+
+
+def _split(cfg: TirlConfig) -> str:
+    return "held-out" if cfg.env.eval_split == "heldout" else "validation"
 
 
 def _first_missing(path: Path) -> Path:
@@ -113,11 +123,14 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         if args.config:
             raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
                              "change single keys with --set KEY=VALUE")  # fmt: skip
-        return config_from_dict(saved_cfg, overrides), run_dir, None
+        cfg = config_from_dict(saved_cfg, overrides)
+        preflight(cfg)
+        return cfg, run_dir, None
     resolved = resolve_config(args.config, overrides)
     for note in resolved.notes:  # a TRL/verl name read as tirl's: say which key it became
         print(f"note: {note}", file=sys.stderr)
     cfg = resolved.config
+    preflight(cfg)  # an unknown env, tools the model cannot render: before any directory or model
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
     if args.run_dir:  # never overwrite an existing run: its metrics, trajectories and config
         check_output_dir(run_dir)
@@ -131,12 +144,17 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tirl train``."""
+    cfg, run_dir, created = resolve(args)  # config errors come before the heavy imports below (~1 s, not ~15 s)
+    warning = answer_format_warning(cfg)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not args.no_progress:
+        print(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tb'})", file=sys.stderr)
     from transformers.utils import logging as hf_logging
 
     from tirl.trainer.run import train_run
 
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
-    cfg, run_dir, created = resolve(args)
     world = None
     try:
         if args.nproc != 1:  # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous
@@ -159,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     if "eval/accuracy_before" in summary:
         print(
-            f"eval accuracy ({summary['eval/n']} held-out tasks): "
+            f"eval accuracy ({summary['eval/n']} {_split(cfg)} {run_label(cfg)} tasks): "
             f"{summary['eval/accuracy_before']:.3f} before -> {summary['eval/accuracy_after']:.3f} after"
         )
     print(f"run directory: {run_dir}")

@@ -134,7 +134,8 @@ def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | 
     ``rules`` (the ``[filter]`` section's action rule) is passed to envs built
     on :class:`~tirl.envs.tool_env.ToolEnv` and to env classes with
     ``takes_rules = True`` (the adapters of :mod:`tirl.integrations`), so the
-    env runs exactly what the void filter calls an action; another maker does not get it.
+    env runs exactly what the void filter calls an action; another maker does not get it. Classes with
+    ``takes_offer_tools = True`` (verifiers) get ``offer_tools=config.offer_tools`` unless registered with one.
     """
     spec = get_spec(name)
     if config is not None:
@@ -144,6 +145,9 @@ def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | 
     takes_rules = isinstance(target, type) and (issubclass(target, ToolEnv) or getattr(target, "takes_rules", False))
     if rules is not None and takes_rules:
         kwargs.setdefault("rules", rules)
+    fixed = maker.keywords if isinstance(maker, functools.partial) else {}
+    if config is not None and getattr(target, "takes_offer_tools", False) and "offer_tools" not in fixed:
+        kwargs.setdefault("offer_tools", config.offer_tools)  # verifiers: env.offer_tools (a registered partial wins)
     env = maker(**kwargs)
     if not isinstance(env, Env):
         raise ConfigError(

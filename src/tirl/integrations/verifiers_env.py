@@ -239,6 +239,7 @@ class VerifiersEnv:
 
     name = "verifiers"
     takes_rules = True  # make_env passes the run's action rule (the void filter's)
+    takes_offer_tools = True  # make_env passes env.offer_tools
 
     def __init__(
         self,

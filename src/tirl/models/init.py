@@ -33,17 +33,10 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedModel,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-)
+if TYPE_CHECKING:  # torch, tokenizers and transformers load in the builders: `tirl model --help` stays fast
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from tirl.errors import ConfigError, OutputError
 from tirl.models.template import ADDED_TOKENS, CHAT_TEMPLATE, EOS, EOT, SPECIAL_TOKENS
@@ -125,6 +118,9 @@ def builtin_corpus(lines: int = 6000, seed: int = 0) -> list[str]:
 
 def build_tokenizer(vocab: int = 1024, *, max_length: int = 2048, seed: int = 0) -> PreTrainedTokenizerFast:
     """Train the byte-level BPE tokenizer on :func:`builtin_corpus` (same ids on every call)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     core.decoder = decoders.ByteLevel()
@@ -150,6 +146,9 @@ def build_tokenizer(vocab: int = 1024, *, max_length: int = 2048, seed: int = 0)
 
 def build_model(spec: ModelSpec, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     """A randomly initialised causal LM of ``spec`` over ``tokenizer`` (seeded)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
     spec.check()
     eot = tokenizer.convert_tokens_to_ids(EOT)
     pad = tokenizer.convert_tokens_to_ids(EOS)

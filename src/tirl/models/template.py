@@ -46,9 +46,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transformers import PreTrainedTokenizerBase
+if TYPE_CHECKING:  # the annotation only: importing this module (tirl train's checks) needs no transformers
+    from transformers import PreTrainedTokenizerBase
 
 BOS = "<|im_start|>"
 EOT = "<|im_end|>"

@@ -36,7 +36,10 @@ from tirl.inference.base import Startable
 from tirl.jsonl import read_json
 from tirl.rollout.evaluation import EvalReport
 from tirl.trainer.checkpoint import latest_checkpoint
+from tirl.trainer.failfast import failed_error, summarize_failures
 from tirl.trainer.logging import read_metrics
+from tirl.trainer.preflight import run_label
+from tirl.trainer.progress import EvalProgress
 from tirl.trainer.trainer import Trainer
 from tirl.trainer.wiring import RunParts, TaskSets, build_parts, evaluate
 
@@ -126,11 +129,26 @@ class TrainingRun:
         ref.requires_grad_(False)
         return ref
 
-    async def evaluate(self) -> dict[str, Any]:
-        """Greedy accuracy of the current policy on the held-out set (or the validation set: ``env.eval_split``)."""
+    async def evaluate(self, when: str = "") -> dict[str, Any]:
+        """Greedy accuracy of the current policy on the held-out set (or the validation set: ``env.eval_split``).
+
+        Shows its progress (``when``: "before training"...); stops the run when every episode failed
+        (:mod:`tirl.trainer.failfast`) unless ``trainer.tolerate_failed_steps`` > 0.
+        """
         assert self.parts is not None and self.tasks is not None, "setup() first"
-        tasks = self.tasks.split(self.cfg.env.eval_split)
-        return eval_record(await evaluate(self.parts, tasks, seed=self.cfg.trainer.seed))
+        cfg = self.cfg
+        tasks = self.tasks.split(cfg.env.eval_split)
+        split = "held-out" if cfg.env.eval_split == "heldout" else "validation"
+        what = f"{split} {run_label(cfg)} tasks" + (f" ({when})" if when else "")
+        strategy = self.parts.eval_strategy
+        async with EvalProgress(len(tasks), what, lambda: getattr(strategy, "last_board", None),
+                                enabled=self.progress) as bar:  # fmt: skip
+            report = await evaluate(self.parts, tasks, seed=cfg.trainer.seed)
+        bar.report(report.correct, report.n)
+        failures = summarize_failures(report.trajectories)
+        if failures.all_failed and cfg.trainer.tolerate_failed_steps == 0:
+            raise failed_error(failures, cfg, f"the {split} evaluation ({when or 'of the policy'})")
+        return eval_record(report)
 
     async def train(self) -> dict[str, Any]:
         """Evaluation before, the steps, evaluation after; returns the evaluation part of the summary."""
@@ -138,12 +156,12 @@ class TrainingRun:
         tc = self.cfg.trainer
         before_path = self.run_dir / "eval_before.json"
         if tc.eval_before_after and not before_path.exists():
-            _write_json(before_path, await self.evaluate())
+            _write_json(before_path, await self.evaluate("before training"))
         await self.trainer.run()
         if not tc.eval_before_after:
             return {}
         before = read_json(before_path)
-        after = await self.evaluate()
+        after = await self.evaluate("after training")
         return {
             "eval/accuracy_before": before["accuracy"],
             "eval/accuracy_after": after["accuracy"],

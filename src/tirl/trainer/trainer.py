@@ -16,7 +16,10 @@ generator itself. One step:
    resampled (their step-level task indices and the round go into the request,
    so ids and seeds stay unique), at most ``filter.max_resample_rounds``
    times; groups still short are left out. If nothing is left, the step is
-   skipped with a warning and logs nulls.
+   skipped with a warning and logs nulls. If *every* trajectory of the first
+   round failed (set-up, sandbox, env), nothing is resampled and the run stops
+   after logging the step (:mod:`tirl.trainer.failfast`), unless
+   ``trainer.tolerate_failed_steps`` allows it.
 3. Group-relative advantages (GRPO/RLOO) over the kept groups only — void
    trajectories are absent (``drop``) before any statistic, ratio or KL.
    Under ``penalize`` the removed void trajectories are then appended as
@@ -53,6 +56,7 @@ from tirl.algorithms.advantages import group_advantages
 from tirl.algorithms.void_penalty import penalty_rows
 from tirl.config import TirlConfig
 from tirl.envs.base import Task
+from tirl.errors import SetupError
 from tirl.filters import FilterStats, VoidTurnFilter
 from tirl.integrations.wandb_sink import metric_sinks
 from tirl.rollout.base import RolloutRequest, RolloutStrategy
@@ -64,6 +68,7 @@ from tirl.trainer.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from tirl.trainer.failfast import failed_error, summarize_failures
 from tirl.trainer.logging import RunLogger
 from tirl.trainer.progress import TrainProgress
 from tirl.trainer.update import PolicyUpdater
@@ -82,6 +87,7 @@ class Collected:
     groups: list[Group]
     stats: FilterStats
     resampled: int = 0
+    resampled_groups: int = 0
     rounds: int = 0
     groups_requested: int = 0
     min_usable: int = 0
@@ -134,6 +140,7 @@ class Trainer:
     policy_version: int = 0
     start_step: int = 1
     history: list[dict[str, Any]] = field(default_factory=list)
+    failed_steps: int = 0  # steps whose every trajectory failed (trainer.tolerate_failed_steps)
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
@@ -196,7 +203,7 @@ class Trainer:
         sampled: list[Trajectory] = []
         stats = FilterStats()
         penalized: list[Trajectory] = []
-        resampled = rounds = 0
+        resampled = resampled_groups = rounds = 0
         for attempt in range(fc.max_resample_rounds + 1):
             groups = await self._collect_groups(tasks, need, step, attempt)
             res = self.filter.apply(groups)
@@ -210,9 +217,10 @@ class Trainer:
             if attempt:
                 rounds += 1
                 resampled += len(fresh)
+                resampled_groups += len(need)
             need = [i for i in range(len(tasks)) if usable[i] < fc.min_valid_per_group]
-            if not need:
-                break
+            if not need or (attempt == 0 and fresh and all(t.failed for t in fresh)):
+                break  # every trajectory failed: the same cause would fail a resample (tirl.trainer.failfast)
         final = [
             Group(id=tasks[i].id, trajectories=k) for i, k in enumerate(kept) if usable[i] >= fc.min_valid_per_group
         ]
@@ -223,6 +231,7 @@ class Trainer:
             groups=final,
             stats=stats,
             resampled=resampled,
+            resampled_groups=resampled_groups,
             rounds=rounds,
             groups_requested=len(tasks),
             min_usable=stats.min_valid_per_group,
@@ -253,6 +262,7 @@ class Trainer:
         metrics.update(
             {
                 "filter/resampled": col.resampled,
+                "filter/resampled_groups": col.resampled_groups,
                 "filter/resample_rounds": col.rounds,
                 "filter/groups_used": len(col.groups),
                 "filter/groups_dropped": col.groups_requested - len(col.groups),
@@ -307,6 +317,22 @@ class Trainer:
         return metrics, col.sampled
 
     # --------------------------------------------------------------------- loop
+    def _count_failed(self, step: int, metrics: dict[str, Any], sampled: list[Trajectory]) -> SetupError | None:
+        """The error that stops the run when every trajectory of ``step`` failed beyond the tolerance, else None.
+
+        A tolerated step gets ``train/tolerated_failed_steps`` (the count so far) for its step line.
+        """
+        summary = summarize_failures(sampled)
+        if not summary.all_failed:
+            return None
+        self.failed_steps += 1
+        if self.failed_steps > self.cfg.trainer.tolerate_failed_steps:
+            return failed_error(summary, self.cfg, f"step {step}")
+        metrics["train/tolerated_failed_steps"] = self.failed_steps
+        log.warning("step %d: every trajectory failed (%s); tolerated %d of %d (trainer.tolerate_failed_steps)",
+                    step, summary.reason, self.failed_steps, self.cfg.trainer.tolerate_failed_steps)  # fmt: skip
+        return None
+
     def _sample(self, step: int, sampled: list[Trajectory]) -> list[Trajectory]:
         k = min(self.cfg.trainer.samples_per_step, len(sampled))
         return random.Random(self.cfg.trainer.seed * 7919 + step).sample(sampled, k)
@@ -332,10 +358,13 @@ class Trainer:
             with TrainProgress(tc.steps, start=self.start_step - 1, enabled=self.progress) as bar:
 
                 def record(step: int, metrics: dict[str, Any], sampled: list[Trajectory]) -> None:
+                    fatal = self._count_failed(step, metrics, sampled)
                     row = logger.log_step(step, metrics)
                     logger.log_trajectories(step, self._sample(step, sampled))
                     self.history.append(row)
                     bar.update(step, row)
+                    if fatal is not None:
+                        raise fatal
                     if step % tc.checkpoint_every == 0 or step == tc.steps:
                         self.save(step)
 

@@ -1,0 +1,170 @@
+r"""Checks of a run's config that need no model weights: run before anything heavy loads.
+
+``tirl train`` and ``tirl eval`` call :func:`preflight` right after the
+config is resolved, so a set-up mistake is one ``error:`` line in about a
+second instead of a run that loads the model, starts the sandbox and then
+fails every episode. It checks:
+
+* the environment name (:func:`tirl.envs.registry.get_spec`: a typo'd name is
+  an error naming the registered ones) — this part imports no torch;
+* tools the environment offers the model (``env.tools`` for tirl's own envs;
+  a verifiers ``ToolEnv``'s tools unless ``env.offer_tools=false``) against
+  the model's chat format: the built-in tiny models' format renders no tool
+  definitions, and a model directory's template must render tools, tool calls
+  and tool results. A mismatch is a :class:`~tirl.errors.ConfigError` naming
+  the env, the model and the ``--set`` that fixes it. Only the tokenizer is
+  read, never the weights.
+
+:func:`answer_format_warning` compares the answer format the task file's
+prompts ask for (``####`` after the answer, ``\boxed{}``, ``<answer>``) with
+the run's action rule and names the rule to use; :func:`run_label` names runs
+and evaluation lines after the task file when there is one.
+
+Not covered: tools a custom (import-string) env renders itself, remote
+(``--generator openai``) servers' own templates, and prompts that state an
+answer format in words only ("give the number at the end").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tirl.config import TirlConfig
+from tirl.errors import ConfigError
+
+#: How many task-file rows :func:`answer_format_warning` reads.
+SAMPLE_ROWS = 64
+
+
+def run_label(cfg: TirlConfig) -> str:
+    """What the run trains on: the task file's name (``gsm8k-train``) when there is one, else the env's name."""
+    if cfg.env.tasks_file:
+        return Path(cfg.env.tasks_file).name.split(".")[0] or cfg.env.name
+    return cfg.env.name
+
+
+def offered_tools(cfg: TirlConfig) -> tuple[str, ...]:
+    """The names of the functions the run's episodes describe to the model (empty: none)."""
+    if cfg.env.tools:
+        from tirl.models.toolcalls import tools_for_env
+
+        return tuple(t["function"]["name"] for t in tools_for_env(cfg.env.name))
+    family, _, variant = cfg.env.name.partition(":")
+    if family == "verifiers" and cfg.env.offer_tools:
+        from tirl.integrations.verifiers_env import load_vf_env
+
+        defs = getattr(load_vf_env(variant), "tool_defs", None) or []
+        return tuple(str(d.name) for d in defs)
+    return ()
+
+
+def _tool_fix(cfg: TirlConfig) -> str:
+    if cfg.env.tools:
+        return "or --set env.tools=false (the env's fenced-code actions need no tool template)"
+    return "or --set env.offer_tools=false (the model is not told the env's tools; it calls them by name)"
+
+
+def model_tool_problem(path: str | None) -> str | None:
+    """Why the model at ``path`` (None: the built-in one) cannot render tool definitions; None when it can."""
+    if path is None:
+        return "the built-in model's chat format has no tool definitions"
+    p = Path(path).expanduser()
+    if not (p / "config.json").is_file() and not (p / "tokenizer_config.json").is_file():
+        return None  # not a model directory: load_policy says so with its own fix
+    from transformers import AutoTokenizer
+
+    from tirl.models.chat_format import SimpleChatFormat, chat_format_for
+    from tirl.models.memory import adapter_base, is_adapter_dir
+    from tirl.models.template import template_supports_tools
+
+    if is_adapter_dir(p):
+        p = Path(adapter_base(p))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(p))
+    except (OSError, ValueError):
+        return None  # load_policy reports an unreadable tokenizer with its fix
+    if isinstance(chat_format_for(tokenizer), SimpleChatFormat):
+        return f"{p} uses tirl's built-in chat format, which has no tool definitions"
+    if not getattr(tokenizer, "chat_template", None):
+        return None  # load_policy reports a missing template with its fix
+    support = template_supports_tools(tokenizer)
+    if support.ok:
+        return None
+    return f"the chat template of {p} does not render {'; '.join(support.missing)}"
+
+
+def check_tools(cfg: TirlConfig, model_path: str | None = None) -> None:
+    """Raise :class:`ConfigError` when the env offers tools that the model's chat format cannot describe."""
+    tools = offered_tools(cfg)
+    if not tools:
+        return
+    problem = model_tool_problem(model_path if model_path is not None else cfg.model.path)
+    if problem is None:
+        return
+    raise ConfigError(
+        f"env {cfg.env.name} offers the model {len(tools)} tool(s) ({', '.join(tools[:5])}), but {problem} — "
+        "give a model whose template renders tools (--model DIR; `tirl model init --out DIR` makes one), "
+        + _tool_fix(cfg)
+    )
+
+
+def preflight(cfg: TirlConfig, *, model_path: str | None = None) -> None:
+    """Every check above that can fail (an unknown env, tools the model cannot render)."""
+    from tirl.envs.registry import get_spec
+
+    get_spec(cfg.env.name)
+    check_tools(cfg, model_path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Format:
+    """An answer format a prompt can ask for, and the action rule that counts it as an answer."""
+
+    name: str
+    pattern: re.Pattern[str]
+    rule: str
+
+
+_FORMATS = (
+    _Format("'#### <answer>'", re.compile(r"####"), "gsm8k"),
+    _Format("\\boxed{}", re.compile(r"\\boxed"), "tir"),
+    _Format("<answer>...</answer>", re.compile(r"<answer>"), "tir"),
+)
+
+
+def _counts(rules: object, fmt: _Format) -> bool:
+    """Whether ``rules`` (a ParseRules) counts an answer in ``fmt`` as a final answer."""
+    if fmt.rule == "gsm8k":
+        return "####" in getattr(rules, "answer_markers", ())
+    if fmt.name.startswith("\\boxed"):
+        return bool(getattr(rules, "boxed", False))
+    return bool(getattr(rules, "answer_tags", False))
+
+
+def answer_format_warning(cfg: TirlConfig) -> str | None:
+    """A warning when the task file's prompts ask for an answer format the action rule does not count."""
+    if not cfg.env.tasks_file or not Path(cfg.env.tasks_file).is_file():
+        return None
+    from tirl.envs.tasks.files import TaskFileSpec, read_task_rows
+    from tirl.errors import TirlError
+    from tirl.filters.void_turn import rules_from_config
+
+    try:
+        spec = TaskFileSpec(prompt_key=cfg.env.prompt_key, answer_key=cfg.env.answer_key)
+        rows = read_task_rows(cfg.env.tasks_file, spec, n=SAMPLE_ROWS)
+        rules = rules_from_config(cfg.filter, cfg.env)
+    except TirlError:
+        return None  # the run itself reports a bad file or rule with its fix
+    texts = [" ".join(m.content or "" for m in r.messages) for r in rows]
+    for fmt in _FORMATS:
+        asking = sum(1 for t in texts if fmt.pattern.search(t))
+        if asking * 2 < len(texts) or _counts(rules, fmt):
+            continue
+        return (
+            f"{asking} of the first {len(texts)} prompts of {cfg.env.tasks_file} ask for answers as {fmt.name}, "
+            f"but the action rule (filter.action_rule={cfg.filter.action_rule}) does not count that as an answer, "
+            f"so those turns are void — use --set filter.action_rule={fmt.rule}"
+        )
+    return None
