@@ -141,3 +141,14 @@ def test_bad_task_file_leaves_no_runs_parent_it_created(tmp_path: Path, capsys) 
         assert main(["train", *sets, "--no-progress"]) == 2
         assert "t.jsonl:1:" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "t.jsonl"] and not any(keep.iterdir())
+
+
+def test_run_name_names_the_run_directory_under_run_dir(model_dir: Path, tmp_path: Path, capsys) -> None:
+    root = tmp_path / "runs"
+    args = ["train", "--model", str(model_dir), "--steps", "1", *TINY, "--set", "trainer.eval_before_after=false"]
+    args += ["--set", f"trainer.run_dir={root}", "--set", "trainer.run_name=probe"]
+    for name in ("probe", "probe-2"):  # a second run of the same name gets a suffix, never the first's directory
+        code, out = _main(args, capsys)
+        assert code == 0 and f"run directory: {root / name}" in out
+        assert json.loads((root / name / "config.json").read_text())["trainer"]["run_name"] == "probe"
+    assert sorted(p.name for p in root.iterdir()) == ["probe", "probe-2"]

@@ -213,3 +213,21 @@ async def test_grad_clip_bounds_the_step_and_zero_turns_it_off(make_trainer, cli
     moved = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(d) for d in deltas])).item()
     assert raw > 0.5  # far above the clip, so clipping has something to do
     assert moved == pytest.approx(clip if clip > 0 else raw, rel=1e-3)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_std_normalize_divides_the_group_advantages_by_their_spread(make_trainer, normalize: bool) -> None:
+    from tirl.types import Group, Message, Role, Trajectory
+
+    trainer = make_trainer(f"algo.std_normalize={str(normalize).lower()}")
+    trajs = [
+        Trajectory(id=f"t{i}", group="g", messages=[Message(role=Role.USER, content="q")], reward=r)
+        for i, r in enumerate([1.0, 0.0, 0.0, 0.0])
+    ]
+    _, adv = trainer.advantages([Group(id="g", trajectories=trajs)])
+    centred = [0.75, -0.25, -0.25, -0.25]
+    if normalize:  # divided by the group's standard deviation (0.43-0.5, depending on the estimator)
+        scale = adv[0].item() / 0.75
+        assert 1.9 < scale < 2.4 and adv.tolist() == pytest.approx([c * scale for c in centred], rel=1e-5)
+    else:
+        assert adv.tolist() == pytest.approx(centred, abs=1e-7)
