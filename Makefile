@@ -41,7 +41,7 @@ typecheck: install
 	$(BIN)/mypy
 
 pytest: install
-	$(BIN)/python -m pytest -q -ra
+	TIRL_REQUIRE_PARTS=1 $(BIN)/python -m pytest -q -ra
 
 test: install lint typecheck pytest
 

@@ -119,6 +119,23 @@ def test_sequences_keep_their_brackets() -> None:
 
 
 @pytest.mark.parametrize(
+    ("pred", "gold", "verdict"),
+    [
+        (r"(50\%, 2)", "(50, 2)", False),  # inside a tuple a percent is part of the element: 50% is not 50
+        ("(50%, 2)", "(0.5, 2)", False),
+        ("(2, 50%)", "(2, 50)", False),
+        (r"(50.0\%, 2)", r"(50\%, 2)", True),  # the same percent, written another way
+        (r"(50\%, 2)", r"(50\%, 2)", True),
+    ],
+)
+def test_a_percent_inside_a_tuple_must_match_the_percent(pred: str, gold: str, verdict: bool) -> None:
+    """A bare ``50%`` matches ``50`` (the module's rule), an element of an ordered tuple does not."""
+    d = decide(pred, gold)
+    assert d.verdict is verdict and d.path in ("exact", "string")
+    assert decide(gold, pred).verdict is verdict
+
+
+@pytest.mark.parametrize(
     ("pred", "gold", "path"),
     [
         ("1/2", "0.5", "exact"),

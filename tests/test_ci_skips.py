@@ -1,10 +1,14 @@
-"""Under ``CI=true`` a skip for a part ``make install`` provides fails; outside CI it stays a skip (issue 16)."""
+"""Under ``make test`` (``TIRL_REQUIRE_PARTS=1``) or ``CI=true`` a skip for a part ``make install`` provides
+fails; in a plain ``pytest`` run it stays a skip (issues 16 and 21)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+
+from conftest import missing_part
 
 pytest_plugins = ["pytester"]
 
@@ -38,28 +42,69 @@ def test_uses_ray():
 """
 
 
+EXTRAS = ("peft", "trl", "wandb", "verifiers", "skyrl_gym")  # what a module-level importorskip says when missing
+EXTRA_MODULES = {
+    f"test_{name}": f"""
+import pytest
+pytest.skip("could not import '{name}': No module named '{name}'", allow_module_level=True)
+
+def test_uses_{name}():
+    pass
+"""
+    for name in EXTRAS
+}
+NOT_INSTALLED_BY_MAKE = {"vllm", "torch"}  # vLLM needs a GPU; torch is never missing where tests run
+
+
 @pytest.fixture
-def inner(pytester: pytest.Pytester) -> pytest.Pytester:
-    """An inner pytest session with the project's real conftest."""
+def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """An inner pytest session with the project's real conftest; neither variable set."""
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("TIRL_REQUIRE_PARTS", raising=False)
     pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
-    pytester.makepyfile(test_parts=INNER, test_ray=RAY_MODULE)
+    pytester.makepyfile(test_parts=INNER, test_ray=RAY_MODULE, **EXTRA_MODULES)
     return pytester
 
 
-def test_ci_turns_missing_parts_into_failures(inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CI", "true")
+@pytest.mark.parametrize(("var", "value"), [("CI", "true"), ("TIRL_REQUIRE_PARTS", "1")])
+def test_required_parts_turn_skips_into_failures(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, var: str, value: str
+) -> None:
+    monkeypatch.setenv(var, value)
     result = inner.runpytest("-p", "no:cacheprovider", "test_parts.py")
     # a skipif marker fails in setup (an error), a pytest.skip call in the test (a failure); the GPU skip stays
     result.assert_outcomes(passed=1, failed=2, errors=1, skipped=1)
     out = result.stdout.str()
     for part in ("bubblewrap", "Chromium", "the shipped checkpoint"):
-        assert f"CI=true: {part}" in out, part
+        assert f"{var}={value}: {part}" in out, part
     ray = inner.runpytest("-p", "no:cacheprovider", "test_ray.py")
     ray.assert_outcomes(errors=1)  # a module-level importorskip: a collection error
-    ray.stdout.fnmatch_lines(["*CI=true: Ray*"])
+    ray.stdout.fnmatch_lines([f"*{var}={value}: Ray*"])
+    extras = inner.runpytest("-p", "no:cacheprovider", *(f"{m}.py" for m in EXTRA_MODULES))
+    extras.assert_outcomes(errors=len(EXTRAS))
+    for part in ("peft", "TRL", "wandb", "verifiers", "skyrl-gym"):
+        extras.stdout.fnmatch_lines([f"*{var}={value}: {part} (make install*"])
 
 
-def test_without_ci_they_stay_skips(inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CI", raising=False)
+def test_a_plain_pytest_run_keeps_them_skips(inner: pytest.Pytester) -> None:
     result = inner.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, skipped=5)
+    result.assert_outcomes(passed=1, skipped=5 + len(EXTRAS))
+
+
+def test_make_test_requires_the_installed_parts() -> None:
+    """The Makefile's pytest recipe sets the variable, so a local ``make test`` fails like CI does."""
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    recipe = makefile.split("\npytest:", 1)[1].split("\n\n", 1)[0]
+    assert re.search(r"^\tTIRL_REQUIRE_PARTS=1 \S*python -m pytest", recipe, re.MULTILINE), recipe
+
+
+def test_every_importorskip_in_the_suite_names_an_installed_part() -> None:
+    """A new ``pytest.importorskip("x")`` must get a row in ``INSTALLED_PARTS`` (or be a GPU-only part)."""
+    found = set()
+    for path in Path(__file__).parent.rglob("*.py"):
+        if path == Path(__file__):
+            continue  # this file's stand-ins and docstrings
+        found |= set(re.findall(r"importorskip\(\s*[\"']([\w.]+)[\"']", path.read_text(encoding="utf-8")))
+    assert {"peft", "trl", "wandb", "verifiers", "skyrl_gym", "ray"} <= found
+    unmapped = sorted(m for m in found - NOT_INSTALLED_BY_MAKE if missing_part(f"could not import '{m}'") is None)
+    assert unmapped == []

@@ -117,3 +117,36 @@ def test_noise_estimate_is_the_per_step_sd_despite_a_trend_and_a_jump() -> None:
     diffs = sorted(abs(b - a) for a, b in itertools.pairwise(ys))[: math.ceil(0.9 * 1999)]
     assert _noise(ys, None, 0.1, 0.0) == pytest.approx(sum(diffs) / len(diffs) / 0.6574 / math.sqrt(2))
     assert _noise([0.1] * 30, [64] * 30, 0.1, 0.0) == pytest.approx(math.sqrt(0.1 * 0.9 / 64))  # binomial floor
+
+
+def _noisy_ramp(n: int = 40, start: float = 0.1, end: float = 0.3, swing: float = 0.2) -> list[float]:
+    """A steady climb from ``start`` to ``end`` under a large alternating noise of +-``swing``."""
+    return [start + (end - start) * i / (n - 1) + (swing if i % 2 else -swing) / 2 for i in range(n)]
+
+
+def test_a_rise_as_small_as_the_noise_is_not_drift_and_the_same_rise_without_noise_is() -> None:
+    """The significance tests decide, not the size of the rise alone.
+
+    The noisy ramp rises 0.2 (above ``min_rise``) in both its window and trend test, but only about one noise
+    unit: neither ``rise_z`` nor ``trend_z`` is reached. Kills ``or`` -> ``and`` in either test.
+    """
+    noisy = _noisy_ramp()
+    drift = find_drift(noisy)
+    assert drift is None
+    quiet = find_drift(_noisy_ramp(swing=0.004))
+    assert quiet is not None and quiet.late - quiet.baseline >= 0.08
+    # the noisy ramp's rise is above min_rise: what rejects it is the z of each test
+    assert statistics.fmean(noisy[-10:]) - statistics.fmean(noisy[:10]) > 0.08
+    _start, rise, t = _trend(noisy, _noise(noisy, None, 0.1, 0.01))
+    assert rise > 0.08 and t < 3.5
+
+
+def test_a_late_burst_that_does_not_stay_up_is_not_drift() -> None:
+    """Three high steps inside the final window lift its mean well past ``min_rise`` at a large z, but fewer
+    than ``sustained_frac`` of the late values sit above the midpoint. Kills ``or`` -> ``and`` in that check."""
+    share = [0.1 + (0.002 if i % 2 else 0.0) for i in range(40)]
+    share[33:36] = [0.9, 0.9, 0.9]
+    assert statistics.fmean(share[-10:]) - 0.1 > 0.08
+    assert find_drift(share) is None
+    share[30:40] = [0.9] * 10  # the same level held for the whole window is a drift
+    assert find_drift(share) is not None

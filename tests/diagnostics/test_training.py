@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from diag_synth import as_verl, tirl_log, write_jsonl, write_wandb_csv
 
 from tirl.cli import main
 from tirl.diagnostics.adapters import load_metrics
+from tirl.diagnostics.thresholds import TrainingThresholds
 from tirl.diagnostics.training import SEVERITY, diagnose_training
 from tirl.errors import InputError
 
@@ -176,3 +178,38 @@ def test_run_directory_stands_for_its_metrics(tmp_path: Path, capsys: pytest.Cap
     write_jsonl(tmp_path / "metrics.jsonl", tirl_log(seed=0, inject="empty_batch"))
     assert main(["diagnose", "training", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "empty_batch"
+
+
+def _spike_log(factor: float, n: int = 60, at: int = 30) -> list[dict]:
+    """IS max 1.5 x e^(+-0.1) (robust scale 0.148 on the log scale), ``factor`` times that at step ``at`` together
+    with the run's longest trajectory; void and valid counts constant (no filter drop)."""
+    rows = []
+    for step in range(n):
+        wobble = 0.1 if step % 2 else -0.1
+        rows.append(
+            {
+                "step": step,
+                "filter/valid_trajectories": 60,
+                "filter/void_trajectories": 4,
+                "train/is_ratio_max": 1.5 * math.exp(wobble) * (factor if step == at else 1.0),
+                "train/is_ratio_min": 0.6 * math.exp(wobble),
+                "train/grad_norm": 0.6,
+                "rollout/max_seq_len": 2000 if step == at else 1000,
+            }
+        )
+    return rows
+
+
+def test_is_spike_needs_is_z_robust_z_scores_of_the_default_rule(tmp_path: Path) -> None:
+    """The rule itself, at its default thresholds (step 30 sits at the low wobble, so the jump is ln(factor) - 0.1):
+    2.34x is 5.1 z, under ``is_z`` 6, above ``is_factor`` 2 and under ``is_big_factor`` 8: no spike; 3x is 6.7 z:
+    a void_leak. Kills ``is_z`` 6 -> 3 (and any ``is_z`` under 5)."""
+    below = diagnose_rows(tmp_path, _spike_log(2.34), name="below.jsonl")
+    assert below.verdict == "healthy"
+    (f,) = diagnose_rows(tmp_path, _spike_log(3.0), name="above.jsonl").findings
+    assert f.kind == "void_leak" and f.step == 30
+    assert 6.5 < f.evidence["is_ratio_max_z"] < 7.0
+    # the 5.1-z spike is one once the caller lowers is_z below it: the z, not the factor, kept it out
+    log = load_metrics(write_jsonl(tmp_path / "lowered.jsonl", _spike_log(2.34)))
+    (low,) = diagnose_training(log, TrainingThresholds(is_z=4.5)).findings
+    assert low.kind == "void_leak" and 4.9 < low.evidence["is_ratio_max_z"] < 5.3

@@ -205,3 +205,21 @@ def test_tirl_train_reports_a_missing_server_in_one_line(tmp_path, capsys):
     assert code == 2
     assert f"error: no OpenAI-compatible server answers at {url}" in err
     assert "Traceback" not in err
+
+
+def test_tirl_train_takes_the_key_variable_and_model_id_from_the_config(served, tmp_path, capsys, monkeypatch):
+    """``model.api_key_env`` names the variable the key is read from; ``model.model_id`` the served model."""
+    from tirl.cli import main
+
+    url, name, model_dir = served
+    args = ["train", "--model", str(model_dir), "--generator", "openai", "--base-url", url, "--no-progress",
+            "--set", "trainer.eval_before_after=false", "--set", "sandbox.backend=process",
+            "--set", "model.api_key_env=TIRL_TEST_KEY"]  # fmt: skip
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("TIRL_TEST_KEY", "wrong")
+    assert main([*args, "--run-dir", str(tmp_path / "a")]) == 2
+    assert "rejected the API key (401) — check $TIRL_TEST_KEY" in capsys.readouterr().err
+    monkeypatch.setenv("TIRL_TEST_KEY", KEY)  # the right key, in the configured variable
+    assert main([*args, "--run-dir", str(tmp_path / "b"), "--set", "model.model_id=not-served"]) == 2
+    err = capsys.readouterr().err
+    assert "does not serve model 'not-served'" in err and name in err and err.count("error:") == 1

@@ -8,11 +8,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from tirl.config import AlgoConfig
+from tirl.config import AlgoConfig, load_config
 from tirl.models.loading import load_policy
 from tirl.models.memory import (
     LoraSpec,
     apply_lora,
+    apply_memory_options,
     autocast,
     checkpointed_layers,
     enable_checkpointing,
@@ -177,3 +178,10 @@ def test_a_lora_checkpoint_resumes_with_its_adapter_and_optimizer_state(qwen2_di
     for p, q in zip(params, trainable_parameters(model), strict=True):
         torch.testing.assert_close(p, q)  # the trained adapter weights, in the optimizer's order
         assert opt2.state[p]["exp_avg"].shape == p.shape
+
+
+def test_lora_targets_from_the_config_choose_the_wrapped_projections(qwen2_dir: Path) -> None:
+    cfg = load_config(None, ["algo.lora_rank=2", 'algo.lora_targets=["q_proj", "v_proj"]'])
+    model = apply_memory_options(_model(qwen2_dir), cfg.algo)
+    wrapped = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n, p in model.named_parameters() if p.requires_grad}
+    assert wrapped == {"q_proj", "v_proj"}  # the default list also wraps k, o and the MLP projections

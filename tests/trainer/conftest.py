@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 from trainer_fakes import SMALL, Script, ScriptedStrategy, default_script, make_cfg, task_fn
 
 from tirl.models.chat_format import SimpleChatFormat
@@ -18,7 +19,13 @@ def tiny():
 def make_trainer(tiny, tmp_path: Path):
     from tirl.trainer.trainer import Trainer
 
-    def build(*overrides: str, script: Script = default_script, shift: float = 0.0, run_dir: Path | None = None):
+    def build(
+        *overrides: str,
+        script: Script = default_script,
+        shift: float = 0.0,
+        run_dir: Path | None = None,
+        ref_model: torch.nn.Module | None = None,
+    ):
         model, tok = tiny
         strategy = ScriptedStrategy(model, SimpleChatFormat(tok), script=script, logprob_shift=shift)
         return Trainer(
@@ -29,6 +36,7 @@ def make_trainer(tiny, tmp_path: Path):
             tasks=task_fn,
             run_dir=run_dir or tmp_path / "run",
             progress=False,
+            ref_model=ref_model,
         )
 
     return build

@@ -91,6 +91,7 @@ def test_kill_9_then_resume_loses_and_repeats_no_step(model_dir: Path, tmp_path:
     steps = 12
     args = ["train", "--model", str(model_dir), "--steps", str(steps), "--run-dir", str(run_dir), *TINY]
     args += ["--set", "trainer.eval_before_after=false", "--set", "trainer.checkpoint_every=2"]
+    args += ["--set", "algo.kl_coef=0.01"]  # every step updates, so step s logs policy version s - 1
     proc = subprocess.Popen([*TIRL, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 180
     try:
@@ -110,8 +111,13 @@ def test_kill_9_then_resume_loses_and_repeats_no_step(model_dir: Path, tmp_path:
     assert 3 <= killed_at < steps
     code, _ = _main(["train", "--resume", str(run_dir), "--no-progress"], capsys)
     assert code == 0
-    assert [r["step"] for r in read_metrics(run_dir)] == list(range(1, steps + 1))
-    assert json.loads((run_dir / "checkpoints" / f"step-{steps}" / "state.json").read_text())["step"] == steps
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    # the step numbers alone cannot show a repeated step (the logger rewrites the rows after the checkpoint);
+    # the policy version each step started from can: a checkpointed step trained again starts one version late
+    assert [r["policy/version"] for r in rows] == list(range(steps))
+    state = json.loads((run_dir / "checkpoints" / f"step-{steps}" / "state.json").read_text())
+    assert state["step"] == steps and state["policy_version"] == steps
 
 
 def test_bad_model_path_is_one_error_line_and_leaves_no_run_directory(tmp_path: Path, capsys) -> None:
@@ -135,3 +141,14 @@ def test_bad_task_file_leaves_no_runs_parent_it_created(tmp_path: Path, capsys) 
         assert main(["train", *sets, "--no-progress"]) == 2
         assert "t.jsonl:1:" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "t.jsonl"] and not any(keep.iterdir())
+
+
+def test_run_name_names_the_run_directory_under_run_dir(model_dir: Path, tmp_path: Path, capsys) -> None:
+    root = tmp_path / "runs"
+    args = ["train", "--model", str(model_dir), "--steps", "1", *TINY, "--set", "trainer.eval_before_after=false"]
+    args += ["--set", f"trainer.run_dir={root}", "--set", "trainer.run_name=probe"]
+    for name in ("probe", "probe-2"):  # a second run of the same name gets a suffix, never the first's directory
+        code, out = _main(args, capsys)
+        assert code == 0 and f"run directory: {root / name}" in out
+        assert json.loads((root / name / "config.json").read_text())["trainer"]["run_name"] == "probe"
+    assert sorted(p.name for p in root.iterdir()) == ["probe", "probe-2"]

@@ -161,3 +161,73 @@ async def test_equal_rewards_give_no_update_and_leave_weights_alone(make_trainer
     assert metrics["train/no_signal"] == 1 and metrics["train/optimizer_steps"] == 0
     assert metrics["filter/valid_trajectories"] == 8
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+
+
+async def test_a_group_with_one_usable_trajectory_of_two_is_resampled(make_trainer) -> None:
+    """``filter.min_valid_per_group=2``: a group of 2 with one void trajectory is short and asks again."""
+
+    def script(task, i, call):
+        if call == 1 and task.id.endswith("t0") and i == 1:
+            return Reply([VOID], 0.0, TerminationReason.VOID)  # t0: 1 usable of 2; t1: 2 of 2
+        return Reply([CORRECT, ANSWER], float(i % 2))
+
+    trainer = make_trainer("algo.group_size=2", "filter.min_valid_per_group=2", script=script)
+    metrics, sampled = await trainer.train_step(1)
+    first, again = trainer.strategy.requests
+    assert [t.id for t in first.tasks] == ["s1-t0", "s1-t1"]
+    assert [t.id for t in again.tasks] == ["s1-t0"] and again.task_indices == (0,) and again.round == 1
+    assert metrics["filter/resample_rounds"] == 1 and metrics["filter/resampled"] == 2 == len(sampled) - 4
+    assert metrics["filter/groups_used"] == 2 and metrics["filter/groups_dropped"] == 0
+
+
+async def test_equal_rewards_still_update_when_a_kl_term_pulls(make_trainer) -> None:
+    """The zero-advantage skip is only for a zero gradient: with KL against a different reference it is not."""
+    from trainer_fakes import SMALL
+
+    from tirl.models.tiny import build_tiny_model
+
+    ref, _ = build_tiny_model(SMALL, seed=1)  # other weights than the policy (seed 0): the KL gradient is not 0
+    ref.requires_grad_(False)
+    same = lambda task, i, call: Reply([CORRECT, ANSWER], 1.0)  # noqa: E731
+    trainer = make_trainer("algo.kl_coef=0.5", script=same, ref_model=ref)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics, _ = await trainer.train_step(1)
+    assert metrics["train/no_signal"] == 0 and metrics["train/optimizer_steps"] >= 1
+    assert metrics["train/advantage_abs_mean"] == 0.0  # the update ran on KL alone
+    assert trainer.policy_version == 1
+    assert not all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("clip", [0.05, 0.0])
+async def test_grad_clip_bounds_the_step_and_zero_turns_it_off(make_trainer, clip: float) -> None:
+    """With plain SGD at lr 1 the weight change is exactly the (clipped) gradient: its norm is the clip."""
+    trainer = make_trainer(
+        f"algo.grad_clip={clip}", "algo.minibatches=1", "algo.warmup_steps=0", "trainer.prompts_per_step=1"
+    )
+    trainer.updater.optimizer = torch.optim.SGD(list(trainer.model.parameters()), lr=1.0)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics, _ = await trainer.train_step(1)
+    assert metrics["train/optimizer_steps"] == 1
+    raw = metrics["train/grad_norm"]  # the norm before clipping
+    deltas = [p.detach() - b for p, b in zip(trainer.model.parameters(), before, strict=True)]
+    moved = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(d) for d in deltas])).item()
+    assert raw > 0.5  # far above the clip, so clipping has something to do
+    assert moved == pytest.approx(clip if clip > 0 else raw, rel=1e-3)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_std_normalize_divides_the_group_advantages_by_their_spread(make_trainer, normalize: bool) -> None:
+    from tirl.types import Group, Message, Role, Trajectory
+
+    trainer = make_trainer(f"algo.std_normalize={str(normalize).lower()}")
+    trajs = [
+        Trajectory(id=f"t{i}", group="g", messages=[Message(role=Role.USER, content="q")], reward=r)
+        for i, r in enumerate([1.0, 0.0, 0.0, 0.0])
+    ]
+    _, adv = trainer.advantages([Group(id="g", trajectories=trajs)])
+    centred = [0.75, -0.25, -0.25, -0.25]
+    if normalize:  # divided by the group's standard deviation (0.43-0.5, depending on the estimator)
+        scale = adv[0].item() / 0.75
+        assert 1.9 < scale < 2.4 and adv.tolist() == pytest.approx([c * scale for c in centred], rel=1e-5)
+    else:
+        assert adv.tolist() == pytest.approx(centred, abs=1e-7)
