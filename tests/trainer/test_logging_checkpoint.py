@@ -7,7 +7,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from trainer_fakes import SMALL
 
 from tirl.models.tiny import build_tiny_model
-from tirl.trainer.checkpoint import latest_checkpoint, list_checkpoints, load_training_state, save_checkpoint
+from tirl.trainer.checkpoint import latest_checkpoint, list_checkpoints, resume_point, save_checkpoint
 from tirl.trainer.logging import REQUIRED_METRICS, RunLogger, read_metrics
 from tirl.types import Message, Role, Trajectory
 
@@ -88,8 +88,11 @@ def test_checkpoint_roundtrip_is_atomic_and_restores_state(tmp_path) -> None:
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
     assert (ck.model_dir / "config.json").is_file() and (ck.model_dir / "tokenizer.json").is_file()
     opt2 = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    rng = load_training_state(latest_checkpoint(tmp_path), opt2)
-    random.setstate(rng["python"])
+    point = resume_point(tmp_path)
+    assert point is not None and point.checkpoint.step == 3
+    random.seed(99)
+    point.training.load_into(opt2)
+    point.training.rng.restore()
     assert random.random() == expected
     s1, s2 = opt.state_dict()["state"], opt2.state_dict()["state"]
     assert torch.equal(s1[0]["exp_avg"], s2[0]["exp_avg"])

@@ -36,6 +36,7 @@ from tirl.errors import InputError, TirlError
 from tirl.fileio import check_output_dir
 from tirl.jsonl import read_json
 from tirl.trainer.preflight import answer_format_warning, preflight, run_label
+from tirl.trainer.run_lock import LOCK_NAME, hold_run_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,23 +153,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tb'})", file=sys.stderr)
     from transformers.utils import logging as hf_logging
 
-    from tirl.trainer.run import train_run
-
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
+    with hold_run_dir(run_dir):  # one writer per run directory: a second --resume of a running run is refused
+        return _run_locked(args, cfg, run_dir, created)
+
+
+def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, created: Path | None) -> int:
+    """The run itself, under the run directory's lock."""
+    from tirl.trainer.run import find_resume, train_run
+
+    # resume: the checkpoint is found (and verified) before anything starts or is written, once for every rank
+    start = find_resume(run_dir) if args.resume else None
     world = None
     try:
         if args.nproc != 1:  # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous
-            from tirl.trainer.checkpoint import latest_checkpoint
             from tirl.trainer.distributed import World
 
-            ckpt = latest_checkpoint(run_dir) if args.resume else None
-            world = World.launch(cfg, run_dir, args.nproc, args.master_port, str(ckpt.model_dir) if ckpt else None)
-        summary = asyncio.run(
-            train_run(cfg, run_dir, resume=bool(args.resume), progress=not args.no_progress, world=world)
-        )
+            world = World.launch(cfg, run_dir, args.nproc, args.master_port, start.model_dir if start else None)
+        summary = asyncio.run(train_run(cfg, run_dir, resume_from=start, progress=not args.no_progress, world=world))
     except TirlError:
         # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
-        if not args.resume and {p.name for p in run_dir.iterdir()} <= {"config.json", "pipeline_trace.jsonl", "ranks"}:
+        leftover = {p.name for p in run_dir.iterdir()}
+        if not args.resume and leftover <= {"config.json", "pipeline_trace.jsonl", "ranks", LOCK_NAME}:
             shutil.rmtree(run_dir, ignore_errors=True)
             for parent in run_dir.parents:  # and the parents this call made (runs/), while they are empty
                 if created is None or not parent.is_relative_to(created) or any(parent.iterdir()):

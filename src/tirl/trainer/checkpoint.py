@@ -1,55 +1,75 @@
-"""Atomic training checkpoints: ``run_dir/checkpoints/step-N``.
+"""Atomic, verified training checkpoints: ``run_dir/checkpoints/step-N``.
 
 A checkpoint directory holds::
 
-    model/          save_pretrained (safetensors) + the tokenizer — loadable by `tirl eval --model`
-    optimizer.pt    the optimizer's state_dict
-    rng.pt          Python, NumPy and torch RNG states (and any extra generator states)
-    state.json      {"step": N, "policy_version": V, ...}
+    model/                  save_pretrained (safetensors) + the tokenizer — loadable by `tirl eval --model`
+    optimizer.safetensors   the optimiser's tensors  } no pickle anywhere:
+    optimizer.json          its structure            } see :mod:`tirl.trainer.train_state`
+    rng.json                Python, NumPy and torch RNG states
+    state.json              {"step": N, "policy_version": V, "files": {path: {"size", "sha256"}}}
 
 It is written into a temporary sibling directory and renamed into place, so
 ``step-N`` either exists complete or not at all; a ``kill -9`` mid-write
-leaves only a ``.tmp-*`` directory, which the next save or resume removes.
-Every file is fsynced before the rename. ``state.json`` carries the size and
-SHA-256 of every other file (``"files": {relative path: {"size", "sha256"}}``);
-:func:`latest_checkpoint` returns the newest checkpoint that verifies against
-them and skips a damaged newer one (a truncated shard, a missing file) with a
-warning on stderr. Checkpoints written before checksums existed are accepted
-unverified.
+leaves only a ``.tmp-*`` directory, which the next save removes. Every file
+is fsynced before the rename. A save that runs out of space (``ENOSPC``,
+``EDQUOT``) removes its temporary directory and raises
+:class:`~tirl.errors.OutputError` (one ``error:`` line).
 
-Not covered: sharded (FSDP/DeepSpeed) states and remote storage.
+Resume (:func:`resume_point`) takes the newest checkpoint that verifies:
+``state.json`` is a JSON object whose ``step`` matches the directory name and
+whose ``policy_version`` is a whole number; its checksum list names every file
+in the directory (a file it does not list, a symbolic link, a listed file that
+is missing or differs in size or SHA-256: damaged); the training state parses
+and passes its checks. A checkpoint *without* a checksum list is refused, not
+trusted. A damaged newer checkpoint is skipped with a line saying so; when
+checkpoints exist but none verifies, resume stops with one error line naming
+the run and the damage and changes nothing — it never starts over at step 1.
+
+What the checksums give: protection against corruption (a torn copy, a full
+disk, bit rot, a truncated file). What they cannot give: protection against
+someone who can write the run directory, since they can rewrite the list in
+``state.json`` too. Against that, the rule is that nothing in a checkpoint can
+run code: no pickle is loaded (``tests/test_no_pickle.py`` checks the source),
+and every file is parsed by a reader that refuses bad input with an error.
+
+Not covered: sharded (FSDP/DeepSpeed) states, remote storage, and a file
+replaced between its verification and its load.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
-import random
 import re
 import shutil
 import sys
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-import numpy as np
 import torch
 from transformers.utils import logging as hf_logging
 
+from tirl.errors import InputError, OutputError
 from tirl.fileio import fsync_file
 from tirl.jsonl import JSONProblem, parse_json
+from tirl.trainer.train_state import DamagedState, RngState, TrainingState, read_training_state, write_training_state
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+MAX_STEP = 10**12  # far beyond any run; a larger number in a directory name is not a step tirl wrote
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """A complete checkpoint on disk."""
+    """A checkpoint directory whose ``state.json`` parsed (its files are checked by :func:`verify_checkpoint`)."""
 
     path: Path
     step: int
     state: dict[str, Any]
+    policy_version: int = 0
 
     @property
     def model_dir(self) -> Path:
@@ -57,16 +77,21 @@ class Checkpoint:
         return self.path / "model"
 
 
-def rng_state() -> dict[str, Any]:
-    """The global RNG states of Python, NumPy and torch."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A ``step-N`` directory that cannot be used, and why."""
+
+    path: Path
+    problem: str
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` returned."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """The checkpoint a resume continues from, its parsed training state, and the newer ones it skipped."""
+
+    checkpoint: Checkpoint
+    training: TrainingState
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -77,6 +102,14 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _disk_full(exc: BaseException) -> bool:
+    """Whether a save failed for lack of space (an OSError, or a library's wrapped message about one)."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    text = str(exc)
+    return "No space left" in text or "StorageFull" in text or "Disk quota" in text
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
@@ -85,74 +118,140 @@ def save_checkpoint(
     tokenizer: Any,
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any] | None = None,
-    rng: dict[str, Any] | None = None,
+    rng: RngState | None = None,
     keep_last: int = 3,
 ) -> Checkpoint:
-    """Write ``run_dir/checkpoints/step-{step}`` atomically; keep the newest ``keep_last`` checkpoints."""
+    """Write ``run_dir/checkpoints/step-{step}`` atomically; keep the newest ``keep_last`` checkpoints.
+
+    Out of space: nothing is left behind and :class:`~tirl.errors.OutputError` says so.
+    """
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    final = root / f"step-{step}"
     tmp = root / f".tmp-step-{step}-{os.getpid()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(".tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        full_state = _write(tmp, step, model, tokenizer, optimizer, state, rng)
+        final = root / f"step-{step}"
+        if final.exists():  # re-saving a step (resumed run): replace it as a whole
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not _disk_full(exc):
+            raise
+        raise OutputError(
+            str(root), None, f"no space left on the device while saving checkpoint step-{step}",
+            f"free space, then continue the run with `tirl train --resume {run_dir}`",
+        ) from None  # fmt: skip
+    for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(old.path, ignore_errors=True)
+    return Checkpoint(path=final, step=step, state=full_state, policy_version=int(full_state.get("policy_version", 0)))
+
+
+def _write(tmp: Path, step: int, model: Any, tokenizer: Any, optimizer: Any, state: Any, rng: Any) -> dict[str, Any]:
     tmp.mkdir()
     hf_logging.disable_progress_bar()  # transformers draws a shard-writing bar on every save
     model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(rng if rng is not None else rng_state(), tmp / "rng.pt")
-    full_state = {"step": step, **(state or {}), "files": _manifest(tmp)}
+    write_training_state(optimizer, rng if rng is not None else RngState.capture(), tmp)
+    full_state = {"step": step, "policy_version": 0, **(state or {}), "files": _manifest(tmp)}
     with (tmp / "state.json").open("w", encoding="utf-8") as fh:
         json.dump(full_state, fh, indent=1)
         fh.flush()
         os.fsync(fh.fileno())
     _fsync_dir(tmp / "model")
     _fsync_dir(tmp)
-    if final.exists():  # re-saving a step (resumed run): replace it as a whole
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    _fsync_dir(root)
-    for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
-        shutil.rmtree(old.path, ignore_errors=True)
-    return Checkpoint(path=final, step=step, state=full_state)
+    return full_state
+
+
+def _read_entry(child: Path, step: int) -> Checkpoint | Skipped:
+    """A ``step-N`` directory as a :class:`Checkpoint` (``state.json`` checked) or why it is not one."""
+    if not 1 <= step <= MAX_STEP or child.name != f"step-{step}":
+        return Skipped(child, f"step number is not one tirl writes (1..{MAX_STEP}, no leading zeros)")
+    try:
+        state = parse_json((child / "state.json").read_bytes())
+    except FileNotFoundError:
+        return Skipped(child, "state.json is missing")
+    except (JSONProblem, OSError) as exc:
+        return Skipped(child, f"state.json cannot be read ({exc})")
+    if not isinstance(state, dict):
+        return Skipped(child, "state.json is not a JSON object")
+    if state.get("step") != step or isinstance(state.get("step"), bool):
+        return Skipped(child, f"state.json says step {str(state.get('step'))[:40]}, the directory step {step}")
+    version = state.get("policy_version", step)
+    if not (isinstance(version, int) and not isinstance(version, bool) and 0 <= version <= MAX_STEP):
+        return Skipped(child, f"state.json's policy_version {str(version)[:40]} is not a whole number >= 0")
+    return Checkpoint(path=child, step=step, state=state, policy_version=version)
+
+
+def scan_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[Skipped]]:
+    """The ``step-N`` directories of a run: those whose ``state.json`` parsed, and the others; oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    good: list[Checkpoint] = []
+    bad: list[Skipped] = []
+    if not root.is_dir():
+        return good, bad
+    for child in root.iterdir():
+        m = _STEP_DIR.match(child.name)
+        if not m or not child.is_dir() or child.is_symlink():
+            continue
+        entry = _read_entry(child, int(m.group(1)))
+        (good if isinstance(entry, Checkpoint) else bad).append(entry)  # type: ignore[arg-type]
+    return sorted(good, key=lambda c: c.step), sorted(bad, key=lambda s: len(s.path.name))
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
-    """Complete checkpoints of a run, oldest first."""
-    root = Path(run_dir) / "checkpoints"
-    out: list[Checkpoint] = []
-    if not root.is_dir():
-        return out
-    for child in root.iterdir():
-        m = _STEP_DIR.match(child.name)
-        if not m or not (child / "state.json").is_file():
-            continue
-        try:
-            state = parse_json((child / "state.json").read_bytes())
-        except (JSONProblem, OSError):
-            continue
-        if not isinstance(state, dict):
-            continue
-        out.append(Checkpoint(path=child, step=int(m.group(1)), state=state))
-    return sorted(out, key=lambda c: c.step)
+    """Checkpoints of a run whose ``state.json`` parsed, oldest first (files not verified)."""
+    return scan_checkpoints(run_dir)[0]
 
 
 def latest_checkpoint(run_dir: str | Path, *, verify: bool = True) -> Checkpoint | None:
-    """The newest complete checkpoint that verifies against its checksums, or None.
+    """The newest checkpoint that verifies against its checksums, or None (``tirl eval --model RUN_DIR``).
 
-    A newer checkpoint that fails verification is skipped with one warning on stderr.
+    Each newer checkpoint that does not verify is named on stderr with its problem.
     """
-    for ckpt in reversed(list_checkpoints(run_dir)):
+    good, bad = scan_checkpoints(run_dir)
+    skipped = list(bad)
+    for ckpt in reversed(good):
         problem = verify_checkpoint(ckpt) if verify else None
         if problem is None:
+            warn_skipped(skipped, ckpt)
             return ckpt
-        if ckpt.path not in _warned:
-            _warned.add(ckpt.path)
-            print(f"warning: skipping checkpoint {ckpt.path}: {problem}; using an older one", file=sys.stderr)
+        skipped.append(Skipped(ckpt.path, problem))
+    warn_skipped(skipped, None)
     return None
 
 
-_warned: set[Path] = set()
+def warn_skipped(skipped: list[Skipped], used: Checkpoint | None) -> None:
+    """One ``warning:`` line per skipped checkpoint, saying which one is used instead."""
+    tail = f"; using {used.path.name}" if used is not None else ""
+    for s in skipped:
+        print(f"warning: skipping checkpoint {s.path.name} ({s.path}): {s.problem}{tail}", file=sys.stderr)
+
+
+def resume_point(run_dir: str | Path) -> ResumePoint | None:
+    """The newest checkpoint that verifies and whose training state reads; None when the run has no checkpoint.
+
+    :class:`~tirl.errors.InputError` when checkpoints exist but none can be resumed (it names each one's
+    problem). Nothing is printed or changed here.
+    """
+    good, bad = scan_checkpoints(run_dir)
+    skipped = list(bad)
+    for ckpt in reversed(good):
+        problem = verify_checkpoint(ckpt)
+        if problem is None:
+            try:
+                return ResumePoint(ckpt, read_training_state(ckpt.path), skipped)
+            except DamagedState as exc:
+                problem = str(exc)
+        skipped.append(Skipped(ckpt.path, problem))
+    if not skipped:
+        return None
+    damage = "; ".join(f"{s.path.name}: {s.problem}" for s in skipped)
+    raise InputError(str(run_dir), None, f"no checkpoint of this run can be resumed ({damage}); nothing was changed",
+                     "restore a good checkpoints/step-N from a copy, or start a new run with --run-dir")  # fmt: skip
 
 
 def _sha256(path: Path) -> str:
@@ -169,30 +268,60 @@ def _manifest(root: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def verify_checkpoint(ckpt: Checkpoint) -> str | None:
-    """None when every file listed in ``state.json`` is present with its size and SHA-256; else the problem."""
-    files = ckpt.state.get("files")
+def _on_disk(root: Path) -> tuple[set[str], str | None]:
+    """Relative paths of the files under ``root`` (not following links), or the first thing that is not one."""
+    files: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                return files, f"{rel} is a symbolic link"
+            if name in filenames:
+                if not path.is_file():
+                    return files, f"{rel} is not a regular file"
+                files.add(rel)
+    files.discard("state.json")
+    return files, None
+
+
+def _listed(files: Any) -> tuple[dict[str, tuple[int, str]], str | None]:
+    """The checksum list as {path: (size, sha256)}, or what is wrong with it."""
     if files is None:
-        return None  # written before checksums existed
+        return {}, "state.json has no checksum list (written by an older tirl, or edited): it is not trusted"
     if not isinstance(files, dict):
-        return "state.json has no valid file list"
+        return {}, "state.json's checksum list is not an object"
+    out: dict[str, tuple[int, str]] = {}
     for rel, want in files.items():
+        parts = PurePosixPath(rel).parts
+        if not parts or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in rel:
+            return {}, f"the checksum list names {rel[:80]!r}, which is not a path inside the checkpoint"
+        size = want.get("size") if isinstance(want, dict) else None
+        digest = want.get("sha256") if isinstance(want, dict) else None
+        if not (isinstance(size, int) and not isinstance(size, bool) and size >= 0 and isinstance(digest, str)):
+            return {}, f"the checksum list's entry for {rel[:80]} has no size and sha256"
+        if not _SHA256.match(digest):
+            return {}, f"the checksum list's sha256 of {rel[:80]} is not 64 hex digits"
+        out[rel] = (size, digest)
+    return out, None
+
+
+def verify_checkpoint(ckpt: Checkpoint) -> str | None:
+    """None when the checksum list names exactly the files on disk, each with its size and SHA-256; else the problem."""
+    listed, problem = _listed(ckpt.state.get("files"))
+    if problem is not None:
+        return problem
+    present, problem = _on_disk(ckpt.path)
+    if problem is not None:
+        return problem
+    for rel in sorted(present - set(listed)):
+        return f"{rel} is not in the checksum list"
+    for rel, (size, digest) in sorted(listed.items()):
         path = ckpt.path / rel
-        if not isinstance(want, dict) or not path.is_file():
+        if rel not in present:
             return f"{rel} is missing"
-        if path.stat().st_size != want.get("size"):
-            return f"{rel} has {path.stat().st_size} bytes, {want.get('size')} were written"
-        if _sha256(path) != want.get("sha256"):
+        if path.stat().st_size != size:
+            return f"{rel} has {path.stat().st_size} bytes, {size} were written"
+        if _sha256(path) != digest:
             return f"{rel} does not match its checksum"
     return None
-
-
-def load_training_state(ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Load the optimizer state into ``optimizer`` and return the saved RNG states.
-
-    The model weights are loaded by the caller from :attr:`Checkpoint.model_dir`
-    (the same ``load_policy`` path as any model).
-    """
-    optimizer.load_state_dict(torch.load(ckpt.path / "optimizer.pt", weights_only=True))
-    rng: dict[str, Any] = torch.load(ckpt.path / "rng.pt", weights_only=False)
-    return rng

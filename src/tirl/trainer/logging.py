@@ -8,10 +8,12 @@ Layout of a run directory::
 
 Every line is written whole and flushed (``os.fsync``) before the step's
 checkpoint, so a ``kill -9`` can at worst leave a torn last line.
-:meth:`RunLogger.open` with ``resume_step`` rewrites both JSONL files to keep
+:class:`RunLogger` with ``resume_step`` rewrites both JSONL files to keep
 only complete lines of steps ``<= resume_step`` and opens TensorBoard with
 ``purge_step = resume_step + 1``, so a resumed run neither loses nor repeats
-a step.
+a step. A torn last line (or any line that is not a JSON object) is not
+dropped silently: it is appended to ``<file>.torn`` (e.g.
+``metrics.jsonl.torn``) and a warning on stderr names it.
 
 Further sinks (:class:`MetricSink`, e.g. :class:`tirl.integrations.wandb_sink.WandbSink`
 for ``trainer.wandb``) get every step's row after it is written.
@@ -25,6 +27,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,24 +74,35 @@ def _clean(value: Any) -> Scalar:
 
 
 def _keep_lines(path: Path, keep: int) -> None:
-    """Rewrite a JSONL file with only the complete lines whose ``step`` is ``<= keep`` (atomic)."""
+    """Rewrite a JSONL file with only the complete lines whose ``step`` is ``<= keep`` (atomic).
+
+    Torn and unreadable lines go to ``<path>.torn`` (appended, fsynced) with a warning, never silently away.
+    """
     if not path.exists():
         return
     kept: list[str] = []
-    with path.open(encoding="utf-8") as fh:
+    damaged: list[str] = []
+    with path.open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
-            if not line.endswith("\n"):
-                break  # torn last line of a killed run
             try:
-                obj = parse_json(line)
+                obj = parse_json(line) if line.endswith("\n") else None  # no newline: torn by a killed run
             except JSONProblem:
-                continue
+                obj = None
             if not isinstance(obj, dict):
+                damaged.append(line if line.endswith("\n") else line + "\n")
                 continue
             info = obj.get("info")
             step = obj.get("step", info.get("step") if isinstance(info, dict) else None)
             if isinstance(step, int) and step <= keep:
                 kept.append(line)
+    if damaged:
+        torn = path.with_name(path.name + ".torn")
+        with torn.open("a", encoding="utf-8") as out:
+            out.writelines(damaged)
+            out.flush()
+            os.fsync(out.fileno())
+        print(f"warning: {path} held {len(damaged)} torn or unreadable line(s) (a run killed mid-write); "
+              f"they are kept in {torn}", file=sys.stderr)  # fmt: skip
     with atomic_write(path) as fh:
         fh.writelines(kept)
 

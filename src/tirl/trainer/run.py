@@ -3,8 +3,10 @@
 :class:`TrainingRun` is what ``tirl train`` runs (the command only turns its
 arguments into a :class:`~tirl.config.TirlConfig` and a run directory):
 
-1. **setup** — write ``config.json``; on resume, find the newest checkpoint
-   and load the policy from it; wire the parts (:func:`tirl.trainer.wiring.build_parts`:
+1. **setup** — on resume, find the newest checkpoint that verifies
+   (:func:`find_resume`: it says which one, and refuses with one error line
+   when checkpoints exist but none verifies) and load the policy from it;
+   write ``config.json``; wire the parts (:func:`tirl.trainer.wiring.build_parts`:
    generator, sandbox, env factory, the training and the evaluation strategy);
    start a generator that must be started (a remote server is checked up
    front); draw the task sets; load the frozen reference model when
@@ -14,6 +16,8 @@ arguments into a :class:`~tirl.config.TirlConfig` and a run directory):
    run directory, so a resumed run keeps its first figure), then the steps,
    then the evaluation *after* (``trainer.eval_before_after``).
 3. **cleanup** — close the strategies, the generator and the sandbox (always).
+The whole run holds the run directory's lock (:mod:`tirl.trainer.run_lock`): a second writer is refused.
+
 4. **summary** — ``summary.json`` (steps logged, skipped steps and updates,
    accuracies, total time) and the diagnostics report (``report.html``) when
    the diagnostics are installed; a failing report never fails the run.
@@ -26,7 +30,9 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +41,12 @@ from tirl.fileio import write_text
 from tirl.inference.base import Startable
 from tirl.jsonl import read_json
 from tirl.rollout.evaluation import EvalReport
-from tirl.trainer.checkpoint import latest_checkpoint
+from tirl.trainer.checkpoint import ResumePoint, resume_point, warn_skipped
 from tirl.trainer.failfast import failed_error, summarize_failures
 from tirl.trainer.logging import read_metrics
 from tirl.trainer.preflight import run_label
 from tirl.trainer.progress import EvalProgress
+from tirl.trainer.run_lock import hold_run_dir
 from tirl.trainer.trainer import Trainer
 from tirl.trainer.wiring import RunParts, TaskSets, build_parts, evaluate
 
@@ -75,16 +82,52 @@ def write_report(run_dir: Path) -> str | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class ResumeFrom:
+    """Where a resumed run continues: a verified checkpoint, or step 1 when the run has no checkpoint yet."""
+
+    point: ResumePoint | None
+
+    @property
+    def model_dir(self) -> str | None:
+        """The checkpoint's model directory (None: the configured model)."""
+        return str(self.point.checkpoint.model_dir) if self.point else None
+
+
+def find_resume(run_dir: Path) -> ResumeFrom:
+    """The newest checkpoint of ``run_dir`` that can be resumed, announced on stderr with what was skipped.
+
+    :class:`~tirl.errors.InputError` (one line naming the damage) when checkpoints exist but none verifies.
+    """
+    point = resume_point(run_dir)
+    if point is None:
+        print(f"resuming {run_dir}: it has no checkpoint yet, so training starts at step 1", file=sys.stderr)
+        return ResumeFrom(None)
+    ckpt = point.checkpoint
+    warn_skipped(point.skipped, ckpt)
+    print(f"resuming {run_dir} from checkpoint {ckpt.path.name}: training continues at step {ckpt.step + 1}",
+          file=sys.stderr)  # fmt: skip
+    return ResumeFrom(point)
+
+
 class TrainingRun:
     """One training run (or its continuation) in ``run_dir``; see the module docstring for the stages."""
 
     def __init__(
-        self, cfg: TirlConfig, run_dir: Path, *, resume: bool = False, progress: bool = True, world: Any = None
+        self,
+        cfg: TirlConfig,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        world: Any = None,
+        resume_from: ResumeFrom | None = None,
     ) -> None:
         self.cfg = cfg
         self.world = world  # tirl.trainer.distributed.World for --nproc > 1 (this process is rank 0)
         self.run_dir = Path(run_dir)
-        self.resume = resume
+        self.resume = resume or resume_from is not None
+        self.resume_from = resume_from  # already found (tirl train finds it before starting ranks)
         self.progress = progress
         self.parts: RunParts | None = None
         self.tasks: TaskSets | None = None
@@ -93,11 +136,13 @@ class TrainingRun:
     async def setup(self) -> None:
         """Config file, parts, generator start, task sets, reference model, trainer (restored on resume)."""
         cfg = self.cfg
+        if self.resume and self.resume_from is None:  # before anything is written: a refusal changes nothing
+            self.resume_from = find_resume(self.run_dir)
+        start = self.resume_from
         _write_json(self.run_dir / "config.json", config_to_dict(cfg))
-        ckpt = latest_checkpoint(self.run_dir) if self.resume else None
         self.parts = parts = build_parts(
             cfg,
-            model_path=str(ckpt.model_dir) if ckpt else None,
+            model_path=start.model_dir if start else None,
             trace_path=str(self.run_dir / "pipeline_trace.jsonl"),
         )
         if isinstance(parts.generator, Startable):  # remote generators: check URL, key and model up front
@@ -114,8 +159,8 @@ class TrainingRun:
             ref_model=self._reference_model(),
             progress=self.progress,
         )
-        if self.resume:
-            self.trainer.resume()
+        if start is not None and start.point is not None:
+            self.trainer.resume(start.point)
         if self.world is not None:  # after resume: the other ranks receive the restored weights and optimiser
             self.world.attach(self.trainer)
 
@@ -197,16 +242,24 @@ class TrainingRun:
     async def __call__(self) -> dict[str, Any]:
         """Setup → train → cleanup → summary; returns the summary."""
         started = time.perf_counter()
-        try:
-            await self.setup()
-            evals = await self.train()
-        finally:
-            await self.cleanup()
-        return self.summarize(evals, started)
+        with hold_run_dir(self.run_dir):
+            try:
+                await self.setup()
+                evals = await self.train()
+            finally:
+                await self.cleanup()
+            return self.summarize(evals, started)
 
 
 async def train_run(
-    cfg: TirlConfig, run_dir: Path, *, resume: bool = False, progress: bool = True, world: Any = None
+    cfg: TirlConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    world: Any = None,
+    resume_from: ResumeFrom | None = None,
 ) -> dict[str, Any]:
     """Run (or continue) the training job of ``cfg`` in ``run_dir``; returns the summary."""
-    return await TrainingRun(cfg, run_dir, resume=resume, progress=progress, world=world)()
+    run = TrainingRun(cfg, run_dir, resume=resume, progress=progress, world=world, resume_from=resume_from)
+    return await run()

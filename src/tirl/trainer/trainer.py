@@ -60,17 +60,11 @@ from tirl.errors import SetupError
 from tirl.filters import FilterStats, VoidTurnFilter
 from tirl.integrations.wandb_sink import metric_sinks
 from tirl.rollout.base import RolloutRequest, RolloutStrategy
-from tirl.trainer.checkpoint import (
-    Checkpoint,
-    latest_checkpoint,
-    load_training_state,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from tirl.trainer.checkpoint import Checkpoint, ResumePoint, resume_point, save_checkpoint
 from tirl.trainer.failfast import failed_error, summarize_failures
 from tirl.trainer.logging import RunLogger
 from tirl.trainer.progress import TrainProgress
+from tirl.trainer.train_state import RngState
 from tirl.trainer.update import PolicyUpdater
 from tirl.types import Group, Trajectory
 
@@ -160,14 +154,19 @@ class Trainer:
         )
 
     # ----------------------------------------------------------------- resume
-    def resume(self) -> Checkpoint | None:
-        """Load optimiser and RNG state from the newest checkpoint; the model must already hold its weights."""
-        ckpt = latest_checkpoint(self.run_dir)
-        if ckpt is None:
+    def resume(self, point: ResumePoint | None = None) -> Checkpoint | None:
+        """Restore optimiser and RNG state from ``point`` (default: :func:`resume_point` of the run directory).
+
+        The model must already hold the checkpoint's weights. None when the run has no checkpoint yet.
+        """
+        point = point if point is not None else resume_point(self.run_dir)
+        if point is None:
             return None
-        set_rng_state(load_training_state(ckpt, self.optimizer))
+        ckpt = point.checkpoint
+        point.training.load_into(self.optimizer)
+        point.training.rng.restore()
         self.start_step = ckpt.step + 1
-        self.policy_version = int(ckpt.state.get("policy_version", ckpt.step))
+        self.policy_version = ckpt.policy_version
         if self.on_update is not None:
             self.on_update(self.policy_version)
         return ckpt
@@ -346,7 +345,7 @@ class Trainer:
             tokenizer=self.tokenizer,
             optimizer=self.optimizer,
             state={"policy_version": self.policy_version},
-            rng=rng_state(),
+            rng=RngState.capture(),
         )
 
     async def run(self, stop_after: int | None = None) -> list[dict[str, Any]]:

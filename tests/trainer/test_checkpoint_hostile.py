@@ -1,0 +1,241 @@
+"""A run directory as hostile input to ``tirl train --resume`` (issue 22, item 2 and the checkpoint rows).
+
+Each test damages a copy of one real 2-step tiny run (the real CLI in this
+process, the real files) the way the red team did and checks that resume
+either skips cleanly to an older checkpoint that verifies, with a line saying
+so, or stops with exactly one ``error:`` line and leaves the run as it was:
+a pickle payload in any checkpoint file (with the checksum list rewritten by
+the attacker), a checkpoint without a checksum list, truncated training-state
+files, ``policy_version: [1]``, a ``step-99999999999999999999999`` directory,
+no checkpoint that verifies, a second writer, a torn last metrics line.
+Disk-full saves are in ``test_checkpoint_disk_full.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
+
+from tirl.cli import main
+from tirl.trainer.logging import read_metrics
+
+FLAGS = [*TINY_TRAIN_ARGS, "--set", "trainer.checkpoint_every=1"]
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory) -> Path:
+    """A finished 2-step run with checkpoints step-1 and step-2 (never modified: tests copy it)."""
+    root = tmp_path_factory.mktemp("base")
+    model = save_tiny_model(root / "tiny")
+    run = root / "run"
+    assert main(["train", "--model", str(model), "--steps", "2", "--run-dir", str(run), *FLAGS]) == 0
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-1", "step-2"]
+    return run
+
+
+@pytest.fixture
+def run(base_run: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(base_run, out)
+    return out
+
+
+def _resume(run: Path, capsys, steps: int = 2) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(["train", "--resume", str(run), "--steps", str(steps), "--no-progress"])
+    return code, capsys.readouterr().err
+
+
+def _one_error(code: int, err: str) -> str:
+    """The single ``error:`` line of a refused command (exit 2, no traceback)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def _relist(ckpt: Path) -> None:
+    """What an attacker who controls the run directory does: rewrite the checksum list to match the files."""
+    state = json.loads((ckpt / "state.json").read_text())
+    files = {}
+    for path in sorted(p for p in ckpt.rglob("*") if p.is_file() and p.name != "state.json"):
+        files[path.relative_to(ckpt).as_posix()] = {
+            "size": path.stat().st_size,
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        }
+    state["files"] = files
+    (ckpt / "state.json").write_text(json.dumps(state))
+
+
+def _edit_state(ckpt: Path, **changes: object) -> None:
+    state = json.loads((ckpt / "state.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+    (ckpt / "state.json").write_text(json.dumps(state))
+
+
+def _training_files(ckpt: Path) -> list[Path]:
+    """The checkpoint's files other than the model directory and state.json (whatever their format)."""
+    return sorted(p for p in ckpt.iterdir() if p.is_file() and p.name != "state.json")
+
+
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(run).as_posix(): p.read_bytes()
+        for p in run.rglob("*")
+        if p.is_file() and p.name != ".lock"  # the lock file may appear; nothing else may change
+    }
+
+
+class _Payload:
+    """Unpickling this runs ``os.mkdir(path)``: what a hostile pickle does on ``torch.load(weights_only=False)``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.mkdir, (self.path,)
+
+
+@pytest.mark.parametrize("name", ["rng.pt", "optimizer.pt", "rng.json", "optimizer.json", "optimizer.safetensors"])
+def test_a_pickle_payload_in_a_checkpoint_never_runs_on_resume(run: Path, tmp_path: Path, capsys, name: str) -> None:
+    """The issue's exploit: a hostile ``rng.pt`` and a checksum list rewritten to match it.
+
+    Each name is written (or replaced) in the newest checkpoint; whatever tirl does with it, the code in it
+    must not run, and the outcome is a clean resume or one error line.
+    """
+    marker = tmp_path / "pwned"
+    ckpt = run / "checkpoints" / "step-2"
+    torch.save(_Payload(marker), ckpt / name)
+    _relist(ckpt)
+    code, err = _resume(run, capsys, steps=3)
+    assert not marker.exists(), "the pickle in the checkpoint ran"
+    assert "Traceback" not in err
+    if code != 0:
+        _one_error(code, err)
+    assert [r["step"] for r in read_metrics(run)] == ([1, 2, 3] if code == 0 else [1, 2])
+
+
+def test_a_checkpoint_without_a_checksum_list_is_refused_not_trusted(run: Path, capsys) -> None:
+    _edit_state(run / "checkpoints" / "step-2", files=None)
+    code, err = _resume(run, capsys)
+    assert code == 0, err
+    assert "skipping checkpoint" in err and "step-2" in err and "checksum list" in err
+    assert "resuming" in err and "step-1" in err
+    assert [r["step"] for r in read_metrics(run)] == [1, 2]
+
+
+@pytest.mark.parametrize("relist", [False, True], ids=["no-list", "list-rewritten"])
+def test_truncated_training_state_is_a_clean_skip_or_one_error(run: Path, capsys, relist: bool) -> None:
+    """The red team's case: a truncated ``optimizer.pt``/``rng.pt`` in a checkpoint without a checksum list."""
+    ckpt = run / "checkpoints" / "step-2"
+    for path in _training_files(ckpt):
+        with path.open("r+b") as fh:
+            fh.truncate(path.stat().st_size // 2)
+    if relist:
+        _relist(ckpt)
+    else:
+        _edit_state(ckpt, files=None)
+    code, err = _resume(run, capsys, steps=3)
+    assert "Traceback" not in err
+    assert code == 0, err  # step-1 verifies and reads: resume continues from it
+    assert "skipping checkpoint" in err and "step-2" in err and "resuming" in err
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+
+
+def test_policy_version_that_is_not_a_number_skips_the_checkpoint(run: Path, capsys) -> None:
+    _edit_state(run / "checkpoints" / "step-2", policy_version=[1])
+    code, err = _resume(run, capsys, steps=3)
+    assert code == 0, err
+    assert "skipping checkpoint" in err and "policy_version" in err
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+
+
+def test_an_absurd_step_directory_is_skipped(run: Path, capsys) -> None:
+    shutil.copytree(run / "checkpoints" / "step-2", run / "checkpoints" / "step-99999999999999999999999")
+    code, err = _resume(run, capsys, steps=3)
+    assert code == 0, err
+    assert "step-99999999999999999999999" in err and "Traceback" not in err
+    assert "resuming" in err and "step-2" in err
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("damage", ["truncate-weights", "no-checksum-list", "policy-version-list"])
+def test_when_no_checkpoint_verifies_resume_stops_and_changes_nothing(run: Path, capsys, damage: str) -> None:
+    """Never a restart from step 1 over an existing run: one error line naming the run and the damage."""
+    for ckpt in (run / "checkpoints").iterdir():
+        if damage == "truncate-weights":
+            shard = ckpt / "model" / "model.safetensors"
+            with shard.open("r+b") as fh:
+                fh.truncate(shard.stat().st_size // 2)
+        elif damage == "no-checksum-list":
+            _edit_state(ckpt, files=None)
+        else:
+            _edit_state(ckpt, policy_version=[1])
+    before = _snapshot(run)
+    code, err = _resume(run, capsys, steps=3)
+    line = _one_error(code, err)
+    assert str(run) in line and "step-1" in line and "step-2" in line
+    assert "--run-dir" in line  # the fix: restore a checkpoint or start a new run
+    assert _snapshot(run) == before
+
+
+def test_resume_says_which_step_it_continues_from(run: Path, capsys) -> None:
+    code, err = _resume(run, capsys, steps=3)
+    assert code == 0, err
+    assert f"resuming {run} from checkpoint step-2: training continues at step 3" in err
+
+
+def test_a_torn_last_metrics_line_is_kept_and_reported(run: Path, capsys) -> None:
+    torn = '{"step": 3, "train/lo'
+    with (run / "metrics.jsonl").open("a") as fh:
+        fh.write(torn)
+    code, err = _resume(run, capsys, steps=3)
+    assert code == 0, err
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+    kept = run / "metrics.jsonl.torn"
+    assert kept.read_text() == torn + "\n"
+    assert "metrics.jsonl" in err and "torn" in err and str(kept) in err
+
+
+def _locked_by(run: Path, pid: int) -> bool:
+    try:
+        return (run / ".lock").read_text().strip() == str(pid)
+    except OSError:
+        return False
+
+
+def test_a_second_writer_of_a_run_is_refused(run: Path, capsys) -> None:
+    """Two ``--resume`` of one run at once: the second is one error line; after a kill -9 the lock is free."""
+    cmd = [sys.executable, "-m", "tirl.cli", "train", "--resume", str(run), "--steps", "100000", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        # the first writer holds the lock (its pid is in .lock) — or, without a lock, is past set-up and training
+        while not _locked_by(run, proc.pid) and len(read_metrics(run)) < 3:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the first writer did not start: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+            time.sleep(0.05)
+        code, err = _resume(run, capsys, steps=3)
+        line = _one_error(code, err)
+        assert str(run) in line and "another" in line and str(proc.pid) in line
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    code, err = _resume(run, capsys, steps=len(read_metrics(run)) + 1)
+    assert code == 0, err  # the kernel released the dead writer's lock
