@@ -9,7 +9,9 @@ Every section validates itself in ``__post_init__`` and raises
 Unknown keys are errors (with the closest valid key suggested), never
 silently ignored. Numbers are refused at parse time when they are not finite
 (``algo.lr=inf``, ``nan``, ``1e999``) or overflow (integers beyond 64 bits); a TOML file that is not
-UTF-8, nests too deeply or holds an over-long integer is one ConfigError.
+UTF-8, nests too deeply or holds an over-long integer is one ConfigError. Every numeric key has a range
+(:data:`tirl.config_ranges.RANGES`, quoted in the README), checked at the end of its section's
+``__post_init__``: ``trainer.threads=100000`` is refused with the range, not run.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tirl.config_ranges import check_section
 from tirl.errors import ConfigError
 
 
@@ -72,6 +75,7 @@ class GenerationConfig:
         _check(self.temperature >= 0, "generation.temperature", self.temperature, "use a value >= 0")
         _check(0 < self.top_p <= 1, "generation.top_p", self.top_p, "use a value in (0, 1]")
         _check(self.max_new_tokens > 0, "generation.max_new_tokens", self.max_new_tokens, "use a positive integer")
+        check_section("generation", self)  # every numeric key in its range, before the rule between two keys
         _check(
             self.max_total_tokens > self.max_new_tokens,
             "generation.max_total_tokens",
@@ -102,6 +106,7 @@ class EnvConfig:
         _check(1 <= self.difficulty <= 5, "env.difficulty", self.difficulty, "use a level from 1 to 5")
         _check(self.eval_size >= 1, "env.eval_size", self.eval_size, "use at least 1")
         _check(bool(self.prompt_key.strip()), "env.prompt_key", self.prompt_key, "name a field, e.g. prompt")
+        check_section("env", self)  # every numeric key in its range (tirl.config_ranges.RANGES)
 
 
 @dataclass
@@ -120,6 +125,7 @@ class SandboxConfig:
         _check(self.memory_mb >= 64, "sandbox.memory_mb", self.memory_mb, "use at least 64 MB")
         _check(self.max_output_chars >= 64, "sandbox.max_output_chars", self.max_output_chars, "use at least 64")
         _check(self.pool_size >= 1, "sandbox.pool_size", self.pool_size, "use at least 1")
+        check_section("sandbox", self)  # every numeric key in its range (tirl.config_ranges.RANGES)
 
 
 @dataclass
@@ -147,6 +153,7 @@ class FilterConfig:
         _check(self.min_valid_per_group >= 1, "filter.min_valid_per_group", self.min_valid_per_group, "use >= 1")
         _check(self.max_resample_rounds >= 0, "filter.max_resample_rounds", self.max_resample_rounds, "use >= 0")
         _check(self.void_penalty >= 0, "filter.void_penalty", self.void_penalty, "use >= 0 (0: penalize acts as drop)")
+        check_section("filter", self)  # every numeric key in its range (tirl.config_ranges.RANGES)
 
 
 @dataclass
@@ -200,6 +207,7 @@ class AlgoConfig:
         _check(self.warmup_steps >= 0, "algo.warmup_steps", self.warmup_steps, "use >= 0 (0 disables warm-up)")
         _check(self.micro_batch_tokens >= 0, "algo.micro_batch_tokens", self.micro_batch_tokens, "use >= 0")
         _check(self.epochs >= 1, "algo.epochs", self.epochs, "use >= 1")
+        check_section("algo", self)  # every numeric key in its range (tirl.config_ranges.RANGES)
 
 
 @dataclass
@@ -235,6 +243,7 @@ class RolloutConfig:
             _check(value >= 1, f"rollout.{key}", value, "use at least 1")
         _check(self.trace_interval_s > 0, "rollout.trace_interval_s", self.trace_interval_s, "use > 0")
         _check(self.retries >= 0, "rollout.retries", self.retries, "use >= 0")
+        check_section("rollout", self)  # every numeric key in its range (tirl.config_ranges.RANGES)
 
 
 @dataclass
@@ -262,6 +271,7 @@ class TrainerConfig:
         _check(self.checkpoint_every >= 1, "trainer.checkpoint_every", self.checkpoint_every, "use at least 1")
         _check(self.tolerate_failed_steps >= 0, "trainer.tolerate_failed_steps", self.tolerate_failed_steps,
                "use 0 (stop at the first step whose every trajectory failed) or more")  # fmt: skip
+        check_section("trainer", self)  # every numeric key in its range (tirl.config_ranges.RANGES)
 
 
 @dataclass

@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--seed {args.seed} is invalid: use 0 <= seed < 2**63")
     import uvicorn
 
+    from tirl.inference.http_limits import uvicorn_limits
     from tirl.inference.server import ModelServer
     from tirl.models.loading import load_policy
 
@@ -108,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
     print(f"tirl serve: listening on http://{host}:{port}/v1 (model {name})", flush=True)
-    config = uvicorn.Config(server.app(), log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        server.app(), log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5, **uvicorn_limits()
+    )  # uvicorn_limits: a request head over 32 KB, or a header line over 8 KB, is answered 431 unread
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

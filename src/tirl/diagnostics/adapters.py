@@ -33,7 +33,13 @@ downsampling would hide). Several files of one run (one chart export per
 metric) are joined on the step.
 
 Missing values (``null``, ``NaN``, an empty CSV cell, a skipped step) become
-``None`` and are tolerated downstream.
+``None`` and are tolerated downstream. Non-finite and extreme values: an
+``Infinity`` IS-ratio max (or grad norm) is the worst spike a log can hold (it
+reads as the largest float), never "missing"; a value a series cannot hold (a
+void share of 1e308, a negative count, ``-Infinity``) reads as missing; other
+values beyond ±1e15 are clamped there, so no finite number overflows the
+rules' arithmetic and refuses the log. Not covered: an IS-ratio *min* of 0
+(the worst downward spike) reads as missing, like every ratio <= 0.
 
 Not covered: TensorBoard event files (export them to CSV first), a JSONL file
 with several runs interleaved, and metric names that contain ``" - "`` in a
@@ -43,6 +49,7 @@ wandb export.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -187,22 +194,69 @@ class MetricsLog:
         return len(self.steps)
 
 
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None if value is None else float(value)
-    if isinstance(value, int | float):
-        f = float(value)
-        return f if math.isfinite(f) else None
-    if isinstance(value, str):
-        s = value.strip()
-        if not s:
-            return None
+def _raw_number(value: Any) -> float | None:
+    """The float in a JSON value or a CSV cell (``inf``/``Infinity`` included); ``None`` when there is none."""
+    if value is None:
+        return None
+    if isinstance(value, bool | int | float):
         try:
-            f = float(s)
+            return float(value)
+        except OverflowError:  # an integer beyond the float range
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
         except ValueError:
             return None
-        return f if math.isfinite(f) else None
     return None
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, or ``None`` (missing, ``NaN``, ``±inf``)."""
+    f = _raw_number(value)
+    return f if f is not None and math.isfinite(f) else None
+
+
+# What each canonical series can physically hold: a value outside is not a measurement and reads as missing
+# (a void share of 1e308 or -3, a negative count), so no extreme finite number reaches the arithmetic.
+_HUGE = 1e15
+_DOMAIN: dict[str, tuple[float, float]] = {
+    "trajectories": (0.0, _HUGE),
+    "valid": (0.0, _HUGE),
+    "void": (0.0, _HUGE),
+    "resampled": (0.0, _HUGE),
+    "void_ratio": (0.0, 1.0),
+    "clip_frac": (0.0, 1.0),
+    "is_min": (0.0, math.inf),
+    "is_max": (0.0, math.inf),
+    "is_mean": (0.0, math.inf),
+    "grad_norm": (0.0, math.inf),
+    "max_len": (0.0, _HUGE),
+    "mean_len": (0.0, _HUGE),
+    "turns_mean": (0.0, _HUGE),
+    "step_s": (0.0, _HUGE),
+}
+# Upper extremes whose +inf is the worst spike there can be (an overflowed ratio or gradient), never "missing":
+# they read as the largest float, so the log-scale rules see the biggest jump a log can hold.
+_INF_IS_WORST = frozenset({"is_max", "grad_norm"})
+
+
+def _canonical(value: Any, canon: str) -> float | None:
+    """One raw value as series ``canon`` reads it, in the float range the rules compute with.
+
+    +inf is the worst spike for ``_INF_IS_WORST``; values outside ``_DOMAIN`` are missing; others are clamped.
+    """
+    f = _raw_number(value)
+    if f is None or math.isnan(f):
+        return None
+    if f == math.inf and canon in _INF_IS_WORST:
+        return sys.float_info.max
+    if math.isinf(f):
+        return None
+    lo, hi = _DOMAIN.get(canon, (-_HUGE, _HUGE))
+    if canon not in _DOMAIN and abs(f) > _HUGE:  # a loss or reward of 1e308: clamped, still an extreme
+        return math.copysign(_HUGE, f)
+    return f if lo <= f <= hi else None
 
 
 def _flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -318,12 +372,12 @@ def _merge_by_step(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 def _value(row: dict[str, Any], key: str, canon: str) -> float | None:
     """One canonical value; from a wandb export, the bucket extreme that keeps a spike (``_EXTREME``)."""
     extreme = _EXTREME.get(canon)
-    if extreme is not None and (v := _number(row.get(key + extreme))) is not None:
+    if extreme is not None and (v := _canonical(row.get(key + extreme), canon)) is not None:
         return v
-    v = _number(row.get(key))
+    v = _canonical(row.get(key), canon)
     if v is None:
-        lo, hi = _number(row.get(key + "__MIN")), _number(row.get(key + "__MAX"))
-        v = (lo + hi) / 2 if lo is not None and hi is not None else None
+        lo, hi = _canonical(row.get(key + "__MIN"), canon), _canonical(row.get(key + "__MAX"), canon)
+        v = lo / 2 + hi / 2 if lo is not None and hi is not None else None  # halves: no overflow at the float max
     return v
 
 

@@ -55,6 +55,7 @@ from typing import Any
 from tirl.diagnostics.adapters import read_rows
 from tirl.diagnostics.thresholds import PipelineThresholds
 from tirl.errors import InputError
+from tirl.jsonl import read_jsonl
 
 QUEUES: tuple[str, str, str] = ("init_queue", "run_queue", "eval_queue")
 STAGES: tuple[str, str, str] = ("init", "run", "eval")
@@ -92,34 +93,74 @@ class PipelineDiagnosis:
         return {"verdict": self.verdict, "evidence": self.evidence}
 
 
+_MAX_VALUE = 1e12  # no time in seconds, queue depth or count in a trace comes near it; beyond, sums overflow
+
+
 def _num(v: Any) -> float | None:
+    """A number of the trace, clamped into ``[-1e12, 1e12]``; ``None`` when absent, not a number or NaN.
+
+    ``Infinity`` and 1e308 read as 1e12: as large as a value can be, and small enough that sums do not overflow.
+    """
     if isinstance(v, bool) or v is None:
         return None
-    if isinstance(v, int | float):
-        return float(v)
     try:
-        return float(v)
-    except (TypeError, ValueError):
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return None if f != f else min(max(f, -_MAX_VALUE), _MAX_VALUE)
+
+
+def _numbered_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, snapshot)`` pairs.
+
+    The file's own line numbers for JSONL (blank lines skipped), the row's line under the header for a CSV.
+    """
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        return [(i, row) for i, row in enumerate(read_rows(p), start=2)]
+    if not p.is_file():
+        read_rows(p)  # the one "file not found" error of the readers
+    return [(n, row) for n, row in read_jsonl(p, torn_tail=True, objects=True, fix="write one snapshot per line")]
 
 
 def load_trace(path: str | Path) -> list[dict[str, Any]]:
-    """Read and validate a trace: every snapshot needs ``t`` and the three queue depths."""
-    rows = read_rows(path)
+    """Read and validate a trace: every snapshot needs ``t`` and the three queue depths.
+
+    ``t`` must be a number within ±1e12 that never runs backwards (tirl's tracer continues a resumed run's
+    clock), and a depth a count >= 0 (``Infinity`` and values beyond 1e12 read as 1e12): a trace that breaks
+    this is refused with the line, not sorted into shape (the old reader sorted it and called a backwards
+    trace healthy).
+    """
+    rows = _numbered_rows(path)
     if not rows:
         raise InputError(str(path), None, "the trace has no snapshots", "point at a pipeline_trace.jsonl")
-    for i, row in enumerate(rows, start=1):
+    last_t, last_line = -_MAX_VALUE, 0
+    for line, row in rows:
         missing = [k for k in ("t", *QUEUES) if _num(row.get(k)) is None]
         if missing:
             found = ", ".join(sorted(row)) or "none"
             raise InputError(
                 str(path),
-                i,
+                line,
                 f"snapshot lacks {', '.join(missing)} (keys found: {found})",
                 "each line needs t, init_queue, run_queue, eval_queue (see the pipeline trace format)",
             )
-    rows.sort(key=lambda r: float(r["t"]))
-    return rows
+        t = float(row["t"])
+        if not -_MAX_VALUE < t < _MAX_VALUE:
+            raise InputError(str(path), line, f"t={row['t']!r} is not a time", "t is seconds within ±1e12")
+        bad = [k for k in QUEUES if float(row[k]) < 0]
+        if bad:
+            raise InputError(str(path), line, f"{bad[0]}={row[bad[0]]!r} is negative", "a queue depth is a count >= 0")
+        row.update({k: _num(row[k]) for k in QUEUES})  # Infinity and 1e308 read as 1e12: a full queue
+        if t < last_t:
+            raise InputError(
+                str(path),
+                line,
+                f"time runs backwards: t={t:g} after t={last_t:g} on line {last_line}",
+                "snapshots must be in time order (one tracer per file; tirl continues t across a resume)",
+            )
+        last_t, last_line = t, line
+    return [row for _, row in rows]
 
 
 def _weights(ts: list[float], gap_factor: float) -> list[float]:
@@ -148,7 +189,7 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 
 
 def _queue_stats(rows: list[dict[str, Any]], q: str, w: list[float], active_t: list[float]) -> dict[str, Any]:
-    depths = [float(r[q]) for r in rows]
+    depths = [_num(r[q]) or 0.0 for r in rows]
     n = len(depths)
     third = max(1, n // 3)
     first = statistics.fmean(depths[:third])

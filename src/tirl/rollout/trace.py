@@ -15,7 +15,9 @@ JSON line per snapshot (the pipeline trace format of ``DESIGN.md``)::
      "init_workers": 4, "run_workers": 16, "eval_workers": 4}
 
 ``t`` is seconds since the tracer was created (one file per run, appended
-across steps). ``X_queue`` counts episodes waiting for stage X (for
+across steps); a tracer that appends to an existing file (a resumed run)
+continues from its last ``t``, so ``t`` never runs backwards in a file
+(``tirl diagnose pipeline`` refuses a trace where it does). ``X_queue`` counts episodes waiting for stage X (for
 ``init_queue``: not yet initialised), ``X_busy`` workers inside stage X,
 ``X_blocked`` workers that finished stage X and wait for room in the next,
 bounded queue (backpressure), ``X_done`` cumulative completions of stage X
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -245,7 +248,8 @@ class PipelineTracer:
         self.strategy = strategy
         self._busy = _busy_reader(generator_busy)
         self._clock = clock
-        self._origin = clock()
+        # a resumed run appends to its trace: t continues from the file's last snapshot, never runs backwards
+        self._origin = clock() - (_last_t(self.path) if self.path is not None else 0.0)
         self._last_t = self._origin
         self._last_busy = self._busy() if self._busy else 0.0
         self.done_totals: dict[str, int] = dict.fromkeys(STAGES, 0)
@@ -303,6 +307,24 @@ class PipelineTracer:
         while True:
             await asyncio.sleep(self.interval_s)
             self.snapshot(board, step, summary)
+
+
+def _last_t(path: Path, tail: int = 65_536) -> float:
+    """The ``t`` of the last complete snapshot in ``path`` (its last ``tail`` bytes); 0.0 when there is none."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, fh.seek(0, 2) - tail))
+            lines = fh.read().splitlines()
+    except OSError:  # no file yet (a new run), or unreadable: a fresh clock
+        return 0.0
+    for raw in reversed(lines):
+        try:
+            t = json.loads(raw).get("t")
+        except (ValueError, AttributeError, RecursionError):  # a torn line, not an object: look further up
+            continue
+        if isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t) and t >= 0:
+            return float(t)
+    return 0.0
 
 
 def read_trace(path: str | Path) -> list[dict[str, Any]]:

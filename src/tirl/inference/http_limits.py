@@ -1,0 +1,106 @@
+"""Request-head limits of ``tirl serve``: a header block over a cap is answered 431 before it is buffered.
+
+uvicorn's default HTTP parser (httptools) keeps every header a client sends: four 100 MB headers were
+answered 200 and grew the server by 434 MB. :func:`capped_protocol` returns uvicorn's h11 protocol with a
+byte count in front of the parser: while a request's head (request line and headers, up to the blank line)
+is arriving, at most ``max_total`` bytes of it are held, and no line may exceed ``max_line`` bytes. A head
+over either cap is answered at once with ``431 Request Header Fields Too Large``, an OpenAI-shaped error
+body (``{"error": {message, type, param, code}}``) and ``Connection: close``, and the connection is closed:
+nothing more of it is read.
+
+Covered: the request line, every header, many small headers or one huge one, a head split over any number
+of TCP reads. h11's own ``max_incomplete_event_size`` (set a little above ``max_total``) stays as a backstop
+for a head that arrives pipelined behind another request's body in the same read; it answers 400.
+Not covered: a client that sends its head slowly (a slow-loris; uvicorn's keep-alive timeout applies only
+between requests), and the HTTP/1.1 chunk-extension lines of a chunked body (h11 bounds them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+MAX_HEADER_BYTES = 32 * 1024  # the whole head: request line + headers (nginx's default is 4 x 8 KB buffers)
+MAX_HEADER_LINE_BYTES = 8 * 1024  # one header line, or the request line
+_END = b"\r\n\r\n"
+
+
+def error_431(message: str) -> bytes:
+    """The raw HTTP/1.1 response: status 431, an OpenAI-shaped JSON body, ``Connection: close``."""
+    body = json.dumps(
+        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+    ).encode()
+    head = (
+        "HTTP/1.1 431 Request Header Fields Too Large\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class HeadMeter:
+    r"""Holds one request head as it arrives, never more than ``max_total`` + 4 bytes of it.
+
+    :meth:`feed` names a problem, or returns ``None``.
+
+    >>> m = HeadMeter(max_total=64, max_line=16)
+    >>> m.feed(b"GET / HTTP/1.1\r\nHost: x\r\n"), m.feed(b"\r\nbody"), m.done
+    (None, None, True)
+    >>> HeadMeter(max_total=64, max_line=16).feed(b"GET / HTTP/1.1\r\nX: " + b"a" * 20)
+    'a header line is longer than 16 bytes'
+    """
+
+    def __init__(self, max_total: int, max_line: int) -> None:
+        self.max_total, self.max_line = max_total, max_line
+        self.buf = bytearray()
+        self.line_start = 0  # where the current, unfinished line begins in buf
+        self.done = False
+
+    def feed(self, data: bytes) -> str | None:
+        """Account for ``data``, the head's next bytes (bytes after the head's end are not looked at)."""
+        if self.done:
+            return None
+        old = len(self.buf)
+        self.buf += data[: self.max_total + len(_END) - old]
+        end = self.buf.find(_END, max(0, old - len(_END) + 1))
+        limit = end + 2 if end >= 0 else len(self.buf)  # through the last header line's CRLF
+        while (pos := self.buf.find(b"\r\n", self.line_start, limit)) >= 0:
+            if pos - self.line_start > self.max_line:
+                return f"a header line is longer than {self.max_line} bytes"
+            self.line_start = pos + 2
+        partial = len(self.buf) - self.line_start - self.buf.endswith(b"\r")  # a CRLF may be split over reads
+        if end < 0 and partial > self.max_line:
+            return f"a header line is longer than {self.max_line} bytes"
+        if (end + len(_END) if end >= 0 else len(self.buf)) > self.max_total:
+            return f"the request head (request line and headers) is larger than {self.max_total} bytes"
+        self.done = end >= 0
+        return None
+
+
+def capped_protocol(max_total: int = MAX_HEADER_BYTES, max_line: int = MAX_HEADER_LINE_BYTES) -> type[H11Protocol]:
+    """The h11 protocol of uvicorn with the head caps in front (pass it as ``uvicorn.Config(http=...)``)."""
+
+    class CappedH11Protocol(H11Protocol):
+        _meter: HeadMeter | None = None
+
+        def data_received(self, data: bytes) -> None:
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                if self._meter is None or self._meter.done:
+                    self._meter = HeadMeter(max_total, max_line)
+                problem = self._meter.feed(data)
+                if problem is not None:
+                    self.transport.write(error_431(f"{problem}: send fewer or shorter headers"))
+                    self.transport.close()
+                    return
+            super().data_received(data)
+
+    return CappedH11Protocol
+
+
+def uvicorn_limits() -> dict[str, Any]:
+    """The ``uvicorn.Config`` keywords that apply the caps (the protocol, and h11's own backstop)."""
+    return {"http": capped_protocol(), "h11_max_incomplete_event_size": MAX_HEADER_BYTES + 1024}

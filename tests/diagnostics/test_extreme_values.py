@@ -1,0 +1,89 @@
+"""Non-finite and extreme numbers in a training log (issue 22): read as spikes or as missing, never a refusal.
+
+Covered: an IS-ratio max of ``Infinity`` (JSONL literal, and ``inf`` in a wandb CSV) is the worst spike and
+gives the same verdict as 33 or 1e308 at that step (the old reader dropped it as missing: verdict healthy);
+±1e308 in any key of a log, at one step, every other step or every step, through ``tirl diagnose training``
+(a real subprocess) is a diagnosis with exit 0 or 1, never the old "too large to compute with" refusal; a
+void share outside [0, 1] reads exactly like a missing value. Not covered: an IS-ratio min of 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from diag_synth import as_verl, issue10_run, tirl_log, write_wandb_csv
+
+from tirl.diagnostics.adapters import load_metrics
+from tirl.diagnostics.training import diagnose_training
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")  # inf -> Infinity
+    return path
+
+
+def _spiked(value: float) -> list[dict[str, Any]]:
+    rows = tirl_log(seed=0)
+    rows[120]["train/is_ratio_max"] = value
+    rows[120]["rollout/max_seq_len"] = 4096  # the run's longest trajectory, the void-leak signature
+    return rows
+
+
+@pytest.mark.parametrize("value", [33.0, 1e308, math.inf])
+def test_an_infinite_is_ratio_max_is_the_worst_spike(tmp_path: Path, value: float) -> None:
+    path = _write(tmp_path / "m.jsonl", _spiked(value))
+    assert "Infinity" in path.read_text() or value != math.inf
+    diag = diagnose_training(load_metrics(path))
+    assert [(f.kind, f.step) for f in diag.findings] == [("void_leak", 120)], value
+
+
+def test_an_infinite_is_ratio_max_in_a_wandb_csv(tmp_path: Path) -> None:
+    rows = as_verl(_spiked(math.inf))
+    path = write_wandb_csv(tmp_path / "export.csv", rows)
+    assert "inf" in path.read_text()
+    assert diagnose_training(load_metrics(path)).verdict == "void_leak"
+
+
+def test_a_nan_is_ratio_max_stays_missing(tmp_path: Path) -> None:
+    assert diagnose_training(load_metrics(_write(tmp_path / "m.jsonl", _spiked(math.nan)))).verdict == "healthy"
+
+
+def test_an_impossible_void_share_reads_as_missing(tmp_path: Path) -> None:
+    rows = issue10_run("drop_slow")
+    bad, missing = [dict(r) for r in rows], [dict(r) for r in rows]
+    for i in range(0, len(rows), 2):
+        bad[i]["filter/void_ratio"] = 1e308 if i % 4 else -1e308
+        missing[i]["filter/void_ratio"] = None
+    got = diagnose_training(load_metrics(_write(tmp_path / "bad.jsonl", bad)))
+    want = diagnose_training(load_metrics(_write(tmp_path / "none.jsonl", missing)))
+    assert [(f.kind, f.step) for f in got.findings] == [(f.kind, f.step) for f in want.findings]
+
+
+def _cli(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tirl.cli", "diagnose", "training", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+
+
+def test_extreme_values_anywhere_never_refuse_the_log(tmp_path: Path) -> None:
+    """Every key of a 30-step log, ±1e308 on every other step, in one process per key (about 5 s in all)."""
+    rows = issue10_run("drop_slow")
+    for key in (k for k in rows[0] if k != "step"):
+        mutated = [dict(r) for r in rows]
+        for i in range(0, len(rows), 2):
+            mutated[i][key] = 1e308 if i % 4 else -1e308
+        done = _cli(_write(tmp_path / "m.jsonl", mutated))
+        assert done.returncode in (0, 1) and not done.stderr, (key, done.returncode, done.stderr[-300:])
+        assert json.loads(done.stdout)["verdict"], key
