@@ -99,6 +99,8 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     The third value is the outermost directory created for the run (``None`` when resuming or when the run
     directory existed): a failed set-up removes the run directory and those parents again while they are empty.
     """
+    from tirl.models.memory import check_training_precision
+
     overrides = [*args.overrides, *_shortcuts(args)]
     if args.resume:
         run_dir = Path(args.resume)
@@ -112,8 +114,11 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         if args.config:
             raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
                              "change single keys with --set KEY=VALUE")  # fmt: skip
-        return config_from_dict(saved_cfg, overrides), run_dir, None
+        cfg = config_from_dict(saved_cfg, overrides)
+        check_training_precision(cfg.model.dtype, cfg.algo.lora_rank)
+        return cfg, run_dir, None
     cfg = load_config(args.config, overrides)
+    check_training_precision(cfg.model.dtype, cfg.algo.lora_rank)  # before the run directory exists
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
     if args.run_dir:  # never overwrite an existing run: its metrics, trajectories and config
         check_output_dir(run_dir)
