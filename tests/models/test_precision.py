@@ -67,7 +67,7 @@ def test_bf16_trainable_parameters_are_refused_with_the_option_that_does_it_righ
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     with pytest.raises(ConfigError, match=r"model\.dtype=bfloat16 .*model\.dtype=float32 and algo\.autocast=bf16"):
         PolicyUpdater(model=model, optimizer=opt, algo=AlgoConfig(), pad_id=0)
-    with pytest.raises(ConfigError, match="algo.autocast=bf16"):
+    with pytest.raises(ConfigError, match=r"algo\.autocast=bf16"):
         check_training_precision("float16", lora_rank=0)
     check_training_precision("float32", lora_rank=0)
     check_training_precision("bfloat16", lora_rank=8)  # a frozen bf16 base under a LoRA adapter is fine
