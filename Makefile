@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PKGS := bubblewrap chromium
 
-.PHONY: install run test lint typecheck pytest clean sysdeps test-verl
+.PHONY: install run test lint typecheck pytest clean sysdeps test-verl install-vllm gpu-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -52,6 +52,20 @@ test-verl:
 	test -x $(VERL_VENV)/bin/python || $(PY) -m venv $(VERL_VENV)
 	$(VERL_VENV)/bin/pip install -q torch==2.13.0 'verl==0.9.1' pytest
 	PYTHONPATH=src $(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_verl_plugin.py
+
+# vLLM (generator=vllm) in its own venv: vLLM 0.33 pins torch==2.14.0 (CUDA 13.0) and transformers<5.21, which would
+# replace .venv's torch. Needs a Linux x86_64 machine with an NVIDIA driver for CUDA 13; .venv is left alone.
+VLLM_VENV := .venv-vllm
+install-vllm:
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q -e '.[vllm,lora,dev]'
+	$(VLLM_VENV)/bin/python -c "import torch, transformers, vllm; print('vllm', vllm.__version__, 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
+
+# The GPU check (benchmarks/gpu_check.sh): Tier A with .venv, Tier B (vLLM) with .venv-vllm when it exists.
+gpu-check:
+	PYTHON=$(BIN)/python TIERS=A bash benchmarks/gpu_check.sh
+	test ! -x $(VLLM_VENV)/bin/python || PYTHON=$(VLLM_VENV)/bin/python TIERS=B bash benchmarks/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -50,8 +50,11 @@ class ModelConfig:
     base_url: str | None = None  # for generator=openai
     model_id: str | None = None  # served model name for generator=openai (default: ask /v1/models)
     api_key_env: str = "OPENAI_API_KEY"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # training: float32 (bf16: algo.autocast=bf16)
+    device: str = "cpu"  # cpu | cuda | cuda:N | auto (cuda when torch sees a GPU, else cpu; resolved here)
+    vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # generator=vllm; auto: model.dtype
+    vllm_gpu_memory_utilization: float = 0.5  # generator=vllm: the engine's share of the GPU's memory
+    vllm_max_model_len: int | None = None  # generator=vllm: context length; None: generation.max_total_tokens
 
     def __post_init__(self) -> None:
         _check(
@@ -60,6 +63,35 @@ class ModelConfig:
             self.base_url,
             "generator=openai needs a server, e.g. --base-url http://127.0.0.1:8000/v1",
         )
+        device = self.device.strip().lower()
+        _check(
+            device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit()),
+            "model.device",
+            self.device,
+            "use cpu, cuda, cuda:N or auto (cuda when a GPU is visible, else cpu)",
+        )
+        if device == "auto":  # torch only here: the other devices need no import to validate
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device
+        _check(
+            0 < self.vllm_gpu_memory_utilization <= 1,
+            "model.vllm_gpu_memory_utilization",
+            self.vllm_gpu_memory_utilization,
+            "use a fraction in (0, 1]: the engine's share of the GPU's memory (the trainer needs the rest)",
+        )
+        _check(
+            self.vllm_max_model_len is None or self.vllm_max_model_len >= 16,
+            "model.vllm_max_model_len",
+            self.vllm_max_model_len,
+            "use at least 16 tokens, or unset it (then generation.max_total_tokens)",
+        )
+
+    @property
+    def generator_dtype(self) -> str:
+        """The dtype vLLM's engine computes in: ``vllm_dtype``, or ``dtype`` for ``auto`` (same on both sides)."""
+        return self.dtype if self.vllm_dtype == "auto" else self.vllm_dtype
 
 
 @dataclass

@@ -111,6 +111,8 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     The third value is the outermost directory created for the run (``None`` when resuming or when the run
     directory existed): a failed set-up removes the run directory and those parents again while they are empty.
     """
+    from tirl.models.memory import check_training_precision
+
     overrides = [*args.overrides, *_shortcuts(args)]
     if args.resume:
         run_dir = Path(args.resume)
@@ -126,12 +128,14 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
                              "change single keys with --set KEY=VALUE")  # fmt: skip
         cfg = config_from_dict(saved_cfg, overrides)
         preflight(cfg)
+        check_training_precision(cfg.model.dtype, cfg.algo.lora_rank)
         return cfg, run_dir, None
     resolved = resolve_config(args.config, overrides)
     for note in resolved.notes:  # a TRL/verl name read as tirl's: say which key it became
         print(f"note: {note}", file=sys.stderr)
     cfg = resolved.config
     preflight(cfg)  # an unknown env, tools the model cannot render: before any directory or model
+    check_training_precision(cfg.model.dtype, cfg.algo.lora_rank)  # before the run directory exists
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
     if args.run_dir:  # never overwrite an existing run: its metrics, trajectories and config
         check_output_dir(run_dir)

@@ -13,6 +13,7 @@ protocol            what the trainer does with it                          backe
 ==================  =====================================================  =====================
 :class:`Versioned`  sets ``policy_version`` after each update              hf, openai, vllm
 :class:`WeightSyncing`  calls ``sync_weights(model, tokenizer, version)``  openai, vllm
+:class:`AdapterSyncing`  a LoRA policy: ``sync_adapter(model, version)``, not merged  vllm
 :class:`BusyMetered`    reads ``busy_seconds()`` into the trace's ``gpu_util``  hf
 :class:`Startable`  awaits ``start()`` before the run (checks URL, key, model)  openai
 ==================  =====================================================  =====================
@@ -84,6 +85,15 @@ class WeightSyncing(Protocol):
 
     def sync_weights(self, model: Any, tokenizer: Any, version: int) -> None:
         """Load the trainer's current weights; later samples carry ``version``."""
+        ...
+
+
+@runtime_checkable
+class AdapterSyncing(Protocol):
+    """A weight-syncing generator that loads a LoRA policy's adapter itself (no merged copy of the model)."""
+
+    def sync_adapter(self, model: Any, version: int) -> None:
+        """Load the adapter of the peft model ``model``; later samples carry ``version``."""
         ...
 
 

@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from tirl.errors import InputError, SetupError
+from tirl.errors import ConfigError, InputError, SetupError
 
 DEFAULT_LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ADAPTER_CONFIG = "adapter_config.json"
@@ -158,6 +158,38 @@ def apply_lora(model: Any, spec: LoraSpec) -> Any:
         )
     config = peft.LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=0.0, target_modules=targets)
     return peft.get_peft_model(model, config)
+
+
+MASTER_WEIGHTS_FIX = (
+    "set model.dtype=float32 and algo.autocast=bf16 (float32 master weights and Adam state, bf16 forward passes)"
+)
+
+
+def check_master_weights(model: torch.nn.Module) -> None:
+    """Refuse trainable parameters below float32: AdamW's updates would round away in bf16/fp16.
+
+    tirl has no separate master copy of low-precision parameters: a bf16 weight that AdamW moves by
+    ``lr = 1e-5`` stays where it was (bf16 keeps 8 significant bits), so only a fraction of the weights
+    would ever change. Mixed precision is ``algo.autocast=bf16`` over float32 parameters. Frozen
+    low-precision parameters (a bf16 base under a LoRA adapter, whose adapter peft keeps in float32)
+    are allowed.
+    """
+    low = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad and
+                  p.dtype in (torch.bfloat16, torch.float16)})  # fmt: skip
+    if low:
+        raise ConfigError(
+            f"config model.dtype={low[0]} is invalid for training: {low[0]} parameters have no float32 master "
+            f"weights, so AdamW's small updates round away — {MASTER_WEIGHTS_FIX}"
+        )
+
+
+def check_training_precision(dtype: str, lora_rank: int) -> None:
+    """The config-time form of :func:`check_master_weights`: ``model.dtype`` below float32 trains only under LoRA."""
+    if dtype in ("bfloat16", "float16") and lora_rank == 0:
+        raise ConfigError(
+            f"config model.dtype={dtype} is invalid for training: {dtype} parameters have no float32 master "
+            f"weights, so AdamW's small updates round away — {MASTER_WEIGHTS_FIX}"
+        )
 
 
 def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:

@@ -300,8 +300,8 @@ class Trainer:
         stats = await asyncio.to_thread(self.updater.update, trajs, adv, seed=self.cfg.trainer.seed * 1_000_003 + step)
         if stats.steps:
             self.policy_version += 1
-            if self.on_update is not None:
-                self.on_update(self.policy_version)
+            if self.on_update is not None:  # a weight sync (vLLM, HTTP) blocks for seconds: off the event loop
+                await asyncio.to_thread(self.on_update, self.policy_version)
         metrics.update(stats.metrics())
         metrics.update(
             {

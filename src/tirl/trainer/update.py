@@ -57,7 +57,7 @@ from torch import Tensor
 
 from tirl.algorithms.losses import LossConfig, policy_loss, tis_weights
 from tirl.config import AlgoConfig
-from tirl.models.memory import autocast, release_free_memory, update_mode
+from tirl.models.memory import autocast, check_master_weights, release_free_memory, update_mode
 from tirl.trainer.batching import TrainBatch, collate, split_microbatches, split_minibatches
 from tirl.trainer.logprobs import target_logprobs
 from tirl.trainer.parallel import MicroPool, auto_workers
@@ -272,6 +272,7 @@ class PolicyUpdater:
     workers: int | None = None  # micro-batches computed at once (tirl.trainer.parallel); None: auto_workers
 
     def __post_init__(self) -> None:
+        check_master_weights(self.model)  # bf16/fp16 trainable parameters: refused (algo.autocast=bf16 instead)
         self.loss_cfg = loss_config(self.algo)
         self.pool = MicroPool(self._worker_count())
 

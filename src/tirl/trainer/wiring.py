@@ -41,7 +41,7 @@ from tirl.config import TirlConfig
 from tirl.envs.base import Task
 from tirl.errors import ConfigError, SetupError
 from tirl.filters import rules_from_config
-from tirl.inference.base import BusyMetered, Generator, SamplingParams, Versioned, WeightSyncing
+from tirl.inference.base import AdapterSyncing, BusyMetered, Generator, SamplingParams, Versioned, WeightSyncing
 from tirl.rollout.base import EnvFactory, RolloutStrategy
 from tirl.rollout.evaluation import EvalReport, eval_rollout_config, evaluate_policy
 
@@ -195,9 +195,12 @@ class RunParts:
     def set_policy_version(self, version: int) -> None:
         """Tell the generator which policy version its samples now come from (and sync its weights if it can)."""
         gen = self.generator
-        if isinstance(gen, WeightSyncing):  # HTTP and vLLM generators: load the trainer's weights
-            from tirl.models.memory import merged_copy  # a LoRA policy is sent with its adapter merged in
+        from tirl.models.memory import is_lora, merged_copy
 
+        if isinstance(gen, AdapterSyncing) and is_lora(self.policy.model):  # vLLM: the adapter alone
+            gen.sync_adapter(self.policy.model, version)
+        elif isinstance(gen, WeightSyncing):  # HTTP and vLLM generators: load the trainer's weights
+            # a LoRA policy is sent with its adapter merged in
             gen.sync_weights(merged_copy(self.policy.model), self.policy.tokenizer, version)
         elif isinstance(gen, Versioned) and getattr(gen, "model", None) not in (None, self.policy.model):
             from tirl.inference.snapshot import sync_snapshot  # max_staleness > 0: the generator's own copy
@@ -240,9 +243,10 @@ def _generator(cfg: TirlConfig, policy: Any) -> Generator:
     if m.generator == "vllm":  # in-process vLLM on a GPU (the vllm extra)
         from tirl.inference.vllm import VLLMGenerator
 
-        return VLLMGenerator(
-            str(policy.path), eos_ids=policy.chat.eos_ids, seed=cfg.trainer.seed,
-            max_model_len=cfg.generation.max_total_tokens,
+        return VLLMGenerator(  # its own process; a LoRA checkpoint's engine loads the base (engine_model_dir)
+            policy.path, eos_ids=policy.chat.eos_ids, seed=cfg.trainer.seed, dtype=m.generator_dtype,
+            gpu_memory_utilization=m.vllm_gpu_memory_utilization, lora_rank=cfg.algo.lora_rank,
+            max_model_len=m.vllm_max_model_len or cfg.generation.max_total_tokens,
         )  # fmt: skip
     raise ConfigError(f"config model.generator={m.generator!r} is not supported by `tirl train` — use hf or openai")
 
