@@ -53,6 +53,7 @@ import re
 import secrets
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Unpack
 
@@ -60,6 +61,7 @@ from tirl.config import EnvConfig
 from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, Task
 from tirl.envs.common import block_lang
 from tirl.envs.observation import clip
+from tirl.envs.scorer import EVAL_DIR, Judgement, judge, staging_failure
 from tirl.envs.tasks.swe_gen import expert_solution, generate_swe_tasks, load_swe_tasks
 from tirl.envs.tool_env import ToolEnv, ToolEnvOptions, call_arguments
 from tirl.envs.workspace import Workspace, clear_path, default_cache_dir, materialise, provision, pytest_bundle
@@ -82,25 +84,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "their output. Use python3. When the bug is fixed, reply with a ```bash block that contains only: submit"
 )
 SUBMIT = "submit"
-EVAL_DIR = ".tirl_eval"
-
-_RUNNER = """\
-import json, os, sys
-_cwd = os.getcwd()
-sys.path[:0] = [os.path.join(_cwd, {bundle!r}), _cwd]
-os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only our plugin; installed ones are not the task's
-import pytest
-class _Count:
-    counts = {{"passed": 0, "failed": 0, "errors": 0, "skipped": 0}}
-    def pytest_terminal_summary(self, terminalreporter):
-        stats = terminalreporter.stats
-        for key, name in (("passed", "passed"), ("failed", "failed"), ("error", "errors"), ("skipped", "skipped")):
-            self.counts[name] = len([r for r in stats.get(key, []) if getattr(r, "when", "call") != "teardown"
-                                     or key == "error"])
-_c = _Count()
-_status = pytest.main({args!r}, plugins=[_c])
-print("\\n{marker} " + json.dumps(dict(_c.counts, status=int(_status))))
-"""
 
 _SUMMARY_RE = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
 
@@ -228,63 +211,69 @@ class SweLiteEnv(ToolEnv):
         return commands, False
 
     async def score(self, task: Task) -> EvalResult:
-        """Run the hidden tests with pytest in the sandbox (Evaluator stage)."""
+        """Run the hidden tests (Evaluator stage): the judge for generated tasks, ``test_command`` for JSONL ones."""
         if self._workspace is None:
             raise EpisodeOverError("evaluate called before reset or after close")
         start = time.perf_counter()
         ws = self._workspace.path
+        bundle = pytest_bundle(self.cache_dir)  # the host's cache: a failure here is infrastructure
+        command = task.data.get("test_command")
+        if not isinstance(command, str):
+            if self._hidden is None:
+                raise EnvError(f"task {task.id!r} has no hidden tests")
+            sandbox = await self.sandbox()
+            judged = await judge(sandbox, ws, self._hidden, bundle, self.eval_timeout_s)
+            return self._judged(judged, time.perf_counter() - start)
+        try:
+            self._stage_command(ws, bundle)
+        except OSError as exc:  # the agent filled or broke its workspace: its failure, reward 0
+            return self._judged(Judgement(None, staging_failure(exc), None, str(exc)), time.perf_counter() - start)
+        script = (
+            f'export PYTHONPATH="{EVAL_DIR}/pytest.zip:.${{PYTHONPATH:+:$PYTHONPATH}}" '
+            f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1\n{command}"
+        )
+        sandbox = await self.sandbox()
+        result = await sandbox.run(script, lang="bash", timeout_s=self.eval_timeout_s, workdir=ws)
+        if result.error is not None:
+            raise EnvError(f"sandbox error while running the hidden tests: {result.error}")
+        return self._reward(result, parse_pytest_summary(result.stdout), time.perf_counter() - start)
+
+    def _stage_command(self, ws: Path, bundle: Path) -> None:
         eval_dir = ws / EVAL_DIR
         clear_path(eval_dir)  # whatever the agent left there (a link, a file, a deep tree) goes; never followed
         eval_dir.mkdir()
-        shutil.copy(pytest_bundle(self.cache_dir), eval_dir / "pytest.zip")
-        command = task.data.get("test_command")
-        sandbox = await self.sandbox()
-        nonce = f"TIRL_PYTEST_{secrets.token_hex(8)}"
-        if isinstance(command, str):
-            if self._hidden is not None:
-                dest = ws / self._hidden.name
-                clear_path(dest)
-                shutil.copytree(self._hidden, dest, symlinks=True)
-            script = (
-                f'export PYTHONPATH="{EVAL_DIR}/pytest.zip:.${{PYTHONPATH:+:$PYTHONPATH}}" '
-                f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1\n{command}"
-            )
-            result = await sandbox.run(script, lang="bash", timeout_s=self.eval_timeout_s, workdir=ws)
-            counts = parse_pytest_summary(result.stdout)
+        shutil.copy(bundle, eval_dir / "pytest.zip")
+        if self._hidden is not None:
+            dest = ws / self._hidden.name
+            clear_path(dest)
+            shutil.copytree(self._hidden, dest, symlinks=True)
+
+    def _judged(self, judged: Judgement, eval_s: float) -> EvalResult:
+        """The reward of a judge's run; no verdict (or no run) is reward 0 with ``eval_failure`` saying why."""
+        verdict = judged.verdict
+        result = replace(judged.result, stdout="") if judged.result else ExecResult("", judged.detail, None)
+        if verdict is None:
+            counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
         else:
-            tests = eval_dir / "tests"
-            if self._hidden is None:
-                raise EnvError(f"task {task.id!r} has no hidden tests")
-            shutil.copytree(self._hidden, tests)
-            (tests / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-            rel = f"{EVAL_DIR}/tests"
-            args = [rel, "-q", "--tb=short", "-p", "no:cacheprovider", "--rootdir", rel, "--confcutdir", rel]
-            args += ["-c", f"{rel}/pytest.ini"]
-            code = _RUNNER.format(bundle=f"{EVAL_DIR}/pytest.zip", args=args, marker=nonce)
-            result = await sandbox.run(code, lang="python", timeout_s=self.eval_timeout_s, workdir=ws)
-            counts = self._runner_counts(result, nonce)
-        if result.error is not None:
-            raise EnvError(f"sandbox error while running the hidden tests: {result.error}")
-        return self._reward(result, counts, time.perf_counter() - start)
+            counts = {"passed": verdict.passed, "failed": verdict.failed, "errors": verdict.errors}
+            counts["skipped"] = verdict.skipped
+        timed_out = result.timed_out or (verdict is not None and verdict.timed_out)
+        evaluated = self._reward(result, counts, eval_s, timed_out=timed_out)
+        evaluated.info["eval_failure"] = judged.failure
+        if verdict is not None and verdict.failures:
+            evaluated.info["tests_failing"] = list(verdict.failures)
+        return evaluated
 
-    @staticmethod
-    def _runner_counts(result: ExecResult, nonce: str) -> dict[str, int] | None:
-        for line in reversed(result.stdout.splitlines()):
-            if line.startswith(nonce + " "):
-                data = json.loads(line[len(nonce) + 1 :])
-                return {k: int(data[k]) for k in ("passed", "failed", "errors", "skipped")}
-        return None
-
-    @staticmethod
-    def _strip_marker(stdout: str) -> str:
-        return "\n".join(line for line in stdout.splitlines() if not line.startswith("TIRL_PYTEST_")) + "\n"
-
-    def _reward(self, result: ExecResult, counts: dict[str, int] | None, eval_s: float) -> EvalResult:
+    def _reward(
+        self, result: ExecResult, counts: dict[str, int] | None, eval_s: float, *, timed_out: bool | None = None
+    ) -> EvalResult:
+        if timed_out is None:
+            timed_out = result.timed_out
         if counts is None:  # no summary: timed out, crashed, or a non-pytest command
-            passed_all = result.ok and not result.timed_out
+            passed_all = result.ok and not timed_out
             counts = {"passed": int(passed_all), "failed": int(not passed_all), "errors": 0, "skipped": 0}
         total = counts["passed"] + counts["failed"] + counts["errors"]
-        all_pass = total > 0 and counts["passed"] == total and not result.timed_out
+        all_pass = total > 0 and counts["passed"] == total and not timed_out
         fraction = counts["passed"] / total if total else 0.0
         reward = (1.0 if all_pass else 0.0) if self.reward_mode == "all" else fraction
         info = {
@@ -293,9 +282,9 @@ class SweLiteEnv(ToolEnv):
             "tests_failed": counts["failed"],
             "tests_errors": counts["errors"],
             "tests_total": total,
-            "eval_timed_out": result.timed_out,
+            "eval_timed_out": timed_out,
             "eval_exit_code": result.exit_code,
-            "eval_output": clip(self._strip_marker(result.stdout) + result.stderr, 1500),
+            "eval_output": clip(result.stdout + result.stderr, 1500),
         }
         return EvalResult(reward=reward, correct=all_pass, info=info)
 

@@ -345,6 +345,11 @@ class Stages:
             n = sum(t.termination is reason for t in trajs)
             if n:
                 stats[f"rollout/termination/{reason.value}"] = float(n)
+        for traj in trajs:  # evaluations the episode itself broke (reward 0, still in the update), by reason
+            evaluation = traj.info.get("eval")
+            why = evaluation.get("eval_failure") if isinstance(evaluation, dict) else None
+            if isinstance(why, str):
+                stats[f"rollout/eval_failure/{why}"] = stats.get(f"rollout/eval_failure/{why}", 0.0) + 1.0
         for stage in ("init", "eval"):
             attempts = self.counts[f"{stage}_attempts"]
             first = sum(1 for t in trajs if t.stages[stage].attempts > 0)

@@ -1,0 +1,144 @@
+"""The host side of the swe-lite scorer: stage the evaluation, run the judge in the sandbox, read its verdict.
+
+The judge (:mod:`tirl.envs.scorer_runner`) runs the hidden tests in a process that never imports
+the workspace's code; the code under test runs in a separate subject process per test, and only
+values cross back (see that module's docstring for the order of the steps and what they stop).
+This module:
+
+* :func:`stage` writes the evaluation directory ``.tirl_eval/`` into the workspace (after
+  removing whatever the agent left there): a fresh per-run secret (``secret``, mode 0600), the
+  pytest bundle (``pytest.zip``) and the hidden tests (``tests/``). The judge reads and deletes
+  all three before any code of the workspace runs, so the agent's code never sees them;
+* :func:`judge` runs the judge with the workspace as the sandbox's working directory, and
+  :func:`read_verdict` accepts only the line that starts with the secret.
+
+Failures the episode causes are the episode's (reward 0, with the reason in
+:attr:`Judgement.failure`), never an infrastructure error: a workspace too full to stage the
+evaluation (``workspace_full``), or that breaks it otherwise (``staging_failed``), and a judge that
+ends without a verdict (``no_verdict``: the code under test killed it, or it ran past the sandbox's
+timeout: ``timed_out``). A sandbox ``error`` (the sandbox itself broke) is raised as
+:class:`~tirl.envs.base.EnvError`, which the pipeline records as ``eval_failed``.
+
+Not covered: tasks with their own ``test_command`` (JSONL tasks) do not go through the judge; their
+verdict is as trustworthy as that command (docs/sandbox.md, "The swe-lite scorer").
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tirl.envs import scorer_runner, scorer_wire
+from tirl.envs.base import EnvError
+from tirl.envs.workspace import clear_path
+from tirl.sandbox.base import ExecResult, Sandbox
+
+EVAL_DIR = ".tirl_eval"
+_COUNTS = ("passed", "failed", "errors", "skipped")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the judge reports: counts per outcome, whether its deadline cut a test, the failing names."""
+
+    passed: int
+    failed: int
+    errors: int
+    skipped: int
+    timed_out: bool = False
+    failures: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        """Tests that count towards the reward (skipped ones do not)."""
+        return self.passed + self.failed + self.errors
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """One evaluation: the verdict (None when there is none), why not, and the judge's run."""
+
+    verdict: Verdict | None
+    failure: str | None  # None, "workspace_full", "staging_failed", "no_verdict", "timed_out"
+    result: ExecResult | None
+    detail: str = ""
+
+
+def staging_failure(exc: OSError) -> str:
+    """``workspace_full`` for a full file system or inode table (ENOSPC, EDQUOT), else ``staging_failed``."""
+    return "workspace_full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "staging_failed"
+
+
+def stage(workspace: Path, hidden: Path, bundle: Path) -> str:
+    """Write ``.tirl_eval/`` (secret, bundle, tests) into ``workspace``; returns the secret.
+
+    Raises ``OSError`` when the workspace cannot take it (the agent filled or broke it).
+    """
+    eval_dir = workspace / EVAL_DIR
+    clear_path(eval_dir)  # a link, a file or a deep tree the agent left there: removed, never followed
+    eval_dir.mkdir()
+    secret = secrets.token_hex(16)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(eval_dir / scorer_runner.SECRET_FILE, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(secret)
+    shutil.copyfile(bundle, eval_dir / scorer_runner.BUNDLE_FILE)
+    tests = eval_dir / scorer_runner.TESTS_DIR
+    shutil.copytree(hidden, tests, symlinks=False)
+    (tests / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    return secret
+
+
+def judge_code(budget_s: float) -> str:
+    """The program the sandbox runs: the wire's source (each subject starts from it), the judge's, its main."""
+    wire = Path(scorer_wire.__file__).read_text(encoding="utf-8")
+    runner = Path(scorer_runner.__file__).read_text(encoding="utf-8")
+    return (
+        f"_WIRE = {wire!r}\n"
+        "exec(compile(_WIRE, '<tirl-wire>', 'exec'))\n"
+        f"exec(compile({runner!r}, '<tirl-judge>', 'exec'))\n"
+        f"judge_main(_WIRE, {EVAL_DIR!r}, {budget_s!r})\n"
+    )
+
+
+def read_verdict(stdout: str, secret: str) -> Verdict | None:
+    """The verdict on the last line that starts with ``secret``, or None (absent or malformed)."""
+    for line in reversed(stdout.splitlines()):
+        if not line.startswith(secret + " "):
+            continue
+        try:
+            data = json.loads(line[len(secret) + 1 :])
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        counts = [data.get(k) for k in _COUNTS]
+        failures = data.get("failures", [])
+        if not all(type(c) is int and c >= 0 for c in counts) or type(data.get("timed_out")) is not bool:
+            return None
+        if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
+            return None
+        passed, failed, errors, skipped = (int(c or 0) for c in counts)
+        return Verdict(passed, failed, errors, skipped, timed_out=data["timed_out"], failures=tuple(failures))
+    return None
+
+
+async def judge(sandbox: Sandbox, workspace: Path, hidden: Path, bundle: Path, timeout_s: float) -> Judgement:
+    """Stage, run the judge under ``timeout_s`` with the workspace bound, and read the verdict."""
+    try:
+        secret = stage(workspace, hidden, bundle)
+    except OSError as exc:
+        return Judgement(None, staging_failure(exc), None, f"staging the evaluation failed: {exc}")
+    budget = max(timeout_s - min(5.0, 0.25 * timeout_s), 0.5)  # the judge's own deadline, inside the sandbox's
+    result = await sandbox.run(judge_code(budget), lang="python", timeout_s=timeout_s, workdir=workspace)
+    if result.error is not None:
+        raise EnvError(f"sandbox error while running the hidden tests: {result.error}")
+    verdict = read_verdict(result.stdout, secret)
+    if verdict is None:
+        return Judgement(None, "timed_out" if result.timed_out else "no_verdict", result, "the judge gave no verdict")
+    return Judgement(verdict, None, result)

@@ -1,0 +1,129 @@
+"""The wire between the swe-lite judge and the subject, and the subject itself (standard library only).
+
+The subject is the untrusted side of :mod:`tirl.envs.scorer_runner`: a fresh ``python -I`` per
+hidden test that puts the workspace first on ``sys.path`` and answers the judge's requests (one JSON
+object per line each way, on two pipes that only the two processes hold). :func:`encode` and
+:func:`decode` are the value format both sides use: values of exactly ``None``, ``bool``, ``int``,
+``float``, ``str`` as JSON, ``list``/``tuple``/``set``/``frozenset``/``dict``/``bytes``/``complex``
+tagged (``{"l": [...]}``...), anything else as a reference (``{"h": [id, type name]}`` from the
+subject; ``{"h": id}`` or ``{"p": attribute path}`` from the judge). A subclass of a built-in type
+is not a value: it stays in the subject as a reference.
+
+The host sends this module's source to the sandbox as text (with the judge's); nothing in it may
+import tirl. What the subject does is untrusted by construction: the judge checks every reply.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+MAX_LINE = 16 << 20  # bytes in one message of the wire
+MAX_DEPTH = 100  # nesting of one encoded value
+_SCALARS = (type(None), bool, int, float, str)
+_TAGS: dict[type, str] = {list: "l", tuple: "t", set: "s", frozenset: "f"}
+_BUILDERS: dict[str, Any] = {"l": list, "t": tuple, "s": set, "f": frozenset}
+
+
+# --- the codec (both processes) -----------------------------------------------------------------
+
+
+class WireError(Exception):
+    """A message that the protocol does not allow (the call fails; the subject is not trusted further)."""
+
+
+def encode(value: Any, ref: Any, depth: int = 0) -> Any:
+    """``value`` as JSON-ready data: exact built-in types by value, anything else as ``ref(value)``."""
+    if depth > MAX_DEPTH:
+        raise WireError("value nested too deeply")
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind in _TAGS:
+        return {_TAGS[kind]: [encode(v, ref, depth + 1) for v in value]}
+    if kind is dict:
+        return {"d": [[encode(k, ref, depth + 1), encode(v, ref, depth + 1)] for k, v in value.items()]}
+    if kind is bytes:
+        return {"b": value.hex()}
+    if kind is complex:
+        return {"c": [value.real, value.imag]}
+    return ref(value)
+
+
+def decode(data: Any, ref: Any, depth: int = 0) -> Any:
+    """The value :func:`encode` wrote; a tag of no built-in type goes to ``ref(tag, payload)``."""
+    if depth > MAX_DEPTH:
+        raise WireError("value nested too deeply")
+    kind = type(data)
+    if kind in _SCALARS:
+        return data
+    if kind is not dict or len(data) != 1:
+        raise WireError(f"not an encoded value: {kind.__name__}")
+    ((tag, payload),) = data.items()
+    if tag in _BUILDERS and type(payload) is list:
+        return _BUILDERS[tag](decode(v, ref, depth + 1) for v in payload)
+    if tag == "d" and type(payload) is list:
+        if not all(type(p) is list and len(p) == 2 for p in payload):
+            raise WireError("malformed dict")
+        return {decode(k, ref, depth + 1): decode(v, ref, depth + 1) for k, v in payload}
+    if tag == "b" and type(payload) is str:
+        return bytes.fromhex(payload)
+    if tag == "c" and type(payload) is list and len(payload) == 2 and all(type(x) is float for x in payload):
+        return complex(payload[0], payload[1])
+    return ref(tag, payload)
+
+
+# --- the subject (untrusted: it imports the workspace) ------------------------------------------
+
+
+def subject_main(rfd: int, wfd: int, workspace: str) -> None:
+    """Answer the judge's requests until end of file (one JSON object per line each way)."""
+    import builtins
+    import importlib
+    import json
+    import os
+
+    requests, replies = os.fdopen(rfd, "rb"), os.fdopen(wfd, "wb")
+    sys.path.insert(0, workspace)  # the repository, as ``python -m pytest`` run at its root would see it
+    handles: dict[int, Any] = {}
+
+    def ref(obj: Any) -> Any:
+        handles[id(obj)] = obj
+        return {"h": [id(obj), f"{type(obj).__module__}.{type(obj).__qualname__}"[:200]]}
+
+    def resolve(target: Any) -> Any:
+        if target[0] == "m":
+            return importlib.import_module(target[1])
+        if target[0] == "a":
+            return getattr(resolve(target[1]), target[2])
+        return handles[target[1]]
+
+    def arg(data: Any) -> Any:
+        return decode(data, lambda tag, payload: resolve(payload) if tag == "p" else handles[payload])
+
+    ops = {
+        "get": lambda obj, req: obj,
+        "call": lambda obj, req: obj(*arg(req["a"]), **arg(req["k"])),
+        "setattr": lambda obj, req: setattr(obj, req["n"], arg(req["v"])),
+        "len": lambda obj, req: len(obj),
+        "bool": lambda obj, req: bool(obj),
+        "str": lambda obj, req: str(obj),
+        "list": lambda obj, req: list(obj),
+        "getitem": lambda obj, req: obj[arg(req["i"])],
+        "contains": lambda obj, req: arg(req["i"]) in obj,
+        "eq": lambda obj, req: bool(obj == resolve(req["o"])),
+    }
+    while line := requests.readline(MAX_LINE):
+        req = json.loads(line)
+        try:
+            reply = json.dumps({"v": encode(ops[req["op"]](resolve(req["t"]), req), ref)})
+        except BaseException as exc:
+            names = [c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c]
+            try:
+                message = str(exc)[:4000]
+            except BaseException:
+                message = ""
+            reply = json.dumps({"x": {"bases": names, "type": type(exc).__qualname__[:200], "msg": message}})
+        replies.write(reply.encode() + b"\n")
+        replies.flush()
+    os._exit(0)

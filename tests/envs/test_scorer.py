@@ -1,0 +1,259 @@
+"""The swe-lite judge (tirl.envs.scorer*): its wire, its verdict channel, and what the subject can reach.
+
+The codec and verdict parser are tested directly; the rest runs whole episodes through the real
+bubblewrap sandbox and the rollout stages (``play``/``make_strategy``), with tasks written for the
+test: each checks one property of the judge (values, not objects, cross back; the subject cannot
+see the secret, the hidden tests or the judge's descriptors; a failure the episode causes is its
+reward 0, counted, and never ``eval_failed``). Forgery attempts on the generated tasks are in
+test_swe_forgery.py.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from pathlib import Path
+
+import pytest
+
+from tirl.config import RolloutConfig
+from tirl.envs import scorer
+from tirl.envs.base import Task
+from tirl.envs.scorer import Verdict, read_verdict
+from tirl.envs.scorer_wire import WireError, decode, encode
+from tirl.envs.swe_lite import SweLiteEnv, generate_swe_tasks
+from tirl.envs.tasks.swe_programs import PROGRAMS
+from tirl.rollout.base import RolloutRequest
+from tirl.rollout.strategies import make_strategy
+from tirl.sandbox.base import Sandbox
+from tirl.testing import play
+from tirl.testing.scripted import ScriptedRunner
+from tirl.types import TerminationReason
+
+SECRET = "5ec2e7" * 5 + "ab"  # 32 hex digits, what secrets.token_hex(16) gives
+
+
+def task(files: dict[str, str], hidden: dict[str, str], name: str = "judge") -> Task:
+    return Task(id=name, prompt="p", kind="swe-lite", data={"files": files, "hidden_tests": hidden})
+
+
+@pytest.fixture
+def make(sandbox: Sandbox, swe_cache: Path, work_root: Path):  # type: ignore[no-untyped-def]
+    def factory(**kw: object) -> SweLiteEnv:
+        return SweLiteEnv(sandbox=sandbox, cache_dir=swe_cache, work_root=work_root, **kw)  # type: ignore[arg-type]
+
+    return factory
+
+
+SUBMIT = ["<answer>submit</answer>"]
+
+
+# --- the wire and the verdict line ---------------------------------------------------------------
+
+
+def test_values_round_trip_and_everything_else_is_a_reference() -> None:
+    value = [None, True, 3, 2.5, "s", (1, (2,)), {"k": [1]}, {1, 2}, frozenset({3}), b"\x00\xff", 1 + 2j]
+    assert decode(encode(value, None), None) == value
+    assert type(decode(encode((1,), None), None)) is tuple
+
+    class F(float):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = float.__hash__
+
+    refs: list[object] = []
+    encoded = encode([F(1.0), True], lambda obj: refs.append(obj) or {"h": [7, "F"]})
+    assert encoded == {"l": [{"h": [7, "F"]}, True]} and type(refs[0]) is F  # a float subclass is no value
+
+
+@pytest.mark.parametrize("bad", [{"l": [1], "t": [2]}, {"d": [[1]]}, {"c": [1, "x"]}, [1, 2], {"x": 1}])
+def test_malformed_values_are_refused(bad: object) -> None:
+    def unknown(tag: str, payload: object) -> object:
+        raise WireError(f"unknown tag {tag}")
+
+    with pytest.raises(WireError):
+        decode(bad, unknown)
+
+
+def test_a_value_nested_too_deeply_is_refused() -> None:
+    deep: list[object] = []
+    for _ in range(200):
+        deep = [deep]
+    with pytest.raises(WireError, match="deeply"):
+        encode(deep, None)
+
+
+def test_only_the_line_with_the_secret_is_a_verdict() -> None:
+    good = '{"passed": 3, "failed": 0, "errors": 0, "skipped": 1, "timed_out": false, "failures": []}'
+    out = f"{'0' * 32} {good.replace('3', '9')}\n{SECRET} {good}\nTIRL {good}\n"
+    assert read_verdict(out, SECRET) == Verdict(3, 0, 0, 1)
+    assert read_verdict(out.replace(SECRET, "f" * 32), SECRET) is None
+    assert read_verdict(f"{SECRET} {good.replace('3', '-3')}", SECRET) is None
+    assert read_verdict(f"{SECRET} [1]", SECRET) is None
+    assert read_verdict(f"{SECRET} {{", SECRET) is None
+
+
+# --- episodes through the real sandbox -------------------------------------------------------------
+
+
+def all_programs() -> Task:
+    files, hidden = {}, {}
+    for program in PROGRAMS:
+        files[f"{program.package}/__init__.py"] = f"from {program.package}.core import *  # noqa: F403\n"
+        files[program.module_path] = program.source
+        hidden[f"test_{program.package}.py"] = program.tests
+    return task(files, hidden, "all-programs")
+
+
+async def test_every_shipped_program_passes_through_the_judge(make) -> None:  # type: ignore[no-untyped-def]
+    """Objects, methods, attributes, ``len``, ``pytest.raises(match=)``, ``is False``: all 8 programs, one run."""
+    result = await play(make(reward_mode="fraction"), all_programs(), SUBMIT)
+    expected = sum(p.tests.count("\ndef test_") for p in PROGRAMS)
+    assert result.info["tests_total"] == expected and result.info["tests_passed"] == expected, result.info
+    assert result.reward == 1.0 and result.info["eval_failure"] is None
+
+
+ALWAYS_EQUAL = """
+class AnyEq:
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+class F(float):
+    def __eq__(self, other):
+        return True
+    __hash__ = float.__hash__
+def mean(xs):
+    return AnyEq()
+def median(xs):
+    return F(0.0)
+def items(xs):
+    return [AnyEq()]
+"""
+ALWAYS_EQUAL_TESTS = """
+from anyeq import items, mean, median
+def test_mean():
+    assert mean([1, 2]) == 1.5
+def test_median():
+    assert median([1, 2]) == 1.5
+def test_items():
+    assert items([1]) == [1]
+"""
+
+
+async def test_an_object_that_equals_everything_equals_no_value(make) -> None:  # type: ignore[no-untyped-def]
+    t = task({"anyeq/__init__.py": ALWAYS_EQUAL}, {"test_anyeq.py": ALWAYS_EQUAL_TESTS})
+    result = await play(make(), t, SUBMIT)
+    assert result.reward == 0.0 and result.info["tests_failed"] == 3, result.info
+
+
+PROBE = """
+import glob, os
+def reachable(secret):
+    found = []
+    for path in glob.glob(".tirl_eval/**", recursive=True) + glob.glob("/tmp/**", recursive=True):
+        if os.path.isfile(path):
+            found.append(path)
+    judge = os.getppid()
+    for name in ("mem", "environ", "maps", "fd/0", "fd/1", "fd/2", "fd"):
+        try:
+            if name == "fd":
+                os.listdir(f"/proc/{judge}/fd")
+            else:
+                with open(f"/proc/{judge}/{name}", "rb") as f:
+                    f.read(1)
+            found.append(f"/proc/judge/{name}")
+        except OSError:
+            pass
+    for pid in [d for d in os.listdir("/proc") if d.isdigit()]:
+        for name in ("cmdline", "environ"):
+            try:
+                with open(f"/proc/{pid}/{name}", "rb") as f:
+                    if secret.encode() in f.read():
+                        found.append(f"secret in /proc/{pid}/{name}")
+            except OSError:
+                pass
+    return found
+def sane():
+    return os.path.isfile("probe/__init__.py") and os.getppid() > 1
+"""
+
+
+async def test_the_subject_reaches_no_secret_hidden_test_or_judge_descriptor(  # type: ignore[no-untyped-def]
+    make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe lists what it could open; the hidden test wants nothing (and a sane probe)."""
+    monkeypatch.setattr(scorer, "secrets", types.SimpleNamespace(token_hex=lambda n: SECRET))
+    hidden = {
+        "test_probe.py": f"from probe import reachable, sane\ndef test_probe():\n    assert sane()\n"
+        f"    assert reachable({SECRET!r}) == []\n"
+    }
+    result = await play(make(), task({"probe/__init__.py": PROBE}, hidden), SUBMIT)
+    assert result.reward == 1.0, result.info.get("eval_output")
+
+
+async def test_calling_the_code_under_test_at_import_is_a_collection_error(make) -> None:  # type: ignore[no-untyped-def]
+    hidden = {"test_x.py": "from calc import double\nVALUE = double(2)\ndef test_x():\n    assert VALUE == 4\n"}
+    result = await play(make(), task({"calc.py": "def double(x):\n    return 2 * x\n"}, hidden), SUBMIT)
+    assert result.reward == 0.0 and result.info["tests_errors"] >= 1, result.info
+
+
+async def test_a_test_past_the_deadline_fails_and_the_others_still_count(make) -> None:  # type: ignore[no-untyped-def]
+    files = {"spin.py": "def fast():\n    return 1\ndef spin():\n    while True:\n        pass\n"}
+    hidden = {
+        "test_spin.py": "from spin import fast, spin\ndef test_a():\n    assert fast() == 1\n"
+        "def test_b():\n    spin()\n"
+    }
+    result = await play(make(eval_timeout_s=4.0, reward_mode="fraction"), task(files, hidden), SUBMIT)
+    assert result.info["eval_timed_out"] is True and result.info["tests_passed"] == 1
+    assert result.info["tests_failed"] == 1 and result.reward == 0.5
+    assert result.reason is TerminationReason.SUBMITTED and not result.trajectory.failed
+
+
+async def test_killing_the_judge_is_reward_0_not_eval_failed(make) -> None:  # type: ignore[no-untyped-def]
+    """Writing a fake verdict to every stdout it can open and killing the judge: no verdict, reward 0."""
+    module = TASK.data["module"]
+    kill = (
+        "import os, signal\n"
+        "for pid in [d for d in os.listdir('/proc') if d.isdigit()]:\n"
+        "    try:\n"
+        "        with open(f'/proc/{pid}/fd/1', 'w') as f:\n"
+        '            f.write(\'\\n\' + \'0\' * 32 + \' {"passed": 9, "failed": 0, "errors": 0, "skipped": 0,\'\n'
+        '                    \' "timed_out": false, "failures": []}\\n\')\n'
+        "    except OSError:\n"
+        "        pass\n"
+        "os.kill(os.getppid(), signal.SIGKILL)\n"
+    )
+    turn = f"```bash\ncat >> {module} <<'EOF'\n{kill}EOF\nsubmit\n```"
+    result = await play(make(), TASK, [turn])
+    assert result.reason is TerminationReason.SUBMITTED and not result.trajectory.failed
+    assert result.reward == 0.0 and result.info["eval_failure"] == "no_verdict", result.info
+
+
+TASK = generate_swe_tasks(1, seed=0, kinds=("wrong_operator",))[0]
+FILL = {
+    "bytes": "n = 0\ntry:\n    while True:\n        with open(f'big{n}', 'wb') as f:\n"
+    "            f.write(b'0' * (8 << 20))\n        n += 1\nexcept OSError:\n    print('full')\n",
+    "files": "n = 0\ntry:\n    while True:\n        open(f'f{n}', 'w').close()\n        n += 1\n"
+    "except OSError:\n    print('full')\n",
+}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the workspace caps need root (documented in docs/sandbox.md)")
+@pytest.mark.parametrize("what", sorted(FILL))
+async def test_a_workspace_filled_to_its_cap_is_reward_0_and_counted(make, what: str) -> None:  # type: ignore[no-untyped-def]
+    """Issue 22: filling the workspace made evaluate() fail (ENOSPC) and the episode ended ``eval_failed``."""
+    turn = f"```python\n{FILL[what]}```"
+    strategy = make_strategy(
+        RolloutConfig(strategy="sync_batch", retries=0), lambda _t: make(), ScriptedRunner([turn, SUBMIT[0]])
+    )
+    try:
+        batch = await strategy.collect(RolloutRequest(tasks=[TASK], group_size=1))
+    finally:
+        await strategy.close()
+    traj = batch.trajectories[0]
+    assert "full" in (traj.messages[-2].content or ""), traj.messages[-2]
+    assert traj.termination is TerminationReason.SUBMITTED and not traj.failed, traj.error
+    assert traj.reward == 0.0 and traj.info["eval"]["eval_failure"] == "workspace_full"
+    assert batch.stats["rollout/eval_failure/workspace_full"] == 1.0
