@@ -342,6 +342,13 @@ def test_cli_exec_refuses_a_device_instead_of_hanging() -> None:
     assert out.stderr.startswith("error: /dev/zero") and "regular file" in out.stderr
 
 
+def test_cli_exec_refuses_a_directory_with_one_error_line(tmp_path: Path) -> None:
+    out = _cli(str(tmp_path), "--json")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith(f"error: {tmp_path}") and "regular file" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
 async def test_a_server_slow_to_get_ready_is_replaced_not_waited_for(
     host_audit: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,10 +72,12 @@ def read_program(path: Path) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the open
     except OSError as exc:
         raise InputError(str(path), None, f"cannot read the file ({exc.strerror})", "pass a readable file") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which raises on a directory
+        os.close(fd)
+        raise InputError(
+            str(path), None, "is not a regular file", "pass a program file (not a directory, device or FIFO)"
+        )
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(str(path), None, "is not a regular file", "pass a program file (not a device or FIFO)")
         data = f.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise InputError(str(path), None, f"is larger than {MAX_FILE_BYTES >> 20} MB", "pass a smaller program")
