@@ -171,6 +171,22 @@ def exec_python(code, env):
     return status
 
 
+def first_to_kill():
+    """Make this process the OOM killer's first choice in the sandbox's memory cgroup, before the server.
+
+    The code may lower it again (not below 0): the OOM killer then may take the server instead, which
+    the host reports the same way (``memory_exceeded``) and replaces.
+    """
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"1000")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def new_globals():
     return {"__name__": "__main__", "__builtins__": builtins}
 
@@ -193,6 +209,7 @@ def zygote_main(ctrl_in, done_w, out_w, err_w):
     try:
         os.setpgid(0, 0)
         PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        first_to_kill()
         null = os.open(os.devnull, os.O_RDONLY)
         for src, dst in ((null, 0), (out_w, 1), (err_w, 2), (ctrl_in, 3), (done_w, 4)):
             os.dup2(src, dst)
@@ -234,6 +251,7 @@ def kernel_main(sock, work, req):
 
     os.setpgid(0, 0)
     PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    first_to_kill()
     os.register_at_fork(after_in_child=random.seed)  # see zygote_main
     keep = sock.fileno()
     os.closerange(3, keep)

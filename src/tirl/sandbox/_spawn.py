@@ -49,8 +49,9 @@ async def spawn(
 
     ``limits`` become rlimits of the child (inherited by all it starts);
     ``user`` (only when we are root) switches the child to that uid/gid first;
-    ``launch`` (a bubblewrap sandbox): its descriptors are passed, and its whole PID namespace is
-    killed when the program ends or at the deadline, whichever comes first.
+    ``launch`` (a bubblewrap sandbox): its descriptors are passed, the child joins its memory cgroup
+    before it executes, its whole PID namespace is killed when the program ends or at the deadline,
+    whichever comes first, and an OOM kill in its cgroup is reported as ``memory_exceeded``.
     """
     if launch is not None:
         pass_fds = (*pass_fds, *launch.pass_fds)
@@ -58,6 +59,8 @@ async def spawn(
     out, err = CappedBuffer(max_chars * 4), CappedBuffer(max_chars * 4)
 
     def _pre() -> None:
+        if launch is not None:
+            launch.preexec()
         if limits is not None:
             apply_rlimits(limits)
 
@@ -109,4 +112,7 @@ async def spawn(
     if transport is not None:
         transport.close()
     wall = time.monotonic() - start
-    return build_result(out, err, proc.returncode, timed_out=timed_out, wall_s=wall, max_chars=max_chars)
+    oom = launch is not None and launch.oom_killed()
+    return build_result(
+        out, err, proc.returncode, timed_out=timed_out, wall_s=wall, max_chars=max_chars, oom_killed=oom
+    )

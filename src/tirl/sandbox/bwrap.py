@@ -195,12 +195,17 @@ def launch(
     disk_mb: int = 64,
     inodes: int = DEFAULT_INODES,
     as_pid_1: bool = False,
+    memory_mb: int = 1024,
 ) -> Launch:
-    """Everything needed to start one sandbox running ``prog`` (seccomp, info descriptor, capped tmpfs as root)."""
+    """Everything needed to start one sandbox running ``prog``.
+
+    The seccomp filter, the info descriptor, the capped tmpfs as root, and a memory cgroup of
+    ``memory_mb`` where the host has one (its caller passes :meth:`Launch.preexec` as ``preexec_fn``).
+    """
     uid = sandbox_uid()
     capped = uid is not None and can_mount()
     argv = bwrap_argv(python=python, workdir=workdir, tmp_mb=disk_mb, as_pid_1=as_pid_1, capped=capped)
-    return prepare(argv, prog, uid=uid, capped=capped, disk_mb=disk_mb, inodes=inodes)
+    return prepare(argv, prog, uid=uid, capped=capped, disk_mb=disk_mb, inodes=inodes, memory_mb=memory_mb)
 
 
 @functools.cache
@@ -225,11 +230,12 @@ def bwrap_problem() -> str | None:
             group=uid,
             extra_groups=[] if uid else None,
             pass_fds=start.pass_fds,
+            preexec_fn=start.preexec,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not start: {exc}"
     finally:
-        start.kill_namespace()
+        start.finish()
     if proc.returncode != 0:
         return f"bwrap failed (status {proc.returncode}): {proc.stderr.strip()[:300]}"
     return None
@@ -280,7 +286,7 @@ class BwrapSandbox(Sandbox):
                 )
             st = os.stat(workdir)
             owner = (st.st_uid, st.st_gid)
-        start = launch(python=self.python, prog=prog, workdir=workdir, disk_mb=self.disk_mb)
+        start = launch(python=self.python, prog=prog, workdir=workdir, disk_mb=self.disk_mb, memory_mb=req.memory_mb)
         if start.uid is not None:
             self.uids.add(start.uid)
         try:
@@ -297,6 +303,7 @@ class BwrapSandbox(Sandbox):
             )
         finally:
             start.kill_namespace()
+            await asyncio.to_thread(start.finish)  # the memory cgroup goes once its processes have exited
             if workdir is not None:
                 await asyncio.to_thread(give_to, workdir, start.uid, owner)
 
