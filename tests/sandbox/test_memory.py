@@ -94,6 +94,32 @@ async def test_memory_past_the_limit_is_killed_and_reported(host_audit: object, 
     assert after.ok and after.stdout == "42\n", after
 
 
+async def test_a_session_kernel_past_the_limit_is_killed_and_reported(host_audit: object) -> None:
+    _needs_cgroup()
+    pool = make("pool", size=1, disk_mb=DISK_MB, memory_mb=LIMIT_MB, timeout_s=30.0)
+    try:
+        await pool.run("kept = 1", session="s")
+        hoard = await pool.run(MEMFD, session="s")
+        after = await pool.run("print('kept' in globals())", session="s")
+    finally:
+        await pool.close()
+    assert hoard.memory_exceeded and "held" not in hoard.stdout and "state was lost" in hoard.stderr, hoard
+    assert after.ok and after.stdout == "False\n", after
+
+
+async def test_a_pool_server_takes_each_runs_own_limit(host_audit: object) -> None:
+    _needs_cgroup()
+    pool = make("pool", size=1, disk_mb=DISK_MB, memory_mb=1024, timeout_s=30.0)
+    big = "open('/tmp/big', 'wb').write(b'x' * (400 << 20))\nprint('wrote')"
+    try:
+        lowered = await pool.run(big, memory_mb=LIMIT_MB)
+        raised = await pool.run(big)  # the server's default again
+    finally:
+        await pool.close()
+    assert lowered.memory_exceeded and "wrote" not in lowered.stdout, lowered
+    assert raised.ok and raised.stdout == "wrote\n", raised
+
+
 @pytest.mark.parametrize("backend", ["bwrap", "pool"])
 async def test_code_under_the_limit_still_runs(host_audit: object, backend: str) -> None:
     ok = """
