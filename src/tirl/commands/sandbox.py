@@ -53,7 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ex.add_argument("file", type=Path, nargs="+", help="the programs to run, in order")
     ex.add_argument("--lang", choices=["python", "bash"], default=None, help="default: from each file's suffix")
     ex.add_argument("--timeout", type=_positive, default=5.0, help="wall-clock limit per file in seconds (default 5)")
-    ex.add_argument("--memory-mb", type=_count, default=1024, help="address-space limit in MB (default 1024)")
+    ex.add_argument(
+        "--memory-mb",
+        type=_count,
+        default=1024,
+        help="memory limit in MB: per process, and for the whole sandbox where it gets a memory cgroup (default 1024)",
+    )
     ex.add_argument("--max-output-chars", type=_count, default=2000, help="cut longer output (default 2000)")
     ex.add_argument("--backend", choices=["auto", "bwrap", "process"], default="auto", help="auto: bwrap if it works")
     ex.add_argument("--pool", action="store_true", help="run all files through one warm-pool server, in order")

@@ -66,10 +66,10 @@ def locate(cgroup_text: str, mountinfo_text: str, v2_controllers: Callable[[Path
             v1_path = path
     mounts: list[tuple[str, str, str, list[str]]] = []  # (fstype, root, mount point, super options)
     for line in mountinfo_text.splitlines():
-        fields, _, tail = line.partition(" - ")
-        parts, rest = fields.split(" "), tail.split(" ")
-        if len(parts) >= 5 and len(rest) >= 3:
-            mounts.append((rest[0], parts[3], parts[4], rest[2].split(",")))
+        head, _, tail = line.partition(" - ")
+        parts, fs = head.split(" "), tail.split(" ")  # fs: type, source, super options
+        if len(parts) >= 5 and len(fs) >= 3:
+            mounts.append((fs[0], parts[3], parts[4], fs[2].split(",")))
     for fstype, root, point, options in mounts:
         if v1_path is not None and fstype == "cgroup" and "memory" in options:
             return _under(point, root, v1_path), 1
@@ -178,8 +178,11 @@ class MemoryCgroup:
 
     @classmethod
     def create(cls, memory_mb: int) -> MemoryCgroup | None:
-        """A new cgroup limited to ``memory_mb`` below our own; None where there is no usable hierarchy, or
-        when this one cannot be made (the caller then falls back to the seccomp refusals)."""
+        """A new cgroup limited to ``memory_mb`` below our own, or None.
+
+        None where there is no usable hierarchy, or when this one cannot be made (the caller then falls
+        back to the seccomp refusals).
+        """
         found = memory_parent()
         if found is None:
             return None

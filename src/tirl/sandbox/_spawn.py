@@ -9,6 +9,7 @@ import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tirl.sandbox._common import CappedBuffer, Limits, apply_rlimits, build_result
 from tirl.sandbox._launch import Launch
@@ -26,6 +27,20 @@ async def _pump(stream: asyncio.StreamReader | None, buf: CappedBuffer) -> None:
         if not chunk:
             return
         buf.feed(chunk)
+
+
+async def _drain(proc: asyncio.subprocess.Process, pumps: asyncio.Future[Any], grace_s: float) -> None:
+    """Let the output pumps finish for ``grace_s`` after the exit, then close our pipe ends."""
+    try:
+        await asyncio.wait_for(asyncio.shield(pumps), grace_s)
+    except TimeoutError:
+        # A child that left the process group still holds the pipes; stop listening.
+        pumps.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pumps
+    transport = getattr(proc, "_transport", None)  # close our pipe ends now, not at garbage collection
+    if transport is not None:
+        transport.close()
 
 
 def _killpg(pid: int) -> None:
@@ -101,16 +116,7 @@ async def spawn(
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
     await proc.wait()
-    try:
-        await asyncio.wait_for(asyncio.shield(pumps), kill_grace_s)
-    except TimeoutError:
-        # A child that left the process group still holds the pipes; stop listening.
-        pumps.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pumps
-    transport = getattr(proc, "_transport", None)  # close our pipe ends now, not at garbage collection
-    if transport is not None:
-        transport.close()
+    await _drain(proc, pumps, kill_grace_s)
     wall = time.monotonic() - start
     oom = launch is not None and launch.oom_killed()
     return build_result(

@@ -29,6 +29,10 @@ Covered:
       size and open files; a wall-clock timeout; the bytes in the writable
       places, and, as root, their number of files (one tmpfs with
       ``nr_inodes``, mounted in a private mount namespace);
+    - **memory as a whole**, where tirl can write a cgroup hierarchy (as root):
+      the run's own memory cgroup (:mod:`tirl.sandbox._cgroup`) limited to
+      ``memory_mb`` charges processes, memfd, tmpfs files, shared memory and
+      page cache together; an OOM kill there is ``memory_exceeded``;
     - **workdir**: handed to the sandbox's uid for the run and back to its
       owner afterwards, in a thread, at any depth, with set-id, sticky and
       group/world-write bits cleared;
@@ -40,9 +44,11 @@ Not covered:
     - kernel exploits through the system calls the filter allows (no VM boundary);
     - without root, the number of files in the writable places (bwrap 0.8
       has no inode cap) and the total size of a bound ``workdir``;
-    - memory as a whole: the address-space limit is per process, so N
-      processes may use N times the limit (the process-count limit bounds N);
-    - CPU share and I/O bandwidth (no cgroup limits): a run can slow its
+    - memory as a whole without a memory cgroup: the address-space limit is
+      per process, so N processes may use N times the limit (the process-count
+      limit bounds N), and tmpfs files are bounded by their caps only;
+      ``memfd_create``, ``memfd_secret`` and ``shmget`` are then refused;
+    - CPU share and I/O bandwidth (no CPU or I/O limits): a run can slow its
       neighbours down until its deadline;
     - on kernels before 5.14 (no per-user-namespace counts) the process-count
       limit counts all processes of the uid, not just the sandbox's;

@@ -32,10 +32,18 @@ and nothing else can see them. A run that times out kills the kernel. The
 result then says that the state was lost, and the next run starts afresh.
 :meth:`WarmPool.end_session` frees it.
 
+The kernel's status reply carries its turn's nonce, and the session server drops
+any other message: code that queues status replies on the kernel's socket can
+end no later turn early.
+
 Covered (``isolate=True``): everything the bubblewrap backend covers (see
 :mod:`tirl.sandbox.bwrap`), per execution. The network, file system and
 environment are isolated. Timeouts, rlimits and the cleanup of processes and
-files are enforced by the server inside the sandbox.
+files are enforced by the server inside the sandbox. Where a memory cgroup can
+be made, each server (and all its runs' processes and files) is in its own,
+limited to each run's ``memory_mb`` before the run; an OOM kill there during a
+run makes it ``memory_exceeded`` (when it took the server, the server is
+replaced).
 
 Not covered:
     - everything :mod:`tirl.sandbox.bwrap` does not cover;
@@ -47,6 +55,11 @@ Not covered:
       stops answering or answers out of turn;
     - POSIX message queues (``mq_open``) made by one execution outlive it on
       that server (their names cannot be listed without mounting mqueue);
+    - the PID counter and the tmpfs inode counter outlive a run on its server:
+      a run can tell how many processes and files the runs before it created
+      (a covert channel of a few bits per run between runs that cooperate);
+    - a thread that session code leaves in the kernel runs during the
+      session's later turns (it is session state) and can read their nonce;
     - a session kernel's CPU rlimit is re-armed before each run, but its
       hard limit is open, so code can raise it. The wall-clock timeout still
       kills it;
