@@ -167,6 +167,44 @@ async def test_a_session_that_times_out_says_its_state_is_lost(host_audit: objec
     assert after.stdout.strip() == "False"
 
 
+# Turn code that queues forged status replies on the kernel's socket: bare statuses, and statuses carrying this
+# turn's own nonce (read from the kernel loop's frame), each as the whole message.
+FORGE = """
+import os, socket, stat, struct, sys
+f, nonce = sys._getframe(), b""
+while f is not None:
+    msg = f.f_locals.get("msg")
+    if isinstance(msg, tuple) and len(msg) > 7 and isinstance(msg[7], bytes):
+        nonce = msg[7]
+    f = f.f_back
+for fd in range(3, 256):
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            continue
+        s = socket.socket(fileno=os.dup(fd))
+        for _ in range(4):
+            for forged in (struct.pack(">i", 0), nonce + struct.pack(">i", 0), struct.pack(">i", 0) + nonce):
+                s.send(forged)
+        s.detach()
+    except OSError:
+        pass
+print("forged", len(nonce))
+"""
+
+
+@pytest.mark.parametrize("backend", ["pool", "pool-process"])
+async def test_queued_status_replies_do_not_desync_later_session_turns(host_audit: object, backend: str) -> None:
+    pool: WarmPool = make(backend, size=1)
+    try:
+        forge = await pool.run(FORGE, session="s")
+        later = [await pool.run(f"import time\ntime.sleep(0.2)\nprint('turn', {i})", session="s") for i in range(3)]
+    finally:
+        await pool.close()
+    assert forge.stdout.strip() == "forged 8", forge
+    assert [r.stdout.strip() for r in later] == ["turn 0", "turn 1", "turn 2"], later
+    assert all(r.ok and r.wall_s >= 0.2 for r in later), later
+
+
 async def test_bash_runs_in_the_pool(host_audit: object) -> None:
     pool = _pool(size=1)
     try:
@@ -340,6 +378,13 @@ def test_cli_exec_refuses_a_device_instead_of_hanging() -> None:
     out = _cli("/dev/zero", "--json")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.startswith("error: /dev/zero") and "regular file" in out.stderr
+
+
+def test_cli_exec_refuses_a_directory_with_one_error_line(tmp_path: Path) -> None:
+    out = _cli(str(tmp_path), "--json")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith(f"error: {tmp_path}") and "regular file" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
 async def test_a_server_slow_to_get_ready_is_replaced_not_waited_for(

@@ -53,7 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ex.add_argument("file", type=Path, nargs="+", help="the programs to run, in order")
     ex.add_argument("--lang", choices=["python", "bash"], default=None, help="default: from each file's suffix")
     ex.add_argument("--timeout", type=_positive, default=5.0, help="wall-clock limit per file in seconds (default 5)")
-    ex.add_argument("--memory-mb", type=_count, default=1024, help="address-space limit in MB (default 1024)")
+    ex.add_argument(
+        "--memory-mb",
+        type=_count,
+        default=1024,
+        help="memory limit in MB: per process, and for the whole sandbox where it gets a memory cgroup (default 1024)",
+    )
     ex.add_argument("--max-output-chars", type=_count, default=2000, help="cut longer output (default 2000)")
     ex.add_argument("--backend", choices=["auto", "bwrap", "process"], default="auto", help="auto: bwrap if it works")
     ex.add_argument("--pool", action="store_true", help="run all files through one warm-pool server, in order")
@@ -72,10 +77,12 @@ def read_program(path: Path) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the open
     except OSError as exc:
         raise InputError(str(path), None, f"cannot read the file ({exc.strerror})", "pass a readable file") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which raises on a directory
+        os.close(fd)
+        raise InputError(
+            str(path), None, "is not a regular file", "pass a program file (not a directory, device or FIFO)"
+        )
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(str(path), None, "is not a regular file", "pass a program file (not a device or FIFO)")
         data = f.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise InputError(str(path), None, f"is larger than {MAX_FILE_BYTES >> 20} MB", "pass a smaller program")

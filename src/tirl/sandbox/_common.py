@@ -82,8 +82,12 @@ def build_result(
     wall_s: float,
     max_chars: int,
     error: str | None = None,
+    oom_killed: bool = False,
 ) -> ExecResult:
-    """Turn captured streams and a status into an :class:`ExecResult` (SIGXCPU counts as a timeout)."""
+    """Turn captured streams and a status into an :class:`ExecResult` (SIGXCPU counts as a timeout).
+
+    ``oom_killed``: the kernel's OOM killer killed a process of the sandbox (its memory cgroup says so).
+    """
     stdout, t1 = out.text(max_chars)
     stderr, t2 = err.text(max_chars)
     if exit_code == -signal.SIGXCPU:
@@ -93,7 +97,7 @@ def build_result(
         stderr=stderr,
         exit_code=exit_code,
         timed_out=timed_out,
-        memory_exceeded=memory_exceeded(exit_code, stderr),
+        memory_exceeded=oom_killed or memory_exceeded(exit_code, stderr),
         truncated=t1 or t2,
         wall_s=wall_s,
         error=error,

@@ -13,7 +13,11 @@
   host directory :data:`MOUNT_POINT` in a private mount namespace (the host's mount table does not
   change, and the tmpfs dies with the sandbox), then ``setpriv`` drops to the sandbox's uid and
   executes bwrap, which binds the three directories. Without root, bwrap's own size-capped tmpfs are
-  used and the number of files is not limited (documented in :mod:`tirl.sandbox.bwrap`).
+  used and the number of files is not limited (documented in :mod:`tirl.sandbox.bwrap`);
+- a memory cgroup (:mod:`tirl.sandbox._cgroup`) where the host has a writable one: the first process
+  joins it between fork and exec (:meth:`Launch.preexec`, the ``preexec_fn`` of the caller's
+  ``Popen``), so all of the sandbox's memory is charged there; :meth:`Launch.finish` removes it. Without
+  one, the seccomp filter refuses the calls whose memory nothing else would count.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 
+from tirl.sandbox._cgroup import MemoryCgroup
 from tirl.sandbox._seccomp import filter_fd
 
 MOUNT_POINT = "/run/tirl-sandbox"
@@ -70,6 +75,16 @@ class Launch:
     _child_fds: list[int] = field(default_factory=list)
     pidfd: int | None = None
     pid1: int | None = None  # the host pid of the sandbox's PID 1 (for accounting; kill through ``pidfd``)
+    cgroup: MemoryCgroup | None = None  # the sandbox's memory cgroup (None: the host has none for us)
+
+    def preexec(self) -> None:
+        """In the child, before it executes: join the memory cgroup (the caller's ``preexec_fn``)."""
+        if self.cgroup is not None:
+            self.cgroup.join()
+
+    def oom_killed(self) -> bool:
+        """Whether the OOM killer killed a process of this sandbox (always False without a cgroup)."""
+        return self.cgroup is not None and self.cgroup.oom_kills() > 0
 
     def started(self) -> None:
         """Close our copies of the descriptors the child inherited."""
@@ -110,18 +125,34 @@ class Launch:
                 os.close(self.pidfd)
             self.pidfd = None
 
+    def finish(self, wait_s: float = 2.0) -> None:
+        """Kill the namespace and remove the memory cgroup once its processes are gone (blocking up to ``wait_s``)."""
+        self.kill_namespace()
+        if self.cgroup is not None:
+            self.cgroup.remove(wait_s)
 
-def prepare(bwrap: list[str], prog: list[str], *, uid: int | None, capped: bool, disk_mb: int, inodes: int) -> Launch:
+
+def prepare(
+    bwrap: list[str],
+    prog: list[str],
+    *,
+    uid: int | None,
+    capped: bool,
+    disk_mb: int,
+    inodes: int,
+    memory_mb: int,
+) -> Launch:
     """Wrap ``bwrap`` (its argv, without ``--``) and ``prog`` with the seccomp and info descriptors.
 
     With ``capped`` (root) it also runs in the inode-capped tmpfs; ``bwrap`` must then bind
-    :data:`MOUNT_POINT`'s directories.
+    :data:`MOUNT_POINT`'s directories. ``memory_mb`` limits the sandbox's memory cgroup, when there is one.
     """
-    seccomp = filter_fd()
+    cgroup = MemoryCgroup.create(memory_mb)
+    seccomp = filter_fd(cgroup=cgroup is not None)
     info_r, info_w = os.pipe()
     os.set_inheritable(info_r, False)
     argv = [*bwrap, "--seccomp", str(seccomp), "--info-fd", str(info_w), "--", *prog]
     if capped and uid is not None:
         argv = [*wrapper(uid, disk_mb * 1024 * 1024, inodes), *argv]
     user = None if capped else uid
-    return Launch(argv, (seccomp, info_w), info_r, uid, user, _child_fds=[seccomp, info_w])
+    return Launch(argv, (seccomp, info_w), info_r, uid, user, _child_fds=[seccomp, info_w], cgroup=cgroup)

@@ -21,6 +21,12 @@ Default action: allow. Denied with ``EPERM`` (the call fails, the program goes o
   ``finit_module``, ``delete_module``, ``acct``, ``swapon``, ``swapoff``, ``reboot``, ``syslog``,
   ``quotactl``, ``lookup_dcookie``, ``personality``.
 
+Only where the sandbox has no memory cgroup (:mod:`tirl.sandbox._cgroup`; ``filter_fd(cgroup=False)``),
+``memfd_create``, ``memfd_secret`` and ``shmget`` fail with ``ENOMEM`` (reported as ``memory_exceeded``
+when the program dies of it): memory held in a memfd filled with ``write()``, or in SysV segments
+attached a piece at a time, is in no process's address space, so the address-space rlimit cannot count
+it, and without a cgroup nothing else would. With a cgroup the three stay allowed: it charges them.
+
 ``clone3`` fails with ``ENOSYS``: its flags sit in memory, where a filter cannot read them, and C
 libraries then fall back to ``clone``, whose flags are checked. Calls of another architecture's ABI
 (e.g. 32-bit ``int 0x80`` on x86-64) kill the process (libseccomp's default for a foreign
@@ -80,18 +86,27 @@ DENIED = (
     "personality",
 )
 
+# Memory that no rlimit counts; refused only where no memory cgroup counts it either.
+MEMORY_DENIED = ("memfd_create", "memfd_secret", "shmget")
+
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 CLONE_NS_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
 
 
 @functools.cache
-def filter_bpf() -> bytes:
-    """The compiled filter (classic BPF, as ``bwrap --seccomp`` reads it); raises OSError/ImportError if unbuildable."""
+def filter_bpf(cgroup: bool = True) -> bytes:
+    """The compiled filter (classic BPF, as ``bwrap --seccomp`` reads it); raises OSError/ImportError if unbuildable.
+
+    ``cgroup``: the sandbox runs in a memory cgroup; without one, :data:`MEMORY_DENIED` fail with ENOMEM.
+    """
     import pyseccomp as sc
 
     f = sc.SyscallFilter(sc.ALLOW)
     for name in DENIED:
         f.add_rule(sc.ERRNO(errno.EPERM), name)
+    if not cgroup:
+        for name in MEMORY_DENIED:
+            f.add_rule(sc.ERRNO(errno.ENOMEM), name)
     for flag in CLONE_NS_FLAGS:
         f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
@@ -104,16 +119,16 @@ def filter_bpf() -> bytes:
 def seccomp_problem() -> str | None:
     """None when the filter can be built here, else why not."""
     try:
-        filter_bpf()
+        filter_bpf(cgroup=False)
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         return f"the seccomp filter cannot be built ({exc}); pip install pyseccomp and apt-get install libseccomp2"
     return None
 
 
-def filter_fd() -> int:
+def filter_fd(cgroup: bool = True) -> int:
     """A fresh memfd holding the filter, positioned at its start (the caller passes it to bwrap, then closes it)."""
     fd = os.memfd_create("tirl-seccomp", os.MFD_CLOEXEC)
-    data = filter_bpf()
+    data = filter_bpf(cgroup)
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

@@ -171,6 +171,22 @@ def exec_python(code, env):
     return status
 
 
+def first_to_kill():
+    """Make this process the OOM killer's first choice in the sandbox's memory cgroup, before the server.
+
+    The code may lower it again (not below 0): the OOM killer then may take the server instead, which
+    the host reports the same way (``memory_exceeded``) and replaces.
+    """
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"1000")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def new_globals():
     return {"__name__": "__main__", "__builtins__": builtins}
 
@@ -193,6 +209,7 @@ def zygote_main(ctrl_in, done_w, out_w, err_w):
     try:
         os.setpgid(0, 0)
         PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        first_to_kill()
         null = os.open(os.devnull, os.O_RDONLY)
         for src, dst in ((null, 0), (out_w, 1), (err_w, 2), (ctrl_in, 3), (done_w, 4)):
             os.dup2(src, dst)
@@ -234,6 +251,7 @@ def kernel_main(sock, work, req):
 
     os.setpgid(0, 0)
     PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    first_to_kill()
     os.register_at_fork(after_in_child=random.seed)  # see zygote_main
     keep = sock.fileno()
     os.closerange(3, keep)
@@ -263,7 +281,7 @@ def kernel_main(sock, work, req):
         status = exec_python(msg[9].decode("utf-8", "surrogatepass"), env)
         os.dup2(null, 1)
         os.dup2(null, 2)
-        sock.sendall(struct.pack(">i", status))
+        sock.sendall(msg[7] + struct.pack(">i", status))  # this turn's nonce: a queued forgery answers no later turn
 
 
 class Server:
@@ -366,7 +384,7 @@ class Server:
         os.close(out_w)
         os.close(err_w)
         out, err = CappedBuffer(keep), CappedBuffer(keep)
-        finished, reply = self.wait(done, out_r, err_r, out, err, start + timeout_s)
+        finished, reply = self.wait(done, out_r, err_r, out, err, start + timeout_s, nonce=nonce)
         if not finished:
             kill_group(pid)
         if finished and len(reply or b"") == 4:
@@ -379,8 +397,13 @@ class Server:
             note = b"[session restarted: its state was lost]"
         return encode_answer(nonce, status, not finished, time.monotonic() - start, out, err, note)
 
-    def wait(self, done, out_r, err_r, out, err, deadline, status_r=None):
-        """Pump output until the program ends and its pipes close; (finished in time, kernel reply or status)."""
+    def wait(self, done, out_r, err_r, out, err, deadline, status_r=None, nonce=None):
+        """Pump output until the program ends and its pipes close; (finished in time, kernel reply or status).
+
+        A session kernel's reply is its turn's ``nonce`` + status. The turn's code runs in the kernel and can
+        write on its socket too: a message that does not carry this turn's nonce (queued by an earlier turn,
+        or malformed) is dropped, so it can end no turn but the one that wrote it.
+        """
         streams = {out_r: out, err_r: err}
         finished, reply, end = False, None, deadline
         while True:
@@ -401,8 +424,12 @@ class Server:
                         end = time.monotonic() + DRAIN_GRACE_S
                     continue
                 if fd is done:
-                    finished = True
                     reply = None if isinstance(done, int) else done.recv(4096)
+                    if reply and (len(reply) != 12 or reply[:8] != nonce):
+                        reply = None
+                        continue
+                    finished = True
+                    reply = reply[8:] if reply else None
                     end = time.monotonic() + DRAIN_GRACE_S  # a background child may hold the pipes
                     continue
                 chunk = os.read(fd, 65536)

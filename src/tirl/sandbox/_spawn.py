@@ -9,6 +9,7 @@ import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tirl.sandbox._common import CappedBuffer, Limits, apply_rlimits, build_result
 from tirl.sandbox._launch import Launch
@@ -26,6 +27,20 @@ async def _pump(stream: asyncio.StreamReader | None, buf: CappedBuffer) -> None:
         if not chunk:
             return
         buf.feed(chunk)
+
+
+async def _drain(proc: asyncio.subprocess.Process, pumps: asyncio.Future[Any], grace_s: float) -> None:
+    """Let the output pumps finish for ``grace_s`` after the exit, then close our pipe ends."""
+    try:
+        await asyncio.wait_for(asyncio.shield(pumps), grace_s)
+    except TimeoutError:
+        # A child that left the process group still holds the pipes; stop listening.
+        pumps.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pumps
+    transport = getattr(proc, "_transport", None)  # close our pipe ends now, not at garbage collection
+    if transport is not None:
+        transport.close()
 
 
 def _killpg(pid: int) -> None:
@@ -49,8 +64,9 @@ async def spawn(
 
     ``limits`` become rlimits of the child (inherited by all it starts);
     ``user`` (only when we are root) switches the child to that uid/gid first;
-    ``launch`` (a bubblewrap sandbox): its descriptors are passed, and its whole PID namespace is
-    killed when the program ends or at the deadline, whichever comes first.
+    ``launch`` (a bubblewrap sandbox): its descriptors are passed, the child joins its memory cgroup
+    before it executes, its whole PID namespace is killed when the program ends or at the deadline,
+    whichever comes first, and an OOM kill in its cgroup is reported as ``memory_exceeded``.
     """
     if launch is not None:
         pass_fds = (*pass_fds, *launch.pass_fds)
@@ -58,6 +74,8 @@ async def spawn(
     out, err = CappedBuffer(max_chars * 4), CappedBuffer(max_chars * 4)
 
     def _pre() -> None:
+        if launch is not None:
+            launch.preexec()
         if limits is not None:
             apply_rlimits(limits)
 
@@ -98,15 +116,9 @@ async def spawn(
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
     await proc.wait()
-    try:
-        await asyncio.wait_for(asyncio.shield(pumps), kill_grace_s)
-    except TimeoutError:
-        # A child that left the process group still holds the pipes; stop listening.
-        pumps.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pumps
-    transport = getattr(proc, "_transport", None)  # close our pipe ends now, not at garbage collection
-    if transport is not None:
-        transport.close()
+    await _drain(proc, pumps, kill_grace_s)
     wall = time.monotonic() - start
-    return build_result(out, err, proc.returncode, timed_out=timed_out, wall_s=wall, max_chars=max_chars)
+    oom = launch is not None and launch.oom_killed()
+    return build_result(
+        out, err, proc.returncode, timed_out=timed_out, wall_s=wall, max_chars=max_chars, oom_killed=oom
+    )

@@ -74,7 +74,8 @@ class RunRequest:
 class RunDefaults(TypedDict, total=False):
     """What a backend gives a run that leaves it unset: keywords of every backend's constructor.
 
-    ``timeout_s`` (wall clock, default 5.0), ``memory_mb`` (address space, default 1024) and
+    ``timeout_s`` (wall clock, default 5.0), ``memory_mb`` (address space per process, and all the sandbox's
+    memory where it has a memory cgroup: :mod:`tirl.sandbox._cgroup`; default 1024) and
     ``max_output_chars`` (each of stdout and stderr, default 2000).
     """
 

@@ -29,6 +29,10 @@ Covered:
       size and open files; a wall-clock timeout; the bytes in the writable
       places, and, as root, their number of files (one tmpfs with
       ``nr_inodes``, mounted in a private mount namespace);
+    - **memory as a whole**, where tirl can write a cgroup hierarchy (as root):
+      the run's own memory cgroup (:mod:`tirl.sandbox._cgroup`) limited to
+      ``memory_mb`` charges processes, memfd, tmpfs files, shared memory and
+      page cache together; an OOM kill there is ``memory_exceeded``;
     - **workdir**: handed to the sandbox's uid for the run and back to its
       owner afterwards, in a thread, at any depth, with set-id, sticky and
       group/world-write bits cleared;
@@ -40,9 +44,11 @@ Not covered:
     - kernel exploits through the system calls the filter allows (no VM boundary);
     - without root, the number of files in the writable places (bwrap 0.8
       has no inode cap) and the total size of a bound ``workdir``;
-    - memory as a whole: the address-space limit is per process, so N
-      processes may use N times the limit (the process-count limit bounds N);
-    - CPU share and I/O bandwidth (no cgroup limits): a run can slow its
+    - memory as a whole without a memory cgroup: the address-space limit is
+      per process, so N processes may use N times the limit (the process-count
+      limit bounds N), and tmpfs files are bounded by their caps only;
+      ``memfd_create``, ``memfd_secret`` and ``shmget`` are then refused;
+    - CPU share and I/O bandwidth (no CPU or I/O limits): a run can slow its
       neighbours down until its deadline;
     - on kernels before 5.14 (no per-user-namespace counts) the process-count
       limit counts all processes of the uid, not just the sandbox's;
@@ -195,12 +201,17 @@ def launch(
     disk_mb: int = 64,
     inodes: int = DEFAULT_INODES,
     as_pid_1: bool = False,
+    memory_mb: int = 1024,
 ) -> Launch:
-    """Everything needed to start one sandbox running ``prog`` (seccomp, info descriptor, capped tmpfs as root)."""
+    """Everything needed to start one sandbox running ``prog``.
+
+    The seccomp filter, the info descriptor, the capped tmpfs as root, and a memory cgroup of
+    ``memory_mb`` where the host has one (its caller passes :meth:`Launch.preexec` as ``preexec_fn``).
+    """
     uid = sandbox_uid()
     capped = uid is not None and can_mount()
     argv = bwrap_argv(python=python, workdir=workdir, tmp_mb=disk_mb, as_pid_1=as_pid_1, capped=capped)
-    return prepare(argv, prog, uid=uid, capped=capped, disk_mb=disk_mb, inodes=inodes)
+    return prepare(argv, prog, uid=uid, capped=capped, disk_mb=disk_mb, inodes=inodes, memory_mb=memory_mb)
 
 
 @functools.cache
@@ -225,11 +236,12 @@ def bwrap_problem() -> str | None:
             group=uid,
             extra_groups=[] if uid else None,
             pass_fds=start.pass_fds,
+            preexec_fn=start.preexec,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not start: {exc}"
     finally:
-        start.kill_namespace()
+        start.finish()
     if proc.returncode != 0:
         return f"bwrap failed (status {proc.returncode}): {proc.stderr.strip()[:300]}"
     return None
@@ -280,7 +292,7 @@ class BwrapSandbox(Sandbox):
                 )
             st = os.stat(workdir)
             owner = (st.st_uid, st.st_gid)
-        start = launch(python=self.python, prog=prog, workdir=workdir, disk_mb=self.disk_mb)
+        start = launch(python=self.python, prog=prog, workdir=workdir, disk_mb=self.disk_mb, memory_mb=req.memory_mb)
         if start.uid is not None:
             self.uids.add(start.uid)
         try:
@@ -297,6 +309,7 @@ class BwrapSandbox(Sandbox):
             )
         finally:
             start.kill_namespace()
+            await asyncio.to_thread(start.finish)  # the memory cgroup goes once its processes have exited
             if workdir is not None:
                 await asyncio.to_thread(give_to, workdir, start.uid, owner)
 

@@ -32,10 +32,18 @@ and nothing else can see them. A run that times out kills the kernel. The
 result then says that the state was lost, and the next run starts afresh.
 :meth:`WarmPool.end_session` frees it.
 
+The kernel's status reply carries its turn's nonce, and the session server drops
+any other message: code that queues status replies on the kernel's socket can
+end no later turn early.
+
 Covered (``isolate=True``): everything the bubblewrap backend covers (see
 :mod:`tirl.sandbox.bwrap`), per execution. The network, file system and
 environment are isolated. Timeouts, rlimits and the cleanup of processes and
-files are enforced by the server inside the sandbox.
+files are enforced by the server inside the sandbox. Where a memory cgroup can
+be made, each server (and all its runs' processes and files) is in its own,
+limited to each run's ``memory_mb`` before the run; an OOM kill there during a
+run makes it ``memory_exceeded`` (when it took the server, the server is
+replaced).
 
 Not covered:
     - everything :mod:`tirl.sandbox.bwrap` does not cover;
@@ -47,6 +55,11 @@ Not covered:
       stops answering or answers out of turn;
     - POSIX message queues (``mq_open``) made by one execution outlive it on
       that server (their names cannot be listed without mounting mqueue);
+    - the PID counter and the tmpfs inode counter outlive a run on its server:
+      a run can tell how many processes and files the runs before it created
+      (a covert channel of a few bits per run between runs that cooperate);
+    - a thread that session code leaves in the kernel runs during the
+      session's later turns (it is session state) and can read their nonce;
     - a session kernel's CPU rlimit is re-armed before each run, but its
       hard limit is open, so code can raise it. The wall-clock timeout still
       kills it;
@@ -73,6 +86,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +129,7 @@ class _Call:
     nonce: bytes
     timeout_s: float
     keep: int
+    memory_mb: int
 
 
 class _Worker:
@@ -133,6 +148,7 @@ class _Worker:
         self.tmp = tmp  # host directory of a non-isolated server
         self.start = start  # an isolated server's sandbox (its PID namespace is killed with it)
         self.fresh = True  # no request sent yet
+        self.ooms = 0  # OOM kills counted in its memory cgroup so far
         self.lock = asyncio.Lock()
         self._in = proc.stdin.fileno()
         self._out = proc.stdout.fileno()
@@ -222,6 +238,20 @@ class _Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self._close_pipes()
+        if self.start is not None:
+            self.start.finish()  # its memory cgroup, once empty
+
+    def limit(self, memory_mb: int) -> None:
+        """Set the memory cgroup's limit for the next run (OSError: the kernel refused it)."""
+        if self.start is not None and self.start.cgroup is not None:
+            self.start.cgroup.set_limit(memory_mb)
+
+    def oom_killed(self) -> bool:
+        """Whether the OOM killer killed one of its processes since the last time this was asked."""
+        if self.start is None or self.start.cgroup is None:
+            return False
+        seen, self.ooms = self.ooms, self.start.cgroup.oom_kills()
+        return self.ooms > seen
 
     def _close_pipes(self) -> None:
         for f in (self.proc.stdin, self.proc.stdout):
@@ -286,7 +316,14 @@ class WarmPool(Sandbox):
         pass_fds: tuple[int, ...] = ()
         if self.isolate:
             prog = [self.python, "-I", "-c", BOOT, SERVER_SOURCE, "isolated", kind, WORK, TMP, SHM]
-            start = launch(python=self.python, prog=prog, disk_mb=self.disk_mb, inodes=self.inodes, as_pid_1=True)
+            start = launch(
+                python=self.python,
+                prog=prog,
+                disk_mb=self.disk_mb,
+                inodes=self.inodes,
+                as_pid_1=True,
+                memory_mb=self.memory_mb,
+            )
             argv, uid, pass_fds = start.argv, start.user, start.pass_fds
             if start.uid is not None:
                 self.uids.add(start.uid)
@@ -310,10 +347,11 @@ class WarmPool(Sandbox):
                 group=uid,
                 extra_groups=[] if uid is not None else None,
                 pass_fds=pass_fds,
+                preexec_fn=None if start is None else start.preexec,  # joins its memory cgroup
             )
         except BaseException:
             if start is not None:
-                start.kill_namespace()  # closes its descriptors
+                start.finish(wait_s=0.0)  # closes its descriptors
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -374,7 +412,7 @@ class WarmPool(Sandbox):
             body = encode_request(OP_RUN, code, lang, timeout, memory, self.nproc, self.disk_mb, keep, nonce, session)
         except (struct.error, ValueError) as exc:  # a limit or key out of the wire's range: nothing ran
             return ExecResult("", "", None, error=f"cannot send this run to the pool: {exc}")
-        call = _Call(body, nonce, timeout, keep)
+        call = _Call(body, nonce, timeout, keep, memory)
         self._check_loop()
         if session is not None:
             return await self._run_session(session, call)
@@ -409,7 +447,16 @@ class WarmPool(Sandbox):
         return result
 
     async def _call(self, worker: _Worker, call: _Call, *, first_try: bool = False) -> ExecResult:
-        """One request on ``worker``; a failed server is killed (ServerNotReady raised on a ``first_try``)."""
+        """One request on ``worker``; a failed server is killed (ServerNotReady raised on a ``first_try``).
+
+        An OOM kill in the server's memory cgroup during the run makes it ``memory_exceeded``, also when
+        the OOM killer took the server itself (the run then ends with -9 and the server is replaced).
+        """
+        began = time.monotonic()
+        try:
+            worker.limit(call.memory_mb)
+        except OSError as exc:  # e.g. below what the server itself holds
+            return ExecResult("", "", None, error=f"cannot set the memory limit to {call.memory_mb} MB ({exc})")
         try:
             reply = await worker.call(call.body, call.nonce, call.timeout_s + _SERVER_MARGIN_S)
             _, status, timed_out, wall_s, out, err, note = decode_answer(reply, call.keep)
@@ -419,7 +466,10 @@ class WarmPool(Sandbox):
                 raise
             return ExecResult("", "", None, error=f"sandbox server failed ({exc}); replaced")
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
+            oom = worker.oom_killed()
             worker.kill()
+            if oom:
+                return ExecResult("", "", -signal.SIGKILL, memory_exceeded=True, wall_s=time.monotonic() - began)
             return ExecResult("", "", None, error=f"sandbox server failed ({type(exc).__name__}); replaced")
         except asyncio.CancelledError:
             # The reply would arrive during someone else's call: this server cannot be reused.
@@ -427,7 +477,10 @@ class WarmPool(Sandbox):
             raise
         if note:
             err.feed((b"\n" if err.total else b"") + note)
-        return build_result(out, err, status, timed_out=timed_out, wall_s=wall_s, max_chars=self.max_output_chars)
+        oom = worker.oom_killed()
+        return build_result(
+            out, err, status, timed_out=timed_out, wall_s=wall_s, max_chars=self.max_output_chars, oom_killed=oom
+        )
 
     async def _replace(self, worker: _Worker) -> _Worker:
         await worker.stop()
