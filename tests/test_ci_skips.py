@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import missing_part
+from tests.conftest import missing_part  # not `conftest`: sys.modules may hold a sub-directory's conftest
 
 pytest_plugins = ["pytester"]
 

@@ -37,9 +37,16 @@ def full_run_dir(root: Path) -> Path:
             {"id": "b", "answer": "391", "messages": [user, {"role": "assistant", "content": "hmm"}]},
         ],
     )
-    (run / "summary.json").write_text(
-        json.dumps({"steps": 200, "accuracy_after": 0.47, "config": {"filter": {"mode": "drop"}}})
-    )
+    before = {
+        "accuracy": 0.4,
+        "n": 200,
+        "correct": 80,
+        "mean_turns": 5.2,
+        "terminations": {"answered": 150, "max_turns": 50},
+    }
+    after = {"accuracy": 0.9, "n": 200, "correct": 180, "mean_turns": 3.9, "terminations": {"answered": 198, "void": 2}}
+    (run / "summary.json").write_text(json.dumps({"steps": 200, "eval/before": before, "eval/after": after}))
+    (run / "config.json").write_text(json.dumps({"model": {"generator": "hf", "device": "cpu"}}))
     (run / "tb").mkdir()
     (run / "tb" / "events.out.tfevents.1.host").write_bytes(b"")
     return run
@@ -64,12 +71,23 @@ def test_report_is_self_contained_with_all_sections(report: Path) -> None:
     assert out.name == "report.html" and out.parent.name == "run"
     page = out.read_text(encoding="utf-8")
     srcs = re.findall(r'<img [^>]*src="([^"]+)"', page)
-    assert len(srcs) == 8  # reward, valid/void, void share, IS min/max, grad norm, max len, queues, utilisation
+    # eval bars; reward, valid/void, void share, IS min/max, grad norm, max len, loss, entropy+KL; queues, utilisation
+    assert len(srcs) == 11
+    assert "learning rate (warm-up): no values in the log" in page  # the synthetic log has no train/lr
     assert all(s.startswith("data:image/png;base64,") for s in srcs)
     assert "http://" not in page and "https://" not in page and "<script" not in page
     for text in ("Training: ", "void_leak", "Pipeline: ", "runner", "backpressure", "Trajectory audit", "1 void"):
         assert text in page
+    assert "accuracy 0.400 → 0.900" in page and "<td>max_turns</td><td>50</td><td>0</td>" in page
+    assert 'class="verdict expected">runner (normal for this job)' in page  # the in-process CPU generator
     assert "events" not in page or "1 event file(s)" in page
+
+
+def test_a_runner_verdict_is_a_problem_when_generation_is_elsewhere(tmp_path: Path) -> None:
+    run = full_run_dir(tmp_path)
+    (run / "config.json").write_text(json.dumps({"model": {"generator": "openai", "device": "cpu"}}))
+    page = write_report(run).read_text(encoding="utf-8")
+    assert 'class="verdict bad">runner<' in page and "normal for this job" not in page
 
 
 def test_report_shows_void_drift_with_its_onset(tmp_path: Path) -> None:
@@ -108,7 +126,7 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> No
     dom = _chromium("--virtual-time-budget=5000", "--dump-dom", probe.as_uri(), user_dir=tmp_path / "ud1")
     m = re.search(r'id="imgcheck">loaded (\d+) of (\d+)<', dom.stdout)
     assert m, f"no image check in the DOM; stderr: {dom.stderr[-2000:]}"
-    assert m.group(1) == m.group(2) == "8"
+    assert m.group(1) == m.group(2) == "11"
     shot = tmp_path / "report.png"
     res = _chromium("--window-size=1200,2400", f"--screenshot={shot}", report.as_uri(), user_dir=tmp_path / "ud2")
     assert shot.is_file(), res.stderr[-2000:]
