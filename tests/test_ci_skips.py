@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from tests.conftest import missing_part  # not `conftest`: sys.modules may hold a sub-directory's conftest
 
 pytest_plugins = ["pytester"]
