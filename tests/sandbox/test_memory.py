@@ -107,6 +107,16 @@ async def test_a_session_kernel_past_the_limit_is_killed_and_reported(host_audit
     assert after.ok and after.stdout == "False\n", after
 
 
+@pytest.mark.parametrize("attack", ["memfd", "tmp-file"])
+async def test_code_that_lowers_its_oom_score_is_still_killed_and_reported(host_audit: object, attack: str) -> None:
+    _needs_cgroup()
+    # At score 0 the OOM killer may take the pool's server instead of the child: the same report, a new server.
+    code = "open('/proc/self/oom_score_adj', 'w').write('0')\n" + ATTACKS[attack]
+    hoard, after = await _runs("pool", [code, "print(6 * 7)"])
+    assert hoard.memory_exceeded and not hoard.ok and "held" not in hoard.stdout and hoard.error is None, hoard
+    assert after.ok and after.stdout == "42\n", after
+
+
 async def test_a_pool_server_takes_each_runs_own_limit(host_audit: object) -> None:
     _needs_cgroup()
     pool = make("pool", size=1, disk_mb=DISK_MB, memory_mb=1024, timeout_s=30.0)
