@@ -177,6 +177,14 @@ def test_a_v2_hierarchy_is_used_only_when_it_has_the_memory_controller() -> None
     assert _cgroup.locate(cgroup, mounts, v2_controllers=lambda path: "cpu io pids") is None
 
 
+def test_a_path_that_is_not_our_own_cgroup_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cgroup.procs").write_text("1\n2\n")  # some other cgroup (ours would list our pid)
+    monkeypatch.setattr(_cgroup, "locate", lambda *args: (tmp_path, 1))
+    found, why = _cgroup._probe()
+    assert found is None and "is not the cgroup this process runs in" in why
+    assert list(tmp_path.iterdir()) == [tmp_path / "cgroup.procs"]  # nothing was made there
+
+
 def test_an_oom_kill_count_is_read_from_either_version(tmp_path: Path) -> None:
     v1 = tmp_path / "v1"
     v1.mkdir()

@@ -120,6 +120,9 @@ def _probe() -> tuple[tuple[Path, int] | None, str]:
     if found is None:
         return None, "no cgroup hierarchy with the memory controller is mounted for this process"
     parent, version = found
+    if str(os.getpid()) not in _read(parent / "cgroup.procs").split():
+        # A hierarchy mounted from outside our cgroup namespace, say: the path does not lead to our cgroup.
+        return None, f"{parent} is not the cgroup this process runs in"
     if version == 2 and "memory" not in _read(parent / "cgroup.subtree_control").split():
         try:
             (parent / "cgroup.subtree_control").write_text("+memory")
