@@ -23,6 +23,7 @@ import pytest
 from tests.sandbox.conftest import make
 
 from tirl.sandbox import _cgroup
+from tirl.sandbox._launch import Launch
 from tirl.sandbox.base import ExecResult
 
 LIMIT_MB = 256
@@ -157,6 +158,17 @@ async def test_without_a_cgroup_memfd_and_sysv_shm_are_refused(
     # Files are bounded by the tmpfs cap and the file-size limit (64 MB here): the write fails.
     assert not files.ok and "held" not in files.stdout, files
     assert "File too large" in files.stderr or "No space left on device" in files.stderr, files
+
+
+async def test_a_sandbox_started_outside_its_cgroup_is_killed_at_once(
+    host_audit: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _needs_cgroup()
+    # A caller that starts a Launch without joining its cgroup: the sandbox would have no memory limit.
+    monkeypatch.setattr(Launch, "preexec", lambda self: None)
+    (result,) = await _runs("bwrap", ["import time\ntime.sleep(20)\nprint('ran')"])
+    assert result.error is not None and "memory cgroup" in result.error, result
+    assert "ran" not in result.stdout and result.wall_s < 10, result
 
 
 def test_a_v1_memory_hierarchy_is_found_under_our_own_cgroup() -> None:

@@ -239,6 +239,17 @@ class MemoryCgroup:
         """
         os.write(self._procs, b"0")
 
+    def outside(self, pid: int) -> bool:
+        """Whether process ``pid`` is known to be in another cgroup of this hierarchy (False if it is gone)."""
+        for line in _read(Path(f"/proc/{pid}/cgroup")).splitlines():
+            ident, _, rest = line.partition(":")
+            controllers, _, path = rest.partition(":")
+            if (self.version == 2 and ident == "0" and controllers == "") or (
+                self.version == 1 and "memory" in controllers.split(",")
+            ):
+                return not path.rstrip("/").endswith("/" + self.path.name)
+        return False
+
     def oom_kills(self) -> int:
         """OOM kills in this cgroup so far."""
         try:
