@@ -23,6 +23,7 @@ import pytest
 from tests.sandbox.conftest import make
 
 from tirl.sandbox import _cgroup
+from tirl.sandbox._launch import Launch
 from tirl.sandbox.base import ExecResult
 
 LIMIT_MB = 256
@@ -107,6 +108,16 @@ async def test_a_session_kernel_past_the_limit_is_killed_and_reported(host_audit
     assert after.ok and after.stdout == "False\n", after
 
 
+@pytest.mark.parametrize("attack", ["memfd", "tmp-file"])
+async def test_code_that_lowers_its_oom_score_is_still_killed_and_reported(host_audit: object, attack: str) -> None:
+    _needs_cgroup()
+    # At score 0 the OOM killer may take the pool's server instead of the child: the same report, a new server.
+    code = "open('/proc/self/oom_score_adj', 'w').write('0')\n" + ATTACKS[attack]
+    hoard, after = await _runs("pool", [code, "print(6 * 7)"])
+    assert hoard.memory_exceeded and not hoard.ok and "held" not in hoard.stdout and hoard.error is None, hoard
+    assert after.ok and after.stdout == "42\n", after
+
+
 async def test_a_pool_server_takes_each_runs_own_limit(host_audit: object) -> None:
     _needs_cgroup()
     pool = make("pool", size=1, disk_mb=DISK_MB, memory_mb=1024, timeout_s=30.0)
@@ -149,6 +160,17 @@ async def test_without_a_cgroup_memfd_and_sysv_shm_are_refused(
     assert "File too large" in files.stderr or "No space left on device" in files.stderr, files
 
 
+async def test_a_sandbox_started_outside_its_cgroup_is_killed_at_once(
+    host_audit: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _needs_cgroup()
+    # A caller that starts a Launch without joining its cgroup: the sandbox would have no memory limit.
+    monkeypatch.setattr(Launch, "preexec", lambda self: None)
+    (result,) = await _runs("bwrap", ["import time\ntime.sleep(20)\nprint('ran')"])
+    assert result.error is not None and "memory cgroup" in result.error, result
+    assert "ran" not in result.stdout and result.wall_s < 10, result
+
+
 def test_a_v1_memory_hierarchy_is_found_under_our_own_cgroup() -> None:
     cgroup = "12:pids:/x\n4:memory:/process_api/abc\n1:name=systemd:/\n0::/\n"
     mounts = (
@@ -165,6 +187,14 @@ def test_a_v2_hierarchy_is_used_only_when_it_has_the_memory_controller() -> None
     with_memory = _cgroup.locate(cgroup, mounts, v2_controllers=lambda path: "cpu io memory pids")
     assert with_memory == (Path("/sys/fs/cgroup/user.slice/me"), 2)
     assert _cgroup.locate(cgroup, mounts, v2_controllers=lambda path: "cpu io pids") is None
+
+
+def test_a_path_that_is_not_our_own_cgroup_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cgroup.procs").write_text("1\n2\n")  # some other cgroup (ours would list our pid)
+    monkeypatch.setattr(_cgroup, "locate", lambda *args: (tmp_path, 1))
+    found, why = _cgroup._probe()
+    assert found is None and "is not the cgroup this process runs in" in why
+    assert list(tmp_path.iterdir()) == [tmp_path / "cgroup.procs"]  # nothing was made there
 
 
 def test_an_oom_kill_count_is_read_from_either_version(tmp_path: Path) -> None:

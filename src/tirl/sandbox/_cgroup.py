@@ -120,6 +120,9 @@ def _probe() -> tuple[tuple[Path, int] | None, str]:
     if found is None:
         return None, "no cgroup hierarchy with the memory controller is mounted for this process"
     parent, version = found
+    if str(os.getpid()) not in _read(parent / "cgroup.procs").split():
+        # A hierarchy mounted from outside our cgroup namespace, say: the path does not lead to our cgroup.
+        return None, f"{parent} is not the cgroup this process runs in"
     if version == 2 and "memory" not in _read(parent / "cgroup.subtree_control").split():
         try:
             (parent / "cgroup.subtree_control").write_text("+memory")
@@ -235,6 +238,17 @@ class MemoryCgroup:
         credentials, so this works after the child dropped to the sandbox's uid.
         """
         os.write(self._procs, b"0")
+
+    def outside(self, pid: int) -> bool:
+        """Whether process ``pid`` is known to be in another cgroup of this hierarchy (False if it is gone)."""
+        for line in _read(Path(f"/proc/{pid}/cgroup")).splitlines():
+            ident, _, rest = line.partition(":")
+            controllers, _, path = rest.partition(":")
+            if (self.version == 2 and ident == "0" and controllers == "") or (
+                self.version == 1 and "memory" in controllers.split(",")
+            ):
+                return not path.rstrip("/").endswith("/" + self.path.name)
+        return False
 
     def oom_kills(self) -> int:
         """OOM kills in this cgroup so far."""

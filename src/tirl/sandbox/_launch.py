@@ -16,7 +16,8 @@
   used and the number of files is not limited (documented in :mod:`tirl.sandbox.bwrap`);
 - a memory cgroup (:mod:`tirl.sandbox._cgroup`) where the host has a writable one: the first process
   joins it between fork and exec (:meth:`Launch.preexec`, the ``preexec_fn`` of the caller's
-  ``Popen``), so all of the sandbox's memory is charged there; :meth:`Launch.finish` removes it. Without
+  ``Popen``), so all of the sandbox's memory is charged there (:meth:`Launch.read_info` kills a sandbox
+  whose PID 1 is not in it: a caller that forgot ``preexec``); :meth:`Launch.finish` removes it. Without
   one, the seccomp filter refuses the calls whose memory nothing else would count.
 """
 
@@ -76,6 +77,7 @@ class Launch:
     pidfd: int | None = None
     pid1: int | None = None  # the host pid of the sandbox's PID 1 (for accounting; kill through ``pidfd``)
     cgroup: MemoryCgroup | None = None  # the sandbox's memory cgroup (None: the host has none for us)
+    unjoined: bool = False  # its PID 1 was not in the cgroup: killed at once (a caller forgot ``preexec``)
 
     def preexec(self) -> None:
         """In the child, before it executes: join the memory cgroup (the caller's ``preexec_fn``)."""
@@ -107,6 +109,11 @@ class Launch:
         with contextlib.suppress(OSError):
             self.pidfd = os.pidfd_open(pid)
             self.pid1 = pid
+        if self.cgroup is not None and self.cgroup.outside(pid):
+            # Started without :meth:`preexec`: its memory would not be limited (and the filter lets memfd
+            # through, counting on the cgroup). Fail closed.
+            self.unjoined = True
+            self.kill_namespace()
 
     def close_info(self) -> None:
         if self.info_r >= 0:

@@ -118,6 +118,9 @@ async def spawn(
     await proc.wait()
     await _drain(proc, pumps, kill_grace_s)
     wall = time.monotonic() - start
+    if launch is not None and launch.unjoined:
+        error = "the sandbox was not in its memory cgroup and was killed (start it with preexec_fn=Launch.preexec)"
+        return build_result(out, err, None, timed_out=False, wall_s=wall, max_chars=max_chars, error=error)
     oom = launch is not None and launch.oom_killed()
     return build_result(
         out, err, proc.returncode, timed_out=timed_out, wall_s=wall, max_chars=max_chars, oom_killed=oom

@@ -225,6 +225,7 @@ class _Worker:
                 raise ConnectionError("a frame other than the ready frame")
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
             raise ServerNotReady(type(exc).__name__) from exc
+        self.oom_killed()  # OOM kills before the ready frame (the last run's clean-up) are not this run's
         reply = await self._frame(loop.time() + timeout_s)
         if reply[1:9] != nonce:
             raise ConnectionError("a reply that does not answer this request")
@@ -247,7 +248,10 @@ class _Worker:
             self.start.cgroup.set_limit(memory_mb)
 
     def oom_killed(self) -> bool:
-        """Whether the OOM killer killed one of its processes since the last time this was asked."""
+        """Whether the OOM killer killed one of its processes since the last time this was asked.
+
+        Asked when the ready frame comes and after the answer, so a run gets the kills between the two.
+        """
         if self.start is None or self.start.cgroup is None:
             return False
         seen, self.ooms = self.ooms, self.start.cgroup.oom_kills()
@@ -347,7 +351,7 @@ class WarmPool(Sandbox):
                 group=uid,
                 extra_groups=[] if uid is not None else None,
                 pass_fds=pass_fds,
-                preexec_fn=None if start is None else start.preexec,  # joins its memory cgroup
+                preexec_fn=None if start is None or start.cgroup is None else start.preexec,  # joins the cgroup
             )
         except BaseException:
             if start is not None:
