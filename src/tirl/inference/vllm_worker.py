@@ -32,6 +32,7 @@ parameters can afford between steps.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -78,10 +79,16 @@ class SyncCall:
         return (0, call_id, "collective_rpc", (self.method, None, self.args, None))
 
 
-def shm_dir() -> Path:
-    """``/dev/shm`` when it is a writable directory (RAM-backed on Linux), else the temp directory."""
+def shm_dir(need_bytes: int = 0) -> Path:
+    """``/dev/shm`` (RAM-backed on Linux) when writable with ``need_bytes`` free (+10%), else the temp directory.
+
+    Containers often mount a small ``/dev/shm`` (Docker: 64 MB), too small for a model's weights; the
+    file then goes to the temp directory on disk (slower, same result).
+    """
     shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= need_bytes * 1.1:
+        return shm
+    return Path(tempfile.gettempdir())
 
 
 def host_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -100,15 +107,17 @@ def host_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def write_weights(model: torch.nn.Module, directory: Path | None = None) -> Path:
     """Save ``model``'s weights (Hugging Face names) as one safetensors file; returns its path.
 
+    ``directory`` None: :func:`shm_dir` for the file's size.
     Written to a temporary name and renamed, so a worker never reads half a file. The caller deletes it.
     """
     from safetensors.torch import save_file
 
-    directory = directory or shm_dir()
+    state = host_state(model)
+    directory = directory or shm_dir(sum(t.numel() * t.element_size() for t in state.values()))
     fd, tmp = tempfile.mkstemp(prefix=".tirl-weights-", suffix=".safetensors", dir=directory)
     os.close(fd)
     try:
-        save_file(host_state(model), tmp)
+        save_file(state, tmp)
         final = Path(tmp).with_name(Path(tmp).name.lstrip("."))
         os.replace(tmp, final)
     except BaseException:
