@@ -262,6 +262,7 @@ def train_two_steps(args: Args, *, generator: str = "hf") -> str:
     sets = [f"model.device={args.device}", f"model.generator={generator}", "trainer.steps=2",
             "trainer.prompts_per_step=2", "algo.group_size=4", "trainer.eval_before_after=false",
             "trainer.checkpoint_every=2", "trainer.threads=1", "sandbox.warm_pool=false",
+            "algo.kl_coef=0.01",  # a KL term: every step updates, even one whose groups all tie on reward
             "model.vllm_gpu_memory_utilization=0.3"]  # fmt: skip
     cfg = load_config(None, sets)
     run_dir = args.work / f"run-{generator}"
