@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,12 +162,24 @@ class WeightSyncExtension:
     device: Any
 
     def tirl_load_weights(self, path: str) -> int:
-        """Load the safetensors file at ``path`` onto this worker's device into its model; returns the tensor count."""
-        from safetensors.torch import load_file
+        """Load the safetensors file at ``path`` into this worker's model; returns the tensor count.
 
-        state = load_file(path, device=str(getattr(self, "device", "cpu")))
-        self.model_runner.model.load_weights(weights=iter(state.items()))
-        return len(state)
+        Tensors are read one at a time onto the worker's device as ``load_weights`` consumes them, so the
+        GPU holds at most one extra tensor, not a second copy of the model.
+        """
+        from safetensors import safe_open
+
+        count = 0
+        with safe_open(path, framework="pt", device=str(getattr(self, "device", "cpu"))) as f:
+
+            def tensors() -> Iterator[tuple[str, torch.Tensor]]:
+                nonlocal count
+                for name in f.keys():  # noqa: SIM118 (safe_open has keys(), not iteration)
+                    count += 1
+                    yield name, f.get_tensor(name)
+
+            self.model_runner.model.load_weights(weights=tensors())
+        return count
 
     def tirl_dump_weights(self, path: str) -> int:
         """Write this worker's model parameters (vLLM's names, e.g. stacked ``qkv_proj``) to ``path``; for checks."""
