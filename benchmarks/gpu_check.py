@@ -386,6 +386,9 @@ def vllm_parity_and_sync(args: Args, path: Path) -> str:
             want = engine_expected(state, name)
             require(want is not None, f"engine parameter {name} has no trainer counterpart")
             assert want is not None
+            if t.shape[0] > want.shape[0] and t.shape[1:] == want.shape[1:]:
+                t = t[: want.shape[0]]  # vLLM pads the vocabulary rows of its embedding (to a multiple of 64)
+            require(t.shape == want.shape, f"{name}: engine shape {tuple(t.shape)} vs trainer {tuple(want.shape)}")
             worst = max(worst, float((t.float() - want).abs().max()))
         require(worst <= 1e-6, f"engine weights differ from the trained ones by up to {worst}")
         gap1, after, _ = _gap(gen, policy.model, prompts, SamplingParams(max_new_tokens=64, temperature=0.0))
