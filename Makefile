@@ -68,4 +68,4 @@ gpu-check:
 	test ! -x $(VLLM_VENV)/bin/python || PYTHON=$(VLLM_VENV)/bin/python TIERS=B bash benchmarks/gpu_check.sh
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -226,10 +226,13 @@ def test_generator_syncs_full_weights_by_path_and_close_shuts_the_engine(fake_vl
     model = _trained_model()
     llm = FakeLLM(_worker(build_tiny_model(SPEC, seed=1)[0]))
     gen = VLLMGenerator("/unused", eos_ids=[0], llm=llm)
+    seen: list[str] = []
+    load = llm.worker.tirl_load_weights
+    llm.worker.tirl_load_weights = lambda path: (seen.append(path), load(path))[1]  # type: ignore[method-assign]
     gen.update_weights(model, version=4)
     _assert_engine_holds(llm.worker, model)
     assert gen.policy_version == 4 and llm.prefix_resets == 1
-    assert not list(gen.sync_dir.iterdir())  # the weights file is gone once loaded
+    assert len(seen) == 1 and seen[0].endswith(".safetensors") and not Path(seen[0]).exists()  # removed once loaded
     out = asyncio.run(gen.generate([1, 2], SamplingParams(max_new_tokens=4)))
     assert out.policy_version == 4 and out.finish_reason == "eos" and llm.requests == [None]
     asyncio.run(gen.close())
@@ -294,3 +297,16 @@ def test_a_lora_policy_goes_to_sync_adapter_unmerged() -> None:
     parts = RunParts(SimpleNamespace(model=model, tokenizer=None), gen, None, None, None, None, None, None)  # type: ignore[arg-type]
     parts.set_policy_version(3)
     assert gen.calls == [("adapter", model, 3)]  # the peft model itself: no deep copy merged on the GPU
+
+
+def test_weights_go_to_disk_when_dev_shm_is_too_small(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import shutil
+    import tempfile
+
+    from tirl.inference import vllm_worker
+
+    real = shutil.disk_usage
+    monkeypatch.setattr(vllm_worker.shutil, "disk_usage", lambda p: real(p)._replace(free=64 << 20))  # Docker's 64 MB
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert vllm_worker.shm_dir(1 << 20) in (Path("/dev/shm"), tmp_path)  # 1 MB fits (where /dev/shm is writable)
+    assert vllm_worker.shm_dir(256 << 20) == tmp_path  # a 58M-parameter float32 model does not

@@ -225,7 +225,7 @@ class VLLMGenerator:
             )  # fmt: skip
             llm = self.vllm.LLM(**kwargs)
         self.llm = llm
-        self.sync_dir = Path(tempfile.mkdtemp(prefix="tirl-vllm-sync-", dir=shm_dir()))  # weights, adapters
+        self.sync_dir = Path(tempfile.mkdtemp(prefix="tirl-vllm-sync-", dir=shm_dir()))  # LoRA adapters
         self._batcher = RequestBatcher(
             self._run, owner="VLLMGenerator", thread_name="tirl-vllm", batch_window_s=self.batch_window_s
         )
@@ -260,7 +260,7 @@ class VLLMGenerator:
         self._batcher.executor.submit(load, model, version).result()
 
     def _load_full(self, model: Any, version: int) -> None:
-        path = write_weights(model, self.sync_dir)
+        path = write_weights(model)  # /dev/shm when it has room for the weights, else the temp directory
         try:
             counts = load_call(path).send(self.llm)
         finally:

@@ -32,8 +32,9 @@ parameters can afford between steps.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,10 +79,16 @@ class SyncCall:
         return (0, call_id, "collective_rpc", (self.method, None, self.args, None))
 
 
-def shm_dir() -> Path:
-    """``/dev/shm`` when it is a writable directory (RAM-backed on Linux), else the temp directory."""
+def shm_dir(need_bytes: int = 0) -> Path:
+    """``/dev/shm`` (RAM-backed on Linux) when writable with ``need_bytes`` free (+10%), else the temp directory.
+
+    Containers often mount a small ``/dev/shm`` (Docker: 64 MB), too small for a model's weights; the
+    file then goes to the temp directory on disk (slower, same result).
+    """
     shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= need_bytes * 1.1:
+        return shm
+    return Path(tempfile.gettempdir())
 
 
 def host_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -100,15 +107,17 @@ def host_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def write_weights(model: torch.nn.Module, directory: Path | None = None) -> Path:
     """Save ``model``'s weights (Hugging Face names) as one safetensors file; returns its path.
 
+    ``directory`` None: :func:`shm_dir` for the file's size.
     Written to a temporary name and renamed, so a worker never reads half a file. The caller deletes it.
     """
     from safetensors.torch import save_file
 
-    directory = directory or shm_dir()
+    state = host_state(model)
+    directory = directory or shm_dir(sum(t.numel() * t.element_size() for t in state.values()))
     fd, tmp = tempfile.mkstemp(prefix=".tirl-weights-", suffix=".safetensors", dir=directory)
     os.close(fd)
     try:
-        save_file(host_state(model), tmp)
+        save_file(state, tmp)
         final = Path(tmp).with_name(Path(tmp).name.lstrip("."))
         os.replace(tmp, final)
     except BaseException:
@@ -153,12 +162,24 @@ class WeightSyncExtension:
     device: Any
 
     def tirl_load_weights(self, path: str) -> int:
-        """Load the safetensors file at ``path`` onto this worker's device into its model; returns the tensor count."""
-        from safetensors.torch import load_file
+        """Load the safetensors file at ``path`` into this worker's model; returns the tensor count.
 
-        state = load_file(path, device=str(getattr(self, "device", "cpu")))
-        self.model_runner.model.load_weights(weights=iter(state.items()))
-        return len(state)
+        Tensors are read one at a time onto the worker's device as ``load_weights`` consumes them, so the
+        GPU holds at most one extra tensor, not a second copy of the model.
+        """
+        from safetensors import safe_open
+
+        count = 0
+        with safe_open(path, framework="pt", device=str(getattr(self, "device", "cpu"))) as f:
+
+            def tensors() -> Iterator[tuple[str, torch.Tensor]]:
+                nonlocal count
+                for name in f.keys():  # noqa: SIM118 (safe_open has keys(), not iteration)
+                    count += 1
+                    yield name, f.get_tensor(name)
+
+            self.model_runner.model.load_weights(weights=tensors())
+        return count
 
     def tirl_dump_weights(self, path: str) -> int:
         """Write this worker's model parameters (vLLM's names, e.g. stacked ``qkv_proj``) to ``path``; for checks."""

@@ -6,7 +6,10 @@ Three independent options (config keys in ``[algo]``; all off by default):
   ``torch.autocast(dtype=bfloat16)``: matmuls and activations in bf16, the
   weights, gradients and Adam state stay float32 (master weights), and the
   log-probs are computed from the logits cast back to float32. No loss
-  scaling is needed for bf16 (its exponent range is float32's).
+  scaling is needed for bf16 (its exponent range is float32's). This is the
+  only mixed precision for training: bf16/fp16 *trainable* parameters
+  (``model.dtype = "bfloat16"``) are refused by :func:`check_master_weights`
+  and :func:`check_training_precision`, naming this key.
 * ``gradient_checkpointing = true`` — each decoder layer keeps only its input
   and recomputes its activations in the backward pass
   (:func:`enable_checkpointing`; non-reentrant ``torch.utils.checkpoint``).
