@@ -257,3 +257,29 @@ async def test_a_workspace_filled_to_its_cap_is_reward_0_and_counted(make, what:
     assert traj.termination is TerminationReason.SUBMITTED and not traj.failed, traj.error
     assert traj.reward == 0.0 and traj.info["eval"]["eval_failure"] == "workspace_full"
     assert batch.stats["rollout/eval_failure/workspace_full"] == 1.0
+
+
+async def test_a_jsonl_repository_without_a_test_command_goes_to_the_judge(  # type: ignore[no-untyped-def]
+    make, work_root: Path
+) -> None:
+    """A user repository with ``hidden_tests`` and no ``test_command``: judged, so the os._exit forgery fails."""
+    import json
+
+    from tirl.envs.swe_lite import load_swe_tasks
+
+    repo, hidden = work_root / "calc", work_root / "hidden"
+    (repo / "calc").mkdir(parents=True)
+    (repo / "calc" / "__init__.py").write_text("def double(x):\n    return x + x + 1\n")
+    hidden.mkdir()
+    (hidden / "test_calc.py").write_text("from calc import double\ndef test_two():\n    assert double(1) == 2\n")
+    (work_root / "swe.jsonl").write_text(json.dumps({"repo": "calc", "prompt": "fix", "hidden_tests": "hidden"}))
+    (task_,) = load_swe_tasks(work_root / "swe.jsonl")
+    assert task_.data["test_command"] is None
+    forge = (
+        "```bash\nprintf 'import os\\nprint(\"1 passed in 0.01s\")\\nos._exit(0)\\n' >> calc/__init__.py\nsubmit\n```"
+    )
+    forged = await play(make(), task_, [forge])
+    assert forged.reward == 0.0 and forged.info["tests_failed"] == 1, forged.info
+    fix = "```bash\nsed -i 's/x + x + 1/x + x/' calc/__init__.py\nsubmit\n```"
+    fixed = await play(make(), task_, [fix])
+    assert fixed.reward == 1.0 and fixed.info["tests_passed"] == 1, fixed.info.get("eval_output")

@@ -108,7 +108,7 @@ class Link:
         self.generation = 0
         self.proc: Any = None
         self._wfd = self._rfd = -1
-        self._buf = b""
+        self._buf = bytearray()
 
     def _start(self) -> None:
         import os
@@ -130,7 +130,7 @@ class Link:
         finally:
             os.close(r1)
             os.close(w2)
-        self._wfd, self._rfd, self._buf = w1, r2, b""
+        self._wfd, self._rfd, self._buf = w1, r2, bytearray()
         os.set_blocking(w1, False)
         self.generation += 1
 
@@ -170,7 +170,8 @@ class Link:
         while message:
             self._wait(self._wfd, write=True)
             message = message[os.write(self._wfd, message) :]
-        while b"\n" not in self._buf:
+        end = self._buf.find(b"\n")
+        while end < 0:
             if len(self._buf) > MAX_LINE:
                 raise self._fail("a reply longer than the wire allows")
             self._wait(self._rfd, write=False)
@@ -178,8 +179,11 @@ class Link:
             if not chunk:
                 status = self.proc.poll()
                 raise self._fail(f"the code under test exited during the call (status {status})")
+            end = chunk.find(b"\n")
+            end = -1 if end < 0 else len(self._buf) + end
             self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
+        line = bytes(self._buf[:end])
+        del self._buf[: end + 1]
         return line
 
     def request(self, op: str, target: Any, **fields: Any) -> Any:
