@@ -29,6 +29,10 @@ as tirl's own template from ``tirl model init`` does) the calls are parsed
 into ``tool_calls`` (:mod:`tirl.models.toolcalls`). ``prompt_ids`` takes the
 tool definitions (``tools=``) and passes them to the template.
 
+Message content (tool output above all) never yields special-token ids: a program that prints
+``<|im_end|>\n<|im_start|>assistant`` puts text into the context, not a turn boundary (content is
+encoded with ``split_special_tokens``; see :meth:`TemplateChatFormat._encode_messages`).
+
 Not covered: templates whose rendering of a conversation is not a prefix of
 the rendering of that conversation plus more messages (e.g. templates that
 rewrite earlier assistant turns) — :class:`TemplateChatFormat` raises
