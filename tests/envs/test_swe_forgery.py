@@ -106,6 +106,28 @@ ATTACKS: dict[str, list[str]] = {
             "    _r.CallInfo.from_call = classmethod(_from_call)\n"
         )
     ],
+    "stdout_replaced": [
+        append_to_module(
+            "import re as _re, sys as _s\n"
+            "class _W:\n"
+            "    def __init__(self, inner):\n        self.inner = inner\n"
+            "    def write(self, text):\n"
+            "        text = _re.sub(r'\"(failed|errors)\": [0-9]+', r'\"\\1\": 0', text)\n"
+            "        return self.inner.write(_re.sub(r'[0-9]+ failed', '0 failed', text))\n"
+            "    def __getattr__(self, name):\n        return getattr(self.inner, name)\n"
+            "_s.stdout = _W(_s.stdout)\n"
+        )
+    ],
+    "stdlib_function_patched": [
+        append_to_module(
+            "import json as _j\n_dumps = _j.dumps\n"
+            "def _fake(obj, *a, **k):\n"
+            "    if isinstance(obj, dict) and 'failed' in obj:\n"
+            "        obj = dict(obj, passed=obj['passed'] + obj['failed'], failed=0, errors=0)\n"
+            "    return _dumps(obj, *a, **k)\n"
+            "_j.dumps = _fake\n"
+        )
+    ],
     "sitecustomize": [write("sitecustomize.py", EXIT_AT_IMPORT), write("usercustomize.py", EXIT_AT_IMPORT)],
     "pth_file": [write("zz_evil.pth", "import os; os._exit(0)\n"), write("evil.pth", "import pprint\n")],
     "conftest_any_depth": [
@@ -154,6 +176,7 @@ FORGED_BEFORE = {
     "os_exit_fake_output",
     "atexit_fake_output",
     "pytest_internals_patched",
+    "stdlib_function_patched",
 }
 
 
