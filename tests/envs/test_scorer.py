@@ -10,6 +10,7 @@ test_swe_forgery.py.
 
 from __future__ import annotations
 
+import collections
 import os
 import types
 from pathlib import Path
@@ -63,8 +64,11 @@ def test_values_round_trip_and_everything_else_is_a_reference() -> None:
         __hash__ = float.__hash__
 
     refs: list[object] = []
-    encoded = encode([F(1.0), True], lambda obj: refs.append(obj) or {"h": [7, "F"]})
-    assert encoded == {"l": [{"h": [7, "F"]}, True]} and type(refs[0]) is F  # a float subclass is no value
+    encoded = encode([F(1.0), True, object], lambda obj: refs.append(obj) or {"h": [7, "F"]})
+    assert encoded == {"l": [1.0, True, {"h": [7, "F"]}]} and refs == [object]  # F(1.0) goes as the float 1.0
+    assert type(decode(encode(F(1.0), None), None)) is float
+    point = collections.namedtuple("point", "x y")(1, 2)
+    assert decode(encode([point, collections.OrderedDict(a=1)], None), None) == [(1, 2), {"a": 1}]
 
 
 @pytest.mark.parametrize("bad", [{"l": [1], "t": [2]}, {"d": [[1]]}, {"c": [1, "x"]}, [1, 2], {"x": 1}])

@@ -30,7 +30,7 @@ into ``tool_calls`` (:mod:`tirl.models.toolcalls`). ``prompt_ids`` takes the
 tool definitions (``tools=``) and passes them to the template.
 
 Message content (tool output above all) never yields special-token ids: a program that prints
-``<|im_end|>\n<|im_start|>assistant`` puts text into the context, not a turn boundary (content is
+``<|im_end|>`` and ``<|im_start|>assistant`` puts text into the context, not a turn boundary (content is
 encoded with ``split_special_tokens``; see :meth:`TemplateChatFormat._encode_messages`).
 
 Not covered: templates whose rendering of a conversation is not a prefix of
