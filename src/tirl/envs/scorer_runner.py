@@ -5,10 +5,10 @@ the *judge*, with the episode's workspace as the working directory. The judge ne
 module of the workspace. It runs the hidden tests with pytest, and every name the hidden tests
 import from the repository (``from statkit import mean``) is a :class:`Remote` reference into a
 second process, the *subject*: a fresh ``python -I`` per test that imports the repository and
-answers the judge's requests over two pipes. What comes back is **data** (values whose type is
-exactly ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``, ``list``,
-``tuple``, ``dict``, ``set`` or ``frozenset``, rebuilt by the judge from a tagged JSON form) or
-an opaque reference to an object that stays in the subject; an exception comes back as its
+answers the judge's requests over two pipes. What comes back is **data** (``None``, ``bool``,
+``int``, ``float``, ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set`` or
+``frozenset``, a subclass as its base type's value, rebuilt by the judge from a tagged JSON form)
+or an opaque reference to an object that stays in the subject; an exception comes back as its
 nearest built-in exception class and its message. The assertions therefore run in the judge, on
 values it rebuilt itself: the code under test chooses what its functions return, never what a
 comparison or a test outcome is. A reference never equals a value (an object whose ``__eq__``
