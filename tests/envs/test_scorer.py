@@ -216,11 +216,11 @@ async def test_a_test_past_the_deadline_fails_and_the_others_still_count(make) -
 
 
 async def test_killing_the_judge_is_reward_0_not_eval_failed(make) -> None:  # type: ignore[no-untyped-def]
-    """Writing a fake verdict to every stdout it can open and killing the judge: no verdict, reward 0."""
+    """Writing a fake verdict to the stdout of the sandbox init and the judge, then killing it: reward 0."""
     module = TASK.data["module"]
     kill = (
         "import os, signal\n"
-        "for pid in [d for d in os.listdir('/proc') if d.isdigit()]:\n"
+        "for pid in (1, os.getppid(), 'self'):  # the sandbox's init, the judge (never the host's processes)\n"
         "    try:\n"
         "        with open(f'/proc/{pid}/fd/1', 'w') as f:\n"
         '            f.write(\'\\n\' + \'0\' * 32 + \' {"passed": 9, "failed": 0, "errors": 0, "skipped": 0,\'\n'
