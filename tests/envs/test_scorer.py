@@ -101,8 +101,40 @@ def test_only_the_line_with_the_secret_is_a_verdict() -> None:
 # --- episodes through the real sandbox -------------------------------------------------------------
 
 
+POINTKIT = """
+from dataclasses import dataclass
+ORIGIN_NAME = "origin"
+@dataclass
+class Point:
+    x: int
+    y: int
+    def __iter__(self):
+        return iter((self.x, self.y))
+    def __len__(self):
+        return 2
+    def __getitem__(self, i):
+        return (self.x, self.y)[i]
+    def __str__(self):
+        return f"({self.x}, {self.y})"
+def make(x, y=0):
+    return Point(x, y)
+"""
+POINTKIT_TESTS = """
+import pointkit
+from pointkit import ORIGIN_NAME, Point, make
+def test_objects():
+    a, b = make(1, 2), Point(1, 2)
+    assert a == b and not (a != b) and a != make(2)
+    assert list(a) == [1, 2] and len(a) == 2 and a[1] == 2 and 2 in a and str(a) == "(1, 2)"
+    a.x = 5
+    assert a.x == 5 and a != b
+    assert ORIGIN_NAME == "origin" and pointkit.ORIGIN_NAME == "origin"
+    assert make(1) != (1, 0)  # an object never equals a value
+"""
+
+
 def all_programs() -> Task:
-    files, hidden = {}, {}
+    files, hidden = {"pointkit/__init__.py": POINTKIT}, {"test_pointkit.py": POINTKIT_TESTS}
     for program in PROGRAMS:
         files[f"{program.package}/__init__.py"] = f"from {program.package}.core import *  # noqa: F403\n"
         files[program.module_path] = program.source
@@ -111,9 +143,9 @@ def all_programs() -> Task:
 
 
 async def test_every_shipped_program_passes_through_the_judge(make) -> None:  # type: ignore[no-untyped-def]
-    """Objects, methods, attributes, ``len``, ``pytest.raises(match=)``, ``is False``: all 8 programs, one run."""
+    """All 8 programs (objects, methods, ``pytest.raises(match=)``, ``is False``) and the operations on objects."""
     result = await play(make(reward_mode="fraction"), all_programs(), SUBMIT)
-    expected = sum(p.tests.count("\ndef test_") for p in PROGRAMS)
+    expected = sum(p.tests.count("\ndef test_") for p in PROGRAMS) + 1
     assert result.info["tests_total"] == expected and result.info["tests_passed"] == expected, result.info
     assert result.reward == 1.0 and result.info["eval_failure"] is None
 

@@ -82,10 +82,8 @@ def remote_exception(info: Any) -> BaseException:
         base = getattr(builtins, name, None) if type(name) is str else None
         if not (isinstance(base, type) and issubclass(base, Exception)) or base is Exception:
             continue
-        cls = _REMOTE_CLASSES.get(base)
-        if cls is None:
-            cls = _REMOTE_CLASSES[base] = type(name, (RemoteError, base), {})
-        try:
+        try:  # a class that cannot be mixed in, or that wants other arguments: try the next base
+            cls = _REMOTE_CLASSES.get(base) or _REMOTE_CLASSES.setdefault(base, type(name, (RemoteError, base), {}))
             exc = cls(info["msg"])
         except Exception:
             continue
@@ -127,6 +125,10 @@ class Link:
                 start_new_session=True,
                 cwd=self.workspace,
             )
+        except BaseException:
+            os.close(w1)
+            os.close(r2)
+            raise
         finally:
             os.close(r1)
             os.close(w2)
@@ -241,16 +243,17 @@ class Remote:
         object.__setattr__(self, "_generation", generation)
         object.__setattr__(self, "_label", label)
 
+    def _live(self) -> None:
+        """A handle is only good in the subject process that made it."""
+        if self._generation is not None and (self._generation != self._link.generation or self._link.proc is None):
+            raise RemoteFailure(f"{self._label} belongs to a subject process that has ended")
+
     def _wire(self) -> Any:
-        if self._generation is None:
-            return {"p": self._target}
-        if self._generation != self._link.generation or self._link.proc is None:
-            raise RemoteFailure(f"{self._label} belongs to an earlier test's process")
-        return {"h": self._target[1]}
+        self._live()
+        return {"p": self._target} if self._generation is None else {"h": self._target[1]}
 
     def _ask(self, op: str, **fields: Any) -> Any:
-        if self._generation is not None and self._generation != self._link.generation:
-            raise RemoteFailure(f"{self._label} belongs to an earlier test's process")
+        self._live()
         return self._link.request(op, self._target, **fields)
 
     def _value(self) -> Any:
@@ -263,11 +266,7 @@ class Remote:
         target = ["a", self._target, name]
         if self._generation is None and not self._link.allowed:
             return Remote(self._link, target, None, f"{self._label}.{name}")
-        return self._link.request("get", target) if self._generation is None else self._ask_attr(target)
-
-    def _ask_attr(self, target: Any) -> Any:
-        if self._generation != self._link.generation:
-            raise RemoteFailure(f"{self._label} belongs to an earlier test's process")
+        self._live()
         return self._link.request("get", target)
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -125,7 +125,7 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
         "list": lambda obj, req: list(obj),
         "getitem": lambda obj, req: obj[arg(req["i"])],
         "contains": lambda obj, req: arg(req["i"]) in obj,
-        "eq": lambda obj, req: bool(obj == resolve(req["o"])),
+        "eq": lambda obj, req: bool(obj == arg(req["o"])),
     }
     while line := requests.readline(MAX_LINE):
         req = json.loads(line)
