@@ -22,11 +22,10 @@ from tirl.envs import scorer
 from tirl.envs.base import Task
 from tirl.envs.scorer import Verdict, read_verdict
 from tirl.envs.scorer_wire import WireError, decode, encode
-from tirl.envs.swe_lite import SweLiteEnv, generate_swe_tasks
+from tirl.envs.swe_lite import generate_swe_tasks
 from tirl.envs.tasks.swe_programs import PROGRAMS
 from tirl.rollout.base import RolloutRequest
 from tirl.rollout.strategies import make_strategy
-from tirl.sandbox.base import Sandbox
 from tirl.testing import play
 from tirl.testing.scripted import ScriptedRunner
 from tirl.types import TerminationReason
@@ -39,11 +38,9 @@ def task(files: dict[str, str], hidden: dict[str, str], name: str = "judge") -> 
 
 
 @pytest.fixture
-def make(sandbox: Sandbox, swe_cache: Path, work_root: Path):  # type: ignore[no-untyped-def]
-    def factory(**kw: object) -> SweLiteEnv:
-        return SweLiteEnv(sandbox=sandbox, cache_dir=swe_cache, work_root=work_root, **kw)  # type: ignore[arg-type]
-
-    return factory
+def make(make_swe):  # type: ignore[no-untyped-def]
+    """The shared swe-lite env factory (tests/envs/conftest.py)."""
+    return make_swe
 
 
 SUBMIT = ["<answer>submit</answer>"]

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tirl.envs.swe_lite import SweLiteEnv, expert_solution, generate_swe_tasks
-from tirl.sandbox.base import Sandbox
+from tirl.envs.swe_lite import expert_solution, generate_swe_tasks
 from tirl.testing import play
 from tirl.types import TerminationReason
 
@@ -181,11 +180,9 @@ FORGED_BEFORE = {
 
 
 @pytest.fixture
-def make(sandbox: Sandbox, swe_cache: Path, work_root: Path):  # type: ignore[no-untyped-def]
-    def factory(**kw: object) -> SweLiteEnv:
-        return SweLiteEnv(sandbox=sandbox, cache_dir=swe_cache, work_root=work_root, **kw)  # type: ignore[arg-type]
-
-    return factory
+def make(make_swe):  # type: ignore[no-untyped-def]
+    """The shared swe-lite env factory (tests/envs/conftest.py)."""
+    return make_swe
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
