@@ -316,3 +316,31 @@ async def test_a_jsonl_repository_without_a_test_command_goes_to_the_judge(  # t
     fix = "```bash\nsed -i 's/x + x + 1/x + x/' calc/__init__.py\nsubmit\n```"
     fixed = await play(make(), task_, [fix])
     assert fixed.reward == 1.0 and fixed.info["tests_passed"] == 1, fixed.info.get("eval_output")
+
+
+async def test_interrupting_the_judge_does_not_drop_the_failing_tests(make) -> None:  # type: ignore[no-untyped-def]
+    """SIGINT to the judge in the one test the code cannot pass: the tests not reported count as errors.
+
+    Before the fix pytest stopped as interrupted and the verdict counted only the test that had passed
+    (reward 1.0).
+    """
+    files = {
+        "sly.py": "import os, signal, time\ndef fast():\n    return 1\n"
+        "def hard():\n    os.kill(os.getppid(), signal.SIGINT)\n    time.sleep(2)\n    return 0\n"
+    }
+    hidden = {
+        "test_sly.py": "from sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
+        "def test_b():\n    assert hard() == 42\ndef test_c():\n    assert fast() == 1\n"
+    }
+    result = await play(make(), task(files, hidden), SUBMIT)
+    assert result.reward == 0.0, result.info
+    assert result.info["tests_total"] == 3 and result.info["tests_passed"] <= 2, result.info
+
+
+def test_a_collected_test_without_an_outcome_counts_as_an_error() -> None:
+    from tirl.envs.scorer_runner import Tally
+
+    tally = Tally(types.SimpleNamespace(timed_out=False), "tests")  # type: ignore[arg-type]
+    tally.collected = 3
+    tally.pytest_runtest_logreport(types.SimpleNamespace(passed=True, skipped=False, when="call", nodeid="t::a"))
+    assert tally.verdict()["passed"] == 1 and tally.verdict()["errors"] == 2

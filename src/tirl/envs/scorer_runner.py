@@ -467,9 +467,16 @@ def imported_names(sources: list[str]) -> set[str]:
 
 
 def _harden() -> None:
-    """Step 1 of the module docstring: a clean path and environment, no bytecode, undumpable."""
+    """Step 1 of the module docstring: a clean path and environment, no bytecode, undumpable, no SIGINT.
+
+    SIGINT is ignored: a subject that sent it would raise KeyboardInterrupt in the judge, and pytest would
+    stop as interrupted with only the tests run so far reported.
+    """
     import ctypes
     import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     sys.path[:] = _trusted_path()
     sys.dont_write_bytecode = True
@@ -503,6 +510,7 @@ class Tally:
         self.tests = tests
         self.outcomes: dict[str, str] = {}
         self.collect_errors = 0
+        self.collected = 0
 
     def pytest_collectreport(self, report: Any) -> None:
         """A file that fails to collect counts as an error."""
@@ -522,6 +530,7 @@ class Tally:
                     lines = f.readlines()
                 linecache.cache[path] = (sum(map(len, lines)), None, lines, path)
         shutil.rmtree(self.tests)
+        self.collected = len(session.items)
         self.link.allowed = True
 
     def pytest_runtest_logreport(self, report: Any) -> None:
@@ -542,12 +551,17 @@ class Tally:
         self.link.stop()
 
     def verdict(self) -> dict[str, Any]:
-        """The counts, the deadline flag and up to 10 failing test names."""
+        """The counts, the deadline flag and up to 10 failing test names.
+
+        A collected test without an outcome (the run stopped early) counts as an error: the verdict
+        never shrinks to the tests that happened to run.
+        """
         counts = {k: list(self.outcomes.values()).count(k) for k in ("passed", "failed", "skipped")}
         bad = [n.rpartition("::")[2][:80] for n, o in self.outcomes.items() if o in ("failed", "error")]
+        unreported = max(self.collected - len(self.outcomes), 0)
         return {
             **counts,
-            "errors": list(self.outcomes.values()).count("error") + self.collect_errors,
+            "errors": list(self.outcomes.values()).count("error") + self.collect_errors + unreported,
             "timed_out": self.link.timed_out,
             "failures": bad[:10],
         }
@@ -586,7 +600,8 @@ def judge_main(wire: str, eval_dir: str, budget_s: float) -> None:
     remote = {n for n in imported_names(sources) if importlib.util.find_spec(n) is None}
     sys.meta_path.append(remote_finder(link, remote))
     tally = Tally(link, tests)
-    args = [tests, "-q", "-s", "-p", "no:cacheprovider", "--noconftest", "--import-mode=importlib"]
+    args = [tests, "-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "--noconftest"]
+    args += ["--import-mode=importlib"]
     args += ["--rootdir", tests, "-c", os.path.join(tests, "pytest.ini"), "--tb=short"]
     try:
         status = pytest.main(args, plugins=[tally])
