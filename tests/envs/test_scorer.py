@@ -344,3 +344,18 @@ def test_a_collected_test_without_an_outcome_counts_as_an_error() -> None:
     tally.collected = 3
     tally.pytest_runtest_logreport(types.SimpleNamespace(passed=True, skipped=False, when="call", nodeid="t::a"))
     assert tally.verdict()["passed"] == 1 and tally.verdict()["errors"] == 2
+
+
+async def test_lowering_the_judges_limits_only_fails_tests(make) -> None:  # type: ignore[no-untyped-def]
+    """``prlimit`` on the judge (same uid: the kernel allows it) makes later calls fail, never pass."""
+    files = {
+        "sly.py": "import os, resource\ndef fast():\n    return 1\ndef hard():\n"
+        "    for res, val in ((resource.RLIMIT_AS, 64 << 20), (resource.RLIMIT_NOFILE, 5)):\n"
+        "        resource.prlimit(os.getppid(), res, (val, val))\n    return 0\n"
+    }
+    hidden = {
+        "test_sly.py": "from sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
+        "def test_b():\n    assert hard() == 42\ndef test_c():\n    assert fast() == 1\n"
+    }
+    result = await play(make(), task(files, hidden), SUBMIT)
+    assert result.reward == 0.0 and result.info["tests_total"] == 3 and result.info["tests_passed"] == 1, result.info
