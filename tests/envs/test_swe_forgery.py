@@ -179,6 +179,10 @@ FORGED_BEFORE = {
 }
 
 
+def test_every_case_that_forged_before_is_still_attempted() -> None:
+    assert set(ATTACKS) >= FORGED_BEFORE
+
+
 @pytest.fixture
 def make(make_swe):  # type: ignore[no-untyped-def]
     """The shared swe-lite env factory (tests/envs/conftest.py)."""
