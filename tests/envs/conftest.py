@@ -41,3 +41,14 @@ def work_root() -> Iterator[Path]:
     os.chmod(root, 0o755)
     yield root
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def make_swe(sandbox: Sandbox, swe_cache: Path, work_root: Path):  # type: ignore[no-untyped-def]
+    """A factory of swe-lite envs on the shared sandbox, cache and workspace root (keywords go to SweLiteEnv)."""
+    from tirl.envs.swe_lite import SweLiteEnv
+
+    def factory(**kw: object) -> SweLiteEnv:
+        return SweLiteEnv(sandbox=sandbox, cache_dir=swe_cache, work_root=work_root, **kw)  # type: ignore[arg-type]
+
+    return factory

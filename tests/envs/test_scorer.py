@@ -10,6 +10,7 @@ test_swe_forgery.py.
 
 from __future__ import annotations
 
+import collections
 import os
 import types
 from pathlib import Path
@@ -21,11 +22,10 @@ from tirl.envs import scorer
 from tirl.envs.base import Task
 from tirl.envs.scorer import Verdict, read_verdict
 from tirl.envs.scorer_wire import WireError, decode, encode
-from tirl.envs.swe_lite import SweLiteEnv, generate_swe_tasks
+from tirl.envs.swe_lite import generate_swe_tasks
 from tirl.envs.tasks.swe_programs import PROGRAMS
 from tirl.rollout.base import RolloutRequest
 from tirl.rollout.strategies import make_strategy
-from tirl.sandbox.base import Sandbox
 from tirl.testing import play
 from tirl.testing.scripted import ScriptedRunner
 from tirl.types import TerminationReason
@@ -38,11 +38,9 @@ def task(files: dict[str, str], hidden: dict[str, str], name: str = "judge") -> 
 
 
 @pytest.fixture
-def make(sandbox: Sandbox, swe_cache: Path, work_root: Path):  # type: ignore[no-untyped-def]
-    def factory(**kw: object) -> SweLiteEnv:
-        return SweLiteEnv(sandbox=sandbox, cache_dir=swe_cache, work_root=work_root, **kw)  # type: ignore[arg-type]
-
-    return factory
+def make(make_swe):  # type: ignore[no-untyped-def]
+    """The shared swe-lite env factory (tests/envs/conftest.py)."""
+    return make_swe
 
 
 SUBMIT = ["<answer>submit</answer>"]
@@ -63,8 +61,11 @@ def test_values_round_trip_and_everything_else_is_a_reference() -> None:
         __hash__ = float.__hash__
 
     refs: list[object] = []
-    encoded = encode([F(1.0), True], lambda obj: refs.append(obj) or {"h": [7, "F"]})
-    assert encoded == {"l": [{"h": [7, "F"]}, True]} and type(refs[0]) is F  # a float subclass is no value
+    encoded = encode([F(1.0), True, object], lambda obj: refs.append(obj) or {"h": [7, "F"]})
+    assert encoded == {"l": [1.0, True, {"h": [7, "F"]}]} and refs == [object]  # F(1.0) goes as the float 1.0
+    assert type(decode(encode(F(1.0), None), None)) is float
+    point = collections.namedtuple("point", "x y")(1, 2)
+    assert decode(encode([point, collections.OrderedDict(a=1)], None), None) == [(1, 2), {"a": 1}]
 
 
 @pytest.mark.parametrize("bad", [{"l": [1], "t": [2]}, {"d": [[1]]}, {"c": [1, "x"]}, [1, 2], {"x": 1}])
@@ -97,8 +98,40 @@ def test_only_the_line_with_the_secret_is_a_verdict() -> None:
 # --- episodes through the real sandbox -------------------------------------------------------------
 
 
+POINTKIT = """
+from dataclasses import dataclass
+ORIGIN_NAME = "origin"
+@dataclass
+class Point:
+    x: int
+    y: int
+    def __iter__(self):
+        return iter((self.x, self.y))
+    def __len__(self):
+        return 2
+    def __getitem__(self, i):
+        return (self.x, self.y)[i]
+    def __str__(self):
+        return f"({self.x}, {self.y})"
+def make(x, y=0):
+    return Point(x, y)
+"""
+POINTKIT_TESTS = """
+import pointkit
+from pointkit import ORIGIN_NAME, Point, make
+def test_objects():
+    a, b = make(1, 2), Point(1, 2)
+    assert a == b and not (a != b) and a != make(2)
+    assert list(a) == [1, 2] and len(a) == 2 and a[1] == 2 and 2 in a and str(a) == "(1, 2)"
+    a.x = 5
+    assert a.x == 5 and a != b
+    assert ORIGIN_NAME == "origin" and pointkit.ORIGIN_NAME == "origin"
+    assert make(1) != (1, 0)  # an object never equals a value
+"""
+
+
 def all_programs() -> Task:
-    files, hidden = {}, {}
+    files, hidden = {"pointkit/__init__.py": POINTKIT}, {"test_pointkit.py": POINTKIT_TESTS}
     for program in PROGRAMS:
         files[f"{program.package}/__init__.py"] = f"from {program.package}.core import *  # noqa: F403\n"
         files[program.module_path] = program.source
@@ -107,9 +140,9 @@ def all_programs() -> Task:
 
 
 async def test_every_shipped_program_passes_through_the_judge(make) -> None:  # type: ignore[no-untyped-def]
-    """Objects, methods, attributes, ``len``, ``pytest.raises(match=)``, ``is False``: all 8 programs, one run."""
+    """All 8 programs (objects, methods, ``pytest.raises(match=)``, ``is False``) and the operations on objects."""
     result = await play(make(reward_mode="fraction"), all_programs(), SUBMIT)
-    expected = sum(p.tests.count("\ndef test_") for p in PROGRAMS)
+    expected = sum(p.tests.count("\ndef test_") for p in PROGRAMS) + 1
     assert result.info["tests_total"] == expected and result.info["tests_passed"] == expected, result.info
     assert result.reward == 1.0 and result.info["eval_failure"] is None
 
@@ -212,11 +245,11 @@ async def test_a_test_past_the_deadline_fails_and_the_others_still_count(make) -
 
 
 async def test_killing_the_judge_is_reward_0_not_eval_failed(make) -> None:  # type: ignore[no-untyped-def]
-    """Writing a fake verdict to every stdout it can open and killing the judge: no verdict, reward 0."""
+    """Writing a fake verdict to the stdout of the sandbox init and the judge, then killing it: reward 0."""
     module = TASK.data["module"]
     kill = (
         "import os, signal\n"
-        "for pid in [d for d in os.listdir('/proc') if d.isdigit()]:\n"
+        "for pid in (1, os.getppid(), 'self'):  # the sandbox's init, the judge (never the host's processes)\n"
         "    try:\n"
         "        with open(f'/proc/{pid}/fd/1', 'w') as f:\n"
         '            f.write(\'\\n\' + \'0\' * 32 + \' {"passed": 9, "failed": 0, "errors": 0, "skipped": 0,\'\n'
@@ -257,3 +290,72 @@ async def test_a_workspace_filled_to_its_cap_is_reward_0_and_counted(make, what:
     assert traj.termination is TerminationReason.SUBMITTED and not traj.failed, traj.error
     assert traj.reward == 0.0 and traj.info["eval"]["eval_failure"] == "workspace_full"
     assert batch.stats["rollout/eval_failure/workspace_full"] == 1.0
+
+
+async def test_a_jsonl_repository_without_a_test_command_goes_to_the_judge(  # type: ignore[no-untyped-def]
+    make, work_root: Path
+) -> None:
+    """A user repository with ``hidden_tests`` and no ``test_command``: judged, so the os._exit forgery fails."""
+    import json
+
+    from tirl.envs.swe_lite import load_swe_tasks
+
+    repo, hidden = work_root / "calc", work_root / "hidden"
+    (repo / "calc").mkdir(parents=True)
+    (repo / "calc" / "__init__.py").write_text("def double(x):\n    return x + x + 1\n")
+    hidden.mkdir()
+    (hidden / "test_calc.py").write_text("from calc import double\ndef test_two():\n    assert double(1) == 2\n")
+    (work_root / "swe.jsonl").write_text(json.dumps({"repo": "calc", "prompt": "fix", "hidden_tests": "hidden"}))
+    (task_,) = load_swe_tasks(work_root / "swe.jsonl")
+    assert task_.data["test_command"] is None
+    forge = (
+        "```bash\nprintf 'import os\\nprint(\"1 passed in 0.01s\")\\nos._exit(0)\\n' >> calc/__init__.py\nsubmit\n```"
+    )
+    forged = await play(make(), task_, [forge])
+    assert forged.reward == 0.0 and forged.info["tests_failed"] == 1, forged.info
+    fix = "```bash\nsed -i 's/x + x + 1/x + x/' calc/__init__.py\nsubmit\n```"
+    fixed = await play(make(), task_, [fix])
+    assert fixed.reward == 1.0 and fixed.info["tests_passed"] == 1, fixed.info.get("eval_output")
+
+
+async def test_interrupting_the_judge_does_not_drop_the_failing_tests(make) -> None:  # type: ignore[no-untyped-def]
+    """SIGINT to the judge in the one test the code cannot pass: the tests not reported count as errors.
+
+    Before the fix pytest stopped as interrupted and the verdict counted only the test that had passed
+    (reward 1.0).
+    """
+    files = {
+        "sly.py": "import os, signal, time\ndef fast():\n    return 1\n"
+        "def hard():\n    os.kill(os.getppid(), signal.SIGINT)\n    time.sleep(2)\n    return 0\n"
+    }
+    hidden = {
+        "test_sly.py": "from sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
+        "def test_b():\n    assert hard() == 42\ndef test_c():\n    assert fast() == 1\n"
+    }
+    result = await play(make(), task(files, hidden), SUBMIT)
+    assert result.reward == 0.0, result.info
+    assert result.info["tests_total"] == 3 and result.info["tests_passed"] <= 2, result.info
+
+
+def test_a_collected_test_without_an_outcome_counts_as_an_error() -> None:
+    from tirl.envs.scorer_runner import Tally
+
+    tally = Tally(types.SimpleNamespace(timed_out=False), "tests")  # type: ignore[arg-type]
+    tally.collected = 3
+    tally.pytest_runtest_logreport(types.SimpleNamespace(passed=True, skipped=False, when="call", nodeid="t::a"))
+    assert tally.verdict()["passed"] == 1 and tally.verdict()["errors"] == 2
+
+
+async def test_lowering_the_judges_limits_only_fails_tests(make) -> None:  # type: ignore[no-untyped-def]
+    """``prlimit`` on the judge (same uid: the kernel allows it) makes later calls fail, never pass."""
+    files = {
+        "sly.py": "import os, resource\ndef fast():\n    return 1\ndef hard():\n"
+        "    for res, val in ((resource.RLIMIT_AS, 64 << 20), (resource.RLIMIT_NOFILE, 5)):\n"
+        "        resource.prlimit(os.getppid(), res, (val, val))\n    return 0\n"
+    }
+    hidden = {
+        "test_sly.py": "from sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
+        "def test_b():\n    assert hard() == 42\ndef test_c():\n    assert fast() == 1\n"
+    }
+    result = await play(make(), task(files, hidden), SUBMIT)
+    assert result.reward == 0.0 and result.info["tests_total"] == 3 and result.info["tests_passed"] == 1, result.info

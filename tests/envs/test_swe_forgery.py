@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tirl.envs.swe_lite import SweLiteEnv, expert_solution, generate_swe_tasks
-from tirl.sandbox.base import Sandbox
+from tirl.envs.swe_lite import expert_solution, generate_swe_tasks
 from tirl.testing import play
 from tirl.types import TerminationReason
 
@@ -106,6 +105,28 @@ ATTACKS: dict[str, list[str]] = {
             "    _r.CallInfo.from_call = classmethod(_from_call)\n"
         )
     ],
+    "stdout_replaced": [
+        append_to_module(
+            "import re as _re, sys as _s\n"
+            "class _W:\n"
+            "    def __init__(self, inner):\n        self.inner = inner\n"
+            "    def write(self, text):\n"
+            "        text = _re.sub(r'\"(failed|errors)\": [0-9]+', r'\"\\1\": 0', text)\n"
+            "        return self.inner.write(_re.sub(r'[0-9]+ failed', '0 failed', text))\n"
+            "    def __getattr__(self, name):\n        return getattr(self.inner, name)\n"
+            "_s.stdout = _W(_s.stdout)\n"
+        )
+    ],
+    "stdlib_function_patched": [
+        append_to_module(
+            "import json as _j\n_dumps = _j.dumps\n"
+            "def _fake(obj, *a, **k):\n"
+            "    if isinstance(obj, dict) and 'failed' in obj:\n"
+            "        obj = dict(obj, passed=obj['passed'] + obj['failed'], failed=0, errors=0)\n"
+            "    return _dumps(obj, *a, **k)\n"
+            "_j.dumps = _fake\n"
+        )
+    ],
     "sitecustomize": [write("sitecustomize.py", EXIT_AT_IMPORT), write("usercustomize.py", EXIT_AT_IMPORT)],
     "pth_file": [write("zz_evil.pth", "import os; os._exit(0)\n"), write("evil.pth", "import pprint\n")],
     "conftest_any_depth": [
@@ -154,15 +175,18 @@ FORGED_BEFORE = {
     "os_exit_fake_output",
     "atexit_fake_output",
     "pytest_internals_patched",
+    "stdlib_function_patched",
 }
 
 
-@pytest.fixture
-def make(sandbox: Sandbox, swe_cache: Path, work_root: Path):  # type: ignore[no-untyped-def]
-    def factory(**kw: object) -> SweLiteEnv:
-        return SweLiteEnv(sandbox=sandbox, cache_dir=swe_cache, work_root=work_root, **kw)  # type: ignore[arg-type]
+def test_every_case_that_forged_before_is_still_attempted() -> None:
+    assert set(ATTACKS) >= FORGED_BEFORE
 
-    return factory
+
+@pytest.fixture
+def make(make_swe):  # type: ignore[no-untyped-def]
+    """The shared swe-lite env factory (tests/envs/conftest.py)."""
+    return make_swe
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))

@@ -45,7 +45,13 @@ class StepResult:
 
 @dataclass(slots=True)
 class EvalResult:
-    """What ``evaluate`` returns: the final reward and why."""
+    """What ``evaluate`` returns: the final reward and why.
+
+    An evaluation that the episode itself broke (swe-lite: a workspace too full to stage the tests, a
+    judge its code killed) is a result, not an exception: reward 0 with ``info["eval_failure"]`` naming
+    the reason, which the rollout counts in ``rollout/eval_failure/<reason>``. Raising is for
+    infrastructure failures only (they end the episode ``eval_failed``, outside the update).
+    """
 
     reward: float
     correct: bool

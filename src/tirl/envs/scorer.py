@@ -33,7 +33,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from tirl.envs import scorer_runner, scorer_wire
+from tirl.envs import scorer_bundle, scorer_runner, scorer_wire
 from tirl.envs.base import EnvError
 from tirl.envs.workspace import clear_path
 from tirl.sandbox.base import ExecResult, Sandbox
@@ -97,10 +97,12 @@ def stage(workspace: Path, hidden: Path, bundle: Path) -> str:
 def judge_code(budget_s: float) -> str:
     """The program the sandbox runs: the wire's source (each subject starts from it), the judge's, its main."""
     wire = Path(scorer_wire.__file__).read_text(encoding="utf-8")
+    bundle = Path(scorer_bundle.__file__).read_text(encoding="utf-8")
     runner = Path(scorer_runner.__file__).read_text(encoding="utf-8")
     return (
         f"_WIRE = {wire!r}\n"
         "exec(compile(_WIRE, '<tirl-wire>', 'exec'))\n"
+        f"exec(compile({bundle!r}, '<tirl-bundle>', 'exec'))\n"
         f"exec(compile({runner!r}, '<tirl-judge>', 'exec'))\n"
         f"judge_main(_WIRE, {EVAL_DIR!r}, {budget_s!r})\n"
     )

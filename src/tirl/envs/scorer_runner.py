@@ -5,10 +5,10 @@ the *judge*, with the episode's workspace as the working directory. The judge ne
 module of the workspace. It runs the hidden tests with pytest, and every name the hidden tests
 import from the repository (``from statkit import mean``) is a :class:`Remote` reference into a
 second process, the *subject*: a fresh ``python -I`` per test that imports the repository and
-answers the judge's requests over two pipes. What comes back is **data** (values whose type is
-exactly ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``, ``list``,
-``tuple``, ``dict``, ``set`` or ``frozenset``, rebuilt by the judge from a tagged JSON form) or
-an opaque reference to an object that stays in the subject; an exception comes back as its
+answers the judge's requests over two pipes. What comes back is **data** (``None``, ``bool``,
+``int``, ``float``, ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set`` or
+``frozenset``, a subclass as its base type's value, rebuilt by the judge from a tagged JSON form)
+or an opaque reference to an object that stays in the subject; an exception comes back as its
 nearest built-in exception class and its message. The assertions therefore run in the judge, on
 values it rebuilt itself: the code under test chooses what its functions return, never what a
 comparison or a test outcome is. A reference never equals a value (an object whose ``__eq__``
@@ -46,7 +46,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-try:  # in the sandbox the host runs scorer_wire's source first, in the same globals, and tirl is absent
+try:  # in the sandbox the host runs these modules' sources first, in the same globals, and tirl is absent
+    from tirl.envs.scorer_bundle import BundleImporter
     from tirl.envs.scorer_wire import MAX_LINE, WireError, decode, encode
 except ImportError:
     pass
@@ -82,10 +83,8 @@ def remote_exception(info: Any) -> BaseException:
         base = getattr(builtins, name, None) if type(name) is str else None
         if not (isinstance(base, type) and issubclass(base, Exception)) or base is Exception:
             continue
-        cls = _REMOTE_CLASSES.get(base)
-        if cls is None:
-            cls = _REMOTE_CLASSES[base] = type(name, (RemoteError, base), {})
-        try:
+        try:  # a class that cannot be mixed in, or that wants other arguments: try the next base
+            cls = _REMOTE_CLASSES.get(base) or _REMOTE_CLASSES.setdefault(base, type(name, (RemoteError, base), {}))
             exc = cls(info["msg"])
         except Exception:
             continue
@@ -108,7 +107,7 @@ class Link:
         self.generation = 0
         self.proc: Any = None
         self._wfd = self._rfd = -1
-        self._buf = b""
+        self._buf = bytearray()
 
     def _start(self) -> None:
         import os
@@ -127,10 +126,14 @@ class Link:
                 start_new_session=True,
                 cwd=self.workspace,
             )
+        except BaseException:
+            os.close(w1)
+            os.close(r2)
+            raise
         finally:
             os.close(r1)
             os.close(w2)
-        self._wfd, self._rfd, self._buf = w1, r2, b""
+        self._wfd, self._rfd, self._buf = w1, r2, bytearray()
         os.set_blocking(w1, False)
         self.generation += 1
 
@@ -170,7 +173,8 @@ class Link:
         while message:
             self._wait(self._wfd, write=True)
             message = message[os.write(self._wfd, message) :]
-        while b"\n" not in self._buf:
+        end = self._buf.find(b"\n")
+        while end < 0:
             if len(self._buf) > MAX_LINE:
                 raise self._fail("a reply longer than the wire allows")
             self._wait(self._rfd, write=False)
@@ -178,8 +182,11 @@ class Link:
             if not chunk:
                 status = self.proc.poll()
                 raise self._fail(f"the code under test exited during the call (status {status})")
+            end = chunk.find(b"\n")
+            end = -1 if end < 0 else len(self._buf) + end
             self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
+        line = bytes(self._buf[:end])
+        del self._buf[: end + 1]
         return line
 
     def request(self, op: str, target: Any, **fields: Any) -> Any:
@@ -237,16 +244,17 @@ class Remote:
         object.__setattr__(self, "_generation", generation)
         object.__setattr__(self, "_label", label)
 
+    def _live(self) -> None:
+        """A handle is only good in the subject process that made it."""
+        if self._generation is not None and (self._generation != self._link.generation or self._link.proc is None):
+            raise RemoteFailure(f"{self._label} belongs to a subject process that has ended")
+
     def _wire(self) -> Any:
-        if self._generation is None:
-            return {"p": self._target}
-        if self._generation != self._link.generation or self._link.proc is None:
-            raise RemoteFailure(f"{self._label} belongs to an earlier test's process")
-        return {"h": self._target[1]}
+        self._live()
+        return {"p": self._target} if self._generation is None else {"h": self._target[1]}
 
     def _ask(self, op: str, **fields: Any) -> Any:
-        if self._generation is not None and self._generation != self._link.generation:
-            raise RemoteFailure(f"{self._label} belongs to an earlier test's process")
+        self._live()
         return self._link.request(op, self._target, **fields)
 
     def _value(self) -> Any:
@@ -259,11 +267,7 @@ class Remote:
         target = ["a", self._target, name]
         if self._generation is None and not self._link.allowed:
             return Remote(self._link, target, None, f"{self._label}.{name}")
-        return self._link.request("get", target) if self._generation is None else self._ask_attr(target)
-
-    def _ask_attr(self, target: Any) -> Any:
-        if self._generation != self._link.generation:
-            raise RemoteFailure(f"{self._label} belongs to an earlier test's process")
+        self._live()
         return self._link.request("get", target)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -372,83 +376,6 @@ def remote_finder(link: Link, names: set[str]) -> Any:
     return Finder()
 
 
-_LEXER = "class Lexer:\n    def __init__(self, *a, **k):\n        pass\n"
-#: pytest imports pygments for colour; the judge's report goes to a pipe (never coloured), so a stub does.
-PYGMENTS_STUB = {
-    "pygments/__init__.py": "from pygments import util\ndef highlight(code, lexer, formatter):\n    return code\n",
-    "pygments/util.py": "class ClassNotFound(ValueError):\n    pass\nclass OptionError(Exception):\n    pass\n",
-    "pygments/formatters/__init__.py": "",
-    "pygments/formatters/terminal.py": _LEXER.replace("Lexer", "TerminalFormatter"),
-    "pygments/lexer.py": _LEXER,
-    "pygments/lexers/__init__.py": "",
-    "pygments/lexers/diff.py": "from pygments.lexer import Lexer\nclass DiffLexer(Lexer):\n    pass\n",
-    "pygments/lexers/python.py": "from pygments.lexer import Lexer\nclass PythonLexer(Lexer):\n    pass\n",
-}
-
-
-class BundleImporter:
-    """Imports the pytest bundle from memory: the zip is read once (the caller unlinks it); pygments is a stub."""
-
-    def __init__(self, path: str) -> None:
-        import importlib.util
-        import zipfile
-
-        with zipfile.ZipFile(path) as zf:
-            self.files = {name: zf.read(name) for name in zf.namelist()}
-        if "pygments/__init__.py" not in self.files:
-            self.files.update((k, v.encode()) for k, v in PYGMENTS_STUB.items())
-        self.magic = importlib.util.MAGIC_NUMBER
-
-    def _where(self, fullname: str) -> tuple[str, bool] | None:
-        base = fullname.replace(".", "/")
-        for rel, is_pkg in ((base + "/__init__.py", True), (base + ".py", False)):
-            if rel in self.files:
-                return rel, is_pkg
-        return None
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        """A spec for a module of the bundle (None for any other name)."""
-        import importlib.util
-
-        found = self._where(fullname)
-        if found is None:
-            return None
-        rel, is_pkg = found
-        origin = "/tirl-judge/" + rel
-        spec = importlib.util.spec_from_loader(fullname, self, origin=origin, is_package=is_pkg)  # type: ignore[arg-type]
-        if spec is not None:
-            spec.has_location = True
-            if is_pkg:
-                spec.submodule_search_locations = ["/tirl-judge/" + rel.rsplit("/", 1)[0]]
-        return spec
-
-    def create_module(self, spec: Any) -> Any:
-        """The default module object."""
-        return None
-
-    def exec_module(self, module: Any) -> None:
-        """Run the module's cached bytecode (same Python) or its compiled source."""
-        import marshal
-
-        found = self._where(module.__name__)
-        assert found is not None
-        rel = found[0]
-        pyc = self.files.get(rel[:-3] + ".pyc", b"")
-        code = marshal.loads(pyc[16:]) if pyc[:4] == self.magic else compile(self.files[rel], rel, "exec")
-        module.__file__ = "/tirl-judge/" + rel
-        exec(code, module.__dict__)
-
-    def get_source(self, fullname: str) -> str | None:
-        """The module's source (for tracebacks)."""
-        found = self._where(fullname)
-        return None if found is None else self.files[found[0]].decode("utf-8", "replace")
-
-    def is_package(self, fullname: str) -> bool:
-        """Whether the name is a package of the bundle."""
-        found = self._where(fullname)
-        return bool(found and found[1])
-
-
 def imported_names(sources: list[str]) -> set[str]:
     """The top-level module names that ``sources`` import (absolute imports only)."""
     import ast
@@ -464,9 +391,16 @@ def imported_names(sources: list[str]) -> set[str]:
 
 
 def _harden() -> None:
-    """Step 1 of the module docstring: a clean path and environment, no bytecode, undumpable."""
+    """Step 1 of the module docstring: a clean path and environment, no bytecode, undumpable, no SIGINT.
+
+    SIGINT is ignored: a subject that sent it would raise KeyboardInterrupt in the judge, and pytest would
+    stop as interrupted with only the tests run so far reported.
+    """
     import ctypes
     import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     sys.path[:] = _trusted_path()
     sys.dont_write_bytecode = True
@@ -500,6 +434,7 @@ class Tally:
         self.tests = tests
         self.outcomes: dict[str, str] = {}
         self.collect_errors = 0
+        self.collected = 0
 
     def pytest_collectreport(self, report: Any) -> None:
         """A file that fails to collect counts as an error."""
@@ -519,6 +454,7 @@ class Tally:
                     lines = f.readlines()
                 linecache.cache[path] = (sum(map(len, lines)), None, lines, path)
         shutil.rmtree(self.tests)
+        self.collected = len(session.items)
         self.link.allowed = True
 
     def pytest_runtest_logreport(self, report: Any) -> None:
@@ -539,12 +475,17 @@ class Tally:
         self.link.stop()
 
     def verdict(self) -> dict[str, Any]:
-        """The counts, the deadline flag and up to 10 failing test names."""
+        """The counts, the deadline flag and up to 10 failing test names.
+
+        A collected test without an outcome (the run stopped early) counts as an error: the verdict
+        never shrinks to the tests that happened to run.
+        """
         counts = {k: list(self.outcomes.values()).count(k) for k in ("passed", "failed", "skipped")}
         bad = [n.rpartition("::")[2][:80] for n, o in self.outcomes.items() if o in ("failed", "error")]
+        unreported = max(self.collected - len(self.outcomes), 0)
         return {
             **counts,
-            "errors": list(self.outcomes.values()).count("error") + self.collect_errors,
+            "errors": list(self.outcomes.values()).count("error") + self.collect_errors + unreported,
             "timed_out": self.link.timed_out,
             "failures": bad[:10],
         }
@@ -583,7 +524,8 @@ def judge_main(wire: str, eval_dir: str, budget_s: float) -> None:
     remote = {n for n in imported_names(sources) if importlib.util.find_spec(n) is None}
     sys.meta_path.append(remote_finder(link, remote))
     tally = Tally(link, tests)
-    args = [tests, "-q", "-s", "-p", "no:cacheprovider", "--noconftest", "--import-mode=importlib"]
+    args = [tests, "-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "--noconftest"]
+    args += ["--import-mode=importlib"]
     args += ["--rootdir", tests, "-c", os.path.join(tests, "pytest.ini"), "--tb=short"]
     try:
         status = pytest.main(args, plugins=[tally])

@@ -6,8 +6,8 @@ object per line each way, on two pipes that only the two processes hold). :func:
 :func:`decode` are the value format both sides use: values of exactly ``None``, ``bool``, ``int``,
 ``float``, ``str`` as JSON, ``list``/``tuple``/``set``/``frozenset``/``dict``/``bytes``/``complex``
 tagged (``{"l": [...]}``...), anything else as a reference (``{"h": [id, type name]}`` from the
-subject; ``{"h": id}`` or ``{"p": attribute path}`` from the judge). A subclass of a built-in type
-is not a value: it stays in the subject as a reference.
+subject; ``{"h": id}`` or ``{"p": attribute path}`` from the judge). A subclass of a built-in value
+type is sent as its base type's value (its methods, ``__eq__`` included, stay behind).
 
 The host sends this module's source to the sandbox as text (with the judge's); nothing in it may
 import tirl. What the subject does is untrusted by construction: the judge checks every reply.
@@ -32,11 +32,25 @@ class WireError(Exception):
     """A message that the protocol does not allow (the call fails; the subject is not trusted further)."""
 
 
+_BASES = (int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
+
+
 def encode(value: Any, ref: Any, depth: int = 0) -> Any:
-    """``value`` as JSON-ready data: exact built-in types by value, anything else as ``ref(value)``."""
+    """``value`` as JSON-ready data: built-in value types by value, anything else as ``ref(value)``.
+
+    A subclass of a built-in value type (an ``IntEnum``, a named tuple, an ``OrderedDict``, a ``float``
+    whose ``__eq__`` always answers True) is sent as its base type's value: its methods stay behind.
+    """
     if depth > MAX_DEPTH:
         raise WireError("value nested too deeply")
     kind = type(value)
+    if kind not in _SCALARS and kind not in _BASES:
+        base = next((b for b in _BASES if isinstance(value, b)), None)
+        if base is not None:
+            value = base(value)
+            if type(value) is not base:
+                raise WireError(f"{kind.__name__} did not convert to {base.__name__}")
+            kind = base
     if kind in _SCALARS:
         return value
     if kind in _TAGS:
@@ -111,7 +125,7 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
         "list": lambda obj, req: list(obj),
         "getitem": lambda obj, req: obj[arg(req["i"])],
         "contains": lambda obj, req: arg(req["i"]) in obj,
-        "eq": lambda obj, req: bool(obj == resolve(req["o"])),
+        "eq": lambda obj, req: bool(obj == arg(req["o"])),
     }
     while line := requests.readline(MAX_LINE):
         req = json.loads(line)

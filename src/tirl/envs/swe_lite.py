@@ -29,21 +29,26 @@ pipeline stages:
       workspace, the commands and the hidden-test reward.
 
 ``evaluate()`` — Evaluator
-    Copies the hidden tests (and a zip of pytest, see
-    :func:`tirl.envs.workspace.pytest_bundle`) into ``.tirl_eval/`` of the
-    workspace and runs them with pytest inside the sandbox, with
-    ``eval_timeout_s``; ``--confcutdir``/``--rootdir`` keep a ``conftest.py``
-    or ``pytest.ini`` the agent wrote out of the run. The reward is 1.0 when
-    every hidden test passes (``reward_mode="all"``), or the fraction passed
-    (``"fraction"``). It runs whether or not the agent submitted. Tasks from
-    JSONL run their own ``test_command`` with ``bash`` instead, with pytest on
-    ``PYTHONPATH``; the reward then comes from pytest's summary line, or from
-    the exit status when there is none.
+    Generated tasks, and JSONL tasks with ``hidden_tests`` and no
+    ``test_command``, go to the **judge** (:mod:`tirl.envs.scorer`): pytest
+    runs the hidden tests in a process that never imports the workspace, and
+    the code under test runs in a fresh subject process per test that only
+    returns values; the verdict is a line that carries a per-run secret the
+    agent's code cannot read. The reward is 1.0 when every hidden test passes
+    (``reward_mode="all"``), or the fraction passed (``"fraction"``), with
+    ``eval_timeout_s``. A failure the episode causes is its reward 0 with
+    ``info["eval_failure"]`` (``workspace_full``, ``staging_failed``,
+    ``no_verdict``, ``timed_out``), never an exception; a broken sandbox raises
+    :class:`~tirl.envs.base.EnvError`. It runs whether or not the agent
+    submitted. JSONL tasks with a ``test_command`` run it with ``bash``
+    instead, with pytest on ``PYTHONPATH``; the reward then comes from pytest's
+    summary line, or from the exit status when there is none.
 
-Not covered: the code under test runs in the same process as the pytest
-runner, so an adversarial "fix" could fake a result line (a per-run nonce
-makes that harder, not impossible); Python state does not persist between
-commands (files do); ``python`` may not exist in the sandbox, ``python3`` does.
+Not covered: a ``test_command``'s verdict is as forgeable as the command (the
+code under test runs inside it); what the judge does not cover is listed in
+:mod:`tirl.envs.scorer_runner` and docs/sandbox.md; Python state does not
+persist between commands (files do); ``python`` may not exist in the sandbox,
+``python3`` does.
 """
 
 from __future__ import annotations

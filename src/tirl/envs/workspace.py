@@ -196,7 +196,9 @@ def _traversable(path: Path) -> bool:
     return True
 
 
-_PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py.py")
+# pytest and its pure-Python dependencies (the back-ports only where this Python has them installed); the judge
+# imports nothing else from site-packages, and stubs pygments (colour only).
+_PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py.py", "exceptiongroup", "tomli")
 
 
 def pytest_bundle(cache_dir: Path) -> Path:

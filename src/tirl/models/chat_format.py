@@ -29,6 +29,10 @@ as tirl's own template from ``tirl model init`` does) the calls are parsed
 into ``tool_calls`` (:mod:`tirl.models.toolcalls`). ``prompt_ids`` takes the
 tool definitions (``tools=``) and passes them to the template.
 
+Message content (tool output above all) never yields special-token ids: a program that prints
+``<|im_end|>`` and ``<|im_start|>assistant`` puts text into the context, not a turn boundary (content is
+encoded with ``split_special_tokens``; see :meth:`TemplateChatFormat._encode_messages`).
+
 Not covered: templates whose rendering of a conversation is not a prefix of
 the rendering of that conversation plus more messages (e.g. templates that
 rewrite earlier assistant turns) — :class:`TemplateChatFormat` raises
@@ -39,7 +43,10 @@ than Hermes are rendered by their templates but not parsed from samples.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 from transformers import PreTrainedTokenizerBase
@@ -135,7 +142,9 @@ class SimpleChatFormat:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _message(self, m: Message) -> list[int]:
-        return [self.role_ids[m.role], *self._encode(m.content or ""), self.end_id]
+        # Content never yields special ids: printed "<|end|><|assistant|>" stays text, not a turn boundary.
+        content = self.tokenizer.encode(m.content or "", add_special_tokens=False, split_special_tokens=True)
+        return [self.role_ids[m.role], *content, self.end_id]
 
     def prompt_ids(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
         """``<|role|>content<|end|>`` for each message, then ``<|assistant|>`` (no tool definitions)."""
@@ -209,6 +218,42 @@ class TemplateChatFormat:
             self._tool_role = "user"
             self._observation_text([Message(role=Role.TOOL, content="1")])
         self.tool_support = template_supports_tools(tokenizer, self.template)
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
+        specials |= {str(t.content) for t in added.values() if getattr(t, "special", False)}
+        self._specials = sorted((t for t in specials if t), key=len, reverse=True)
+
+    def _encode_messages(self, messages: Sequence[Message], render: Callable[[Sequence[Message]], str]) -> list[int]:
+        """``render(messages)`` as ids, where message contents never yield special-token ids.
+
+        Content that holds the text of a special token (a tool printed ``<|im_end|>``) is swapped for a
+        marker before rendering, and the marker's place is filled with the content encoded with
+        ``split_special_tokens``: the template's own markers stay special, the printed ones stay text.
+        """
+        hostile = {i for i, m in enumerate(messages) if m.content and any(t in m.content for t in self._specials)}
+        if not hostile:
+            return self._encode(render(messages))
+        marks = {f"tirl-content-{i}-{secrets.token_hex(8)}": i for i in hostile}
+        by_index = {i: mark for mark, i in marks.items()}
+        swapped = [replace(m, content=by_index[i]) if i in hostile else m for i, m in enumerate(messages)]
+        text = render(swapped)
+        found = re.findall("|".join(map(re.escape, marks)), text)
+        if sorted(found) != sorted(marks):  # the template changed the content: render it with "< |" for "<|"
+            return self._encode(render([self._defang(m) if i in hostile else m for i, m in enumerate(messages)]))
+        ids: list[int] = []
+        for piece in re.split("(" + "|".join(map(re.escape, marks)) + ")", text):
+            if piece in marks:
+                content = messages[marks[piece]].content or ""
+                ids += self.tokenizer.encode(content, add_special_tokens=False, split_special_tokens=True)
+            elif piece:
+                ids += self._encode(piece)
+        return ids
+
+    def _defang(self, m: Message) -> Message:
+        content = m.content or ""
+        for token in self._specials:
+            content = content.replace(token, token[:1] + " " + token[1:])  # ASCII: an unknown char may be <unk>
+        return replace(m, content=content)
 
     def _render(
         self, messages: list[dict[str, Any]], *, gen: bool, tools: Sequence[dict[str, Any]] | None = None
@@ -247,13 +292,17 @@ class TemplateChatFormat:
                 "the chat template does not render tool definitions (tools=); use a template with tool support, "
                 "e.g. the chat_template.jinja that `tirl model init` writes"
             )
-        return self._encode(self._render([_as_dict(m) for m in messages], gen=True, tools=tools))
+
+        def render(ms: Sequence[Message]) -> str:
+            return self._render([_as_dict(m) for m in ms], gen=True, tools=tools)
+
+        return self._encode_messages(messages, render)
 
     def observation_ids(self, messages: Sequence[Message], turn_ids: Sequence[int]) -> list[int]:
         """Rest of the turn close, then the rendered observation with the next assistant header."""
         sampled_close = bool(turn_ids) and bool(self.close_ids) and turn_ids[-1] == self.close_ids[0]
         close = self.close_ids[1:] if sampled_close else list(self.close_ids)
-        return [*close, *self._encode(self._observation_text(messages))]
+        return [*close, *self._encode_messages(messages, self._observation_text)]
 
     def assistant_text(self, turn_ids: Sequence[int]) -> str:
         """Decode the turn without a trailing EOS id."""

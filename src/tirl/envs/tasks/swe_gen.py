@@ -9,12 +9,14 @@ in-process (our own code, not the model's).
 
 JSONL task file, one object per line::
 
-    {"id": "calc-1", "repo": "/abs/path/to/repo", "prompt": "Fix ...",
-     "test_command": "python3 -m pytest -q tests", "hidden_tests": "/abs/path/to/tests"}
+    {"id": "calc-1", "repo": "/abs/path/to/repo", "prompt": "Fix ...", "hidden_tests": "/abs/path/to/tests"}
 
-``repo``, ``prompt`` and ``test_command`` are required; ``hidden_tests`` (a
-directory copied into the workspace, under its own name, just before the
-test command runs) and ``id`` are optional. Relative paths are relative to
+``repo`` and ``prompt`` are required, and ``hidden_tests`` (a directory of
+pytest files) or ``test_command`` or both. Hidden tests without a command are
+run by the judge (:mod:`tirl.envs.scorer`), whose verdict the agent's code
+cannot forge; a ``test_command`` runs with bash in the workspace (after
+``hidden_tests`` is copied there under its own name) and its verdict is only as
+trustworthy as the command. ``id`` is optional. Relative paths are relative to
 the JSONL file.
 """
 
@@ -167,7 +169,10 @@ def load_swe_tasks(path: str | Path) -> list[Task]:
         if not repo.is_dir():
             raise InputError(str(path), lineno, f"repo {str(repo)!r} is not a directory", "give an existing local path")
         prompt = require_str(obj, "prompt", path, lineno)
-        command = require_str(obj, "test_command", path, lineno)
+        # without a test_command the hidden tests go to the judge (tirl.envs.scorer), which the agent cannot forge
+        command = None
+        if "test_command" in obj or "hidden_tests" not in obj:
+            command = require_str(obj, "test_command", path, lineno)
         hidden = None
         if obj.get("hidden_tests") is not None:
             hidden = base / require_str(obj, "hidden_tests", path, lineno)
