@@ -17,6 +17,8 @@ LOADERS = {"load", "loads", "Unpickler", "open"}  # shelve.open unpickles every 
 # module (relative to src/tirl) -> why its unpickling is not a load of user input
 ALLOWED = {
     "filters/forked.py": "pickle.loads of the result a forked child of this process wrote into a pipe it created",
+    "envs/scorer_bundle.py": "marshal.loads of the .pyc files tirl bundles from its own installed pytest, run by "
+    "the swe-lite judge before any workspace code exists (what the import system does with a .pyc)",
 }
 
 

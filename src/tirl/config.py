@@ -75,18 +75,7 @@ class ModelConfig:
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = device
-        _check(
-            0 < self.vllm_gpu_memory_utilization <= 1,
-            "model.vllm_gpu_memory_utilization",
-            self.vllm_gpu_memory_utilization,
-            "use a fraction in (0, 1]: the engine's share of the GPU's memory (the trainer needs the rest)",
-        )
-        _check(
-            self.vllm_max_model_len is None or self.vllm_max_model_len >= 16,
-            "model.vllm_max_model_len",
-            self.vllm_max_model_len,
-            "use at least 16 tokens, or unset it (then generation.max_total_tokens)",
-        )
+        check_section("model", self)  # vllm_gpu_memory_utilization, vllm_max_model_len (tirl.config_ranges.RANGES)
 
     @property
     def generator_dtype(self) -> str:

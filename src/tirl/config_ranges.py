@@ -77,6 +77,8 @@ _DAY = 86_400.0
 _SEED = 2**32 - 1  # numpy's and torch's seed range
 
 RANGES: dict[str, Range] = {
+    "model.vllm_gpu_memory_utilization": Range(0, 1, lo_open=True),  # the engine's share of the GPU's memory
+    "model.vllm_max_model_len": Range(16, 16_777_216),
     "generation.temperature": Range(0, 100),
     "generation.top_p": Range(0, 1, lo_open=True),
     "generation.max_new_tokens": Range(1, 131_072),
@@ -111,7 +113,7 @@ RANGES: dict[str, Range] = {
     "rollout.eval_workers": Range(1, 256),
     "rollout.run_queue_size": Range(1, 4096),
     "rollout.eval_queue_size": Range(1, 4096),
-    "rollout.trace_interval_s": Range(0, 3600, lo_open=True),
+    "rollout.trace_interval_s": Range(0, 31_536_000, lo_open=True),  # virtual-time benches trace once (1e6 s)
     "rollout.init_timeout_s": Range(0, _DAY, lo_open=True),
     "rollout.run_timeout_s": Range(0, _DAY, lo_open=True),
     "rollout.eval_timeout_s": Range(0, _DAY, lo_open=True),

@@ -154,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
     if not args.no_progress:
-        print(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tb'})", file=sys.stderr)
+        # stdout, like the step lines: stderr stays for the one error line a failed set-up prints
+        print(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tb'})", flush=True)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output

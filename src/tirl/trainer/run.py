@@ -242,6 +242,7 @@ class TrainingRun:
     async def __call__(self) -> dict[str, Any]:
         """Setup → train → cleanup → summary; returns the summary."""
         started = time.perf_counter()
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # `tirl train` made it; a recipe called directly may not
         with hold_run_dir(self.run_dir):
             try:
                 await self.setup()
