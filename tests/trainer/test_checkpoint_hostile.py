@@ -158,6 +158,24 @@ def test_truncated_training_state_is_a_clean_skip_or_one_error(run: Path, capsys
     assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
 
 
+@pytest.mark.parametrize("damage", ["truncate", "header-length"])
+def test_damaged_weights_with_a_rewritten_list_are_a_clean_skip(run: Path, capsys, damage: str) -> None:
+    """The checksum list matches (an attacker rewrote it), but the safetensors file cannot be opened."""
+    ckpt = run / "checkpoints" / "step-2"
+    shard = ckpt / "model" / "model.safetensors"
+    data = bytearray(shard.read_bytes())
+    if damage == "truncate":
+        del data[len(data) // 2 :]
+    else:
+        data[0:8] = (10**9).to_bytes(8, "little")  # a header length far past the end of the file
+    shard.write_bytes(bytes(data))
+    _relist(ckpt)
+    code, err = _resume(run, capsys, steps=3)
+    assert code == 0 and "Traceback" not in err, err
+    assert "skipping checkpoint step-2" in err and "model.safetensors" in err and "step-1" in err
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+
+
 def test_policy_version_that_is_not_a_number_skips_the_checkpoint(run: Path, capsys) -> None:
     _edit_state(run / "checkpoints" / "step-2", policy_version=[1])
     code, err = _resume(run, capsys, steps=3)

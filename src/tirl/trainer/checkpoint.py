@@ -20,10 +20,11 @@ Resume (:func:`resume_point`) takes the newest checkpoint that verifies:
 whose ``policy_version`` is a whole number; its checksum list names every file
 in the directory (a file it does not list, a symbolic link, a listed file that
 is missing or differs in size or SHA-256: damaged); the training state parses
-and passes its checks. A checkpoint *without* a checksum list is refused, not
-trusted. A damaged newer checkpoint is skipped with a line saying so; when
-checkpoints exist but none verifies, resume stops with one error line naming
-the run and the damage and changes nothing — it never starts over at step 1.
+and passes its checks; every ``model/*.safetensors`` header reads. A
+checkpoint *without* a checksum list is refused, not trusted. A damaged
+newer checkpoint is skipped with a line saying so; when checkpoints exist
+but none verifies, resume stops with one error line naming the run and the
+damage and changes nothing — it never starts over at step 1.
 
 What the checksums give: protection against corruption (a torn copy, a full
 disk, bit rot, a truncated file). What they cannot give: protection against
@@ -50,6 +51,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers.utils import logging as hf_logging
 
 from tirl.errors import InputError, OutputError
@@ -240,7 +242,7 @@ def resume_point(run_dir: str | Path) -> ResumePoint | None:
     good, bad = scan_checkpoints(run_dir)
     skipped = list(bad)
     for ckpt in reversed(good):
-        problem = verify_checkpoint(ckpt)
+        problem = verify_checkpoint(ckpt) or _weights_problem(ckpt)
         if problem is None:
             try:
                 return ResumePoint(ckpt, read_training_state(ckpt.path), skipped)
@@ -252,6 +254,20 @@ def resume_point(run_dir: str | Path) -> ResumePoint | None:
     damage = "; ".join(f"{s.path.name}: {s.problem}" for s in skipped)
     raise InputError(str(run_dir), None, f"no checkpoint of this run can be resumed ({damage}); nothing was changed",
                      "restore a good checkpoints/step-N from a copy, or start a new run with --run-dir")  # fmt: skip
+
+
+def _weights_problem(ckpt: Checkpoint) -> str | None:
+    """Why a safetensors file of the model cannot be opened (header and offsets only: no tensor is read)."""
+    shards = sorted(ckpt.model_dir.glob("*.safetensors"))
+    if not shards:
+        return "model/ has no .safetensors weights"
+    for shard in shards:
+        try:
+            with safe_open(str(shard), framework="pt") as fh:
+                fh.keys()
+        except (SafetensorError, OSError, ValueError) as exc:
+            return f"model/{shard.name} cannot be read ({str(exc)[:160]})"
+    return None
 
 
 def _sha256(path: Path) -> str:
