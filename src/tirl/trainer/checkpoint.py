@@ -201,7 +201,7 @@ def scan_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[Skippe
             continue
         entry = _read_entry(child, int(m.group(1)))
         (good if isinstance(entry, Checkpoint) else bad).append(entry)  # type: ignore[arg-type]
-    return sorted(good, key=lambda c: c.step), sorted(bad, key=lambda s: len(s.path.name))
+    return sorted(good, key=lambda c: c.step), sorted(bad, key=lambda s: s.path.name)
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Checkpoint]:

@@ -16,11 +16,13 @@ arguments into a :class:`~tirl.config.TirlConfig` and a run directory):
    run directory, so a resumed run keeps its first figure), then the steps,
    then the evaluation *after* (``trainer.eval_before_after``).
 3. **cleanup** — close the strategies, the generator and the sandbox (always).
-The whole run holds the run directory's lock (:mod:`tirl.trainer.run_lock`): a second writer is refused.
-
 4. **summary** — ``summary.json`` (steps logged, skipped steps and updates,
    accuracies, total time) and the diagnostics report (``report.html``) when
    the diagnostics are installed; a failing report never fails the run.
+
+The whole run holds the run directory's lock (:mod:`tirl.trainer.run_lock`),
+so a second writer is refused; a full disk anywhere in the run is one
+:class:`~tirl.errors.OutputError` naming the run and ``--resume``.
 
 Not covered: several runs in one process sharing parts, and distributed
 training (the update runs in this process; only the envs may live on Ray).
@@ -28,6 +30,7 @@ training (the update runs in this process; only the envs may live on Ray).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import sys
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.config import TirlConfig, config_to_dict
+from tirl.errors import OutputError
 from tirl.fileio import write_text
 from tirl.inference.base import Startable
 from tirl.jsonl import read_json
@@ -105,6 +109,14 @@ def find_resume(run_dir: Path) -> ResumeFrom:
     print(f"resuming {run_dir} from checkpoint {ckpt.path.name}: training continues at step {ckpt.step + 1}",
           file=sys.stderr)  # fmt: skip
     return ResumeFrom(point)
+
+
+def _full_disk(exc: OSError, run_dir: Path) -> Exception:
+    """A full disk while writing the run is one error line (the logs' lines are whole, so resume continues it)."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return exc
+    return OutputError(str(run_dir), None, f"no space left on the device while writing the run ({exc.strerror})",
+                       f"free space, then continue the run with `tirl train --resume {run_dir}`")  # fmt: skip
 
 
 class TrainingRun:
@@ -228,9 +240,14 @@ class TrainingRun:
             try:
                 await self.setup()
                 evals = await self.train()
+            except OSError as exc:
+                raise _full_disk(exc, self.run_dir) from None
             finally:
                 await self.cleanup()
-            return self.summarize(evals, started)
+            try:
+                return self.summarize(evals, started)
+            except OSError as exc:
+                raise _full_disk(exc, self.run_dir) from None
 
 
 async def train_run(
