@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,23 @@ def test_train_resume_skips_a_truncated_newest_checkpoint(tmp_path, capsys):
     assert "skipping checkpoint" in err and "step-4" in err
     assert [r["step"] for r in read_metrics(run)] == [1, 2, 3, 4, 5]
     assert verify_checkpoint(latest_checkpoint(run)) is None and latest_checkpoint(run).step == 5
+
+
+@pytest.mark.parametrize("kind", ["file", "symlink", "leading-zeros", "huge-state"])
+def test_odd_step_entries_are_skipped_with_their_reason(tmp_path, capsys, kind):
+    _save(tmp_path, (1,))
+    root = tmp_path / "checkpoints"
+    if kind == "file":
+        (root / "step-5").write_text("not a checkpoint")
+    elif kind == "symlink":
+        (root / "step-5").symlink_to(root / "step-1")
+    elif kind == "leading-zeros":
+        shutil.copytree(root / "step-1", root / "step-05")
+    else:
+        shutil.copytree(root / "step-1", root / "step-5")
+        with (root / "step-5" / "state.json").open("a") as fh:
+            fh.write(" " * (16 * 2**20))
+    ckpt = latest_checkpoint(tmp_path)
+    assert ckpt is not None and ckpt.step == 1
+    err = capsys.readouterr().err
+    assert "skipping checkpoint step-5" in err or "skipping checkpoint step-05" in err, err

@@ -61,6 +61,7 @@ from tirl.trainer.train_state import DamagedState, RngState, TrainingState, read
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 MAX_STEP = 10**12  # far beyond any run; a larger number in a directory name is not a step tirl wrote
+MAX_STATE_BYTES = 16 * 2**20  # state.json: a step, a version and one checksum line per file
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -172,7 +173,11 @@ def _read_entry(child: Path, step: int) -> Checkpoint | Skipped:
     """A ``step-N`` directory as a :class:`Checkpoint` (``state.json`` checked) or why it is not one."""
     if not 1 <= step <= MAX_STEP or child.name != f"step-{step}":
         return Skipped(child, f"step number is not one tirl writes (1..{MAX_STEP}, no leading zeros)")
+    if child.is_symlink() or not child.is_dir():
+        return Skipped(child, "is not a directory (or is a symbolic link)")
     try:
+        if (child / "state.json").stat().st_size > MAX_STATE_BYTES:
+            return Skipped(child, f"state.json is larger than {MAX_STATE_BYTES} bytes")
         state = parse_json((child / "state.json").read_bytes())
     except FileNotFoundError:
         return Skipped(child, "state.json is missing")
@@ -197,7 +202,7 @@ def scan_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[Skippe
         return good, bad
     for child in root.iterdir():
         m = _STEP_DIR.match(child.name)
-        if not m or not child.is_dir() or child.is_symlink():
+        if not m:
             continue
         entry = _read_entry(child, int(m.group(1)))
         (good if isinstance(entry, Checkpoint) else bad).append(entry)  # type: ignore[arg-type]
