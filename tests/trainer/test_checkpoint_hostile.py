@@ -213,6 +213,25 @@ def test_when_no_checkpoint_verifies_resume_stops_and_changes_nothing(run: Path,
     assert _snapshot(run) == before
 
 
+def test_a_run_whose_checkpoints_were_removed_is_not_started_over(run: Path, capsys) -> None:
+    shutil.rmtree(run / "checkpoints")
+    before = _snapshot(run)
+    line = _one_error(*_resume(run, capsys, steps=3))
+    assert str(run) in line and "has no checkpoint" in line and "logged step 2" in line
+    assert _snapshot(run) == before
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_and_says_so(run: Path, capsys) -> None:
+    shutil.rmtree(run / "checkpoints")
+    (run / "summary.json").unlink()
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text(lines[0])  # step 1 logged; killed before its checkpoint was complete
+    code, err = _resume(run, capsys, steps=1)
+    assert code == 0, err
+    assert f"resuming {run}: it has no checkpoint yet, so training starts at step 1" in err
+    assert [r["step"] for r in read_metrics(run)] == [1]
+
+
 def test_resume_says_which_step_it_continues_from(run: Path, capsys) -> None:
     code, err = _resume(run, capsys, steps=3)
     assert code == 0, err

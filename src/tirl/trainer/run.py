@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.config import TirlConfig, config_to_dict
-from tirl.errors import OutputError
+from tirl.errors import InputError, OutputError
 from tirl.fileio import write_text
 from tirl.inference.base import Startable
 from tirl.jsonl import read_json
@@ -95,13 +95,21 @@ class ResumeFrom:
         return str(self.point.checkpoint.model_dir) if self.point else None
 
 
-def find_resume(run_dir: Path) -> ResumeFrom:
+def find_resume(run_dir: Path, checkpoint_every: int = 1) -> ResumeFrom:
     """The newest checkpoint of ``run_dir`` that can be resumed, announced on stderr with what was skipped.
 
-    :class:`~tirl.errors.InputError` (one line naming the damage) when checkpoints exist but none verifies.
+    :class:`~tirl.errors.InputError` (one line naming the damage) when checkpoints exist but none verifies, and
+    when the run has none although it must have written one: it logged a step after ``checkpoint_every`` (each
+    checkpoint is complete before the next step starts) or it finished. Only a run killed before its first
+    checkpoint starts again at step 1.
     """
     point = resume_point(run_dir)
     if point is None:
+        logged = max((r["step"] for r in read_metrics(run_dir) if isinstance(r.get("step"), int)), default=0)
+        if logged > checkpoint_every or (run_dir / "summary.json").exists():
+            raise InputError(str(run_dir), None, f"has no checkpoint, but it logged step {logged} (a checkpoint "
+                             f"every {checkpoint_every} steps): its checkpoints are missing; nothing was changed",
+                             "restore checkpoints/ from a copy, or start a new run with --run-dir")  # fmt: skip
         print(f"resuming {run_dir}: it has no checkpoint yet, so training starts at step 1", file=sys.stderr)
         return ResumeFrom(None)
     ckpt = point.checkpoint
@@ -146,7 +154,7 @@ class TrainingRun:
         """Config file, parts, generator start, task sets, reference model, trainer (restored on resume)."""
         cfg = self.cfg
         if self.resume and self.resume_from is None:  # before anything is written: a refusal changes nothing
-            self.resume_from = find_resume(self.run_dir)
+            self.resume_from = find_resume(self.run_dir, cfg.trainer.checkpoint_every)
         start = self.resume_from
         _write_json(self.run_dir / "config.json", config_to_dict(cfg))
         self.parts = parts = build_parts(
