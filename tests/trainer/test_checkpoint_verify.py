@@ -122,3 +122,19 @@ def test_odd_step_entries_are_skipped_with_their_reason(tmp_path, capsys, kind):
     assert ckpt is not None and ckpt.step == 1
     err = capsys.readouterr().err
     assert "skipping checkpoint step-5" in err or "skipping checkpoint step-05" in err, err
+
+
+@pytest.mark.parametrize("kind", ["symlink", "file"])
+def test_saving_over_an_odd_step_entry_replaces_it_without_following_it(tmp_path, kind):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    root = tmp_path / "run" / "checkpoints"
+    root.mkdir(parents=True)
+    if kind == "symlink":
+        (root / "step-1").symlink_to(outside)
+    else:
+        (root / "step-1").write_text("x")
+    _save(tmp_path / "run", (1,))
+    assert (outside / "keep.txt").read_text() == "mine"
+    assert verify_checkpoint(latest_checkpoint(tmp_path / "run")) is None

@@ -136,7 +136,9 @@ def save_checkpoint(
             shutil.rmtree(stale, ignore_errors=True)
         full_state = _write(tmp, step, model, tokenizer, optimizer, state, rng)
         final = root / f"step-{step}"
-        if final.exists():  # re-saving a step (resumed run): replace it as a whole
+        if final.is_symlink() or final.is_file():  # not a checkpoint tirl wrote: out of the way, never followed
+            final.unlink()
+        elif final.exists():  # re-saving a step (resumed run): replace it as a whole
             shutil.rmtree(final)
         os.rename(tmp, final)
         _fsync_dir(root)
