@@ -119,10 +119,10 @@ def find_resume(run_dir: Path, checkpoint_every: int = 1) -> ResumeFrom:
     return ResumeFrom(point)
 
 
-def _full_disk(exc: OSError, run_dir: Path) -> Exception:
+def _full_disk(exc: OSError, run_dir: Path) -> OutputError | None:
     """A full disk while writing the run is one error line (the logs' lines are whole, so resume continues it)."""
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-        return exc
+        return None
     return OutputError(str(run_dir), None, f"no space left on the device while writing the run ({exc.strerror})",
                        f"free space, then continue the run with `tirl train --resume {run_dir}`")  # fmt: skip
 
@@ -248,14 +248,15 @@ class TrainingRun:
             try:
                 await self.setup()
                 evals = await self.train()
-            except OSError as exc:
-                raise _full_disk(exc, self.run_dir) from None
-            finally:
                 await self.cleanup()
-            try:
                 return self.summarize(evals, started)
             except OSError as exc:
-                raise _full_disk(exc, self.run_dir) from None
+                full = _full_disk(exc, self.run_dir)
+                if full is None:
+                    raise
+                raise full from None
+            finally:
+                await self.cleanup()
 
 
 async def train_run(
