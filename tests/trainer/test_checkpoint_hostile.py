@@ -213,6 +213,14 @@ def test_when_no_checkpoint_verifies_resume_stops_and_changes_nothing(run: Path,
     assert _snapshot(run) == before
 
 
+def test_eval_of_a_run_without_a_good_checkpoint_is_one_error_naming_the_damage(run: Path, capsys) -> None:
+    for ckpt in (run / "checkpoints").iterdir():
+        _edit_state(ckpt, files=None)
+    capsys.readouterr()
+    line = _one_error(main(["eval", "--model", str(run), "--n", "2"]), capsys.readouterr().err)
+    assert str(run) in line and "step-2: state.json has no checksum list" in line
+
+
 def test_a_run_whose_checkpoints_were_removed_is_not_started_over(run: Path, capsys) -> None:
     shutil.rmtree(run / "checkpoints")
     before = _snapshot(run)

@@ -52,8 +52,9 @@ def test_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path, capsys, d
 
 def test_no_checkpoint_verifies(tmp_path, capsys):
     _save(tmp_path, (1,))
-    (tmp_path / "checkpoints" / "step-1" / "optimizer.pt").write_bytes(b"")
+    (tmp_path / "checkpoints" / "step-1" / "optimizer.safetensors").write_bytes(b"")
     assert latest_checkpoint(tmp_path) is None
+    assert capsys.readouterr().err == ""  # nothing is used, so nothing is said: the caller's error names the damage
     assert latest_checkpoint(tmp_path, verify=False) is not None
 
 

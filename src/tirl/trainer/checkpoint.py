@@ -216,21 +216,33 @@ def list_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
     return scan_checkpoints(run_dir)[0]
 
 
-def latest_checkpoint(run_dir: str | Path, *, verify: bool = True) -> Checkpoint | None:
-    """The newest checkpoint that verifies against its checksums, or None (``tirl eval --model RUN_DIR``).
-
-    Each newer checkpoint that does not verify is named on stderr with its problem.
-    """
+def find_checkpoint(run_dir: str | Path, *, verify: bool = True) -> tuple[Checkpoint | None, list[Skipped]]:
+    """The newest checkpoint that verifies against its checksums (or None), and the newer ones that do not."""
     good, bad = scan_checkpoints(run_dir)
     skipped = list(bad)
     for ckpt in reversed(good):
         problem = verify_checkpoint(ckpt) if verify else None
         if problem is None:
-            warn_skipped(skipped, ckpt)
-            return ckpt
+            return ckpt, skipped
         skipped.append(Skipped(ckpt.path, problem))
-    warn_skipped(skipped, None)
-    return None
+    return None, skipped
+
+
+def latest_checkpoint(run_dir: str | Path, *, verify: bool = True) -> Checkpoint | None:
+    """The newest checkpoint that verifies against its checksums, or None (``tirl eval --model RUN_DIR``).
+
+    When one is found, each newer checkpoint that does not verify is named on stderr with its problem; when
+    none is, nothing is printed (:func:`find_checkpoint` gives the reasons to the caller's error).
+    """
+    ckpt, skipped = find_checkpoint(run_dir, verify=verify)
+    if ckpt is not None:
+        warn_skipped(skipped, ckpt)
+    return ckpt
+
+
+def damage_summary(skipped: list[Skipped]) -> str:
+    """``"step-2: PROBLEM; step-1: PROBLEM"`` for an error line."""
+    return "; ".join(f"{s.path.name}: {s.problem}" for s in skipped)
 
 
 def warn_skipped(skipped: list[Skipped], used: Checkpoint | None) -> None:
@@ -258,7 +270,7 @@ def resume_point(run_dir: str | Path) -> ResumePoint | None:
         skipped.append(Skipped(ckpt.path, problem))
     if not skipped:
         return None
-    damage = "; ".join(f"{s.path.name}: {s.problem}" for s in skipped)
+    damage = damage_summary(skipped)
     raise InputError(str(run_dir), None, f"no checkpoint of this run can be resumed ({damage}); nothing was changed",
                      "restore a good checkpoints/step-N from a copy, or start a new run with --run-dir")  # fmt: skip
 
