@@ -258,6 +258,16 @@ def test_a_torn_last_metrics_line_is_kept_and_reported(run: Path, capsys) -> Non
     assert "metrics.jsonl" in err and "torn" in err and str(kept) in err
 
 
+def test_a_link_planted_as_the_lock_file_is_refused_not_followed(run: Path, tmp_path: Path, capsys) -> None:
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("not tirl's")
+    (run / ".lock").unlink(missing_ok=True)  # the copied run has one from its first writer
+    (run / ".lock").symlink_to(target)
+    line = _one_error(*_resume(run, capsys, steps=3))
+    assert ".lock" in line and "lock file" in line
+    assert target.read_text() == "not tirl's"
+
+
 def _locked_by(run: Path, pid: int) -> bool:
     try:
         return (run / ".lock").read_text().strip() == str(pid)
