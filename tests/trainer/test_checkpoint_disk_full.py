@@ -71,3 +71,43 @@ def test_a_real_full_tmpfs_during_the_first_checkpoint(model_dir: Path, small_tm
     flags = [*FLAGS, "--set", "trainer.samples_per_step=1"]
     code = main(["train", "--model", str(model_dir), "--steps", "1", "--run-dir", str(run), *flags])
     _assert_full_disk_refusal(code, capsys.readouterr().err, run)
+
+
+def test_enospc_while_writing_the_logs_is_one_error_line(model_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Any write of the run (metrics, TensorBoard, summary) that finds the disk full: one line naming the run."""
+    from tirl.trainer.logging import RunLogger
+
+    def log_step(self: RunLogger, step: int, metrics: dict) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(RunLogger, "log_step", log_step)
+    run = tmp_path / "run"
+    capsys.readouterr()
+    code = main(["train", "--model", str(model_dir), "--steps", "1", "--run-dir", str(run), *FLAGS])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err and len(lines) == 1, err
+    assert lines[0].startswith(f"error: {run}: no space left") and "--resume" in lines[0]
+
+
+def test_enospc_in_tensorboards_writer_thread_is_one_error_line(
+    model_dir: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """TensorBoard writes event files from its own thread: its failure is reported once, not also as a traceback."""
+    import threading
+
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    def write(self: RecordWriter, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(RecordWriter, "write", write)
+    hook = threading.excepthook
+    run = tmp_path / "run"
+    capsys.readouterr()
+    code = main(["train", "--model", str(model_dir), "--steps", "1", "--run-dir", str(run), *FLAGS])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err and "Exception in thread" not in err, err
+    assert len(lines) == 1 and lines[0].startswith(f"error: {run}: no space left"), err
+    assert threading.excepthook is hook  # the logger put the process's hook back

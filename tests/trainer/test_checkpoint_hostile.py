@@ -158,6 +158,24 @@ def test_truncated_training_state_is_a_clean_skip_or_one_error(run: Path, capsys
     assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
 
 
+@pytest.mark.parametrize("damage", ["truncate", "header-length"])
+def test_damaged_weights_with_a_rewritten_list_are_a_clean_skip(run: Path, capsys, damage: str) -> None:
+    """The checksum list matches (an attacker rewrote it), but the safetensors file cannot be opened."""
+    ckpt = run / "checkpoints" / "step-2"
+    shard = ckpt / "model" / "model.safetensors"
+    data = bytearray(shard.read_bytes())
+    if damage == "truncate":
+        del data[len(data) // 2 :]
+    else:
+        data[0:8] = (10**9).to_bytes(8, "little")  # a header length far past the end of the file
+    shard.write_bytes(bytes(data))
+    _relist(ckpt)
+    code, err = _resume(run, capsys, steps=3)
+    assert code == 0 and "Traceback" not in err, err
+    assert "skipping checkpoint step-2" in err and "model.safetensors" in err and "step-1" in err
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+
+
 def test_policy_version_that_is_not_a_number_skips_the_checkpoint(run: Path, capsys) -> None:
     _edit_state(run / "checkpoints" / "step-2", policy_version=[1])
     code, err = _resume(run, capsys, steps=3)
@@ -195,6 +213,33 @@ def test_when_no_checkpoint_verifies_resume_stops_and_changes_nothing(run: Path,
     assert _snapshot(run) == before
 
 
+def test_eval_of_a_run_without_a_good_checkpoint_is_one_error_naming_the_damage(run: Path, capsys) -> None:
+    for ckpt in (run / "checkpoints").iterdir():
+        _edit_state(ckpt, files=None)
+    capsys.readouterr()
+    line = _one_error(main(["eval", "--model", str(run), "--n", "2"]), capsys.readouterr().err)
+    assert str(run) in line and "step-2: state.json has no checksum list" in line
+
+
+def test_a_run_whose_checkpoints_were_removed_is_not_started_over(run: Path, capsys) -> None:
+    shutil.rmtree(run / "checkpoints")
+    before = _snapshot(run)
+    line = _one_error(*_resume(run, capsys, steps=3))
+    assert str(run) in line and "has no checkpoint" in line and "logged step 2" in line
+    assert _snapshot(run) == before
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_and_says_so(run: Path, capsys) -> None:
+    shutil.rmtree(run / "checkpoints")
+    (run / "summary.json").unlink()
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text(lines[0])  # step 1 logged; killed before its checkpoint was complete
+    code, err = _resume(run, capsys, steps=1)
+    assert code == 0, err
+    assert f"resuming {run}: it has no checkpoint yet, so training starts at step 1" in err
+    assert [r["step"] for r in read_metrics(run)] == [1]
+
+
 def test_resume_says_which_step_it_continues_from(run: Path, capsys) -> None:
     code, err = _resume(run, capsys, steps=3)
     assert code == 0, err
@@ -211,6 +256,16 @@ def test_a_torn_last_metrics_line_is_kept_and_reported(run: Path, capsys) -> Non
     kept = run / "metrics.jsonl.torn"
     assert kept.read_text() == torn + "\n"
     assert "metrics.jsonl" in err and "torn" in err and str(kept) in err
+
+
+def test_a_link_planted_as_the_lock_file_is_refused_not_followed(run: Path, tmp_path: Path, capsys) -> None:
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("not tirl's")
+    (run / ".lock").unlink(missing_ok=True)  # the copied run has one from its first writer
+    (run / ".lock").symlink_to(target)
+    line = _one_error(*_resume(run, capsys, steps=3))
+    assert ".lock" in line and "lock file" in line
+    assert target.read_text() == "not tirl's"
 
 
 def _locked_by(run: Path, pid: int) -> bool:

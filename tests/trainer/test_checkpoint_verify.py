@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,8 +52,9 @@ def test_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path, capsys, d
 
 def test_no_checkpoint_verifies(tmp_path, capsys):
     _save(tmp_path, (1,))
-    (tmp_path / "checkpoints" / "step-1" / "optimizer.pt").write_bytes(b"")
+    (tmp_path / "checkpoints" / "step-1" / "optimizer.safetensors").write_bytes(b"")
     assert latest_checkpoint(tmp_path) is None
+    assert capsys.readouterr().err == ""  # nothing is used, so nothing is said: the caller's error names the damage
     assert latest_checkpoint(tmp_path, verify=False) is not None
 
 
@@ -101,3 +103,39 @@ def test_train_resume_skips_a_truncated_newest_checkpoint(tmp_path, capsys):
     assert "skipping checkpoint" in err and "step-4" in err
     assert [r["step"] for r in read_metrics(run)] == [1, 2, 3, 4, 5]
     assert verify_checkpoint(latest_checkpoint(run)) is None and latest_checkpoint(run).step == 5
+
+
+@pytest.mark.parametrize("kind", ["file", "symlink", "leading-zeros", "huge-state"])
+def test_odd_step_entries_are_skipped_with_their_reason(tmp_path, capsys, kind):
+    _save(tmp_path, (1,))
+    root = tmp_path / "checkpoints"
+    if kind == "file":
+        (root / "step-5").write_text("not a checkpoint")
+    elif kind == "symlink":
+        (root / "step-5").symlink_to(root / "step-1")
+    elif kind == "leading-zeros":
+        shutil.copytree(root / "step-1", root / "step-05")
+    else:
+        shutil.copytree(root / "step-1", root / "step-5")
+        with (root / "step-5" / "state.json").open("a") as fh:
+            fh.write(" " * (16 * 2**20))
+    ckpt = latest_checkpoint(tmp_path)
+    assert ckpt is not None and ckpt.step == 1
+    err = capsys.readouterr().err
+    assert "skipping checkpoint step-5" in err or "skipping checkpoint step-05" in err, err
+
+
+@pytest.mark.parametrize("kind", ["symlink", "file"])
+def test_saving_over_an_odd_step_entry_replaces_it_without_following_it(tmp_path, kind):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    root = tmp_path / "run" / "checkpoints"
+    root.mkdir(parents=True)
+    if kind == "symlink":
+        (root / "step-1").symlink_to(outside)
+    else:
+        (root / "step-1").write_text("x")
+    _save(tmp_path / "run", (1,))
+    assert (outside / "keep.txt").read_text() == "mine"
+    assert verify_checkpoint(latest_checkpoint(tmp_path / "run")) is None

@@ -140,3 +140,11 @@ def test_a_legacy_pickle_checkpoint_is_refused_unread(tmp_path: Path) -> None:
     (tmp_path / "optimizer.pt").write_bytes(b"\x80\x04not read")
     with pytest.raises(DamagedState, match="pickle"):
         read_training_state(tmp_path)
+
+
+def test_an_oversized_rng_json_is_refused_unread(tmp_path: Path) -> None:
+    _saved(tmp_path)
+    with (tmp_path / RNG_JSON).open("a") as fh:
+        fh.write(" " * 2**20)
+    with pytest.raises(DamagedState, match="larger than"):
+        read_training_state(tmp_path)

@@ -47,12 +47,14 @@ def _model_dir(path: str | None) -> str | None:
         return None
     p = Path(path)
     if (p / "checkpoints").is_dir():
-        from tirl.trainer.checkpoint import latest_checkpoint
+        from tirl.trainer.checkpoint import damage_summary, find_checkpoint, warn_skipped
 
-        ckpt = latest_checkpoint(p)
+        ckpt, skipped = find_checkpoint(p)
         if ckpt is None:
-            raise InputError(str(p), None, "is a run directory without a complete checkpoint",
-                             "train longer or give a model directory")  # fmt: skip
+            why = f" (damaged: {damage_summary(skipped)})" if skipped else ""
+            raise InputError(str(p), None, f"is a run directory without a complete checkpoint{why}",
+                             "train longer, restore a checkpoint, or give a model directory")  # fmt: skip
+        warn_skipped(skipped, ckpt)
         return str(ckpt.model_dir)
     return str(p)
 

@@ -168,7 +168,7 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
     from tirl.trainer.run import find_resume, train_run
 
     # resume: the checkpoint is found (and verified) before anything starts or is written, once for every rank
-    start = find_resume(run_dir) if args.resume else None
+    start = find_resume(run_dir, cfg.trainer.checkpoint_every) if args.resume else None
     world = None
     try:
         if args.nproc != 1:  # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous

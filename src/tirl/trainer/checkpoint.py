@@ -20,10 +20,11 @@ Resume (:func:`resume_point`) takes the newest checkpoint that verifies:
 whose ``policy_version`` is a whole number; its checksum list names every file
 in the directory (a file it does not list, a symbolic link, a listed file that
 is missing or differs in size or SHA-256: damaged); the training state parses
-and passes its checks. A checkpoint *without* a checksum list is refused, not
-trusted. A damaged newer checkpoint is skipped with a line saying so; when
-checkpoints exist but none verifies, resume stops with one error line naming
-the run and the damage and changes nothing — it never starts over at step 1.
+and passes its checks; every ``model/*.safetensors`` header reads. A
+checkpoint *without* a checksum list is refused, not trusted. A damaged
+newer checkpoint is skipped with a line saying so; when checkpoints exist
+but none verifies, resume stops with one error line naming the run and the
+damage and changes nothing — it never starts over at step 1.
 
 What the checksums give: protection against corruption (a torn copy, a full
 disk, bit rot, a truncated file). What they cannot give: protection against
@@ -50,6 +51,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers.utils import logging as hf_logging
 
 from tirl.errors import InputError, OutputError
@@ -59,6 +61,7 @@ from tirl.trainer.train_state import DamagedState, RngState, TrainingState, read
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 MAX_STEP = 10**12  # far beyond any run; a larger number in a directory name is not a step tirl wrote
+MAX_STATE_BYTES = 16 * 2**20  # state.json: a step, a version and one checksum line per file
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -133,7 +136,9 @@ def save_checkpoint(
             shutil.rmtree(stale, ignore_errors=True)
         full_state = _write(tmp, step, model, tokenizer, optimizer, state, rng)
         final = root / f"step-{step}"
-        if final.exists():  # re-saving a step (resumed run): replace it as a whole
+        if final.is_symlink() or final.is_file():  # not a checkpoint tirl wrote: out of the way, never followed
+            final.unlink()
+        elif final.exists():  # re-saving a step (resumed run): replace it as a whole
             shutil.rmtree(final)
         os.rename(tmp, final)
         _fsync_dir(root)
@@ -170,7 +175,11 @@ def _read_entry(child: Path, step: int) -> Checkpoint | Skipped:
     """A ``step-N`` directory as a :class:`Checkpoint` (``state.json`` checked) or why it is not one."""
     if not 1 <= step <= MAX_STEP or child.name != f"step-{step}":
         return Skipped(child, f"step number is not one tirl writes (1..{MAX_STEP}, no leading zeros)")
+    if child.is_symlink() or not child.is_dir():
+        return Skipped(child, "is not a directory (or is a symbolic link)")
     try:
+        if (child / "state.json").stat().st_size > MAX_STATE_BYTES:
+            return Skipped(child, f"state.json is larger than {MAX_STATE_BYTES} bytes")
         state = parse_json((child / "state.json").read_bytes())
     except FileNotFoundError:
         return Skipped(child, "state.json is missing")
@@ -195,11 +204,11 @@ def scan_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[Skippe
         return good, bad
     for child in root.iterdir():
         m = _STEP_DIR.match(child.name)
-        if not m or not child.is_dir() or child.is_symlink():
+        if not m:
             continue
         entry = _read_entry(child, int(m.group(1)))
         (good if isinstance(entry, Checkpoint) else bad).append(entry)  # type: ignore[arg-type]
-    return sorted(good, key=lambda c: c.step), sorted(bad, key=lambda s: len(s.path.name))
+    return sorted(good, key=lambda c: c.step), sorted(bad, key=lambda s: s.path.name)
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
@@ -207,21 +216,33 @@ def list_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
     return scan_checkpoints(run_dir)[0]
 
 
-def latest_checkpoint(run_dir: str | Path, *, verify: bool = True) -> Checkpoint | None:
-    """The newest checkpoint that verifies against its checksums, or None (``tirl eval --model RUN_DIR``).
-
-    Each newer checkpoint that does not verify is named on stderr with its problem.
-    """
+def find_checkpoint(run_dir: str | Path, *, verify: bool = True) -> tuple[Checkpoint | None, list[Skipped]]:
+    """The newest checkpoint that verifies against its checksums (or None), and the newer ones that do not."""
     good, bad = scan_checkpoints(run_dir)
     skipped = list(bad)
     for ckpt in reversed(good):
         problem = verify_checkpoint(ckpt) if verify else None
         if problem is None:
-            warn_skipped(skipped, ckpt)
-            return ckpt
+            return ckpt, skipped
         skipped.append(Skipped(ckpt.path, problem))
-    warn_skipped(skipped, None)
-    return None
+    return None, skipped
+
+
+def latest_checkpoint(run_dir: str | Path, *, verify: bool = True) -> Checkpoint | None:
+    """The newest checkpoint that verifies against its checksums, or None (``tirl eval --model RUN_DIR``).
+
+    When one is found, each newer checkpoint that does not verify is named on stderr with its problem; when
+    none is, nothing is printed (:func:`find_checkpoint` gives the reasons to the caller's error).
+    """
+    ckpt, skipped = find_checkpoint(run_dir, verify=verify)
+    if ckpt is not None:
+        warn_skipped(skipped, ckpt)
+    return ckpt
+
+
+def damage_summary(skipped: list[Skipped]) -> str:
+    """``"step-2: PROBLEM; step-1: PROBLEM"`` for an error line."""
+    return "; ".join(f"{s.path.name}: {s.problem}" for s in skipped)
 
 
 def warn_skipped(skipped: list[Skipped], used: Checkpoint | None) -> None:
@@ -240,7 +261,7 @@ def resume_point(run_dir: str | Path) -> ResumePoint | None:
     good, bad = scan_checkpoints(run_dir)
     skipped = list(bad)
     for ckpt in reversed(good):
-        problem = verify_checkpoint(ckpt)
+        problem = verify_checkpoint(ckpt) or _weights_problem(ckpt)
         if problem is None:
             try:
                 return ResumePoint(ckpt, read_training_state(ckpt.path), skipped)
@@ -249,9 +270,23 @@ def resume_point(run_dir: str | Path) -> ResumePoint | None:
         skipped.append(Skipped(ckpt.path, problem))
     if not skipped:
         return None
-    damage = "; ".join(f"{s.path.name}: {s.problem}" for s in skipped)
+    damage = damage_summary(skipped)
     raise InputError(str(run_dir), None, f"no checkpoint of this run can be resumed ({damage}); nothing was changed",
                      "restore a good checkpoints/step-N from a copy, or start a new run with --run-dir")  # fmt: skip
+
+
+def _weights_problem(ckpt: Checkpoint) -> str | None:
+    """Why a safetensors file of the model cannot be opened (header and offsets only: no tensor is read)."""
+    shards = sorted(ckpt.model_dir.glob("*.safetensors"))
+    if not shards:
+        return "model/ has no .safetensors weights"
+    for shard in shards:
+        try:
+            with safe_open(str(shard), framework="pt") as fh:
+                fh.keys()
+        except (SafetensorError, OSError, ValueError) as exc:
+            return f"model/{shard.name} cannot be read ({str(exc)[:160]})"
+    return None
 
 
 def _sha256(path: Path) -> str:

@@ -28,8 +28,9 @@ import math
 import os
 import re
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -133,6 +134,21 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return [row for _, row in read_jsonl(path, torn_tail=True, objects=True)]
 
 
+def _quiet_event_writer_errors(prev: Callable[[Any], object]) -> Callable[[Any], object]:
+    """A thread hook that does not print an OSError of TensorBoard's event-writer thread.
+
+    That thread stores its exception and the writer raises it in this thread at the next scalar or flush (where
+    a full disk becomes one ``error:`` line); printed as well, it would be a second, traceback-shaped report.
+    """
+
+    def hook(args: Any) -> object:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, OSError):
+            return None
+        return prev(args)
+
+    return hook
+
+
 class MetricSink(Protocol):
     """Somewhere else the per-step metrics go (wandb)."""
 
@@ -167,13 +183,20 @@ class RunLogger:
         self._metrics: IO[str] = self.metrics_path.open("a", encoding="utf-8")
         self._trajs: IO[str] = self.trajectories_path.open("a", encoding="utf-8")
         self._tb: Any = None
+        self._hook: Callable[[Any], object] | None = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             _wait_past_event_files(self.run_dir / "tb")
-            self._tb = SummaryWriter(
-                log_dir=str(self.run_dir / "tb"), purge_step=resume_step + 1 if resume_step > 0 else None
-            )
+            self._prev_hook = threading.excepthook  # before the writer: its thread writes the first event at once
+            self._hook = threading.excepthook = _quiet_event_writer_errors(self._prev_hook)
+            try:
+                self._tb = SummaryWriter(
+                    log_dir=str(self.run_dir / "tb"), purge_step=resume_step + 1 if resume_step > 0 else None
+                )
+            except BaseException:
+                self.close()  # the files, and the thread hook back
+                raise
 
     def log_step(self, step: int, metrics: dict[str, Any]) -> dict[str, Scalar]:
         """Append one metrics line (required keys filled with null) and the TensorBoard scalars."""
@@ -206,7 +229,11 @@ class RunLogger:
         """Flush and close every file."""
         self._metrics.close()
         self._trajs.close()
-        if self._tb is not None:
-            self._tb.close()
-        for sink in self.sinks:
-            sink.close()
+        try:
+            if self._tb is not None:
+                self._tb.close()
+        finally:
+            if self._hook is not None and threading.excepthook is self._hook:
+                threading.excepthook = self._prev_hook
+            for sink in self.sinks:
+                sink.close()

@@ -16,11 +16,13 @@ arguments into a :class:`~tirl.config.TirlConfig` and a run directory):
    run directory, so a resumed run keeps its first figure), then the steps,
    then the evaluation *after* (``trainer.eval_before_after``).
 3. **cleanup** — close the strategies, the generator and the sandbox (always).
-The whole run holds the run directory's lock (:mod:`tirl.trainer.run_lock`): a second writer is refused.
-
 4. **summary** — ``summary.json`` (steps logged, skipped steps and updates,
    accuracies, total time) and the diagnostics report (``report.html``) when
    the diagnostics are installed; a failing report never fails the run.
+
+The whole run holds the run directory's lock (:mod:`tirl.trainer.run_lock`),
+so a second writer is refused; a full disk anywhere in the run is one
+:class:`~tirl.errors.OutputError` naming the run and ``--resume``.
 
 Not covered: several runs in one process sharing parts, and distributed
 training (the update runs in this process; only the envs may live on Ray).
@@ -28,6 +30,7 @@ training (the update runs in this process; only the envs may live on Ray).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import sys
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.config import TirlConfig, config_to_dict
+from tirl.errors import InputError, OutputError
 from tirl.fileio import write_text
 from tirl.inference.base import Startable
 from tirl.jsonl import read_json
@@ -94,13 +98,21 @@ class ResumeFrom:
         return str(self.point.checkpoint.model_dir) if self.point else None
 
 
-def find_resume(run_dir: Path) -> ResumeFrom:
+def find_resume(run_dir: Path, checkpoint_every: int = 1) -> ResumeFrom:
     """The newest checkpoint of ``run_dir`` that can be resumed, announced on stderr with what was skipped.
 
-    :class:`~tirl.errors.InputError` (one line naming the damage) when checkpoints exist but none verifies.
+    :class:`~tirl.errors.InputError` (one line naming the damage) when checkpoints exist but none verifies, and
+    when the run has none although it must have written one: it logged a step after ``checkpoint_every`` (each
+    checkpoint is complete before the next step starts) or it finished. Only a run killed before its first
+    checkpoint starts again at step 1.
     """
     point = resume_point(run_dir)
     if point is None:
+        logged = max((r["step"] for r in read_metrics(run_dir) if isinstance(r.get("step"), int)), default=0)
+        if logged > checkpoint_every or (run_dir / "summary.json").exists():
+            raise InputError(str(run_dir), None, f"has no checkpoint, but it logged step {logged} (a checkpoint "
+                             f"every {checkpoint_every} steps): its checkpoints are missing; nothing was changed",
+                             "restore checkpoints/ from a copy, or start a new run with --run-dir")  # fmt: skip
         print(f"resuming {run_dir}: it has no checkpoint yet, so training starts at step 1", file=sys.stderr)
         return ResumeFrom(None)
     ckpt = point.checkpoint
@@ -108,6 +120,14 @@ def find_resume(run_dir: Path) -> ResumeFrom:
     print(f"resuming {run_dir} from checkpoint {ckpt.path.name}: training continues at step {ckpt.step + 1}",
           file=sys.stderr)  # fmt: skip
     return ResumeFrom(point)
+
+
+def _full_disk(exc: OSError, run_dir: Path) -> OutputError | None:
+    """A full disk while writing the run is one error line (the logs' lines are whole, so resume continues it)."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    return OutputError(str(run_dir), None, f"no space left on the device while writing the run ({exc.strerror})",
+                       f"free space, then continue the run with `tirl train --resume {run_dir}`")  # fmt: skip
 
 
 class TrainingRun:
@@ -137,7 +157,7 @@ class TrainingRun:
         """Config file, parts, generator start, task sets, reference model, trainer (restored on resume)."""
         cfg = self.cfg
         if self.resume and self.resume_from is None:  # before anything is written: a refusal changes nothing
-            self.resume_from = find_resume(self.run_dir)
+            self.resume_from = find_resume(self.run_dir, cfg.trainer.checkpoint_every)
         start = self.resume_from
         _write_json(self.run_dir / "config.json", config_to_dict(cfg))
         self.parts = parts = build_parts(
@@ -247,9 +267,15 @@ class TrainingRun:
             try:
                 await self.setup()
                 evals = await self.train()
+                await self.cleanup()
+                return self.summarize(evals, started)
+            except OSError as exc:
+                full = _full_disk(exc, self.run_dir)
+                if full is None:
+                    raise
+                raise full from None
             finally:
                 await self.cleanup()
-            return self.summarize(evals, started)
 
 
 async def train_run(

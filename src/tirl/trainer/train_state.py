@@ -232,8 +232,13 @@ def _shape_problem(
     return None
 
 
+_MAX_JSON_BYTES = {RNG_JSON: 2**20, OPTIMIZER_JSON: 256 * 2**20}  # rng.json is ~15 KB; optimizer.json ~100 B/param
+
+
 def _read_json(path: Path) -> Any:
     try:
+        if path.stat().st_size > _MAX_JSON_BYTES[path.name]:
+            raise DamagedState(f"{path.name} is larger than {_MAX_JSON_BYTES[path.name]} bytes")
         return parse_json(path.read_bytes())
     except FileNotFoundError:
         raise DamagedState(f"{path.name} is missing") from None
