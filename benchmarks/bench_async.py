@@ -103,9 +103,9 @@ async def run_mode(mode: Mode, plans: list[list[Plan]], train_s: float) -> dict[
     cfg = RolloutConfig(
         strategy=mode.strategy,  # type: ignore[arg-type]
         trace_interval_s=1e6,
-        init_timeout_s=1e9,
-        run_timeout_s=1e9,
-        eval_timeout_s=1e9,
+        init_timeout_s=86_400.0,  # the range maximum: no virtual episode comes near it
+        run_timeout_s=86_400.0,
+        eval_timeout_s=86_400.0,
         retries=0,
         batch_size=mode.batch_size,
         **POOLS,

@@ -382,9 +382,9 @@ async def run_one(
     cfg = RolloutConfig(
         strategy=entry.strategy,  # type: ignore[arg-type]
         trace_interval_s=model_total_s * scale / 50,
-        init_timeout_s=1e9,
-        run_timeout_s=1e9,
-        eval_timeout_s=1e9,
+        init_timeout_s=86_400.0,  # the range maximum: no virtual episode comes near it
+        run_timeout_s=86_400.0,
+        eval_timeout_s=86_400.0,
         retries=0,
         batch_size=entry.batch_size(w.n, args.batch_size),
         **POOLS,

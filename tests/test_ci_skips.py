@@ -52,7 +52,8 @@ def test_uses_{name}():
 """
     for name in EXTRAS
 }
-NOT_INSTALLED_BY_MAKE = {"vllm", "vllm.v1.serial_utils", "torch"}  # vLLM: its own venv (make install-vllm); torch is never missing
+# vLLM: its own venv (make install-vllm); torch is never missing where tests run
+NOT_INSTALLED_BY_MAKE = {"vllm", "vllm.v1.serial_utils", "torch"}
 
 
 @pytest.fixture
