@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import stat
 import sys
@@ -277,14 +276,6 @@ def to_trajectory(path: str | Path, number: int, obj: Any) -> Trajectory:
             str(exc),
             'each line needs {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}',
         ) from None
-
-
-def is_readable_file(path: str | Path) -> bool:
-    """True for an existing path that is not a directory (regular files, FIFOs, ``/dev/stdin``)."""
-    try:
-        return not stat.S_ISDIR(os.stat(path).st_mode)
-    except OSError:
-        return False
 
 
 def _finite(value: Any) -> Any:

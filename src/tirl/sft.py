@@ -35,6 +35,7 @@ from tirl.config import RolloutConfig
 from tirl.envs.base import Env, Task
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.models.chat_format import ChatFormat
+from tirl.parsing import ParseRules
 from tirl.rollout.agent_loop import AgentLoop
 from tirl.rollout.base import EnvFactory, RolloutRequest
 from tirl.rollout.evaluation import EvalReport, evaluate_accuracy
@@ -67,6 +68,7 @@ class ScriptedSolutions:
     solution: Callable[[Task], list[str]]
     max_turns: int = 4
     max_total_tokens: int = 1024
+    rules: ParseRules = field(default_factory=ParseRules)  # the env's action rule (labels the turn records)
 
     async def __call__(self, env: Env, task: Task, initial: list[Message], traj: Trajectory) -> None:
         """Play ``solution(task)`` as sampled ids through the agent loop."""
@@ -76,6 +78,7 @@ class ScriptedSolutions:
             params=SamplingParams(max_new_tokens=self.max_total_tokens - 1),
             max_turns=self.max_turns,
             max_total_tokens=self.max_total_tokens,
+            rules=self.rules,
         )
         await loop(env, task, initial, traj)
 
@@ -89,11 +92,17 @@ async def build_demonstrations(
     max_turns: int = 4,
     max_total_tokens: int = 1024,
     concurrency: int = 16,
+    rules: ParseRules | None = None,
 ) -> list[Trajectory]:
-    """One trajectory per task whose scripted solution the env judges correct (others are skipped)."""
+    """One trajectory per task whose scripted solution the env judges correct (others are skipped).
+
+    ``rules``: the action rule the env factory's envs judge with (default: :class:`~tirl.parsing.ParseRules`).
+    """
     from tirl.rollout.strategies import make_strategy
 
-    runner = ScriptedSolutions(chat, solution, max_turns=max_turns, max_total_tokens=max_total_tokens)
+    runner = ScriptedSolutions(
+        chat, solution, max_turns=max_turns, max_total_tokens=max_total_tokens, rules=rules or ParseRules()
+    )
     cfg = RolloutConfig(run_workers=concurrency, run_queue_size=concurrency)
     strategy = make_strategy(cfg, env_factory, runner)
     try:

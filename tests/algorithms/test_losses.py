@@ -8,12 +8,10 @@ from tirl.algorithms.losses import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     LossConfig,
-    entropy_from_logits,
-    gather_logprobs,
-    logprobs_and_entropy,
     policy_loss,
     tis_weights,
 )
+from tirl.trainer.logprobs import target_logprobs
 
 
 def _ref_token_loss(lp: float, old: float, a: float, lo: float, hi: float, dual: float | None) -> tuple[float, bool]:
@@ -149,24 +147,6 @@ def test_tis_weights_truncated_and_detached() -> None:
     assert tis_weights(torch.tensor([[10.0]]), torch.tensor([[0.0]]), cap=2.0).item() == 2.0
 
 
-def test_gather_logprobs_and_entropy_match_loops() -> None:
-    torch.manual_seed(0)
-    logits = torch.randn(2, 3, 5, dtype=torch.float64)
-    targets = torch.randint(0, 5, (2, 3))
-    lp = gather_logprobs(logits, targets)
-    ent = entropy_from_logits(logits)
-    lp2, ent2 = logprobs_and_entropy(logits, targets)
-    assert torch.allclose(lp.double(), lp2.double(), atol=1e-5)
-    assert torch.allclose(ent.double(), ent2.double(), atol=1e-5)
-    for b in range(2):
-        for t in range(3):
-            row = logits[b, t].tolist()
-            z = math.log(sum(math.exp(x) for x in row))
-            assert lp[b, t].item() == pytest.approx(row[targets[b, t]] - z, abs=1e-6)
-            probs = [math.exp(x - z) for x in row]
-            assert ent[b, t].item() == pytest.approx(-sum(p * math.log(p) for p in probs), abs=1e-6)
-
-
 @pytest.mark.parametrize("kind", sorted(KL_ESTIMATORS))
 def test_kl_estimators_value_and_gradient_match_loops(kind: str) -> None:
     rng = random.Random(7)
@@ -218,18 +198,17 @@ def test_logprobs_divide_by_temperature() -> None:
     logits = torch.randn(4, 9) * 3
     temps = torch.full((4,), 0.7)
     tokens, sampler_lp = sample_tokens(logits, temps, torch.ones(4), torch.rand(4))
-    lp, ent = logprobs_and_entropy(logits[None], tokens[None], 0.7)
+    lp, ent = target_logprobs(logits[None], tokens[None], 0.7)
     assert torch.allclose(lp[0], sampler_lp, atol=1e-5)
-    assert torch.allclose(gather_logprobs(logits[None], tokens[None], 0.7)[0], sampler_lp, atol=1e-5)
-    assert not torch.allclose(gather_logprobs(logits[None], tokens[None])[0], sampler_lp, atol=1e-2)
+    assert not torch.allclose(target_logprobs(logits[None], tokens[None], 1.0)[0][0], sampler_lp, atol=1e-2)
     for b in range(4):
         row = [x / 0.7 for x in logits[b].tolist()]
         z = math.log(sum(math.exp(x) for x in row))
         assert lp[0, b].item() == pytest.approx(row[int(tokens[b])] - z, abs=1e-5)
         assert ent[0, b].item() == pytest.approx(-sum(math.exp(x - z) * (x - z) for x in row), abs=1e-5)
-    assert torch.allclose(entropy_from_logits(logits[None], 0.7), ent, atol=1e-6)
     # greedy sampling (temperature 0) and 1 both leave the logits alone
-    assert torch.equal(gather_logprobs(logits[None], tokens[None], 0.0), gather_logprobs(logits[None], tokens[None]))
+    greedy, _ = target_logprobs(logits[None], tokens[None], 0.0)
+    assert torch.equal(greedy, target_logprobs(logits[None], tokens[None], 1.0)[0])
 
 
 def test_bad_names_rejected() -> None:

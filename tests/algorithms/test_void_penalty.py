@@ -6,9 +6,10 @@ import math
 
 import pytest
 import torch
+from tests.reference import penalty_term
 
 from tirl.algorithms.losses import LossConfig, policy_loss
-from tirl.algorithms.void_penalty import penalty_rows, sampled_runs, void_penalty_terms, void_turn_mask
+from tirl.algorithms.void_penalty import penalty_rows, sampled_runs, void_turn_mask
 from tirl.types import Trajectory
 
 
@@ -17,14 +18,6 @@ def _traj(mask: list[int], void_turns: list[int]) -> Trajectory:
     t.logprobs = [0.0] * len(mask)
     t.void, t.void_turns, t.loss_weight = True, list(void_turns), 0.0
     return t
-
-
-def _loop_term(r: float, penalty: float, lo: float, hi: float, dual: float | None) -> float:
-    clipped = min(max(r, 1.0 - lo), 1.0 + hi)
-    term = penalty * max(r, clipped)
-    if dual is not None:
-        term = min(term, penalty * dual)
-    return term
 
 
 def test_sampled_runs_and_void_turn_mask_pick_only_the_void_turn() -> None:
@@ -48,19 +41,7 @@ def test_penalty_rows_copy_and_leave_the_originals_alone() -> None:
 
 
 @pytest.mark.parametrize("dual", [3.0, None])
-def test_terms_match_a_plain_loop(dual: float | None) -> None:
-    g = torch.Generator().manual_seed(0)
-    ratio = torch.exp(torch.randn(4, 9, generator=g) * 1.5)
-    got = void_penalty_terms(ratio, 0.7, 0.2, 0.28, dual)
-    for b in range(4):
-        for t in range(9):
-            want = _loop_term(float(ratio[b, t]), 0.7, 0.2, 0.28, dual)
-            assert math.isclose(float(got[b, t]), want, rel_tol=1e-6)
-    if dual is not None:
-        assert float(got.max()) <= 0.7 * dual + 1e-6
-
-
-def test_policy_loss_on_penalty_rows_is_the_penalty_term() -> None:
+def test_policy_loss_on_penalty_rows_is_the_penalty_term(dual: float | None) -> None:
     """What the trainer runs (policy_loss on the rows) equals the penalty term, token-mean over void tokens only."""
     mask_list = [0, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1]  # three turns; the last one is void
     t = _traj(mask_list, [2])
@@ -69,12 +50,12 @@ def test_policy_loss_on_penalty_rows_is_the_penalty_term() -> None:
     g = torch.Generator().manual_seed(1)
     old = torch.randn(1, len(mask_list) - 1, generator=g)
     logp = (old + torch.randn(1, len(mask_list) - 1, generator=g)).requires_grad_(True)
-    out = policy_loss(logp, old, adv, mask, LossConfig(dual_clip=3.0))
+    out = policy_loss(logp, old, adv, mask, LossConfig(dual_clip=dual))
     total, n = 0.0, 0
     for i in range(mask.shape[1]):
         if mask[0, i] > 0:
             r = math.exp(float(logp[0, i].detach() - old[0, i]))
-            total += _loop_term(r, 1.0, 0.2, 0.28, 3.0)
+            total += penalty_term(r, 1.0, 0.2, 0.28, dual)
             n += 1
     assert n == 3
     assert math.isclose(float(out.loss.detach()), total / n, rel_tol=1e-5)
@@ -85,7 +66,13 @@ def test_policy_loss_on_penalty_rows_is_the_penalty_term() -> None:
 
 
 def test_the_push_is_down_and_stops_where_the_clips_say() -> None:
-    ratio = torch.tensor([[0.5, 1.0, 1.5, 5.0]], requires_grad=True)
-    void_penalty_terms(ratio, 1.0, 0.2, 0.28, 3.0).sum().backward()
-    assert ratio.grad is not None
-    assert ratio.grad.tolist() == [[0.0, 1.0, 1.0, 0.0]]  # flat below 1-clip_low and above dual_clip; else lowers r
+    """policy_loss at advantage -1 on ratios 0.5, 1, 1.5 and 5: flat below 1 - clip_low and above dual_clip."""
+    ratio = torch.tensor([[0.5, 1.0, 1.5, 5.0]])
+    logp = ratio.log().requires_grad_(True)
+    out = policy_loss(logp, torch.zeros_like(ratio), torch.tensor([-1.0]), torch.ones_like(ratio), LossConfig())
+    out.loss.backward()
+    assert logp.grad is not None
+    # d loss / d logp = r * d term / d r / 4 tokens: the term grows with r where it is not flat
+    assert logp.grad[0].tolist() == pytest.approx([0.0, 0.25, 0.375, 0.0])
+    want = sum(penalty_term(float(r), 1.0, 0.2, 0.28, 3.0) for r in ratio[0]) / 4
+    assert float(out.loss) == pytest.approx(want)

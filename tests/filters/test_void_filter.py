@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tirl.filters import MODES, VoidTurnFilter
 from tirl.types import Group, Message, Role, TerminationReason, Trajectory
 
@@ -78,3 +80,17 @@ def test_unknown_mode_names_the_choices() -> None:
 
     with pytest.raises(ValueError, match="drop, mask, off"):
         VoidTurnFilter("nope")  # type: ignore[arg-type]
+
+
+def test_rule_options_change_the_configs_rule_and_never_turn_a_form_back_on() -> None:
+    from tirl.config import load_config
+    from tirl.errors import ConfigError
+    from tirl.filters import RuleOptions, rules_from_config, rules_with_options
+
+    cfg = load_config(None, ["filter.answer_tags=false", 'filter.exec_langs=["python"]'])
+    assert rules_with_options(cfg, RuleOptions()) == rules_from_config(cfg.filter, cfg.env)
+    changed = rules_with_options(cfg, RuleOptions(exec_langs=frozenset({"bash"}), no_boxed=True))
+    assert changed.exec_langs == frozenset({"bash"}) and not changed.boxed and not changed.answer_tags
+    assert RuleOptions.parse_langs(" python, sh ,") == frozenset({"python", "sh"})
+    with pytest.raises(ConfigError, match="--exec-langs is empty"):
+        RuleOptions.parse_langs(" , ")

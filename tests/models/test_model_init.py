@@ -1,4 +1,9 @@
-"""`tirl model init`: standard loading, determinism, a CPU training step, and bad input (one error line, exit 2)."""
+"""`tirl model init`: standard loading, determinism, a CPU training step, and bad input (one error line, exit 2).
+
+The CLI runs in this process (:func:`tests.tiny_run.tirl_in_process`), so the suite does not
+pay a fresh torch import per call (8-17 s each on a busy 2-core machine); one bad-flag case runs as a real
+subprocess to keep the exit status and the stderr of a real process checked.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.tiny_run import tirl_in_process as tirl
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from tirl.errors import ConfigError
@@ -19,7 +25,8 @@ from tirl.models.init import ModelSpec, init_model
 TIRL = [sys.executable, "-m", "tirl.cli"]
 
 
-def tirl(*args: str) -> subprocess.CompletedProcess[str]:
+def tirl_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``tirl ARGS`` as a real subprocess."""
     return subprocess.run([*TIRL, *args], capture_output=True, text=True, timeout=120)
 
 
@@ -72,7 +79,7 @@ def test_size_flags_make_a_larger_model(tmp_path: Path) -> None:
 
 
 def test_bad_flags_and_an_existing_out_are_one_error_line(tmp_path: Path) -> None:
-    assert "--vocab 10" in one_error_line(tirl("model", "init", "--out", str(tmp_path / "x"), "--vocab", "10"))
+    assert "--vocab 10" in one_error_line(tirl_process("model", "init", "--out", str(tmp_path / "x"), "--vocab", "10"))
     assert not (tmp_path / "x").exists()
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")

@@ -1,14 +1,16 @@
-"""`tirl train --model DIR` / `tirl eval` with a `tirl model init` model, and a real update on its own rollouts."""
+"""`tirl train --model DIR` / `tirl eval` with a `tirl model init` model, and a real update on its own rollouts.
+
+The commands run in this process (:func:`tests.tiny_run.tirl_in_process`): one torch import for the file.
+"""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from tests.tiny_run import tirl_in_process
 
 from tirl.config import AlgoConfig
 from tirl.envs.base import Task
@@ -22,7 +24,6 @@ from tirl.sandbox.base import Sandbox
 from tirl.trainer.update import PolicyUpdater
 from tirl.types import Trajectory
 
-TIRL = [sys.executable, "-m", "tirl.cli"]
 SMALL = [
     "--set", "trainer.prompts_per_step=2", "--set", "algo.group_size=2", "--set", "env.eval_size=4",
     "--set", "generation.max_new_tokens=16", "--set", "generation.max_total_tokens=600",
@@ -35,8 +36,8 @@ def test_train_and_eval_run_with_the_made_model_and_lora_checkpoints_are_adapter
     run = tmp_path / "run"
     options = ["--set", "env.tools=true", "--set", "algo.lora_rank=4", "--set", "algo.gradient_checkpointing=true"]
     options += ["--set", "algo.autocast=bf16", "--set", "trainer.checkpoint_every=1"]
-    args = [*TIRL, "train", "--model", str(qwen2_dir), "--steps", "1", "--no-progress", "--run-dir", str(run)]
-    proc = subprocess.run([*args, *SMALL, *options], capture_output=True, text=True, timeout=600)
+    args = ["train", "--model", str(qwen2_dir), "--steps", "1", "--no-progress", "--run-dir", str(run)]
+    proc = tirl_in_process(*args, *SMALL, *options)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1]
@@ -45,16 +46,11 @@ def test_train_and_eval_run_with_the_made_model_and_lora_checkpoints_are_adapter
     assert "adapter_model.safetensors" in names and "model.safetensors" not in names  # adapter-only
     first = json.loads((run / "trajectories.jsonl").read_text().splitlines()[0])
     assert first["messages"][0]["role"] == "system"
-    ev = subprocess.run(
-        [*TIRL, "eval", "--model", str(run), "--n", "4", "--json", "--set", "env.tools=true", *SMALL[-4:]],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    ev = tirl_in_process("eval", "--model", str(run), "--n", "4", "--json", "--set", "env.tools=true", *SMALL[-4:])
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert json.loads(ev.stdout.strip().splitlines()[-1])["n"] == 4
     merged = tmp_path / "merged"
-    mg = subprocess.run([*TIRL, "model", "merge", str(model_dir), "--out", str(merged)], capture_output=True, text=True)
+    mg = tirl_in_process("model", "merge", str(model_dir), "--out", str(merged))
     assert mg.returncode == 0 and mg.stderr == "", mg.stderr
     assert (merged / "model.safetensors").is_file() and not (merged / "adapter_config.json").exists()
     assert load_policy(merged).model.config.model_type == "qwen2"  # standalone: no peft layers, no adapter
@@ -65,8 +61,8 @@ def test_train_with_tools_refuses_a_template_without_tool_support(tmp_path: Path
 
     model, tok = build_tiny_model()  # the char tokenizer's template has no tools
     plain = save_policy(model, tok, tmp_path / "plain")
-    args = [*TIRL, "train", "--model", str(plain), "--steps", "1", "--run-dir", str(tmp_path / "run")]
-    proc = subprocess.run([*args, "--set", "env.tools=true"], capture_output=True, text=True, timeout=300)
+    args = ["train", "--model", str(plain), "--steps", "1", "--run-dir", str(tmp_path / "run")]
+    proc = tirl_in_process(*args, "--set", "env.tools=true")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "no tool definitions" in lines[0], proc.stderr

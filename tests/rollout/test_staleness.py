@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tirl.rollout.staleness import ROLLOUT_STEP, OldestStepFirst, StalenessGate, run_overlapped, split_stale
+from tirl.rollout.staleness import ROLLOUT_STEP, OldestStepFirst, StalenessGate, run_overlapped
 from tirl.testing.clock import VirtualTimeLoop
-from tirl.types import Group, Trajectory
 
 
 def _simulate(k: int, rollout_s: list[float], train_s: list[float]) -> tuple[list[Any], list[tuple[str, int, float]]]:
@@ -98,18 +97,6 @@ def test_error_in_consume_cancels_rollouts_and_propagates() -> None:
 def test_gate_rejects_negative_k() -> None:
     with pytest.raises(ValueError, match="max_staleness"):
         StalenessGate(-1)
-
-
-def test_split_stale_removes_only_trajectories_more_than_k_versions_old() -> None:
-    def traj(i: str, v: int) -> Trajectory:
-        return Trajectory(id=i, messages=[], policy_version=v)
-
-    groups = [Group("a", [traj("a0", 5), traj("a1", 3)]), Group("b", [traj("b0", 2)]), Group("c", [traj("c0", 4)])]
-    kept, stale = split_stale(groups, version=5, max_staleness=2)
-    # reference loop
-    ref = [(g.id, [t.id for t in g.trajectories if 5 - t.policy_version <= 2]) for g in groups]
-    assert [(g.id, [t.id for t in g.trajectories]) for g in kept] == [(i, ids) for i, ids in ref if ids]
-    assert [t.id for t in stale] == ["b0"]
 
 
 def _service_order(slots: int, steps: list[int | None], cancel: frozenset[int] = frozenset()) -> list[int]:

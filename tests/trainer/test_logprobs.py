@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.reference import full_vocab_logprobs, logprobs_loop
 
-from tirl.algorithms.losses import gather_logprobs, logprobs_and_entropy
 from tirl.models.memory import release_free_memory
 from tirl.trainer.logprobs import target_logprobs
-
-
-def _reference(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """A plain loop: for each position, the tempered log-softmax over the vocabulary, its target entry, entropy."""
-    b, t, _ = logits.shape
-    div = temperature if temperature > 0 and temperature != 1.0 else 1.0
-    lp = torch.zeros(b, t)
-    ent = torch.zeros(b, t)
-    for i in range(b):
-        for j in range(t):
-            row = torch.log_softmax(logits[i, j].float() / div, dim=-1)
-            lp[i, j] = row[targets[i, j]]
-            ent[i, j] = -(row.exp() * row).sum()
-    return lp, ent
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 1.6, 0.0])
@@ -32,7 +18,7 @@ def test_values_and_gradients_equal_the_plain_log_softmax(temperature: float, ch
     targets = torch.randint(0, 13, (3, 7), generator=gen)
     weights = torch.randn(3, 7, generator=gen)  # a non-uniform upstream gradient
 
-    ref_lp, ref_ent = _reference(logits, targets, temperature)
+    ref_lp, ref_ent = logprobs_loop(logits, targets, temperature)
     (ref_grad,) = torch.autograd.grad((ref_lp * weights).sum(), logits)
     lp, ent = target_logprobs(logits, targets, temperature, chunk_elements=chunk)
     (grad,) = torch.autograd.grad((lp * weights).sum(), logits)
@@ -41,11 +27,10 @@ def test_values_and_gradients_equal_the_plain_log_softmax(temperature: float, ch
     torch.testing.assert_close(ent, ref_ent.detach(), rtol=0, atol=1e-5)
     torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-6)
     assert lp.dtype == torch.float32 and not ent.requires_grad
-    # and the library's full-vocabulary versions agree too (what the trainer used before)
-    full_lp, full_ent = logprobs_and_entropy(logits.detach(), targets, temperature)
+    # and the vectorised full-vocabulary version agrees too (what the trainer used before)
+    full_lp, full_ent = full_vocab_logprobs(logits.detach(), targets, temperature)
     torch.testing.assert_close(lp.detach(), full_lp, rtol=0, atol=1e-5)
     torch.testing.assert_close(ent, full_ent, rtol=0, atol=1e-5)
-    torch.testing.assert_close(lp.detach(), gather_logprobs(logits.detach(), targets, temperature), rtol=0, atol=1e-5)
 
 
 def test_bf16_logits_give_float32_logprobs_and_a_bf16_gradient() -> None:
@@ -55,7 +40,7 @@ def test_bf16_logits_give_float32_logprobs_and_a_bf16_gradient() -> None:
     targets = torch.randint(0, 17, (2, 5), generator=gen)
     lp, _ = target_logprobs(logits, targets, 0.8, chunk_elements=17)
     ref_logits = logits.detach().float().requires_grad_()
-    ref_lp, _ = _reference(ref_logits, targets, 0.8)
+    ref_lp, _ = logprobs_loop(ref_logits, targets, 0.8)
     (ref_grad,) = torch.autograd.grad(ref_lp.sum(), ref_logits)
     (grad,) = torch.autograd.grad(lp.sum(), logits)
     assert lp.dtype == torch.float32 and grad.dtype == torch.bfloat16
@@ -68,7 +53,7 @@ def test_entropy_off_and_inference_mode() -> None:
     targets = torch.randint(0, 9, (2, 4))
     with torch.inference_mode():
         lp, ent = target_logprobs(logits, targets, entropy=False)
-    torch.testing.assert_close(lp, _reference(logits, targets, 1.0)[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(lp, logprobs_loop(logits, targets, 1.0)[0], rtol=0, atol=1e-5)
     assert torch.equal(ent, torch.zeros(2, 4))
 
 
@@ -82,7 +67,7 @@ def test_autograd_keeps_the_logits_and_no_vocabulary_sized_copy() -> None:
     assert len(big) == 1 and big[0].data_ptr() == logits.data_ptr()  # only the input logits themselves
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         saved.clear()
-        logprobs_and_entropy(logits, targets, 0.9)  # the plain version keeps a [B, T, V] log-softmax
+        full_vocab_logprobs(logits, targets, 0.9)  # the plain version keeps a [B, T, V] log-softmax
     assert any(t.numel() >= logits.numel() and t.data_ptr() != logits.data_ptr() for t in saved)
 
 

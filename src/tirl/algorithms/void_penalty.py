@@ -18,7 +18,7 @@ What ``penalize`` does, and what it keeps from the seed:
   fixed ``-penalty`` (:func:`penalty_rows`) — earlier turns (correct code,
   correct reads of the tool output) get no gradient;
 * its per-token loss is the PPO term with that fixed negative advantage
-  (:func:`void_penalty_terms`)::
+  (:func:`tirl.algorithms.losses.policy_loss` on the rows, nothing of its own)::
 
       l = penalty * max(r, clip(r, 1 - clip_low, 1 + clip_high))   then   min(l, penalty * dual_clip)
 
@@ -108,22 +108,4 @@ def penalty_rows(void: list[Trajectory], penalty: float) -> tuple[list[Trajector
     return rows, torch.full((len(rows),), -float(penalty), dtype=torch.float32)
 
 
-def void_penalty_terms(
-    ratio: Tensor,  # [B, T] exp(logp - old_logp) on the void turns' tokens
-    penalty: float,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-) -> Tensor:
-    """Per-token loss of the penalty (the PPO term at advantage ``-penalty``): Tensor  # [B, T].
-
-    Bounded by ``penalty * dual_clip`` when the dual clip is set; its gradient
-    is zero where ``r < 1 - clip_low`` or ``r > dual_clip``.
-    """
-    term = penalty * torch.maximum(ratio, ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
-    if dual_clip is None:
-        return term
-    return torch.minimum(term, torch.full_like(term, penalty * dual_clip))
-
-
-__all__ = ["penalty_rows", "sampled_runs", "void_penalty_terms", "void_turn_mask"]
+__all__ = ["penalty_rows", "sampled_runs", "void_turn_mask"]

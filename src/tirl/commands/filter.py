@@ -14,15 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 
 from tirl.cli import converted
 from tirl.config import load_config
-from tirl.errors import ConfigError
 from tirl.fileio import atomic_write, check_output, refuse_overwrite
+from tirl.filters import RuleOptions, rules_with_options
 from tirl.filters.stream import judge_file
-from tirl.filters.void_turn import rules_from_config
 from tirl.parsing import ParseRules
 
 
@@ -46,7 +44,7 @@ def _workers(text: str) -> int:
 
 
 def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
-    """The void-turn rule options, shared with ``tirl audit`` (read back by :func:`_rules`)."""
+    """The void-turn rule options, shared with ``tirl audit`` (read back by :func:`rules_from_args`)."""
     parser.add_argument(
         "--exec-langs", help="comma-separated executable fence languages (default: python,py,python3,bash,sh,shell)"
     )
@@ -55,20 +53,11 @@ def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="a tirl TOML config; its [filter] section is used")
 
 
-def _rules(args: argparse.Namespace) -> ParseRules:
-    full = load_config(args.config)
-    rules = rules_from_config(full.filter, full.env)  # the run's action rule (filter.action_rule), as in training
-    langs = rules.exec_langs
-    if args.exec_langs is not None:
-        langs = frozenset(x.strip() for x in args.exec_langs.split(",") if x.strip())
-        if not langs:
-            raise ConfigError("--exec-langs is empty — give at least one language, e.g. --exec-langs python,bash")
-    return replace(
-        rules,
-        exec_langs=langs,
-        boxed=rules.boxed and not args.no_boxed,
-        answer_tags=rules.answer_tags and not args.no_answer_tags,
-    )
+def rules_from_args(args: argparse.Namespace) -> ParseRules:
+    """The rule of ``--config`` (as training builds it) with the rule options applied (:mod:`tirl.filters`)."""
+    langs = None if args.exec_langs is None else RuleOptions.parse_langs(args.exec_langs)
+    options = RuleOptions(exec_langs=langs, no_boxed=args.no_boxed, no_answer_tags=args.no_answer_tags)
+    return rules_with_options(load_config(args.config), options)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.verdicts)
     if args.kept:
         check_output(args.kept)
-    rules = _rules(args)
+    rules = rules_from_args(args)
     # The outputs are opened only once judge_file has judged every line: a bad input raised before they existed.
     with judge_file(args.input, rules, keep=args.kept is not None, workers=args.workers) as judged, ExitStack() as out:
         judged.write_verdicts(out.enter_context(atomic_write(args.verdicts, "wb")))

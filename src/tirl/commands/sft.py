@@ -6,45 +6,21 @@ The shipped checkpoint is rebuilt with::
 
 and the chain-task checkpoint (``tiny-chain``, started from ``tiny-tir``) with
 ``tirl sft --env tir-chain --init src/tirl/assets/tiny-tir --out src/tirl/assets/tiny-chain --seed 0 --threads 1``.
+
+This module only turns arguments into an :class:`~tirl.sft.SFTConfig` and
+:class:`~tirl.sft_recipe.SFTRunOptions`; the run is :func:`tirl.sft_recipe.run_sft`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-import torch
-
-from tirl.config import SandboxConfig
-from tirl.envs.base import Task
-from tirl.envs.registry import env_factory
-from tirl.envs.tasks.chain_gen import chain_expert_solution, generate_chain_tasks
-from tirl.envs.tasks.math_gen import expert_solution, generate_tasks
 from tirl.errors import ConfigError
-from tirl.fileio import check_output_dir, refuse_overwrite
-from tirl.inference.base import SamplingParams
-from tirl.inference.hf import HFGenerator
-from tirl.models.chat_format import chat_format_for
-from tirl.models.loading import load_policy
-from tirl.models.tiny import TinyModelSpec, build_tiny_model, count_parameters, save_policy
-from tirl.rollout.agent_loop import AgentLoop
-from tirl.rollout.evaluation import evaluate_accuracy
-from tirl.sandbox import create_sandbox
-from tirl.sft import (
-    SFTConfig,
-    SFTResult,
-    build_demonstrations,
-    copy_curriculum,
-    sft_eval_seed,
-    sft_task_seed,
-    train_sft,
-    write_card,
-)
+from tirl.models.tiny import TinyModelSpec
+from tirl.sft import SFTConfig
 
 _SFT_OPTIONS = (
     ("steps", "maximum optimizer steps"),
@@ -104,21 +80,15 @@ def _config(args: argparse.Namespace) -> SFTConfig:
         stop_at_accuracy=stop,
         copy_steps=max(0, args.copy_steps),
         max_turns=6 if args.env == "tir-chain" else SFTConfig.max_turns,
+        log=lambda line: print(line, flush=True),
     )
 
 
-def _tasks(cfg: SFTConfig, n: int, seed: int) -> list[Task]:
-    """``n`` generated tasks of the configured family."""
-    if cfg.env == "tir-chain":
-        return generate_chain_tasks(n, seed=seed)
-    return generate_tasks(n, difficulty=cfg.difficulty, seed=seed)
+def run(args: argparse.Namespace) -> int:
+    """Build demonstrations, train, evaluate, save (:func:`tirl.sft_recipe.run_sft`)."""
+    from tirl.sft_recipe import SFTRunOptions, run_sft
 
-
-def _model(args: argparse.Namespace, cfg: SFTConfig) -> tuple[Any, Any]:
-    """``--init``'s model and tokenizer, or a fresh tiny model of the given shape."""
-    if args.init:
-        policy = load_policy(args.init)
-        return policy.model, policy.tokenizer
+    cfg = _config(args)
     spec = TinyModelSpec(
         hidden_size=args.hidden,
         layers=args.layers,
@@ -126,98 +96,9 @@ def _model(args: argparse.Namespace, cfg: SFTConfig) -> tuple[Any, Any]:
         kv_heads=args.heads,
         intermediate_size=3 * args.hidden,
     )
-    return build_tiny_model(spec, seed=cfg.seed)
-
-
-def _demonstrations(loop: asyncio.AbstractEventLoop, cfg: SFTConfig, chat: Any, factory: Any) -> list[Any]:
-    """The expert's episodes on the training tasks, through the real env (only the correct ones)."""
-    tasks = _tasks(cfg, cfg.train_tasks, sft_task_seed(cfg.seed))
-    solution = chain_expert_solution if cfg.env == "tir-chain" else expert_solution
-    demos = loop.run_until_complete(
-        build_demonstrations(
-            tasks, solution, chat, factory, max_turns=cfg.max_turns, max_total_tokens=cfg.max_total_tokens
-        )
+    command = "tirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "tirl sft"
+    options = SFTRunOptions(
+        out=Path(args.out), init=args.init, spec=spec, threads=args.threads, sandbox=args.sandbox, command=command
     )
-    lengths = sorted(len(t.token_ids) for t in demos)
-    print(
-        f"demonstrations: {len(demos)} of {len(tasks)} tasks, tokens median {lengths[len(lengths) // 2]} "
-        f"max {lengths[-1]}",
-        flush=True,
-    )
-    return demos
-
-
-def _runner(generator: HFGenerator, chat: Any, cfg: SFTConfig, temperature: float, seed: int | None) -> AgentLoop:
-    return AgentLoop(
-        generator,
-        chat,
-        params=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature),
-        max_turns=cfg.max_turns,
-        max_total_tokens=cfg.max_total_tokens,
-        seed=seed,
-    )
-
-
-def _copy_warmup(model: Any, tokenizer: Any, chat: Any, cfg: SFTConfig) -> None:
-    """The synthetic copy curriculum before the demonstrations (``--copy-steps``)."""
-    if not cfg.copy_steps:
-        return
-    copy_cfg = replace(
-        cfg, steps=cfg.copy_steps, batch_size=cfg.copy_batch_size, decay_steps=cfg.copy_steps, stop_at_accuracy=None
-    )
-    copies = copy_curriculum(cfg.copy_steps * cfg.copy_batch_size, chat, seed=cfg.seed)
-    print(f"copy curriculum: {cfg.copy_steps} steps of {cfg.copy_batch_size}", flush=True)
-    train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))
-
-
-def run(args: argparse.Namespace) -> int:
-    """Build demonstrations, train, evaluate, save."""
-    cfg = _config(args)
-    check_output_dir(args.out)  # a bad --out fails now, not after training
-    refuse_overwrite(args.out, [args.init], option="--out")  # the starting checkpoint is an input
-    torch.set_num_threads(max(1, args.threads))
-    model, tokenizer = _model(args, cfg)
-    chat = chat_format_for(tokenizer)
-    print(f"model: {count_parameters(model):,} parameters", flush=True)
-    loop = asyncio.new_event_loop()
-    try:
-        sandbox = create_sandbox(SandboxConfig(backend=args.sandbox))
-        factory = env_factory("tir-math", sandbox=sandbox, max_turns=cfg.max_turns)
-        demos = _demonstrations(loop, cfg, chat, factory)
-        held_out = _tasks(cfg, cfg.eval_tasks, sft_eval_seed(cfg.seed))
-        generator = HFGenerator(model, tokenizer, eos_ids=chat.eos_ids, seed=cfg.seed)
-        # per-turn sampling seeds: the held-out accuracy, hence the stop step, is reproducible
-        runner = _runner(generator, chat, cfg, 1.0, cfg.seed)
-
-        def evaluate() -> float:
-            report = loop.run_until_complete(evaluate_accuracy(runner, factory, held_out, seed=cfg.seed))
-            print(
-                f"  eval: {report.correct}/{report.n} correct, ends {report.terminations}, {report.wall_s:.1f}s",
-                flush=True,
-            )
-            return report.accuracy
-
-        cfg.log = lambda line: print(line, flush=True)
-        out = Path(args.out)
-        command = "tirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "tirl sft"
-
-        def checkpoint(partial: SFTResult) -> None:  # a usable checkpoint after every evaluation
-            save_policy(model, tokenizer, out)
-            write_card(out, cfg, partial, command)
-
-        _copy_warmup(model, tokenizer, chat, cfg)
-        result = train_sft(
-            model, demos, cfg, pad_id=int(tokenizer.pad_token_id or 0), evaluate=evaluate, on_eval=checkpoint
-        )
-        greedy = _runner(generator, chat, cfg, 0.0, None)
-        greedy_report = loop.run_until_complete(evaluate_accuracy(greedy, factory, held_out, seed=cfg.seed))
-        result.greedy_accuracy = greedy_report.accuracy
-        print(f"held-out greedy accuracy {greedy_report.accuracy:.3f} ends {greedy_report.terminations}", flush=True)
-        loop.run_until_complete(generator.close())
-        loop.run_until_complete(sandbox.close())
-    finally:
-        loop.close()
-    save_policy(model, tokenizer, out)
-    write_card(out, cfg, result, command)
-    print(f"saved {out} after {result.steps} steps ({result.wall_s:.0f}s); evals {result.evals}", flush=True)
+    run_sft(cfg, options)
     return 0

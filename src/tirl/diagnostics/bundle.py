@@ -18,7 +18,6 @@ import inspect
 import json
 import re
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -249,10 +248,3 @@ def _pipeline_code() -> str:
         mod = _resolve(module)
         lines.append(f"- {label}: `{_where(mod) if mod is not None else f'not available ({module})'}`")
     return "\n".join(lines)
-
-
-def write_bundle(path: Path, make: Callable[[], str]) -> Path:
-    """Write a bundle (parent directories created)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(make(), encoding="utf-8")
-    return path

@@ -3,6 +3,7 @@
 Public API (what the trainer, the CLI and the diagnostics use)::
 
     from tirl.filters import VoidTurnFilter, FilterResult, FilterStats, MODES, judge_trajectory, rules_from_config
+    from tirl.filters import RuleOptions, rules_with_options  # a config's rule with command-line changes
 
 ``VoidTurnFilter.from_config(cfg.filter).apply(groups)`` judges every
 trajectory once, sets ``Trajectory.void``/``void_turns``/``loss_weight`` and
@@ -19,9 +20,11 @@ from tirl.filters.void_turn import (
     FilterResult,
     FilterStats,
     ModeRule,
+    RuleOptions,
     VoidTurnFilter,
     judge_trajectory,
     rules_from_config,
+    rules_with_options,
 )
 
 __all__ = [
@@ -30,7 +33,9 @@ __all__ = [
     "FilterResult",
     "FilterStats",
     "ModeRule",
+    "RuleOptions",
     "VoidTurnFilter",
     "judge_trajectory",
     "rules_from_config",
+    "rules_with_options",
 ]

@@ -36,10 +36,10 @@ get zero advantages; the trainer skips an update whose advantages are all 0).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from tirl.config import EnvConfig, FilterConfig
+from tirl.config import EnvConfig, FilterConfig, TirlConfig
 from tirl.errors import ConfigError
 from tirl.parsing import ACTION_RULES, DEFAULT_RULES, ParseRules, TrajectoryVerdict, judge_messages
 from tirl.types import Group, TerminationReason, Trajectory
@@ -227,4 +227,36 @@ def rules_from_config(config: FilterConfig, env: EnvConfig | None = None) -> Par
     raise ConfigError(
         f"config filter.action_rule={config.action_rule!r} is invalid: "
         f"use auto, fields or one of {', '.join(ACTION_RULES)}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RuleOptions:
+    """Changes to a config's action rule from the command line (``tirl filter``, ``tirl audit``).
+
+    ``exec_langs`` (None: the config's) replaces the executable languages; ``no_boxed`` and
+    ``no_answer_tags`` turn that answer form off (they never turn one on that the config has off).
+    """
+
+    exec_langs: frozenset[str] | None = None
+    no_boxed: bool = False
+    no_answer_tags: bool = False
+
+    @staticmethod
+    def parse_langs(text: str, option: str = "--exec-langs") -> frozenset[str]:
+        """Comma-separated languages; an empty list is a :class:`ConfigError` naming ``option``."""
+        langs = frozenset(x.strip() for x in text.split(",") if x.strip())
+        if not langs:
+            raise ConfigError(f"{option} is empty — give at least one language, e.g. {option} python,bash")
+        return langs
+
+
+def rules_with_options(config: TirlConfig, options: RuleOptions) -> ParseRules:
+    """The run's action rule (:func:`rules_from_config`, as in training) with ``options`` applied."""
+    rules = rules_from_config(config.filter, config.env)
+    return replace(
+        rules,
+        exec_langs=options.exec_langs if options.exec_langs is not None else rules.exec_langs,
+        boxed=rules.boxed and not options.no_boxed,
+        answer_tags=rules.answer_tags and not options.no_answer_tags,
     )

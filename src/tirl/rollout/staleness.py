@@ -17,9 +17,9 @@ The *lag* of a step is how many updates finished between the start of its
 rollout and the start of its training; the gate makes ``lag <= K`` hold by
 construction (and :func:`run_overlapped` checks it). A trajectory records the
 policy version that sampled it (``Trajectory.policy_version``, the oldest of
-its turns; ``TurnRecord.policy_version`` per turn), and :func:`split_stale`
-drops any trajectory more than ``K`` versions behind the trainer at update
-time — a guard for versions that move inside a step (in-flight weight
+its turns; ``TurnRecord.policy_version`` per turn, :func:`trajectory_lag`), and
+the trainer drops any group with a trajectory more than ``K`` versions behind it at
+update time (``tirl.trainer.overlap.drop_stale``) — a guard for versions that move inside a step (in-flight weight
 updates, resumes), counted as ``async/stale_dropped``.
 
 This module is the scheduling code that both ``tirl train`` (through
@@ -53,7 +53,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from tirl.types import Group, Trajectory
+from tirl.types import Trajectory
 
 __all__ = [
     "ROLLOUT_STEP",
@@ -61,7 +61,6 @@ __all__ = [
     "StalenessGate",
     "StepTiming",
     "run_overlapped",
-    "split_stale",
     "trajectory_lag",
 ]
 
@@ -214,19 +213,3 @@ async def run_overlapped(
 def trajectory_lag(traj: Trajectory, version: int) -> int:
     """How many versions ``traj`` (its oldest sampled turn) is behind ``version``."""
     return version - traj.policy_version
-
-
-def split_stale(groups: list[Group], version: int, max_staleness: int) -> tuple[list[Group], list[Trajectory]]:
-    """Remove trajectories more than ``max_staleness`` versions behind ``version``; returns (groups, removed).
-
-    Groups keep their order; a group left empty is removed (the caller's
-    ``min_valid_per_group`` rule then applies to the rest as usual).
-    """
-    kept: list[Group] = []
-    stale: list[Trajectory] = []
-    for g in groups:
-        fresh = [t for t in g.trajectories if trajectory_lag(t, version) <= max_staleness]
-        stale.extend(t for t in g.trajectories if trajectory_lag(t, version) > max_staleness)
-        if fresh:
-            kept.append(Group(id=g.id, trajectories=fresh))
-    return kept, stale

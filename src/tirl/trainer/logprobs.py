@@ -18,7 +18,7 @@ With a real vocabulary (V ~ 150k) a 2048-token micro-batch's log-softmax is
 temporaries at the peak; this keeps one (the logits the model returned).
 
 Temperature: ``T <= 0`` (greedy sampling) and ``T == 1`` leave the logits
-as they are, the rule of :func:`tirl.algorithms.losses.gather_logprobs`.
+as they are (:func:`logit_divisor`, the one rule of the trainer and of the tests' references).
 
 Not covered: the logits themselves are still materialised by the model (the
 language-model head is not fused in), and top-p renormalisation.
@@ -35,7 +35,7 @@ from torch import Tensor
 CHUNK_ELEMENTS = 1 << 24
 
 
-def _divisor(temperature: float) -> float:
+def logit_divisor(temperature: float) -> float:
     """What the logits are divided by: ``temperature``, or 1 for greedy (<= 0) and 1."""
     return temperature if temperature > 0 and temperature != 1.0 else 1.0
 
@@ -120,5 +120,5 @@ def target_logprobs(
         raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)}: want [B, T, V] and [B, T]")
     if chunk_elements <= 0:
         raise ValueError(f"chunk_elements={chunk_elements}: use > 0")
-    lp, ent = _TargetLogprobs.apply(logits, targets, _divisor(temperature), chunk_elements, entropy)
+    lp, ent = _TargetLogprobs.apply(logits, targets, logit_divisor(temperature), chunk_elements, entropy)
     return lp, ent

@@ -1,0 +1,239 @@
+"""The warm-start recipe behind ``tirl sft``: model, env, demonstrations, training, evaluation, checkpoint.
+
+:func:`run_sft` is the whole run (the command only turns its arguments into an
+:class:`~tirl.sft.SFTConfig` and :class:`SFTRunOptions`):
+
+1. **model** — ``options.init``'s checkpoint, or a fresh tiny model of ``options.spec``;
+2. **parts** — :func:`sft_parts`: the sandbox, the env factory and the agent
+   loops, all sharing one action rule, the one training uses for this env
+   (:func:`tirl.filters.rules_from_config` with the default ``[filter]`` section:
+   the env's own rule, else the default fields). The demonstrations, the sampled
+   held-out evaluation and the greedy one all run :class:`~tirl.rollout.agent_loop.AgentLoop`;
+3. **demonstrations** — the expert's episodes through the real env
+   (:func:`tirl.sft.build_demonstrations`, only the correct ones);
+4. **training** — the copy curriculum (``copy_steps``), then the demonstrations
+   with a held-out evaluation (temperature 1, seeded per turn) every
+   ``eval_every`` steps and a checkpoint after each;
+5. **greedy evaluation**, the checkpoint and its card (``README.md``).
+
+Progress lines go to ``cfg.log``. Not covered: several runs sharing one
+sandbox, and a GPU (the model stays on the CPU).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tirl.config import EnvConfig, FilterConfig, SandboxConfig
+from tirl.envs.base import Task
+from tirl.envs.registry import env_factory
+from tirl.fileio import check_output_dir, refuse_overwrite
+from tirl.filters import rules_from_config
+from tirl.inference.base import SamplingParams
+from tirl.inference.hf import HFGenerator
+from tirl.models.chat_format import ChatFormat, chat_format_for
+from tirl.models.loading import load_policy
+from tirl.models.tiny import TinyModelSpec, build_tiny_model, count_parameters, save_policy
+from tirl.parsing import ParseRules
+from tirl.rollout.agent_loop import AgentLoop
+from tirl.rollout.base import EnvFactory
+from tirl.rollout.evaluation import evaluate_accuracy
+from tirl.sandbox import Sandbox, create_sandbox
+from tirl.sft import (
+    SFTConfig,
+    SFTResult,
+    build_demonstrations,
+    copy_curriculum,
+    sft_eval_seed,
+    sft_task_seed,
+    train_sft,
+    write_card,
+)
+from tirl.types import Trajectory
+
+DEMO_ENV = "tir-math"  # both families run on the tir-math env (tir-chain's tasks use the same python tool)
+
+
+@dataclass(frozen=True, slots=True)
+class SFTRunOptions:
+    """Where the checkpoint goes and what the run starts from (the parts of ``tirl sft`` not in SFTConfig)."""
+
+    out: Path
+    init: str | None = None  # a model directory to start from; None: a fresh tiny model of ``spec``
+    spec: TinyModelSpec = field(default_factory=TinyModelSpec)
+    threads: int = 2  # torch CPU threads
+    sandbox: str = "auto"  # sandbox.backend: auto | bwrap | process
+    command: str = "tirl sft"  # how to rebuild the checkpoint, written into its card
+
+
+@dataclass(slots=True)
+class SFTParts:
+    """What one SFT run executes episodes with: one action rule for the env and every loop."""
+
+    rules: ParseRules
+    sandbox: Sandbox
+    factory: EnvFactory
+    generator: HFGenerator
+    sampled: AgentLoop  # held-out evaluation during training: temperature 1, seeded per turn
+    greedy: AgentLoop  # the evaluation after training: temperature 0
+
+    async def close(self) -> None:
+        """Stop the generator and the sandbox."""
+        await self.generator.close()
+        await self.sandbox.close()
+
+
+def sft_rules(cfg: SFTConfig) -> ParseRules:
+    """The action rule of the demonstrated env, as training builds it from a default ``[filter]`` section."""
+    return rules_from_config(FilterConfig(), EnvConfig(name=cfg.env))
+
+
+def sft_runner(
+    generator: Any, chat: ChatFormat, cfg: SFTConfig, rules: ParseRules, *, temperature: float, seed: int | None
+) -> AgentLoop:
+    """The agent loop of every SFT episode (``seed`` set: per-turn sampling seeds, reproducible)."""
+    return AgentLoop(
+        generator,
+        chat,
+        params=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature),
+        max_turns=cfg.max_turns,
+        max_total_tokens=cfg.max_total_tokens,
+        rules=rules,
+        seed=seed,
+    )
+
+
+def sft_parts(cfg: SFTConfig, model: Any, tokenizer: Any, chat: ChatFormat, sandbox_backend: str) -> SFTParts:
+    """The sandbox, env factory, generator and loops of one run, built around one action rule."""
+    rules = sft_rules(cfg)
+    sandbox = create_sandbox(SandboxConfig(backend=sandbox_backend))  # type: ignore[arg-type]
+    factory = env_factory(DEMO_ENV, sandbox=sandbox, max_turns=cfg.max_turns, rules=rules)
+    generator = HFGenerator(model, tokenizer, eos_ids=chat.eos_ids, seed=cfg.seed)
+    return SFTParts(
+        rules=rules,
+        sandbox=sandbox,
+        factory=factory,
+        generator=generator,
+        sampled=sft_runner(generator, chat, cfg, rules, temperature=1.0, seed=cfg.seed),
+        greedy=sft_runner(generator, chat, cfg, rules, temperature=0.0, seed=None),
+    )
+
+
+def sft_tasks(cfg: SFTConfig, n: int, seed: int) -> list[Task]:
+    """``n`` generated tasks of the configured family."""
+    if cfg.env == "tir-chain":
+        from tirl.envs.tasks.chain_gen import generate_chain_tasks
+
+        return generate_chain_tasks(n, seed=seed)
+    from tirl.envs.tasks.math_gen import generate_tasks
+
+    return generate_tasks(n, difficulty=cfg.difficulty, seed=seed)
+
+
+def _model(options: SFTRunOptions, cfg: SFTConfig) -> tuple[Any, Any]:
+    """``options.init``'s model and tokenizer, or a fresh tiny model of ``options.spec``."""
+    if options.init:
+        policy = load_policy(options.init)
+        return policy.model, policy.tokenizer
+    return build_tiny_model(options.spec, seed=cfg.seed)
+
+
+async def _demonstrations(cfg: SFTConfig, chat: ChatFormat, parts: SFTParts) -> list[Trajectory]:
+    """The expert's episodes on the training tasks, through the real env (only the correct ones)."""
+    from tirl.envs.tasks.chain_gen import chain_expert_solution
+    from tirl.envs.tasks.math_gen import expert_solution
+
+    tasks = sft_tasks(cfg, cfg.train_tasks, sft_task_seed(cfg.seed))
+    solution = chain_expert_solution if cfg.env == "tir-chain" else expert_solution
+    demos = await build_demonstrations(
+        tasks,
+        solution,
+        chat,
+        parts.factory,
+        max_turns=cfg.max_turns,
+        max_total_tokens=cfg.max_total_tokens,
+        rules=parts.rules,
+    )
+    if demos:
+        lengths = sorted(len(t.token_ids) for t in demos)
+        cfg.log(
+            f"demonstrations: {len(demos)} of {len(tasks)} tasks, tokens median {lengths[len(lengths) // 2]} "
+            f"max {lengths[-1]}"
+        )
+    return demos
+
+
+def _copy_warmup(model: Any, tokenizer: Any, chat: ChatFormat, cfg: SFTConfig) -> None:
+    """The synthetic copy curriculum before the demonstrations (``copy_steps``)."""
+    if not cfg.copy_steps:
+        return
+    copy_cfg = replace(
+        cfg, steps=cfg.copy_steps, batch_size=cfg.copy_batch_size, decay_steps=cfg.copy_steps, stop_at_accuracy=None
+    )
+    copies = copy_curriculum(cfg.copy_steps * cfg.copy_batch_size, chat, seed=cfg.seed)
+    cfg.log(f"copy curriculum: {cfg.copy_steps} steps of {cfg.copy_batch_size}")
+    train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))
+
+
+def run_sft(cfg: SFTConfig, options: SFTRunOptions) -> SFTResult:
+    """Build demonstrations, train, evaluate, save ``options.out``; returns what the run did."""
+    out = Path(options.out)
+    check_output_dir(out)  # a bad --out fails now, not after training
+    refuse_overwrite(out, [options.init], option="--out")  # the starting checkpoint is an input
+    torch.set_num_threads(max(1, options.threads))
+    model, tokenizer = _model(options, cfg)
+    chat = chat_format_for(tokenizer)
+    cfg.log(f"model: {count_parameters(model):,} parameters")
+    loop = asyncio.new_event_loop()
+    try:
+        parts = sft_parts(cfg, model, tokenizer, chat, options.sandbox)
+        try:
+            result = _train(loop, cfg, options, model, tokenizer, chat, parts)
+        finally:
+            loop.run_until_complete(parts.close())
+    finally:
+        loop.close()
+    save_policy(model, tokenizer, out)
+    write_card(out, cfg, result, options.command)
+    cfg.log(f"saved {out} after {result.steps} steps ({result.wall_s:.0f}s); evals {result.evals}")
+    return result
+
+
+def _train(
+    loop: asyncio.AbstractEventLoop,
+    cfg: SFTConfig,
+    options: SFTRunOptions,
+    model: Any,
+    tokenizer: Any,
+    chat: ChatFormat,
+    parts: SFTParts,
+) -> SFTResult:
+    """Demonstrations, copy curriculum, training with held-out evaluations and checkpoints, greedy evaluation."""
+    demos = loop.run_until_complete(_demonstrations(cfg, chat, parts))
+    held_out = sft_tasks(cfg, cfg.eval_tasks, sft_eval_seed(cfg.seed))
+
+    def evaluate() -> float:
+        report = loop.run_until_complete(evaluate_accuracy(parts.sampled, parts.factory, held_out, seed=cfg.seed))
+        cfg.log(f"  eval: {report.correct}/{report.n} correct, ends {report.terminations}, {report.wall_s:.1f}s")
+        return report.accuracy
+
+    def checkpoint(partial: SFTResult) -> None:  # a usable checkpoint after every evaluation
+        save_policy(model, tokenizer, options.out)
+        write_card(Path(options.out), cfg, partial, options.command)
+
+    _copy_warmup(model, tokenizer, chat, cfg)
+    result = train_sft(
+        model, demos, cfg, pad_id=int(tokenizer.pad_token_id or 0), evaluate=evaluate, on_eval=checkpoint
+    )
+    greedy = loop.run_until_complete(evaluate_accuracy(parts.greedy, parts.factory, held_out, seed=cfg.seed))
+    result.greedy_accuracy = greedy.accuracy
+    cfg.log(f"held-out greedy accuracy {greedy.accuracy:.3f} ends {greedy.terminations}")
+    return result
+
+
+__all__ = ["SFTParts", "SFTRunOptions", "run_sft", "sft_parts", "sft_rules", "sft_runner", "sft_tasks"]
