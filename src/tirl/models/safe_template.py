@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any
 
 import jinja2
 import jinja2.ext
@@ -75,7 +75,7 @@ def _size(value: Any) -> int | None:
 class _GenerationBlock(jinja2.ext.Extension):
     """``{% generation %}…{% endgeneration %}`` (transformers' assistant-mask tag): the body, unchanged."""
 
-    tags: ClassVar[set[str]] = {"generation"}
+    tags = {"generation"}  # noqa: RUF012  (jinja2.ext.Extension declares it as a plain class attribute)
 
     def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno

@@ -214,9 +214,8 @@ def _tensor_table(path: Path, header: dict[str, Any], data: int, fix: str) -> di
     spans: list[tuple[int, int, str]] = []
     out: dict[str, tuple[str, list[int]]] = {}
     for name, info in header.items():
-        dtype = info.get("dtype") if isinstance(info, dict) else None
-        shape = info.get("shape") if isinstance(info, dict) else None
-        offs = info.get("data_offsets") if isinstance(info, dict) else None
+        fields: dict[str, Any] = info if isinstance(info, dict) else {}
+        dtype, shape, offs = fields.get("dtype"), fields.get("shape"), fields.get("data_offsets")
         ok_shape = (
             isinstance(shape, list)
             and len(shape) <= 8
@@ -231,11 +230,11 @@ def _tensor_table(path: Path, header: dict[str, Any], data: int, fix: str) -> di
             raise _fail(
                 path, f"describes tensor {name[:80]!r} with a bad dtype, shape or data_offsets ({str(info)[:120]})", fix
             )
-        begin, end = offs
-        if end - begin != math.prod(shape) * _ITEM[dtype]:
+        begin, end = offs  # type: ignore[misc]  # checked above: two ints
+        if end - begin != math.prod(shape) * _ITEM[dtype]:  # type: ignore[arg-type]
             raise _fail(path, f"gives tensor {name[:80]!r} {end - begin:,} bytes for shape {shape} {dtype}", fix)
         spans.append((begin, end, name))
-        out[name] = (dtype, shape)
+        out[name] = (str(dtype), list(shape))  # type: ignore[arg-type]
     at = 0
     for begin, end, name in sorted(spans):
         if begin != at:
