@@ -4,7 +4,8 @@ Covered, each on a copy of real ``tirl model init`` output, through ``tirl model
 ``load_policy`` as ``serve/train/eval --model``): chat templates that build a 100 MB string, loop for
 minutes, raise, or are not Jinja; ``config.json`` with negative, huge, fractional, textual or inconsistent
 sizes, and a well-formed config of a model larger than the machine's memory; a ``tokenizer.json`` that is
-truncated, not JSON, of the wrong shape or over its size cap; safetensors files whose header length, JSON,
+truncated, not JSON, of the wrong shape or over its size cap, or replaced by a FIFO, a link to ``/dev/zero`` or a
+dangling link; safetensors files whose header length, JSON,
 offsets, dtype or shapes lie. Then a seeded fuzz of byte and value mutations of the same files. The old
 code gave exit 0 (the string bomb; the kv-head count), a traceback or a MemoryError for these.
 Not covered: weights whose values are NaN (they load).
@@ -13,6 +14,7 @@ Not covered: weights whose values are NaN (they load).
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import struct
@@ -87,6 +89,7 @@ def test_a_template_building_100_mb_is_refused_at_once(
         ("{{ 7 ** 100000 }}", "power over 4096 bits"),
         ("{{ raise_exception('nope') }}", "raised TemplateError: nope"),
         ("{% for m in messages %}", "not valid Jinja"),
+        ("{% if 1 %}" * 3000 + "{% endif %}" * 3000, "cannot be compiled (RecursionError)"),
         ("{{ messages.__class__.__mro__ }}", "raised SecurityError"),
     ],
 )
@@ -133,6 +136,22 @@ def _sparse(name: str, size: int) -> Mutation:
     return mutate
 
 
+def _replace_with_link(name: str, target: str) -> Mutation:
+    def mutate(d: Path) -> None:
+        (d / name).unlink()
+        (d / name).symlink_to(target)
+
+    return mutate
+
+
+def _replace_with_fifo(name: str) -> Mutation:
+    def mutate(d: Path) -> None:
+        (d / name).unlink()
+        os.mkfifo(d / name)  # a read would block for ever
+
+    return mutate
+
+
 @pytest.mark.parametrize(
     ("mutate", "needle"),
     [
@@ -142,6 +161,9 @@ def _sparse(name: str, size: int) -> Mutation:
         (_sparse("tokenizer.json", 200 * 2**20), "over the 134,217,728"),
         (lambda d: (d / "tokenizer_config.json").write_text("[" * 100 + "]" * 100), "nested deeper"),
         (lambda d: (d / "config.json").write_text('{"vocab_size": NaN}'), "config.json: cannot be read as strict JSON"),
+        (_replace_with_link("tokenizer.json", "/dev/zero"), "tokenizer.json: is not a regular file"),
+        (_replace_with_fifo("tokenizer_config.json"), "tokenizer_config.json: is not a regular file"),
+        (_replace_with_link("generation_config.json", "/nonexistent/x"), "generation_config.json: cannot be read"),
     ],
 )
 def test_bad_tokenizer_and_json_files(

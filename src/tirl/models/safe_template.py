@@ -235,6 +235,8 @@ def render_chat(
         template = _compile(source)
     except jinja2.exceptions.TemplateSyntaxError as exc:
         raise TemplateLimitError(f"the chat template is not valid Jinja (line {exc.lineno}: {exc.message})") from None
+    except (RecursionError, MemoryError, jinja2.exceptions.TemplateError) as exc:  # nesting beyond the parser
+        raise TemplateLimitError(f"the chat template cannot be compiled ({type(exc).__name__})") from None
     out: list[str] = []
     size = 0
     try:

@@ -4,6 +4,8 @@
 --model``, ``train --model``, ``eval --model`` and resumed checkpoints alike) and raises one
 :class:`~tirl.errors.InputError` naming the file, what is wrong and the fix:
 
+* **Entries.** Every entry is a regular file or a directory (a FIFO or a link to ``/dev/zero`` would block
+  or never end a read); at most 10,000 of them.
 * **Sizes of small files.** ``config.json``, ``tokenizer_config.json``, ``generation_config.json``,
   ``special_tokens_map.json`` and ``added_tokens.json`` at most 16 MB and strict JSON objects
   (:func:`tirl.jsonl.parse_json`: no ``NaN``, no 5000-digit integers, no deep nesting); tokenizer files at
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import struct
 from pathlib import Path
 from typing import Any
@@ -95,11 +98,26 @@ def _capped(path: Path, cap: int) -> None:
         raise _fail(path, f"is {size:,} bytes, over the {cap:,} a model directory's file may hold", "remove it")
 
 
+def check_entries(path: Path, limit: int = 10_000) -> None:
+    """Every entry of the directory is a regular file or a directory (a FIFO or ``/dev/zero`` link is not)."""
+    for n, entry in enumerate(path.iterdir()):
+        if n >= limit:
+            raise _fail(path, f"holds more than {limit:,} entries", "point --model at the model's own directory")
+        try:
+            mode = entry.stat().st_mode
+        except OSError as exc:  # a dangling link, a loop
+            raise _fail(entry, f"cannot be read ({exc.strerror})", "remove it or restore its target") from None
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise _fail(entry, "is not a regular file (a device, FIFO or socket)", "replace it with the real file")
+
+
 def read_json_file(path: Path) -> dict[str, Any]:
     """A small JSON file of the directory, capped and parsed strictly; must be an object."""
     _capped(path, JSON_CAP)
     try:
-        value = parse_json(path.read_bytes(), allow_nan=False)
+        with path.open("rb") as fh:
+            raw = fh.read(JSON_CAP + 1)  # never more than the cap, whatever stat said
+        value = parse_json(raw, allow_nan=False)
     except JSONProblem as exc:
         raise _fail(path, f"cannot be read as strict JSON: {exc}", "re-save the model with save_pretrained") from None
     if not isinstance(value, dict):
@@ -280,6 +298,7 @@ def check_weights(path: Path, model: Any) -> None:
 
 def vet_model_dir(path: Path, *, dtype: str = "float32", device: str = "cpu") -> None:
     """Check the files of the model directory ``path`` (module doc); raises :class:`InputError`."""
+    check_entries(path)
     for name in SMALL_JSON:
         if (path / name).is_file():
             read_json_file(path / name)
