@@ -12,8 +12,8 @@ the same sandbox and the same globals transformers gives a template (``raise_exc
 * **Output.** The rendering is streamed and stopped past :data:`MAX_OUTPUT_CHARS` or 64 x the characters of
   its input (messages and tools), whichever is larger.
 * **Time.** A deadline (:data:`TIME_LIMIT_S`) is checked at every call, attribute or item lookup, operator,
-  ``range`` item and output chunk; in the main thread a ``SIGALRM`` timer also interrupts code that does
-  none of these (e.g. nested loops over a long string).
+  ``range`` item and output chunk; in the main thread (when no other ``ITIMER_REAL`` timer is armed) a
+  ``SIGALRM`` timer also interrupts code that does none of these (e.g. nested loops over a long string).
 
 Every breach raises :class:`TemplateLimitError` (a :class:`~tirl.errors.InputError` naming the template and
 the limit). Rendering is otherwise what ``tokenizer.apply_chat_template(..., tokenize=False)`` gives (the
@@ -193,7 +193,8 @@ def _compile(source: str) -> jinja2.Template:
 def _time_limit() -> Iterator[None]:
     """The deadline for :func:`_tick`, and in the main thread a SIGALRM that raises at it."""
     _deadline.at = time.monotonic() + TIME_LIMIT_S
-    main = threading.current_thread() is threading.main_thread()
+    # the main thread only, and only when no one else's timer is armed (theirs is never cancelled)
+    main = threading.current_thread() is threading.main_thread() and signal.getitimer(signal.ITIMER_REAL)[0] == 0
     old: Any = None
     if main:
 
@@ -207,7 +208,7 @@ def _time_limit() -> Iterator[None]:
     finally:
         if main:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
+            signal.signal(signal.SIGALRM, old if old is not None else signal.SIG_DFL)
         _deadline.at = None
 
 
