@@ -8,7 +8,8 @@ truncated, not JSON, of the wrong shape or over its size cap, or replaced by a F
 dangling link; safetensors files whose header length, JSON,
 offsets, dtype or shapes lie. Then a seeded fuzz of byte and value mutations of the same files. The old
 code gave exit 0 (the string bomb; the kv-head count), a traceback or a MemoryError for these.
-Not covered: weights whose values are NaN (they load).
+``serve``, ``eval`` and ``train --model`` refuse such a directory with the same one line (train leaves no run
+directory). Not covered: weights whose values are NaN (they load).
 """
 
 from __future__ import annotations
@@ -273,3 +274,24 @@ def test_fuzzed_directories_are_one_error_line_or_a_success(
         assert (code == 0 and err == []) or (len(err) == 1 and err[0].startswith("error: ")), (label, err)
         outcomes[code] += 1
     assert outcomes[2] >= 30, outcomes  # most mutations break the directory, and each says so in one line
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve", "--port", "0", "--model"],
+        ["eval", "--n", "1", "--set", "trainer.threads=1", "--model"],
+        ["train", "--steps", "1", "--set", "trainer.threads=1", "--no-progress", "--model"],
+    ],
+    ids=["serve", "eval", "train"],
+)
+def test_every_command_that_takes_a_model_refuses_it_in_one_line(
+    base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    bad = _copy(base, tmp_path, _template("{{ 'x' * 10**8 }}"))
+    extra = ["--run-dir", str(tmp_path / "run")] if command[0] == "train" else []
+    capsys.readouterr()
+    assert main([*command, str(bad), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "builds a value of 100,000,000" in err[0], err
+    assert not (tmp_path / "run").exists()  # train: no run directory left behind
