@@ -47,8 +47,8 @@ skipped (a skipped step logs nulls).
 from __future__ import annotations
 
 import math
-import sys
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
