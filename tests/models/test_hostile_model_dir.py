@@ -295,3 +295,42 @@ def test_every_command_that_takes_a_model_refuses_it_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "builds a value of 100,000,000" in err[0], err
     assert not (tmp_path / "run").exists()  # train: no run directory left behind
+
+
+@pytest.fixture(scope="module")
+def adapter(base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tirl.models.loading import load_policy
+    from tirl.models.memory import LoraSpec, apply_lora
+
+    out = tmp_path_factory.mktemp("adapter") / "adapter"
+    apply_lora(load_policy(base).model, LoraSpec(rank=4, alpha=8)).save_pretrained(out)
+    return out
+
+
+def _adapter_config(**changes: object) -> Mutation:
+    def mutate(d: Path) -> None:
+        cfg = json.loads((d / "adapter_config.json").read_text())
+        cfg.update(changes)
+        (d / "adapter_config.json").write_text(json.dumps(cfg))
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needle"),
+    [
+        (lambda d: None, ""),
+        (_truncate("adapter_model.safetensors", 0.5), "adapter_model.safetensors"),
+        (_adapter_config(r=8), "the LoRA adapter could not be loaded"),
+        (lambda d: (d / "adapter_config.json").write_text("{"), "adapter_config.json: cannot be read"),
+    ],
+    ids=["intact", "truncated-weights", "rank-mismatch", "bad-json"],
+)
+def test_hostile_adapter_directories(
+    adapter: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Mutation, needle: str
+) -> None:
+    code, err = _check(_copy(adapter, tmp_path, mutate), capsys)
+    if not needle:
+        assert code == 0 and err == []
+        return
+    assert code == 2 and len(err) == 1 and needle in err[0], err

@@ -31,7 +31,7 @@ from tirl.models.chat_format import ChatFormat, chat_format_for
 from tirl.models.memory import adapter_base, is_adapter_dir, load_adapter_dir
 from tirl.models.safe_template import TemplateLimitError
 from tirl.models.template import template_supports_tools
-from tirl.models.vet import vet_model_dir
+from tirl.models.vet import check_entries, read_json_file, safetensors_header, vet_model_dir
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -110,9 +110,21 @@ def check_chat_template(path: Path, tokenizer: PreTrainedTokenizerBase, *, need_
 
 
 def _load_adapter(path: Path, *, device: str, dtype: str, need_tools: bool, train: bool) -> Policy:
-    """The base model with the adapter at ``path``: merged in (inference), or kept as a trainable peft model."""
+    """The base model with the adapter at ``path``: merged in (inference), or kept as a trainable peft model.
+
+    The adapter directory is hostile input too: its entries, ``adapter_config.json`` (size, strict JSON) and
+    safetensors headers are checked first, and anything peft raises on it is one :class:`InputError`.
+    """
+    check_entries(path)
+    read_json_file(path / "adapter_config.json")
+    for weights in sorted(path.glob("*.safetensors")):
+        safetensors_header(weights)
     base = load_policy(adapter_base(path), device=device, dtype=dtype, need_tools=need_tools)
-    model = load_adapter_dir(base.model, path)
+    try:
+        model = load_adapter_dir(base.model, path)
+    except Exception as exc:  # shapes that do not fit the base model, a damaged file: the directory's fault
+        problem = f"the LoRA adapter could not be loaded ({type(exc).__name__}: {str(exc)[:300]})"
+        raise InputError(str(path), None, problem, "use the adapter saved with this base model") from None
     if not train:
         model = model.merge_and_unload()
     model.eval()
