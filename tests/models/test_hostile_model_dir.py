@@ -334,3 +334,16 @@ def test_hostile_adapter_directories(
         assert code == 0 and err == []
         return
     assert code == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_the_exact_size_on_the_meta_device_is_held_against_memory(
+    base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 MiB available: a 2-layer, 2048-wide model (about 480 MB in float32) passes the rough estimate and is
+    refused on its exact meta-device size; the base model (0.7 MB) still loads."""
+    import tirl.models.vet as vet
+
+    monkeypatch.setattr(vet, "available_bytes", lambda device: 200 * 2**20)
+    assert _check(base, capsys)[0] == 0
+    sizes = _config(hidden_size=2048, num_attention_heads=32, num_key_value_heads=8, intermediate_size=8192)
+    _refused(base, tmp_path, capsys, sizes, "more than the 0.2 GiB of memory available")
