@@ -45,6 +45,13 @@ def test_an_infinite_is_ratio_max_is_the_worst_spike(tmp_path: Path, value: floa
     assert [(f.kind, f.step) for f in diag.findings] == [("void_leak", 120)], value
 
 
+def test_the_evidence_says_inf(tmp_path: Path) -> None:
+    from tirl.diagnostics.training import evidence_lines
+
+    (finding,) = diagnose_training(load_metrics(_write(tmp_path / "m.jsonl", _spiked(math.inf)))).findings
+    assert any(line.startswith("is_ratio_max inf") for line in evidence_lines(finding.evidence))
+
+
 def test_an_infinite_is_ratio_max_in_a_wandb_csv(tmp_path: Path) -> None:
     rows = as_verl(_spiked(math.inf))
     path = write_wandb_csv(tmp_path / "export.csv", rows)

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,7 +123,7 @@ class TrainingDiagnosis:
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return "inf" if value >= sys.float_info.max else f"{value:.4g}"  # a logged Infinity reads as the float max
     if isinstance(value, list):
         return "[" + ", ".join(_fmt(v) for v in value) + "]"
     return str(value)

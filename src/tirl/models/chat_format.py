@@ -52,6 +52,7 @@ from typing import Any, Protocol, runtime_checkable
 from transformers import PreTrainedTokenizerBase
 
 from tirl.errors import SetupError
+from tirl.models.safe_template import pick_template, render_chat
 from tirl.models.template import ToolSupport, template_supports_tools
 from tirl.models.tokenizer import END, ROLE_TOKENS
 from tirl.models.toolcalls import parse_tool_calls
@@ -258,14 +259,14 @@ class TemplateChatFormat:
     def _render(
         self, messages: list[dict[str, Any]], *, gen: bool, tools: Sequence[dict[str, Any]] | None = None
     ) -> str:
-        text = self.tokenizer.apply_chat_template(
+        listed = list(tools) if tools else None
+        return render_chat(  # Jinja's sandbox with size and time limits (the template is the model dir's code)
+            pick_template(self.template, listed),
             messages,
-            tools=list(tools) if tools else None,
-            chat_template=self.template,
-            tokenize=False,
+            tools=listed,
             add_generation_prompt=gen,
+            special_tokens=self.tokenizer.special_tokens_map,
         )
-        return str(text)
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

@@ -7,7 +7,11 @@ Checked before anything heavy loads, each a one-line :class:`~tirl.errors.InputE
 naming what is missing and the fix: a directory without ``config.json``,
 without tokenizer files, whose tokenizer has no chat template, or (when
 ``need_tools``) whose template does not render tools, tool calls and tool
-results.
+results. Before that, :func:`tirl.models.vet.vet_model_dir` treats the directory as hostile input
+(file sizes, strict JSON, config.json sizes against the memory available, safetensors headers against
+the config); the chat template is rendered in Jinja's sandbox with size and time limits
+(:mod:`tirl.models.safe_template`); anything transformers or the tokenizers library raises on the
+directory's files is one :class:`~tirl.errors.InputError`.
 
 Not covered: remote hub ids (only local directories are loaded, nothing is
 downloaded), quantised checkpoints, models that are not causal LMs.
@@ -25,7 +29,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from tirl.errors import InputError, SetupError
 from tirl.models.chat_format import ChatFormat, chat_format_for
 from tirl.models.memory import adapter_base, is_adapter_dir, load_adapter_dir
+from tirl.models.safe_template import TemplateLimitError
 from tirl.models.template import template_supports_tools
+from tirl.models.vet import check_entries, read_json_file, safetensors_header, vet_model_dir
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -104,9 +110,21 @@ def check_chat_template(path: Path, tokenizer: PreTrainedTokenizerBase, *, need_
 
 
 def _load_adapter(path: Path, *, device: str, dtype: str, need_tools: bool, train: bool) -> Policy:
-    """The base model with the adapter at ``path``: merged in (inference), or kept as a trainable peft model."""
+    """The base model with the adapter at ``path``: merged in (inference), or kept as a trainable peft model.
+
+    The adapter directory is hostile input too: its entries, ``adapter_config.json`` (size, strict JSON) and
+    safetensors headers are checked first, and anything peft raises on it is one :class:`InputError`.
+    """
+    check_entries(path)
+    read_json_file(path / "adapter_config.json")
+    for weights in sorted(path.glob("*.safetensors")):
+        safetensors_header(weights)
     base = load_policy(adapter_base(path), device=device, dtype=dtype, need_tools=need_tools)
-    model = load_adapter_dir(base.model, path)
+    try:
+        model = load_adapter_dir(base.model, path)
+    except Exception as exc:  # shapes that do not fit the base model, a damaged file: the directory's fault
+        problem = f"the LoRA adapter could not be loaded ({type(exc).__name__}: {str(exc)[:300]})"
+        raise InputError(str(path), None, problem, "use the adapter saved with this base model") from None
     if not train:
         model = model.merge_and_unload()
     model.eval()
@@ -114,11 +132,17 @@ def _load_adapter(path: Path, *, device: str, dtype: str, need_tools: bool, trai
 
 
 def _from_pretrained(p: Path, auto: Any, what: str, fix: str, **kwargs: Any) -> Any:
-    """``auto.from_pretrained(p, **kwargs)``; a file it cannot read is an :class:`InputError` naming ``what``."""
+    """``auto.from_pretrained(p, **kwargs)``; a file it cannot read is an :class:`InputError` naming ``what``.
+
+    Any ``Exception`` counts: the directory is hostile input, and the tokenizers library, safetensors and
+    transformers each raise their own types (``Exception`` from Rust, ``SafetensorError``, ``RuntimeError``).
+    """
     try:
         return auto.from_pretrained(str(p), **kwargs)
-    except (OSError, ValueError) as exc:
-        raise InputError(str(p), None, f"{what} could not be loaded ({exc})", fix) from None
+    except Exception as exc:
+        raise InputError(
+            str(p), None, f"{what} could not be loaded ({type(exc).__name__}: {str(exc)[:300]})", fix
+        ) from None
 
 
 def load_policy(
@@ -151,13 +175,17 @@ def load_policy(
             return _load_adapter(p, device=device, dtype=dtype, need_tools=need_tools, train=train_adapter)
         _check_dir(p)
         _check_tokenizer_files(p)
+        vet_model_dir(p, dtype=dtype if dtype in _DTYPES else "float32", device=device)  # hostile files, sizes
     if dtype not in _DTYPES:
         raise InputError("model.dtype", None, f"unknown dtype {dtype!r}", f"use one of {', '.join(_DTYPES)}")
     tokenizer: PreTrainedTokenizerBase = _from_pretrained(
         p, AutoTokenizer, "the tokenizer", "save it with tokenizer.save_pretrained(PATH) next to the model"
     )
     if path is not None or need_tools:
-        check_chat_template(p, tokenizer, need_tools=need_tools)
+        try:
+            check_chat_template(p, tokenizer, need_tools=need_tools)
+        except TemplateLimitError as exc:
+            raise InputError(str(p), None, exc.problem, exc.fix) from None
     model: PreTrainedModel = _from_pretrained(
         p,
         AutoModelForCausalLM,
@@ -168,4 +196,10 @@ def load_policy(
     dev = torch.device(device)
     model.to(dev)  # type: ignore[arg-type]
     model.eval()
-    return Policy(model=model, tokenizer=tokenizer, chat=chat_format_for(tokenizer), path=p, device=dev)
+    try:
+        chat = chat_format_for(tokenizer)
+    except TemplateLimitError as exc:  # the template is the directory's code: name the directory
+        raise InputError(str(p), None, exc.problem, exc.fix) from None
+    except SetupError as exc:  # a template tirl cannot split into turns
+        raise InputError(str(p), None, str(exc), "use a prefix-stable chat template that renders content") from None
+    return Policy(model=model, tokenizer=tokenizer, chat=chat, path=p, device=dev)

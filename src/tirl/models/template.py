@@ -38,6 +38,9 @@ template and says what it drops (the tool definitions, an assistant tool
 call, a tool result), so a checkpoint whose template has no tool support is
 refused with a message naming what is missing.
 
+Templates are rendered by :func:`tirl.models.safe_template.render_chat` (Jinja's sandbox with size and
+time limits), never by ``tokenizer.apply_chat_template``.
+
 Not covered: parallel-call ids in the assistant turn (the Hermes convention
 has none; ids live on the ``tool`` messages), multimodal content parts.
 """
@@ -50,6 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the annotation only: importing this module (tirl train's checks) needs no transformers
     from transformers import PreTrainedTokenizerBase
+
+from tirl.models.safe_template import TemplateLimitError, pick_template, render_chat
 
 BOS = "<|im_start|>"
 EOT = "<|im_end|>"
@@ -169,10 +174,9 @@ def template_supports_tools(tokenizer: PreTrainedTokenizerBase, template: str | 
     """
 
     def render(messages: list[dict[str, Any]], tools: list[Any] | None) -> str:
-        return str(
-            tokenizer.apply_chat_template(
-                messages, tools=tools, chat_template=template, tokenize=False, add_generation_prompt=True
-            )
+        source = pick_template(template or getattr(tokenizer, "chat_template", None), tools)
+        return render_chat(
+            source, messages, tools=tools, add_generation_prompt=True, special_tokens=tokenizer.special_tokens_map
         )
 
     try:
@@ -183,6 +187,10 @@ def template_supports_tools(tokenizer: PreTrainedTokenizerBase, template: str | 
             conversation = ""
         if _PROBE_ARG not in conversation:
             conversation = render(probe_messages(string_arguments=False), None)
+    except TemplateLimitError as exc:
+        if "raised" not in exc.problem:  # over a size or time limit: the template is refused, not probed
+            raise
+        return ToolSupport(False, False, False, error=exc.problem.removeprefix("the chat template raised "))
     except Exception as exc:  # a template that raises on the tool role or on tool_calls
         return ToolSupport(False, False, False, error=f"{type(exc).__name__}: {exc}")
     return ToolSupport(
