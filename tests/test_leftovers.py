@@ -2,7 +2,8 @@
 
 Each case runs a real pytest session in a subprocess over a one-test file, with this repository's conftest
 copied beside it: a clean session passes; a thread or a child process left running fails it, naming the
-test it appeared in. Each case starts a pytest session (3-12 s on a busy 2-core machine; the leak cases add a 1 s grace).
+test it appeared in. Each case starts a pytest session (3-12 s on a busy 2-core machine; a leak adds 1 s of
+grace), which is why the file takes over 20 s.
 """
 
 from __future__ import annotations
