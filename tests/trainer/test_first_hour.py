@@ -89,7 +89,7 @@ def test_evaluation_progress_prints_start_count_and_end_when_piped(capsys: pytes
 def test_tools_the_built_in_model_cannot_render_are_refused_with_the_set_that_fixes_it() -> None:
     with pytest.raises(ConfigError) as err:
         check_tools(load_config(None, ["env.tools=true"]))
-    assert "built-in model's chat format has no tool definitions" in str(err.value)
+    assert "built-in model's chat format has no tool support" in str(err.value)
     assert "--set env.tools=false" in str(err.value)
     check_tools(load_config(None, []))  # no tools offered: nothing to check
 
