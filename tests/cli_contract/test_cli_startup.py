@@ -72,8 +72,8 @@ def test_input_errors_come_before_torch_loads(argv: list[str], says: str, tmp_pa
 def test_model_init_reports_the_whole_commands_time(tmp_path: Path) -> None:
     """The reported time covers the imports too (before: 'wrote ... in 1.9 s' after 28.6 s of wall time).
 
-    The bound leaves 3 s for the interpreter's own start, which the command cannot time; importing torch and
-    transformers alone takes longer than that, so a timer that starts after them fails it.
+    The command cannot time the interpreter's start and exit (seconds under load: 4.8 s of 20.6 s once), so the
+    bound is half the wall time; a timer that starts after the imports reports a few percent of it (1.1 of 26 s).
     """
     import re
     import time
@@ -86,4 +86,4 @@ def test_model_init_reports_the_whole_commands_time(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     found = re.search(r"wrote \S+ in ([0-9.]+) s", proc.stdout)
     assert found is not None, proc.stdout
-    assert wall - 3.0 <= float(found.group(1)) <= wall
+    assert wall / 2 <= float(found.group(1)) <= wall
