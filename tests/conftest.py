@@ -13,10 +13,11 @@ leftover and the test during which it appeared. A long ``make test`` once ran
 out of threads (``RuntimeError: can't start new thread``) late in the process.
 Slack: the daemon threads that a library starts once and keeps for the life of
 the process (:data:`LIBRARY_DAEMONS`: tqdm's monitor, huggingface_hub's
-telemetry worker). Not covered: OS threads without a Python ``Thread`` (torch's
-intra-op pools, Ray's gRPC threads: process-lifetime pools of a fixed size) and
-processes that detach from the test process (``ray start`` daemons; the Ray
-cluster fixture stops its own).
+telemetry worker, the OpenTelemetry exporters that verifiers and wandb start).
+Not covered: OS threads without a Python ``Thread`` (torch's intra-op pools,
+Ray's gRPC threads: process-lifetime pools of a fixed size) and processes that
+detach from the test process (``ray start`` daemons; the Ray cluster fixture
+stops its own).
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
 
 
 #: Library threads that live for the whole process once started: not leaks of a test (see the module docstring).
-LIBRARY_DAEMONS = re.compile(r"^tqdm_monitor$|\(_telemetry_worker\)$")
+LIBRARY_DAEMONS = re.compile(
+    r"^tqdm_monitor$|\(_telemetry_worker\)$|^Otel(PeriodicExportingMetricReader|BatchLogRecordProcessor)$"
+)
 GRACE_S = float(os.environ.get("TIRL_LEFTOVER_GRACE_S", "10"))  # seconds for stopping threads to finish
 _APPEARED_IN: dict[int, str] = {}  # thread ident -> the test during which it appeared
 

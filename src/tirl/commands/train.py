@@ -8,7 +8,8 @@ run directory (``runs/<time>-<env>``, or ``-<task file name>`` with ``env.tasks_
     config.json  metrics.jsonl  tb/  trajectories.jsonl  pipeline_trace.jsonl
     checkpoints/step-N/  eval_before.json  summary.json  (report.html when the diagnostics are installed)
 
-and prints its path at the start (with the TensorBoard command) and at the end.
+and prints its path once the run is set up (with the TensorBoard command; not with ``--no-progress``) and at
+the end.
 Before anything heavy loads, the config is checked (:mod:`tirl.trainer.preflight`: an
 unknown env, tools the model cannot render are one ``error:`` line; a task file whose
 prompts ask for an answer format the action rule does not count is a warning).
@@ -145,8 +146,6 @@ def run(args: argparse.Namespace) -> int:
     warning = answer_format_warning(cfg)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    if not args.no_progress:
-        print(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tb'})", file=sys.stderr)
     from transformers.utils import logging as hf_logging
 
     from tirl.trainer.run import train_run

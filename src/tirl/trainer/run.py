@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,8 @@ class TrainingRun:
         started = time.perf_counter()
         try:
             await self.setup()
+            if self.progress:  # before the first evaluation: TensorBoard can be pointed at it for the whole run
+                print(f"run directory: {self.run_dir}  (tensorboard --logdir {self.run_dir / 'tb'})", file=sys.stderr)
             evals = await self.train()
         finally:
             await self.cleanup()
