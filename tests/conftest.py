@@ -13,7 +13,9 @@ leftover and the test during which it appeared. A long ``make test`` once ran
 out of threads (``RuntimeError: can't start new thread``) late in the process.
 Slack: the daemon threads that a library starts once and keeps for the life of
 the process (:data:`LIBRARY_DAEMONS`: tqdm's monitor, huggingface_hub's
-telemetry worker, the OpenTelemetry exporters that verifiers and wandb start).
+telemetry worker, the OpenTelemetry exporters that verifiers and wandb start);
+tirl's own math-verify worker (``tirl.answers``, a process-lifetime pool) is
+stopped first, as the process's exit would.
 Not covered: OS threads without a Python ``Thread`` (torch's intra-op pools,
 Ray's gRPC threads: process-lifetime pools of a fixed size) and processes that
 detach from the test process (``ray start`` daemons; the Ray cluster fixture
@@ -25,6 +27,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Generator
@@ -162,6 +165,9 @@ def _no_leftover_threads_or_processes() -> Generator[None, None, None]:
     """The session ends with no more threads and child processes than it began with (see the module docstring)."""
     threads, children = _threads(), _children()
     yield
+    answers = sys.modules.get("tirl.answers")
+    if answers is not None:  # tirl's math-verify worker lives until exit by design: stop it as exit would
+        answers.shutdown_default_pool()
     deadline = time.monotonic() + GRACE_S
     while (left := leftovers(threads, children)) and time.monotonic() < deadline:
         gc.collect()  # an unreferenced executor's workers exit once it is collected
