@@ -156,3 +156,17 @@ def test_piped_tables_are_not_cut_at_80_columns(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=env, timeout=120, check=True)  # fmt: skip
     widths = [len(line) for line in proc.stdout.splitlines() if line.startswith(("┏", "┃", "│", "└"))]
     assert widths and max(widths) > 80
+
+
+def test_diagnose_points_an_all_failed_step_at_the_env_not_the_filter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: `empty_batch` with only "check resampling" for a step whose every episode failed at set-up."""
+    row = {"step": 1, "rollout/trajectories": 4, "rollout/failed": 4, "filter/valid_trajectories": 0,
+           "filter/void_trajectories": 0, "filter/void_ratio": 0.0, "train/is_ratio_max": None}  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert main(["diagnose", "training", str(tmp_path), "--json"]) == 0
+    (finding,) = json.loads(capsys.readouterr().out)["findings"]
+    assert finding["kind"] == "empty_batch" and finding["evidence"]["failed"] == [4]
+    assert main(["diagnose", "training", str(tmp_path)]) == 0
+    assert "the env or its set-up failed" in " ".join(capsys.readouterr().out.split())  # the table wraps it
