@@ -1,4 +1,6 @@
-"""Shared fixtures, and the installed-parts rule: parts that ``make install`` provides never skip under ``make test``.
+"""Shared fixtures, the installed-parts rule, and the check that the suite leaves no threads or processes behind.
+
+Installed parts: parts that ``make install`` provides never skip under ``make test``.
 
 A plain ``pytest`` run skips a test whose part is missing (bubblewrap, Ray,
 Chromium, the shipped checkpoint, peft, TRL, wandb, verifiers, skyrl-gym) with
@@ -7,12 +9,31 @@ sets ``TIRL_REQUIRE_PARTS=1`` (and CI sets ``CI=true``; either takes ``1``,
 ``true`` or ``yes``): then such a skip is a failure naming the part, so a
 broken install cannot pass, on a laptop as in CI. Other skips (a GPU, vLLM,
 root-only cases) stay skips everywhere.
+
+Leftovers: the session ends with no more Python threads and child processes
+than it began with (after a grace period of :data:`GRACE_S` for threads that
+are already stopping), else the last test's teardown errors, naming each
+leftover and the test during which it appeared. A long ``make test`` once ran
+out of threads (``RuntimeError: can't start new thread``) late in the process.
+Slack: the daemon threads that a library starts once and keeps for the life of
+the process (:data:`LIBRARY_DAEMONS`: tqdm's monitor, huggingface_hub's
+telemetry worker, the OpenTelemetry exporters that verifiers and wandb start);
+tirl's own math-verify worker (``tirl.answers``, a process-lifetime pool) is
+stopped first, as the process's exit would.
+Not covered: OS threads without a Python ``Thread`` (torch's intra-op pools,
+Ray's gRPC threads: process-lifetime pools of a fixed size) and processes that
+detach from the test process (``ray start`` daemons; the Ray cluster fixture
+stops its own).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import re
+import sys
+import threading
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -86,3 +107,86 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     """The same for module-level skips (``pytest.importorskip("ray")``)."""
     outcome = yield
     _fail_if_part_missing(outcome.get_result())
+
+
+#: Library threads that live for the whole process once started: not leaks of a test (see the module docstring).
+LIBRARY_DAEMONS = re.compile(
+    r"^tqdm_monitor$|\(_telemetry_worker\)$|^Otel(PeriodicExportingMetricReader|BatchLogRecordProcessor)$"
+)
+GRACE_S = float(os.environ.get("TIRL_LEFTOVER_GRACE_S", "10"))  # seconds for stopping threads to finish
+_APPEARED_IN: dict[int, str] = {}  # thread ident -> the test during which it appeared
+
+
+def _threads() -> dict[int, str]:
+    return {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
+
+
+def _children() -> dict[int, str]:
+    """This process's descendants (pid -> command line), read from /proc; empty where there is no /proc."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":  # a zombie is gone already (its parent has not reaped it yet)
+                parent[int(entry)] = int(fields[1])
+    mine, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier and pid not in mine}
+        mine |= frontier
+    out = {}
+    for pid in sorted(mine):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                out[pid] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+        except OSError:
+            continue
+    return out
+
+
+def leftovers(threads_before: dict[int, str], children_before: dict[int, str]) -> list[str]:
+    """Threads and child processes that were not there before (library daemons excepted), one line each."""
+    lines = [f"thread {name!r} (appeared in {_APPEARED_IN.get(ident, 'a fixture or the session set-up')})"
+             for ident, name in _threads().items()
+             if ident not in threads_before and not LIBRARY_DAEMONS.search(name)]  # fmt: skip
+    lines += [f"process {pid}: {cmd}" for pid, cmd in _children().items() if pid not in children_before]
+    return lines
+
+
+def _note_new_threads(item: pytest.Item) -> Generator[None, Any, None]:
+    before = set(_threads())
+    yield
+    for ident in _threads().keys() - before:
+        _APPEARED_IN.setdefault(ident, item.nodeid)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, Any, None]:
+    """Remember during which test's set-up (its fixtures) each new thread appeared, for the leftover report."""
+    yield from _note_new_threads(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
+    """Remember during which test each new thread appeared, for the leftover report."""
+    yield from _note_new_threads(item)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leftover_threads_or_processes() -> Generator[None, None, None]:
+    """The session ends with no more threads and child processes than it began with (see the module docstring)."""
+    threads, children = _threads(), _children()
+    yield
+    answers = sys.modules.get("tirl.answers")
+    if answers is not None:  # tirl's math-verify worker lives until exit by design: stop it as exit would
+        answers.shutdown_default_pool()
+    deadline = time.monotonic() + GRACE_S
+    while (left := leftovers(threads, children)) and time.monotonic() < deadline:
+        gc.collect()  # an unreferenced executor's workers exit once it is collected
+        time.sleep(0.2)
+    if left:
+        pytest.fail(f"the test session left {len(left)} thread(s)/process(es) running: " + "; ".join(left),
+                    pytrace=False)  # fmt: skip

@@ -102,6 +102,17 @@ TINY = ["--set", "trainer.prompts_per_step=2", "--set", "algo.group_size=2", "--
 
 
 @pytest.mark.slow
+def test_one_training_step_with_offer_tools_off_from_the_command_line(tmp_path: Path) -> None:
+    """`--set env.offer_tools=false`: the built-in model (no tool template) trains on the ToolEnv by name."""
+    run_dir = tmp_path / "run"
+    args = ["train", "--steps", "1", "--run-dir", str(run_dir), "--no-progress", *TINY, "--set", f"env.name={NAME}",
+            "--set", "env.offer_tools=false", "--set", f"env.tasks_file={_task_file(tmp_path)}"]  # fmt: skip
+    assert main(args) == 0
+    trained = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+    assert len(trained) == 4 and all("metrics" in t["info"]["eval"] for t in trained)  # scored, none failed
+
+
+@pytest.mark.slow
 def test_one_training_step_on_the_verifiers_env(tmp_path: Path) -> None:
     """The tiny model's template renders no tools, so the env is registered without offering them."""
     maker = functools.partial(VerifiersEnv, variant="verifiers_calc:load_environment", offer_tools=False)

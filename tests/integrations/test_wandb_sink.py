@@ -17,6 +17,16 @@ from tirl.integrations.wandb_sink import WandbSink, metric_sinks
 from tirl.trainer.logging import RunLogger
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _stop_the_wandb_service() -> Any:
+    """wandb keeps its service process (wandb-core) and its threads for the life of the process after a run;
+    stop them after this module, so the suite ends with no leftover process (tests/conftest.py)."""
+    import wandb
+
+    yield
+    wandb.teardown()
+
+
 class ListSink:
     def __init__(self) -> None:
         self.rows: list[tuple[int, dict[str, Any]]] = []

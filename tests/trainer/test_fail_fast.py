@@ -58,9 +58,10 @@ def broken() -> Iterator[str]:
         unregister_env("broken-test")
 
 
-def _train(model_dir: Path, run_dir: Path, *extra: str) -> int:
+def _train(model_dir: Path, run_dir: Path, *extra: str, progress: bool = False) -> int:
+    tiny = [a for a in TINY_TRAIN_ARGS if not (progress and a == "--no-progress")]
     args = ["train", "--model", str(model_dir), "--run-dir", str(run_dir), "--env", "broken-test",
-            "--set", "rollout.retries=0", *TINY_TRAIN_ARGS, *extra]  # fmt: skip
+            "--set", "rollout.retries=0", *tiny, *extra]  # fmt: skip
     return main(args)
 
 
@@ -97,11 +98,14 @@ def test_tolerated_failed_steps_say_so_in_the_step_line(
 def test_an_evaluation_whose_every_episode_failed_stops_before_training(
     broken: str, model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """With progress on, what is printed before the error: the run directory, then the evaluation's start."""
     run_dir = tmp_path / "run"
     assert _train(model_dir, run_dir, "--steps", "1", "--set", "trainer.eval_before_after=true",
-                  "--set", "env.eval_size=3") == 2  # fmt: skip
-    err = capsys.readouterr().err
-    (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+                  "--set", "env.eval_size=3", progress=True) == 2  # fmt: skip
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tb'})"
+    assert lines[1] == "evaluating 3 held-out broken-test tasks (before training)..."
+    (line,) = [x for x in lines if x.startswith("error:")]
     assert line.startswith("error: the held-out evaluation (before training): every one of the 3 trajectories")
     assert not (run_dir / "metrics.jsonl").exists()  # no step ran
 

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from tirl.diagnostics.adapters import FORMATS, load_logs
-from tirl.diagnostics.bundle import pipeline_bundle, training_bundle
+from tirl.diagnostics.bundle import filter_config, pipeline_bundle, training_bundle
 from tirl.diagnostics.pipeline import diagnose_pipeline, load_trace
 from tirl.diagnostics.render import print_pipeline, print_training
 from tirl.diagnostics.training import diagnose_training
@@ -65,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
             shape = diags[0].to_dict() if len(diags) == 1 else {"runs": [d.to_dict() for d in diags]}
             print(dumps_json(shape, indent=2))
         else:
+            section = filter_config(paths[0].parent, args.config)  # the run's [filter], when it is known
+            mode = section.get("mode") if isinstance(section, dict) else None
             for d in diags:
-                print_training(d)
+                print_training(d, filter_mode=mode if isinstance(mode, str) else None)
     else:
         args.trace = _in_run_dir(args.trace, "pipeline_trace.jsonl")
         rows = load_trace(args.trace)

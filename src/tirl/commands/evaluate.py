@@ -19,8 +19,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tirl.config import load_config
+from tirl.config import TirlConfig, load_config
 from tirl.errors import InputError
+from tirl.trainer.preflight import preflight, run_label
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,9 +60,8 @@ def _model_dir(path: str | None) -> str | None:
     return str(p)
 
 
-async def _run(args: argparse.Namespace) -> dict[str, Any]:
-    from tirl.trainer.wiring import TaskSets, build_parts, evaluate
-
+def _config(args: argparse.Namespace) -> TirlConfig:
+    """The config of the evaluation, checked (:func:`~tirl.trainer.preflight.preflight`) before anything loads."""
     sets = list(args.overrides)
     if args.n is not None:
         sets.append(f"env.eval_size={args.n}")
@@ -70,16 +70,31 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     if args.env is not None:
         sets.append(f"env.name={args.env}")
     cfg = load_config(args.config, sets)
+    preflight(cfg, model_path=_model_dir(args.model))
+    return cfg
+
+
+async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
+    from tirl.trainer.progress import EvalProgress
+    from tirl.trainer.wiring import TaskSets, build_parts, evaluate
+
     model = _model_dir(args.model)
     parts = build_parts(cfg, model_path=model, trace_path=None)
     try:
         tasks = TaskSets(cfg).split(args.split, option="--split")
-        rep = await evaluate(parts, tasks, seed=cfg.trainer.seed)
+        split = "held-out" if args.split == "heldout" else "validation"
+        strategy = parts.eval_strategy
+        what = f"{split} {run_label(cfg)} tasks"
+        async with EvalProgress(len(tasks), what, lambda: getattr(strategy, "last_board", None),
+                                enabled=not args.json):  # fmt: skip
+            rep = await evaluate(parts, tasks, seed=cfg.trainer.seed)
     finally:
         await parts.close()
     return {
         "model": model or "built-in",
         "env": cfg.env.name,
+        "tasks_file": cfg.env.tasks_file,
+        "label": run_label(cfg),
         "split": args.split,
         "seed": cfg.env.seed,
         "n": rep.n,
@@ -93,15 +108,16 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tirl eval``."""
+    cfg = _config(args)  # config errors come before the heavy imports below
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
-    out = asyncio.run(_run(args))
+    out = asyncio.run(_run(args, cfg))
     if args.json:
         print(json.dumps(out))
     else:
         print(
-            f"accuracy {out['accuracy']:.3f} ({out['correct']}/{out['n']}) on {out['env']} "
+            f"accuracy {out['accuracy']:.3f} ({out['correct']}/{out['n']}) on {out['label']} "
             f"{'held-out' if out['split'] == 'heldout' else 'validation'} tasks "
             f"(seed {out['seed']}), model {out['model']}, {out['wall_s']:.1f}s"
         )

@@ -8,7 +8,8 @@ run directory (``runs/<time>-<env>``, or ``-<task file name>`` with ``env.tasks_
     config.json  metrics.jsonl  tb/  trajectories.jsonl  pipeline_trace.jsonl
     checkpoints/step-N/  eval_before.json  summary.json  (report.html when the diagnostics are installed)
 
-and prints its path at the start (with the TensorBoard command) and at the end.
+and prints its path once the run is set up (with the TensorBoard command; not with ``--no-progress``) and at
+the end.
 Before anything heavy loads, the config is checked (:mod:`tirl.trainer.preflight`: an
 unknown env, tools the model cannot render are one ``error:`` line; a task file whose
 prompts ask for an answer format the action rule does not count is a warning).
@@ -153,9 +154,6 @@ def run(args: argparse.Namespace) -> int:
     warning = answer_format_warning(cfg)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    if not args.no_progress:
-        # stdout, like the step lines: stderr stays for the one error line a failed set-up prints
-        print(f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tb'})", flush=True)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output

@@ -70,6 +70,7 @@ _TIRL: dict[str, tuple[str, ...]] = {
     "void": ("filter/void_trajectories",),
     "void_ratio": ("filter/void_ratio",),
     "resampled": ("filter/resampled",),
+    "failed": ("rollout/failed",),
     "is_min": ("train/is_ratio_min",),
     "is_max": ("train/is_ratio_max",),
     "is_mean": ("train/is_ratio_mean",),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -10,6 +12,28 @@ from rich.table import Table
 
 from tirl.diagnostics.pipeline import PipelineDiagnosis
 from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, evidence_lines
+
+#: The width of a console that is not a terminal (a pipe, a file): wide enough that tables keep their natural
+#: width instead of being cut to rich's default of 80 columns. ``COLUMNS`` overrides it.
+PIPE_WIDTH = 200
+
+
+def output_console() -> Console:
+    """A console on stdout: the terminal's width, else ``COLUMNS``, else :data:`PIPE_WIDTH` when piped."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return Console(width=int(columns))
+    return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
+
+
+def healthy_line(filter_mode: str | None) -> str:
+    """The line for a log without findings; it claims what the filter does only when the run's mode is known."""
+    text = "No symptom of the void-turn table: no IS-ratio spike, no empty batch"
+    if filter_mode == "off":
+        return text + "; filter.mode=off: void trajectories are counted but stay in the update."
+    if filter_mode:
+        return text + f"; the filter acts (filter.mode={filter_mode})."
+    return text + "."
 
 
 def _fmt(value: Any) -> str:
@@ -26,16 +50,19 @@ def _steps_text(steps: tuple[int, ...]) -> str:
     return f"{steps[0]}–{steps[-1]} ({len(steps)} steps)"
 
 
-def print_training(diag: TrainingDiagnosis, console: Console | None = None) -> None:
-    """The verdict line and one row per finding: steps, evidence, what to check first."""
-    console = console or Console()
+def print_training(diag: TrainingDiagnosis, console: Console | None = None, filter_mode: str | None = None) -> None:
+    """The verdict line and one row per finding: steps, evidence, what to check first.
+
+    ``filter_mode``: the run's ``filter.mode`` when known (from its config.json), for the line of a healthy log.
+    """
+    console = console or output_console()
     style = "green" if diag.verdict == "healthy" else "bold red"
     run = f" run {diag.run!r}" if diag.run is not None else ""
     console.print(
         f"[bold]{diag.path}[/bold]{run} ({diag.format} format, {diag.steps} steps): verdict [{style}]{diag.verdict}[/]"
     )
     if not diag.findings:
-        console.print("No symptom of the void-turn table: no IS-ratio spike, no empty batch, the filter is active.")
+        console.print(healthy_line(filter_mode))
         return
     table = Table(show_lines=True)
     table.add_column("kind", style="bold", max_width=24)
@@ -54,7 +81,7 @@ def print_training(diag: TrainingDiagnosis, console: Console | None = None) -> N
 
 def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> None:
     """The verdict, the per-queue evidence and the recommended next step."""
-    console = console or Console()
+    console = console or output_console()
     ev = diag.evidence
     style = "green" if diag.verdict == "healthy" else "bold red"
     console.print(
@@ -88,7 +115,7 @@ def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> N
 
 def print_audit(data: dict[str, Any], path: str, console: Console | None = None) -> None:
     """The audit as a few small tables."""
-    console = console or Console()
+    console = console or output_console()
     console.print(
         f"[bold]{path}[/bold]: {data['trajectories']} trajectories, {data['void']} void "
         f"({data['void_ratio']:.1%}), {data['void_turns']} void turns"

@@ -72,7 +72,8 @@ CHECK_FIRST: dict[str, str] = {
     "detector_inactive": "the code-block pattern and where the final answer is read from (a pre-filled field "
     "instead of the model's text); run `tirl audit` on the trajectories to see what the rule finds",
     "empty_batch": "resampling (filter.max_resample_rounds) and the logged minimum valid count — resample, "
-    "do not loosen the rule",
+    "do not loosen the rule; when `failed` equals `trajectories`, no episode ran at all: the env or its set-up "
+    "failed (each trajectory's `error`), not the filter",
 }
 SUMMARY: dict[str, str] = {
     "void_leak": "IS-ratio spike with the longest trajectory, valid count not reduced",
@@ -301,7 +302,7 @@ def _empty_batch_findings(log: MetricsLog) -> list[Finding]:
         if (v is not None and v <= 0) or (v is None and r is not None and r >= 1.0):
             empty.append(i)
     out = []
-    resampled, trajs = log.get("resampled"), log.get("trajectories")
+    resampled, trajs, failed = log.get("resampled"), log.get("trajectories"), log.get("failed")
     for run in _runs(empty):
         steps = tuple(log.steps[i] for i in run)
         evidence: dict[str, Any] = {
@@ -309,6 +310,8 @@ def _empty_batch_findings(log: MetricsLog) -> list[Finding]:
             "trajectories": [trajs[i] for i in run] if trajs else None,
             "resampled": [resampled[i] for i in run] if resampled else None,
         }
+        if failed and any(failed[i] for i in run):  # infrastructure failures, not void turns
+            evidence["failed"] = [failed[i] for i in run]
         out.append(Finding("empty_batch", steps[0], steps, evidence))
     return out
 

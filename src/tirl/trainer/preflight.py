@@ -69,7 +69,7 @@ def _tool_fix(cfg: TirlConfig) -> str:
 def model_tool_problem(path: str | None) -> str | None:
     """Why the model at ``path`` (None: the built-in one) cannot render tool definitions; None when it can."""
     if path is None:
-        return "the built-in model's chat format has no tool definitions"
+        return "the built-in model's chat format has no tool support (its prompts carry no tool definitions)"
     p = Path(path).expanduser()
     if not (p / "config.json").is_file() and not (p / "tokenizer_config.json").is_file():
         return None  # not a model directory: load_policy says so with its own fix
@@ -86,13 +86,13 @@ def model_tool_problem(path: str | None) -> str | None:
     except (OSError, ValueError):
         return None  # load_policy reports an unreadable tokenizer with its fix
     if isinstance(chat_format_for(tokenizer), SimpleChatFormat):
-        return f"{p} uses tirl's built-in chat format, which has no tool definitions"
+        return f"{p} uses tirl's built-in chat format, which has no tool support"
     if not getattr(tokenizer, "chat_template", None):
         return None  # load_policy reports a missing template with its fix
     support = template_supports_tools(tokenizer)
     if support.ok:
         return None
-    return f"the chat template of {p} does not render {'; '.join(support.missing)}"
+    return f"the chat template of {p} has no tool support: it does not render {'; '.join(support.missing)}"
 
 
 def check_tools(cfg: TirlConfig, model_path: str | None = None) -> None:

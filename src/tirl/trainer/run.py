@@ -266,6 +266,9 @@ class TrainingRun:
         with hold_run_dir(self.run_dir):
             try:
                 await self.setup()
+                if self.progress:  # before the first evaluation: TensorBoard can be pointed at it for the whole run
+                    # stdout, like the step lines: stderr keeps the one error line a failed run prints
+                    print(f"run directory: {self.run_dir}  (tensorboard --logdir {self.run_dir / 'tb'})", flush=True)
                 evals = await self.train()
                 await self.cleanup()
                 return self.summarize(evals, started)

@@ -377,4 +377,5 @@ class Trainer:
                         record(step, *(await self.train_step(step)))
         finally:
             logger.close()
+            self.updater.close()  # join the micro-batch threads: a process that trains many times must not pile them up
         return self.history

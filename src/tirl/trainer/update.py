@@ -276,6 +276,10 @@ class PolicyUpdater:
         self.loss_cfg = loss_config(self.algo)
         self.pool = MicroPool(self._worker_count())
 
+    def close(self) -> None:
+        """Stop (and join) the micro-batch worker threads; a later :meth:`update` starts them again."""
+        self.pool.close()
+
     def _worker_count(self) -> int:
         """How many micro-batches run at once: ``workers``, else :func:`~tirl.trainer.parallel.auto_workers`."""
         return max(1, self.workers) if self.workers is not None else auto_workers(self.model)

@@ -1,0 +1,172 @@
+"""What a new user sees: step lines in words, evaluation progress, the checks before a run, honest diagnose lines.
+
+Real parts throughout: the real config loader, task-file reader and action rules, the real `tirl diagnose`
+on a real run's metrics (tests/diagnostics/data), a real rollout strategy's board for the progress count.
+The verifiers case loads the local verifiers env of tests/integrations (skipped where verifiers is missing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tirl.cli import main
+from tirl.config import load_config
+from tirl.errors import ConfigError
+from tirl.rollout.trace import StageBoard
+from tirl.trainer.preflight import answer_format_warning, check_tools, run_label
+from tirl.trainer.progress import EvalProgress, describe
+
+HERE = Path(__file__).resolve().parent
+REAL_OFF = HERE.parent / "diagnostics" / "data" / "real_off_lr3e-4_seed0.metrics.jsonl"
+SRC = HERE.parents[1] / "src"
+
+
+# ------------------------------------------------------------------ step lines
+def _row(**kw: Any) -> dict[str, Any]:
+    base = {"reward/mean": 0.5, "filter/valid_trajectories": 8.0, "filter/void_trajectories": 0.0,
+            "rollout/trajectories": 8.0, "rollout/failed": 0.0, "train/skipped_step": 0,
+            "train/is_ratio_max": 1.2, "train/grad_norm": 0.3}  # fmt: skip
+    return {**base, **kw}
+
+
+def test_a_step_that_updated_shows_its_ratio_and_gradient() -> None:
+    line = describe(_row())
+    assert "IS max 1.200" in line and "grad 0.300" in line and "resampled" not in line
+
+
+ALL_VOID = _row(**{"filter/valid_trajectories": 0.0, "filter/void_trajectories": 8.0, "train/skipped_step": 1,
+                   "train/is_ratio_max": None, "train/grad_norm": None})  # fmt: skip
+NO_SIGNAL = _row(**{"train/no_signal": 1, "train/is_ratio_max": None, "train/grad_norm": None})
+ALL_FAILED = _row(**{"rollout/failed": 8.0, "filter/valid_trajectories": 0.0, "train/skipped_step": 1,
+                     "train/tolerated_failed_steps": 1})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [(ALL_VOID, "all void"), (NO_SIGNAL, "no signal (all rewards equal)"),
+     (ALL_FAILED, "all 8 failed (tolerated: 1 so far)")],
+)  # fmt: skip
+def test_a_step_without_an_update_says_why_in_words(row: dict[str, Any], says: str) -> None:
+    """Before: `valid/void 0/8  IS max -  grad -` with no word of why."""
+    line = describe(row)
+    assert says in line and "IS max" not in line
+
+
+def test_resampled_groups_are_counted_in_the_step_line() -> None:
+    assert describe(_row(**{"filter/resampled_groups": 3})).endswith("resampled 3 groups")
+    assert describe(_row(**{"filter/resampled_groups": 1})).endswith("resampled 1 group")
+
+
+# ---------------------------------------------------------- evaluation progress
+def test_evaluation_progress_prints_start_count_and_end_when_piped(capsys: pytest.CaptureFixture[str]) -> None:
+    board = StageBoard()
+
+    async def go() -> None:
+        async with EvalProgress(4, "held-out tir-chain tasks", lambda: board, interval_s=0.01,
+                                line_every_s=0.0) as bar:  # fmt: skip
+            for _ in range(4):
+                board.start("run") if board.queued["run"] else None
+                board.done["run"] += 1
+                await asyncio.sleep(0.03)
+        bar.report(3, 4)
+
+    asyncio.run(go())
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "evaluating 4 held-out tir-chain tasks..."
+    assert any(line.startswith("  ... ") and "/4 done" in line for line in err[1:-1])
+    assert err[-1].startswith("evaluated 4 held-out tir-chain tasks: accuracy 0.750 (3/4) in ")
+
+
+# ------------------------------------------------------------------- preflight
+def test_tools_the_built_in_model_cannot_render_are_refused_with_the_set_that_fixes_it() -> None:
+    with pytest.raises(ConfigError) as err:
+        check_tools(load_config(None, ["env.tools=true"]))
+    assert "built-in model's chat format has no tool support" in str(err.value)
+    assert "--set env.tools=false" in str(err.value)
+    check_tools(load_config(None, []))  # no tools offered: nothing to check
+
+
+def test_a_verifiers_tool_env_with_the_built_in_model_fails_before_the_model_loads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The issue's case: before, every episode failed with SetupError and the run exited 0."""
+    pytest.importorskip("verifiers")
+    sys.path.insert(0, str(HERE.parent / "integrations"))  # vf_calc_env, the local verifiers environment
+    name = "verifiers:vf_calc_env:load_environment"
+    with pytest.raises(ConfigError) as err:
+        check_tools(load_config(None, [f"env.name={name}"]))
+    text = str(err.value)
+    assert text.startswith(f"env {name} offers the model") and "--set env.offer_tools=false" in text
+    check_tools(load_config(None, [f"env.name={name}", "env.offer_tools=false"]))  # the fix works
+
+
+def _task_file(tmp_path: Path, instruction: str) -> Path:
+    path = tmp_path / "gsm8k-train.jsonl"
+    rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 2? {instruction}"}],
+             "reward_model": {"ground_truth": str(i + 2)}} for i in range(6)]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_a_gsm8k_task_file_under_the_tir_rule_gets_a_warning_naming_the_rule(tmp_path: Path) -> None:
+    tasks = _task_file(tmp_path, "Let's think step by step and output the final answer after '####'.")
+    cfg = load_config(None, ["env.name=tir-math", f"env.tasks_file={tasks}"])
+    warning = answer_format_warning(cfg)
+    assert warning is not None and "6 of the first 6 prompts" in warning
+    assert warning.endswith("use --set filter.action_rule=gsm8k")
+    fixed = load_config(None, ["env.name=tir-math", f"env.tasks_file={tasks}", "filter.action_rule=gsm8k"])
+    assert answer_format_warning(fixed) is None
+    boxed = _task_file(tmp_path, "Put the answer in \\\\boxed{}.")
+    assert answer_format_warning(load_config(None, ["env.name=tir-math", f"env.tasks_file={boxed}"])) is None
+
+
+def test_runs_and_evaluation_lines_are_named_after_the_task_file(tmp_path: Path) -> None:
+    tasks = _task_file(tmp_path, "")
+    assert run_label(load_config(None, [f"env.tasks_file={tasks}"])) == "gsm8k-train"
+    assert run_label(load_config(None, [])) == "tir-chain"
+
+
+# -------------------------------------------------------------------- diagnose
+def test_diagnose_claims_no_active_filter_on_a_run_with_filter_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: "the filter is active" on this filter.mode=off run."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(REAL_OFF, run / "metrics.jsonl")
+    (run / "config.json").write_text(json.dumps({"filter": {"mode": "off"}}), encoding="utf-8")
+    assert main(["diagnose", "training", str(run)]) == 0
+    first, line = capsys.readouterr().out.splitlines()
+    assert first.endswith("verdict healthy") and "active" not in line and "acts" not in line
+    assert line.endswith("; filter.mode=off: void trajectories are counted but stay in the update.")
+
+
+def test_piped_tables_are_not_cut_at_80_columns(tmp_path: Path) -> None:
+    log = HERE.parent / "diagnostics" / "data" / "real_drop_lr3e-4_seed0.metrics.jsonl"
+    env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "tirl.cli", "diagnose", "training", str(log)],
+                          capture_output=True, text=True, env=env, timeout=120, check=True)  # fmt: skip
+    widths = [len(line) for line in proc.stdout.splitlines() if line.startswith(("┏", "┃", "│", "└"))]
+    assert widths and max(widths) > 80
+
+
+def test_diagnose_points_an_all_failed_step_at_the_env_not_the_filter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: `empty_batch` with only "check resampling" for a step whose every episode failed at set-up."""
+    row = {"step": 1, "rollout/trajectories": 4, "rollout/failed": 4, "filter/valid_trajectories": 0,
+           "filter/void_trajectories": 0, "filter/void_ratio": 0.0, "train/is_ratio_max": None}  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert main(["diagnose", "training", str(tmp_path), "--json"]) == 0
+    (finding,) = json.loads(capsys.readouterr().out)["findings"]
+    assert finding["kind"] == "empty_batch" and finding["evidence"]["failed"] == [4]
+    assert main(["diagnose", "training", str(tmp_path)]) == 0
+    assert "the env or its set-up failed" in " ".join(capsys.readouterr().out.split())  # the table wraps it
