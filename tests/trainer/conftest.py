@@ -16,14 +16,16 @@ def tiny():
 
 @pytest.fixture
 def make_trainer(tiny, tmp_path: Path):
+    from tirl.trainer.learner import build_learner
     from tirl.trainer.trainer import Trainer
 
     def build(*overrides: str, script: Script = default_script, shift: float = 0.0, run_dir: Path | None = None):
         model, tok = tiny
         strategy = ScriptedStrategy(model, SimpleChatFormat(tok), script=script, logprob_shift=shift)
+        cfg = make_cfg(*overrides)
         return Trainer(
-            cfg=make_cfg(*overrides),
-            model=model,
+            cfg=cfg,
+            learner=build_learner(cfg, model, tok),
             tokenizer=tok,
             strategy=strategy,
             tasks=task_fn,

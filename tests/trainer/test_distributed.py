@@ -15,7 +15,7 @@ from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
 
 from tirl.cli import main
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
-from tirl.trainer.distributed import free_port
+from tirl.distributed.launch import free_port
 from tirl.trainer.logging import read_metrics
 
 HERE = Path(__file__).resolve().parent
@@ -142,7 +142,7 @@ def test_a_rank_killed_mid_run_is_one_error_and_the_run_resumes(model_dir: Path,
     while time.monotonic() < deadline and max(_steps(run_dir), default=0) < 2:  # a tiny step is ~0.2 s: the
         time.sleep(0.1)  # newest checkpoints are kept (keep_last), so wait for any step >= 2, not step-2 itself
     assert max(_steps(run_dir), default=0) >= 2, proc.poll()
-    ranks = _children(proc.pid, b"tirl.trainer.distributed")
+    ranks = _children(proc.pid, b"tirl.distributed.follower")
     assert ranks, "rank 1 not found"
     for pid in ranks:
         os.kill(pid, 9)  # a rank dies mid-run

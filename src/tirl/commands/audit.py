@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tirl.commands.filter import _rules, add_rule_arguments
+from tirl.commands.filter import rules_from_args, add_rule_arguments
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.render import print_audit
 from tirl.jsonl import dumps_json
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Audit the file with the same rule options as ``tirl filter``."""
     path = args.input / "trajectories.jsonl" if args.input.is_dir() else args.input
-    report = audit_file(path, _rules(args))
+    report = audit_file(path, rules_from_args(args))
     if args.json:
         print(dumps_json(report.to_dict(), indent=2))
     else:

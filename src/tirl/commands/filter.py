@@ -46,7 +46,7 @@ def _workers(text: str) -> int:
 
 
 def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
-    """The void-turn rule options, shared with ``tirl audit`` (read back by :func:`_rules`)."""
+    """The void-turn rule options, shared with ``tirl audit`` (read back by :func:`rules_from_args`)."""
     parser.add_argument(
         "--exec-langs", help="comma-separated executable fence languages (default: python,py,python3,bash,sh,shell)"
     )
@@ -55,7 +55,7 @@ def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="a tirl TOML config; its [filter] section is used")
 
 
-def _rules(args: argparse.Namespace) -> ParseRules:
+def rules_from_args(args: argparse.Namespace) -> ParseRules:
     full = load_config(args.config)
     rules = rules_from_config(full.filter, full.env)  # the run's action rule (filter.action_rule), as in training
     langs = rules.exec_langs
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.verdicts)
     if args.kept:
         check_output(args.kept)
-    rules = _rules(args)
+    rules = rules_from_args(args)
     # The outputs are opened only once judge_file has judged every line: a bad input raised before they existed.
     with judge_file(args.input, rules, keep=args.kept is not None, workers=args.workers) as judged, ExitStack() as out:
         judged.write_verdicts(out.enter_context(atomic_write(args.verdicts, "wb")))

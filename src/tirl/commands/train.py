@@ -25,6 +25,7 @@ import asyncio
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from tirl.config import TirlConfig, config_from_dict, load_config
 from tirl.errors import InputError, TirlError
@@ -129,21 +130,10 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``tirl train``."""
     from transformers.utils import logging as hf_logging
 
-    from tirl.trainer.run import train_run
-
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
     cfg, run_dir, created = resolve(args)
-    world = None
     try:
-        if args.nproc != 1:  # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous
-            from tirl.trainer.checkpoint import latest_checkpoint
-            from tirl.trainer.distributed import World
-
-            ckpt = latest_checkpoint(run_dir) if args.resume else None
-            world = World.launch(cfg, run_dir, args.nproc, args.master_port, str(ckpt.model_dir) if ckpt else None)
-        summary = asyncio.run(
-            train_run(cfg, run_dir, resume=bool(args.resume), progress=not args.no_progress, world=world)
-        )
+        summary = _train(cfg, run_dir, args)
     except TirlError:
         # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
         if not args.resume and {p.name for p in run_dir.iterdir()} <= {"config.json", "pipeline_trace.jsonl", "ranks"}:
@@ -160,3 +150,27 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"run directory: {run_dir}")
     return 0
+
+
+def _train(cfg: TirlConfig, run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The run in this process (``--nproc 1``), with local follower ranks, or on Ray Train workers."""
+    from tirl.trainer.run import train_run
+
+    progress = not args.no_progress
+    if args.nproc == 1:
+        return asyncio.run(train_run(cfg, run_dir, resume=bool(args.resume), progress=progress))
+    from tirl.distributed.launch import LocalRanks, check_world
+    from tirl.trainer.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir) if args.resume else None
+    model_path = str(ckpt.model_dir) if ckpt else None
+    if cfg.trainer.backend == "ray":  # every rank a Ray Train worker; rank 0 runs the recipe
+        from tirl.distributed.ray_ranks import train_on_ray
+
+        check_world(cfg, args.nproc, 0)
+        return train_on_ray(
+            cfg, run_dir, args.nproc, resume=bool(args.resume), progress=progress, model_path=model_path
+        )
+    # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous
+    ranks = LocalRanks.launch(cfg, run_dir, args.nproc, args.master_port, model_path)
+    return asyncio.run(train_run(cfg, run_dir, resume=bool(args.resume), progress=progress, ranks=ranks))
