@@ -1,4 +1,4 @@
-"""``tirl train --nproc 2`` through the real follower equals ``--nproc 1``: rank 1 is ``python -m tirl.distributed.follower``.
+"""``tirl train --nproc 2`` through the real follower equals ``--nproc 1`` (rank 1: ``python -m tirl.distributed.follower``).
 
 The run uses settings a follower could get wrong: ``generation.temperature=0.7`` (log-probs of
 ``softmax(logits / 0.7)``), a reference model (``algo.kl_coef`` > 0) and two mini-batches. Rank 0 rolls out
@@ -29,6 +29,9 @@ ONE_STEP = [
     "--set", "algo.lr=1e-3",
     "--set", "filter.mode=penalize",  # a random model writes void turns only: their penalty rows carry the signal
     "--set", "filter.void_penalty=1.0",
+    # one episode at a time: the sampler's seeds come from one stream in request order, and that order must not
+    # depend on how fast the envs answer (Ray env hosts answer at varying speed)
+    "--set", "rollout.init_workers=1", "--set", "rollout.run_workers=1", "--set", "rollout.eval_workers=1",
 ]  # fmt: skip
 COMPARED = ("train/loss", "train/grad_norm", "train/entropy", "train/kl", "train/is_ratio_max", "train/loss_tokens")
 

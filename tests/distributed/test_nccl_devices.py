@@ -136,6 +136,7 @@ def test_rank_0_in_a_ray_train_worker_binds_its_local_rank(cuda: FakeCuda, monke
     record_collectives(monkeypatch, cuda, [])
     ranks = ray_ranks.RayTrainRanks(world_size=4, backend="nccl")
     ranks.start("cuda")
+    ranks.shared = True  # as after share_state: the followers wait for steps, so close sends "stop"
     ranks.close()
     assert cuda.log == [("set_device", "cuda:0"), ("broadcast_object_list", "cuda:0")]  # bind, then "stop"
 

@@ -21,7 +21,9 @@ recipe drives: :meth:`~LocalRanks.start` binds rank 0's device and joins the
 process group (watching the followers: one that exits, or no rendezvous
 within :data:`INIT_TIMEOUT_S`, is one error), :meth:`~LocalRanks.share_state`
 sends rank 0's (possibly resumed) weights and optimiser state,
-:meth:`~LocalRanks.close` tells the followers to stop and reaps them.
+:meth:`~LocalRanks.close` tells the followers to stop and reaps them (a
+follower still waiting for the state, because rank 0 failed before sending
+it, is killed after 5 s).
 
 Failures: ``--nproc`` above the CPU count (gloo) or the GPU count (nccl) of
 this machine (not checked with ``--backend ray``: the cluster holds the
@@ -128,6 +130,7 @@ class LocalRanks:
     config_file: str = ""
     addr: str = "127.0.0.1"  # the rendezvous: rank 0's address
     sync: DDPSync | None = None  # rank 0's, released before the group is destroyed
+    shared: bool = False  # the followers took rank 0's state: they now wait for steps (or the stop)
 
     @classmethod
     def launch(cls, cfg: TirlConfig, run_dir: Path, nproc: int, port: int, model_path: str | None) -> LocalRanks:
@@ -178,15 +181,17 @@ class LocalRanks:
         """Send every follower rank 0's weights and optimiser state."""
         dev = collective_device(self.backend)
         collective(lambda: sync_state(learner.model, learner.optimizer, 0, dev))
+        self.shared = True
 
     def close(self) -> None:
         """Tell the ranks the run is over, leave the group, reap the processes (kill those that hang)."""
         clean = False
         try:
             if self.sync is not None:
-                try:
-                    send_stop(collective_device(self.backend))
-                    clean = True
+                try:  # before the state was shared the followers wait in sync_state: they are killed instead
+                    if self.shared:
+                        send_stop(collective_device(self.backend))
+                        clean = True
                 except (RuntimeError, dist.DistError):
                     pass  # a rank already gone: nothing more to tell it
                 self.sync.release()

@@ -21,7 +21,8 @@ prints rank 0's summary. Rank 0 writes the run directory on its node: on a
 real cluster the run directory (``--run-dir``) and the model path must be on
 a file system every node sees (the same path), and tirl must be installed
 on every node. An error in rank 0 (a bad model, a lost rank) comes back as
-one ``error:`` line; a worker that dies makes ``fit()`` fail, also one line.
+one ``error:`` line (the lowest failed rank's; the failing worker ends the group, so no rank waits for it
+in a collective); a worker that dies makes ``fit()`` fail, also one line.
 
 Not covered: elastic worker groups (``num_workers`` is fixed at N), restarts
 (``FailureConfig(max_failures=0)``: a resumed run is ``tirl train --resume``),
@@ -67,19 +68,24 @@ class Outcome:
     def __init__(self) -> None:
         self.placement: dict[str, dict[str, Any]] = {}
         self.summary: dict[str, Any] | None = None
-        self.error: str | None = None
+        self.errors: dict[int, str] = {}
 
     def place(self, rank: int, info: dict[str, Any]) -> None:
         """Record where ``rank`` runs."""
         self.placement[str(rank)] = info
 
-    def finish(self, summary: dict[str, Any] | None, error: str | None) -> None:
-        """Rank 0's result."""
-        self.summary, self.error = summary, error
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Rank 0's summary."""
+        self.summary = summary
+
+    def fail(self, rank: int, error: str) -> None:
+        """The error line of ``rank``."""
+        self.errors.setdefault(rank, error)
 
     def read(self) -> dict[str, Any]:
-        """Everything recorded."""
-        return {"placement": self.placement, "summary": self.summary, "error": self.error}
+        """Everything recorded; ``error`` is the lowest failed rank's."""
+        first = min(self.errors, default=None)
+        return {"placement": self.placement, "summary": self.summary, "error": self.errors.get(first, "")}
 
 
 @dataclass
@@ -89,6 +95,7 @@ class RayTrainRanks:
     world_size: int
     backend: str
     sync: DDPSync | None = None
+    shared: bool = False  # the followers took rank 0's state: they now wait for steps (or the stop)
 
     def start(self, device: str) -> DDPSync:
         """Bind rank 0's device (``cuda:LOCAL_RANK``); the group is Ray Train's."""
@@ -100,13 +107,15 @@ class RayTrainRanks:
         """Send every follower rank 0's weights and optimiser state."""
         dev = collective_device(self.backend)
         collective(lambda: sync_state(learner.model, learner.optimizer, 0, dev))
+        self.shared = True
 
     def close(self) -> None:
         """Tell the followers to stop (Ray Train destroys the process group when the workers return)."""
         if self.sync is None:
             return
         try:
-            send_stop(collective_device(self.backend))
+            if self.shared:  # before that they wait in sync_state; rank 0's failure ends the group instead
+                send_stop(collective_device(self.backend))
         except (RuntimeError, dist.DistError):
             pass  # a rank already gone: nothing more to tell it
         self.sync.release()
@@ -124,21 +133,22 @@ def rank_main(config: dict[str, Any]) -> None:
     outcome = config["outcome"]
     where = {"pid": os.getpid(), "host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
     ray.get(outcome.place.remote(rank, where))
-    device = rank_device(cfg.model.device, local_rank(rank))
-    if rank != 0:
-        bind_device(device)
-        serve(cfg, rank, world, config["model"], device)
-        return
-    from tirl.trainer.run import train_run
-
-    ranks = RayTrainRanks(world, backend_for(cfg.model.device))
-    run_dir = Path(config["run_dir"])
     try:
-        summary = asyncio.run(train_run(cfg, run_dir, resume=config["resume"], progress=config["progress"], ranks=ranks))
+        if rank != 0:
+            device = rank_device(cfg.model.device, local_rank(rank))
+            bind_device(device)
+            serve(cfg, rank, world, config["model"], device)
+            return
+        from tirl.trainer.run import train_run
+
+        ranks = RayTrainRanks(world, backend_for(cfg.model.device))
+        run = train_run(cfg, Path(config["run_dir"]), resume=config["resume"], progress=config["progress"], ranks=ranks)
+        summary = asyncio.run(run)
     except TirlError as exc:
-        ray.get(outcome.finish.remote(None, str(exc)))
-        return
-    ray.get(outcome.finish.remote(json.loads(json.dumps(summary, default=str)), None))
+        ray.get(outcome.fail.remote(rank, str(exc)))
+        # fail the worker: Ray Train then ends the group (the other ranks may be waiting in a collective)
+        raise RuntimeError(f"tirl rank {rank} failed: {exc}") from None
+    ray.get(outcome.finish.remote(json.loads(json.dumps(summary, default=str))))
 
 
 def train_on_ray(
