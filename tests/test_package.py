@@ -174,4 +174,6 @@ def test_private_imports_are_seen(tmp_path: Path) -> None:
 
 def test_no_private_name_is_imported_across_modules() -> None:
     offenders = {m: got for m in sorted(MODULES) if (got := private_imports(m))}
-    assert not offenders, f"private imports across modules (make the name public, or allow it with a reason): {offenders}"
+    assert not offenders, (
+        f"private imports across modules (make the name public, or allow it with a reason): {offenders}"
+    )

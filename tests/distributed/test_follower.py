@@ -1,4 +1,6 @@
-"""``tirl train --nproc 2`` through the real follower equals ``--nproc 1`` (rank 1: ``python -m tirl.distributed.follower``).
+"""``tirl train --nproc 2`` through the real follower equals ``--nproc 1``.
+
+Rank 1 is ``python -m tirl.distributed.follower``.
 
 The run uses settings a follower could get wrong: ``generation.temperature=0.7`` (log-probs of
 ``softmax(logits / 0.7)``), a reference model (``algo.kl_coef`` > 0) and two mini-batches. Rank 0 rolls out

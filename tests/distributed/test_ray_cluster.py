@@ -29,6 +29,7 @@ from tirl.types import Message, Role, TerminationReason, Trajectory  # noqa: E40
 
 pytestmark = pytest.mark.slow
 
+
 @pytest.fixture(scope="module", params=["no-token", "token"])
 def cluster(request, tmp_path_factory):
     """A two-node cluster in a private HOME: with a Ray auth token there ("token") and without ("no-token").

@@ -14,8 +14,8 @@ import torch
 from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
 
 from tirl.cli import main
-from tirl.models.tiny import TinyModelSpec, build_tiny_model
 from tirl.distributed.launch import free_port
+from tirl.models.tiny import TinyModelSpec, build_tiny_model
 from tirl.trainer.logging import read_metrics
 
 HERE = Path(__file__).resolve().parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tirl.commands.filter import rules_from_args, add_rule_arguments
+from tirl.commands.filter import add_rule_arguments, rules_from_args
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.render import print_audit
 from tirl.jsonl import dumps_json

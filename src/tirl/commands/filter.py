@@ -56,6 +56,7 @@ def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def rules_from_args(args: argparse.Namespace) -> ParseRules:
+    """The action rule that the void-turn options of ``tirl filter``/``tirl audit`` describe."""
     full = load_config(args.config)
     rules = rules_from_config(full.filter, full.env)  # the run's action rule (filter.action_rule), as in training
     langs = rules.exec_langs

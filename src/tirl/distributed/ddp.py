@@ -60,7 +60,7 @@ def backend_for(device: str) -> str:
 
 
 def local_rank(default: int) -> int:
-    """This process's index among the ranks of its node: ``LOCAL_RANK`` when a launcher set it, else ``default``."""
+    """The index of this process among its node's ranks: ``LOCAL_RANK`` when a launcher set it, else ``default``."""
     value = os.environ.get("LOCAL_RANK", "")
     return int(value) if value.strip().isdigit() else default
 

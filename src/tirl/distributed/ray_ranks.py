@@ -85,7 +85,8 @@ class Outcome:
     def read(self) -> dict[str, Any]:
         """Everything recorded; ``error`` is the lowest failed rank's."""
         first = min(self.errors, default=None)
-        return {"placement": self.placement, "summary": self.summary, "error": self.errors.get(first, "")}
+        error = self.errors[first] if first is not None else ""
+        return {"placement": self.placement, "summary": self.summary, "error": error}
 
 
 @dataclass

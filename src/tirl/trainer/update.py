@@ -273,9 +273,20 @@ class GradSync(Protocol):
     finished statistics.
     """
 
-    rank: int
-    world_size: int
-    concurrent: bool  # whether micro-batches may run side by side on worker threads (tirl.trainer.parallel)
+    @property
+    def rank(self) -> int:
+        """This process's rank (0 for one process)."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """How many processes share each update."""
+        ...
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether micro-batches may run side by side on worker threads (:mod:`tirl.trainer.parallel`)."""
+        ...
 
     def step(self, trajs: list[Trajectory], advantages: Tensor, seed: int) -> AbstractContextManager[None]:
         """The span of one update (a leader shares the step with the other ranks here)."""
@@ -328,7 +339,7 @@ class LocalSync:
         return contextlib.nullcontext()
 
     def reduce(self, mb_loss: float, finite: bool) -> tuple[float, bool]:
-        """This process's own loss and flag."""
+        """The loss and flag of this process alone."""
         return mb_loss, finite
 
     def merge(self, stats: UpdateStats) -> UpdateStats:
@@ -356,7 +367,7 @@ class PolicyUpdater:
         self._train_model: Any = self.model  # what training forwards go through (set by sync.attach)
 
     def _worker_count(self) -> int:
-        """Micro-batches at once: ``workers``, else :func:`~tirl.trainer.parallel.auto_workers`; 1 if the sync says so."""
+        """Micro-batches at once: ``workers``, else :func:`~tirl.trainer.parallel.auto_workers`; 1 unless concurrent."""
         if not self.sync.concurrent:
             return 1
         return max(1, self.workers) if self.workers is not None else auto_workers(self.model)
