@@ -177,3 +177,16 @@ def test_no_private_name_is_imported_across_modules() -> None:
     assert not offenders, (
         f"private imports across modules (make the name public, or allow it with a reason): {offenders}"
     )
+
+
+def test_no_module_subclasses_the_policy_updater() -> None:
+    """Data parallelism is a :class:`~tirl.trainer.update.GradSync` given to the updater, not a subclass of it
+    that overrides its private methods (as ``ShardedUpdater`` did)."""
+    subclasses = sorted(
+        f"{m}.{node.name}"
+        for m, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+        and any((b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")) == "PolicyUpdater" for b in node.bases)
+    )
+    assert not subclasses, subclasses

@@ -275,7 +275,7 @@ class GradSync(Protocol):
 
     @property
     def rank(self) -> int:
-        """This process's rank (0 for one process)."""
+        """The rank of this process (0 for one process)."""
         ...
 
     @property
