@@ -132,6 +132,16 @@ def test_master_port_in_use_is_one_error(model_dir: Path, tmp_path: Path, capsys
     assert f"--master-port {port} is in use" in line
 
 
+def test_master_port_with_ray_ranks_is_one_error(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ray Train picks the rendezvous of ``--backend ray`` ranks: a ``--master-port`` would be ignored silently."""
+    args = [*TINY, "--backend", "ray", "--nproc", "2", "--master-port", "29555", "--ray-address", "127.0.0.1:9"]
+    line = _error(["train", "--model", str(model_dir), "--run-dir", str(tmp_path / "r"), *args], capsys)
+    assert "--master-port" in line and "--backend ray" in line
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.slow
 def test_a_rank_killed_mid_run_is_one_error_and_the_run_resumes(model_dir: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"

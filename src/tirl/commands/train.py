@@ -167,6 +167,9 @@ def _train(cfg: TirlConfig, run_dir: Path, args: argparse.Namespace) -> dict[str
     if cfg.trainer.backend == "ray":  # every rank a Ray Train worker; rank 0 runs the recipe
         from tirl.distributed.ray_ranks import train_on_ray
 
+        if args.master_port:
+            raise InputError("--master-port", None, "is not used with --backend ray (Ray Train picks the rendezvous)",
+                             "leave --master-port out")  # fmt: skip
         check_world(cfg, args.nproc, 0)
         return train_on_ray(
             cfg, run_dir, args.nproc, resume=bool(args.resume), progress=progress, model_path=model_path
