@@ -44,7 +44,6 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from tirl.errors import SetupError
-from tirl.models.memory import autocast
 from tirl.trainer.update import TOKEN_MAXES, TOKEN_MINS, TOKEN_SUMS, UpdateStats, model_device
 from tirl.types import Trajectory
 
@@ -186,8 +185,6 @@ class DDPSync:
 
     rank: int
     world_size: int
-    pad_id: int = 0
-    precision: str = "off"  # algo.autocast, for the dummy pass
     concurrent: bool = False  # DDP's forward and gradient hooks are not for concurrent micro-batches
     ddp: Any = field(default=None, repr=False)  # the DistributedDataParallel wrapper, made at the first update
 
@@ -235,9 +232,8 @@ class DDPSync:
     def reduce(self, mb_loss: float, finite: bool) -> tuple[float, bool]:
         """One zero-weighted synced pass (DDP all-reduces the accumulated gradients), then loss and flags."""
         dev = model_device(self.ddp.module)
-        ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=dev)  # a dummy row: every rank, even empty
-        with autocast(dev, self.precision):
-            out = self.ddp(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+        ids = torch.zeros((1, 2), dtype=torch.long, device=dev)  # a dummy row of token 0: every rank, even empty
+        out = self.ddp(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
         (out.logits.float().sum() * 0.0).backward()  # adds 0 to every gradient; triggers the all-reduce
         flags = torch.tensor([mb_loss, 0.0 if finite else 1.0], dtype=torch.float64, device=dev)
         dist.all_reduce(flags)
