@@ -173,6 +173,7 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, che
     from tirl.models.loading import load_policy
     from tirl.rollout.agent_loop import AgentLoop
     from tirl.rollout.strategies import make_strategy
+    from tirl.trainer.learner import build_learner
     from tirl.trainer.trainer import Trainer
 
     cfg = load_config(
@@ -210,7 +211,7 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, che
     tasks = _tasks(args)
     trainer = Trainer(
         cfg=cfg,
-        model=policy.model,
+        learner=build_learner(cfg, policy.model, policy.tokenizer),
         tokenizer=policy.tokenizer,
         strategy=strategy,
         tasks=lambda step, n: tasks[(step - 1) * n : step * n],

@@ -134,7 +134,7 @@ def test_resume_rebuilds_the_saved_config_exactly(tmp_path: Path) -> None:
 
 def test_a_rank_rebuilds_the_saved_config_exactly(tmp_path: Path) -> None:
     """The follower's own parser (``--config`` JSON text or a file) gives rank 0's config back."""
-    from tirl.trainer.distributed import read_rank_config
+    from tirl.distributed.follower import read_rank_config
 
     cfg = load_config(None, ['filter.answer_markers=["####", "a,b"]'])
     cfg.trainer.run_name = "none"

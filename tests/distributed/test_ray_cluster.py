@@ -10,18 +10,12 @@ still be accounted for.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
-import time
-from pathlib import Path
 
 import pytest
+from tests.distributed.cluster import free_port, node_args, ray_cli, stop_cluster
 
 ray = pytest.importorskip("ray")
 
@@ -34,54 +28,6 @@ from tirl.rollout.strategies import make_strategy  # noqa: E402
 from tirl.types import Message, Role, TerminationReason, Trajectory  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-RAY = str(Path(sys.executable).parent / "ray")
-STORE = str(100 * 1024 * 1024)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ray(env: dict[str, str], *args: str) -> None:
-    proc = subprocess.run([RAY, *args], capture_output=True, text=True, env=env, timeout=120)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ray {args[0]} failed: {proc.stderr[-3000:]}")
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
-
-
-def _stop_cluster(marks: tuple[str, ...]) -> None:
-    """Kill this cluster's processes only (their command lines name its temp dir or port) and their children.
-
-    ``ray stop --force`` would also stop every other Ray cluster on the machine.
-    """
-    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
-    ours = {p for p in pids if any(m in _cmdline(p) for m in marks)}
-    grown = True
-    while grown:
-        kids = {p for p in pids if p not in ours and _parent(p) in ours}
-        ours |= kids
-        grown = bool(kids)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for p in ours:
-            with contextlib.suppress(OSError):
-                os.kill(p, sig)
-        time.sleep(2 if sig == signal.SIGTERM else 0)
 
 
 @pytest.fixture(scope="module", params=["no-token", "token"])
@@ -96,21 +42,20 @@ def cluster(request, tmp_path_factory):
     """
     home = tmp_path_factory.mktemp(f"home-{request.param}")
     temp_dir = tempfile.mkdtemp(prefix="tirlray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     env = {**os.environ, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_AUTH_MODE", None)
     if request.param == "token":
-        _ray(env, "get-auth-token", "--generate")
+        ray_cli(env, "get-auth-token", "--generate")
         assert (home / ".ray" / "auth_token").is_file()
     node_env = {**env, "RAY_AUTH_MODE": "token"} if request.param == "token" else env
-    common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--object-store-memory", STORE]
-    common += ["--disable-usage-stats", "--temp-dir", temp_dir]
+    common = node_args(temp_dir, 1)
     mp = pytest.MonkeyPatch()
     auth_mode = os.environ.get("RAY_AUTH_MODE")  # Ray sets it in this process when it turns token auth on
     try:
-        _ray(env, "start", "--head", "--port", str(port), "--include-dashboard", "false", *common)
-        _ray(node_env, "start", "--address", address, *common)
+        ray_cli(env, "start", "--head", "--port", str(port), "--include-dashboard", "false", *common)
+        ray_cli(node_env, "start", "--address", address, *common)
         mp.setenv("HOME", str(home))
         mp.delenv("RAY_AUTH_MODE", raising=False)
         yield address
@@ -120,7 +65,7 @@ def cluster(request, tmp_path_factory):
         mp.undo()
         if auth_mode is None:
             os.environ.pop("RAY_AUTH_MODE", None)
-        _stop_cluster((temp_dir, f":{port}"))
+        stop_cluster((temp_dir, f":{port}"))
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

@@ -17,6 +17,7 @@ def tiny():
 
 @pytest.fixture
 def make_trainer(tiny, tmp_path: Path):
+    from tirl.trainer.learner import build_learner
     from tirl.trainer.trainer import Trainer
 
     def build(
@@ -28,9 +29,10 @@ def make_trainer(tiny, tmp_path: Path):
     ):
         model, tok = tiny
         strategy = ScriptedStrategy(model, SimpleChatFormat(tok), script=script, logprob_shift=shift)
+        cfg = make_cfg(*overrides)
         return Trainer(
-            cfg=make_cfg(*overrides),
-            model=model,
+            cfg=cfg,
+            learner=build_learner(cfg, model, tok),
             tokenizer=tok,
             strategy=strategy,
             tasks=task_fn,

@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 
 from tirl.config import AlgoConfig
+from tirl.distributed.ddp import DDPSync, receive_step, send_stop, sync_state
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
-from tirl.trainer.distributed import ShardedUpdater, sync_state
-from tirl.trainer.update import PolicyUpdater
+from tirl.trainer.update import GradSync, LocalSync, PolicyUpdater
 from tirl.types import Trajectory
 
 SPEC = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=128)
@@ -39,23 +39,25 @@ def run(rank: int, world: int, port: int, out: str, n: int = 12) -> None:
     torch.set_num_threads(1)
     model, _ = build_tiny_model(SPEC, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
-    base = PolicyUpdater(model=model, optimizer=opt, algo=ALGO, pad_id=0)
+    sync: GradSync = LocalSync() if world == 1 else DDPSync(rank=rank, world_size=world)
+    upd = PolicyUpdater(model=model, optimizer=opt, algo=ALGO, pad_id=0, sync=sync)
     trajs, adv = batch(n)  # n=3: mini-batches of 2 rows and 1 row, so rank 1 of 2 has an empty share
     if world == 1:
-        stats = [base.update(trajs, adv, seed=11), base.update(trajs, adv, seed=12)]
+        stats = [upd.update(trajs, adv, seed=11), upd.update(trajs, adv, seed=12)]
     else:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=120))  # fmt: skip
-        upd = ShardedUpdater.like(base, rank, world)
-        sync_state(model, opt, rank)
+        cpu = torch.device("cpu")
+        sync_state(model, opt, rank, cpu)
         if rank == 0:
             stats = [upd.update(trajs, adv, seed=11), upd.update(trajs, adv, seed=12)]
-            dist.broadcast_object_list([None], src=0)
+            send_stop(cpu)
         else:
-            while upd.follow():
-                pass
+            while (step := receive_step(cpu)) is not None:
+                upd.update(step.trajs, step.advantages, seed=step.seed)
             stats = []
-        upd.release()
+        assert isinstance(sync, DDPSync)
+        sync.release()
         dist.destroy_process_group()
     rows = [(s.losses, s.grad_norms, s.metrics()) for s in stats]
     torch.save({"params": dict(model.named_parameters()), "stats": rows}, out)

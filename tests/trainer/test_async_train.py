@@ -15,7 +15,7 @@ from tirl.filters import FilterStats
 from tirl.inference.snapshot import generator_copy, sync_snapshot
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
 from tirl.trainer.logging import read_metrics
-from tirl.trainer.overlap import drop_stale
+from tirl.trainer.loop import drop_stale
 from tirl.trainer.trainer import Collected
 from tirl.types import Group, Trajectory
 

@@ -14,8 +14,8 @@ import torch
 from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
 
 from tirl.cli import main
+from tirl.distributed.launch import free_port
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
-from tirl.trainer.distributed import free_port
 from tirl.trainer.logging import read_metrics
 
 HERE = Path(__file__).resolve().parent
@@ -132,6 +132,16 @@ def test_master_port_in_use_is_one_error(model_dir: Path, tmp_path: Path, capsys
     assert f"--master-port {port} is in use" in line
 
 
+def test_master_port_with_ray_ranks_is_one_error(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ray Train picks the rendezvous of ``--backend ray`` ranks: a ``--master-port`` would be ignored silently."""
+    args = [*TINY, "--backend", "ray", "--nproc", "2", "--master-port", "29555", "--ray-address", "127.0.0.1:9"]
+    line = _error(["train", "--model", str(model_dir), "--run-dir", str(tmp_path / "r"), *args], capsys)
+    assert "--master-port" in line and "--backend ray" in line
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.slow
 def test_a_rank_killed_mid_run_is_one_error_and_the_run_resumes(model_dir: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
@@ -142,7 +152,7 @@ def test_a_rank_killed_mid_run_is_one_error_and_the_run_resumes(model_dir: Path,
     while time.monotonic() < deadline and max(_steps(run_dir), default=0) < 2:  # a tiny step is ~0.2 s: the
         time.sleep(0.1)  # newest checkpoints are kept (keep_last), so wait for any step >= 2, not step-2 itself
     assert max(_steps(run_dir), default=0) >= 2, proc.poll()
-    ranks = _children(proc.pid, b"tirl.trainer.distributed")
+    ranks = _children(proc.pid, b"tirl.distributed.follower")
     assert ranks, "rank 1 not found"
     for pid in ranks:
         os.kill(pid, 9)  # a rank dies mid-run

@@ -79,6 +79,7 @@ def _expected(plan: list[list[str]], mode: str, min_valid: int) -> tuple[list[st
 def test_update_receives_exactly_the_kept_rows_and_their_group_advantages(
     tiny, tmp_path: Path, plan: list[list[str]], mode: str, min_valid: int
 ) -> None:
+    from tirl.trainer.learner import build_learner
     from tirl.trainer.trainer import Trainer
 
     model, tok = tiny
@@ -89,15 +90,16 @@ def test_update_receives_exactly_the_kept_rows_and_their_group_advantages(
     def tasks(step: int, n: int) -> list[Task]:
         return [Task(id=f"t{k}", prompt=f"Compute {k}.", answer="4") for k in range(n)]
 
+    cfg = make_cfg(
+        f"filter.mode={mode}",
+        f"filter.min_valid_per_group={min_valid}",
+        "filter.max_resample_rounds=0",
+        f"trainer.prompts_per_step={len(plan)}",
+        f"algo.group_size={GROUP}",
+    )
     trainer = Trainer(
-        cfg=make_cfg(
-            f"filter.mode={mode}",
-            f"filter.min_valid_per_group={min_valid}",
-            "filter.max_resample_rounds=0",
-            f"trainer.prompts_per_step={len(plan)}",
-            f"algo.group_size={GROUP}",
-        ),
-        model=model,
+        cfg=cfg,
+        learner=build_learner(cfg, model, tok),
         tokenizer=tok,
         strategy=ScriptedStrategy(model, SimpleChatFormat(tok), script=script),
         tasks=tasks,

@@ -80,20 +80,21 @@ def _collect(strategy: ScriptedStrategy):
 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "k3+"])
 async def test_a_step_with_kl_coef_logs_nonzero_kl(tiny, tmp_path: Path, estimator: str) -> None:
+    from tirl.trainer.learner import build_learner
     from tirl.trainer.trainer import Trainer
 
     model, tok = tiny
     ref = copy.deepcopy(model).requires_grad_(False)
 
     def build(kl_coef: float, name: str) -> Trainer:
+        cfg = make_cfg("trainer.steps=1", f"algo.kl_coef={kl_coef}", f"algo.kl_estimator={estimator}")
         return Trainer(
-            cfg=make_cfg("trainer.steps=1", f"algo.kl_coef={kl_coef}", f"algo.kl_estimator={estimator}"),
-            model=copy.deepcopy(model),
+            cfg=cfg,
+            learner=build_learner(cfg, copy.deepcopy(model), tok, ref_model=ref),
             tokenizer=tok,
             strategy=ScriptedStrategy(model, SimpleChatFormat(tok)),
             tasks=task_fn,
             run_dir=tmp_path / name,
-            ref_model=ref,
             progress=False,
         )
 

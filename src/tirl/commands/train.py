@@ -31,6 +31,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tirl.config import TirlConfig, config_from_dict, resolve_config
 from tirl.errors import InputError, TirlError
@@ -163,17 +164,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, created: Path | None) -> int:
     """The run itself, under the run directory's lock."""
-    from tirl.trainer.run import find_resume, train_run
+    from tirl.trainer.run import find_resume
 
     # resume: the checkpoint is found (and verified) before anything starts or is written, once for every rank
     start = find_resume(run_dir, cfg.trainer.checkpoint_every) if args.resume else None
-    world = None
     try:
-        if args.nproc != 1:  # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous
-            from tirl.trainer.distributed import World
-
-            world = World.launch(cfg, run_dir, args.nproc, args.master_port, start.model_dir if start else None)
-        summary = asyncio.run(train_run(cfg, run_dir, resume_from=start, progress=not args.no_progress, world=world))
+        summary = _train(cfg, run_dir, args, start)
     except TirlError:
         # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
         leftover = {p.name for p in run_dir.iterdir()}
@@ -191,3 +187,32 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
         )
     print(f"run directory: {run_dir}")
     return 0
+
+
+def _train(cfg: TirlConfig, run_dir: Path, args: argparse.Namespace, start: Any) -> dict[str, Any]:
+    """The run in this process (``--nproc 1``), with local follower ranks, or on Ray Train workers.
+
+    ``start`` is the verified checkpoint a resume continues from (:func:`tirl.trainer.run.find_resume`), or None.
+    """
+    from tirl.trainer.run import train_run
+
+    progress = not args.no_progress
+    if args.nproc == 1:
+        return asyncio.run(train_run(cfg, run_dir, resume_from=start, progress=progress))
+    from tirl.distributed.launch import LocalRanks, check_world
+
+    model_path = start.model_dir if start else None
+    if cfg.trainer.backend == "ray":  # every rank a Ray Train worker; rank 0 runs the recipe
+        from tirl.distributed.ray_ranks import train_on_ray
+
+        if args.master_port:
+            raise InputError("--master-port", None, "is not used with --backend ray (Ray Train picks the rendezvous)",
+                             "leave --master-port out")  # fmt: skip
+        check_world(cfg, args.nproc, 0)
+        # rank 0 finds the same verified checkpoint again on its worker (the run directory is shared)
+        return train_on_ray(
+            cfg, run_dir, args.nproc, resume=bool(args.resume), progress=progress, model_path=model_path
+        )
+    # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous
+    ranks = LocalRanks.launch(cfg, run_dir, args.nproc, args.master_port, model_path)
+    return asyncio.run(train_run(cfg, run_dir, resume_from=start, progress=progress, ranks=ranks))

@@ -128,7 +128,8 @@ class EnvHost:
             self.sandbox = None
 
 
-def _ray() -> Any:
+def ray_module() -> Any:
+    """The ``ray`` module; without Ray installed one :class:`SetupError` naming the extra."""
     try:
         import ray
     except ImportError:
@@ -206,7 +207,7 @@ def _send_cluster_token() -> bool:
     return bool(maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
 
 
-def _connect(ray: Any, address: str | None) -> None:
+def connect(ray: Any, address: str | None) -> None:
     """``ray.init`` at ``address``; on an auth-token refusal, again with the local token.
 
     ``ray start --head`` turns token authentication on by itself when a token
@@ -257,11 +258,11 @@ class RayEnvPool:
         hosts: int | None = None,
         max_concurrency: int = 1000,
     ) -> None:
-        ray = _ray()
+        ray = ray_module()
         self.ray = ray
         self.recipe = recipe
         if not ray.is_initialized():
-            _connect(ray, address)
+            connect(ray, address)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         actor_cls = ray.remote(EnvHost)

@@ -1,98 +1,207 @@
-"""Trainer ranks 1..N-1 of ``tirl train --nproc N --backend ray`` as Ray actors (not Ray Train).
+"""``tirl train --backend ray --nproc N``: the N trainer ranks as a Ray Train ``TorchTrainer`` worker group.
 
-Each rank is one actor (:class:`RankActor`) that runs the same follower code
-as a local rank (:func:`tirl.trainer.distributed.follower`) and joins rank 0's
-process group over TCP at rank 0's node address. Actors are spread over the
-cluster's nodes (``SPREAD``); on GPU each asks for one GPU, on CPU for none
-(the rank's threads are ``trainer.threads``), so they never wait for CPU slots
-that the environment hosts hold. The config travels as JSON text (a node may
-not see rank 0's files); the model path must exist on every node (the same
-path, or a shared file system).
+Ray Train launches the ranks: it reserves one placement group of N bundles
+(``ScalingConfig``: one CPU per rank on CPU, one GPU per rank with
+``model.device=cuda``; ``placement_strategy="SPREAD"``, so the ranks spread
+over the nodes), starts one worker per bundle, sets ``RANK``/``LOCAL_RANK``
+and forms the torch process group (``TorchConfig``: gloo on CPU, nccl on
+GPU, with tirl's collective timeout). tirl then runs in the workers:
 
-:class:`RayRank` gives rank 0 the same handle as a local process
-(``poll``/``kill``/``wait``), so failures are reported the same way.
+- **rank 0** (``get_context().get_world_rank() == 0``) runs the whole
+  training recipe (:func:`tirl.trainer.run.train_run`): rollouts (envs on
+  Ray env hosts, as with ``--backend ray --nproc 1``), the void filter, the
+  advantages, logs, checkpoints and evaluations, with a
+  :class:`RayTrainRanks` as its :class:`~tirl.trainer.learner.RankGroup`;
+- **ranks 1..N-1** run the follower (:func:`tirl.distributed.follower.serve`).
 
-Not covered: Ray Train's worker groups, placement groups with gang
-scheduling (an actor that cannot be placed makes rank 0 time out at the
-rendezvous), restarting a dead rank.
+The config travels as JSON text (``config_to_dict`` → ``config_from_dict``:
+exact). The ``tirl train`` process (the driver) only waits: it writes
+``RUN_DIR/ranks/placement.json`` (each rank's node, host and process) and
+prints rank 0's summary. Rank 0 writes the run directory on its node: on a
+real cluster the run directory (``--run-dir``) and the model path must be on
+a file system every node sees (the same path), and tirl must be installed
+on every node. An error in rank 0 (a bad model, a lost rank) comes back as
+one ``error:`` line (the lowest failed rank's; the failing worker ends the group, so no rank waits for it
+in a collective); a worker that dies makes ``fit()`` fail, also one line.
+
+Not covered: elastic worker groups (``num_workers`` is fixed at N), restarts
+(``FailureConfig(max_failures=0)``: a resumed run is ``tirl train --resume``),
+Ray Train checkpoints (tirl writes its own), GPU runs (tested on a two-node
+local cluster on CPU only).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import socket
-import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tirl.distributed.ray_backend import _connect, _ray
+import torch.distributed as dist
+
+from tirl.config import TirlConfig, config_to_dict
+from tirl.distributed.ddp import (
+    COLLECTIVE_TIMEOUT_S,
+    DDPSync,
+    backend_for,
+    bind_device,
+    collective,
+    collective_device,
+    local_rank,
+    rank_device,
+    send_stop,
+    sync_state,
+)
+from tirl.distributed.follower import read_rank_config, serve
+from tirl.distributed.ray_backend import connect, ray_module
+from tirl.errors import SetupError, TirlError
+from tirl.trainer.learner import Learner
 
 
-class RankActor:
-    """Runs one follower rank in a Ray worker process."""
+class Outcome:
+    """A small actor the ranks report to: where each ran, and rank 0's summary or error."""
 
-    def run(self, argv: list[str]) -> dict[str, Any]:
-        """The follower's exit code, and where it ran."""
-        from tirl.trainer.distributed import follower
+    def __init__(self) -> None:
+        self.placement: dict[str, dict[str, Any]] = {}
+        self.summary: dict[str, Any] | None = None
+        self.errors: dict[int, str] = {}
 
-        rc = follower(argv)
-        return {"rc": rc, "pid": os.getpid(), "host": socket.gethostname()}
+    def place(self, rank: int, info: dict[str, Any]) -> None:
+        """Record where ``rank`` runs."""
+        self.placement[str(rank)] = info
 
-    def where(self) -> dict[str, Any]:
-        """The actor's node and process."""
-        import ray
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Rank 0's summary."""
+        self.summary = summary
 
-        return {"pid": os.getpid(), "host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
+    def fail(self, rank: int, error: str) -> None:
+        """The error line of ``rank``."""
+        self.errors.setdefault(rank, error)
 
-
-class RayRank:
-    """A rank actor seen through ``subprocess.Popen``'s ``poll``/``kill``/``wait``."""
-
-    def __init__(self, actor: Any, ref: Any, placement: dict[str, Any]) -> None:
-        self.actor = actor
-        self.ref = ref
-        self.placement = placement
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        """None while running, else the exit code (1 when the actor died)."""
-        if self.returncode is None:
-            ray = _ray()
-            ready, _ = ray.wait([self.ref], timeout=0)
-            if ready:
-                try:
-                    self.returncode = int(ray.get(self.ref)["rc"])
-                except Exception:  # the actor or its process died: reported as a failed rank
-                    self.returncode = 1
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Wait for the rank to end (``subprocess.TimeoutExpired`` after ``timeout``)."""
-        ready, _ = _ray().wait([self.ref], timeout=timeout)
-        if not ready:
-            raise subprocess.TimeoutExpired("ray rank", timeout or 0.0)
-        code = self.poll()
-        return 1 if code is None else code
-
-    def kill(self) -> None:
-        """Kill the actor."""
-        _ray().kill(self.actor, no_restart=True)
+    def read(self) -> dict[str, Any]:
+        """Everything recorded; ``error`` is the lowest failed rank's."""
+        first = min(self.errors, default=None)
+        error = self.errors[first] if first is not None else ""
+        return {"placement": self.placement, "summary": self.summary, "error": error}
 
 
-def driver_address(address: str | None) -> str:
-    """Connect to the cluster (``trainer.ray_address``) and return this node's address for the rendezvous."""
-    ray = _ray()
+@dataclass
+class RayTrainRanks:
+    """Rank 0's :class:`~tirl.trainer.learner.RankGroup` inside a Ray Train worker (Ray Train formed the group)."""
+
+    world_size: int
+    backend: str
+    sync: DDPSync | None = None
+    shared: bool = False  # the followers took rank 0's state: they now wait for steps (or the stop)
+
+    def start(self, device: str) -> DDPSync:
+        """Bind rank 0's device (``cuda:LOCAL_RANK``); the group is Ray Train's."""
+        bind_device(rank_device(device, local_rank(0)))
+        self.sync = DDPSync(rank=0, world_size=self.world_size)
+        return self.sync
+
+    def share_state(self, learner: Learner) -> None:
+        """Send every follower rank 0's weights and optimiser state."""
+        dev = collective_device(self.backend)
+        collective(lambda: sync_state(learner.model, learner.optimizer, 0, dev))
+        self.shared = True
+
+    def close(self) -> None:
+        """Tell the followers to stop (Ray Train destroys the process group when the workers return)."""
+        if self.sync is None:
+            return
+        try:
+            if self.shared:  # before that they wait in sync_state; rank 0's failure ends the group instead
+                send_stop(collective_device(self.backend))
+        except (RuntimeError, dist.DistError):
+            pass  # a rank already gone: nothing more to tell it
+        self.sync.release()
+        self.sync = None
+
+
+def rank_main(config: dict[str, Any]) -> None:
+    """Ray Train's ``train_loop_per_worker``: rank 0 runs the recipe, the others follow."""
+    import ray
+    import ray.train
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    cfg = read_rank_config(config["config"])
+    outcome = config["outcome"]
+    where = {"pid": os.getpid(), "host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
+    ray.get(outcome.place.remote(rank, where))
+    try:
+        if rank != 0:
+            device = rank_device(cfg.model.device, local_rank(rank))
+            bind_device(device)
+            serve(cfg, rank, world, config["model"], device)
+            return
+        from tirl.trainer.run import train_run
+
+        ranks = RayTrainRanks(world, backend_for(cfg.model.device))
+        run = train_run(cfg, Path(config["run_dir"]), resume=config["resume"], progress=config["progress"], ranks=ranks)
+        summary = asyncio.run(run)
+    except TirlError as exc:
+        ray.get(outcome.fail.remote(rank, str(exc)))
+        # fail the worker: Ray Train then ends the group (the other ranks may be waiting in a collective)
+        raise RuntimeError(f"tirl rank {rank} failed: {exc}") from None
+    ray.get(outcome.finish.remote(json.loads(json.dumps(summary, default=str))))
+
+
+def train_on_ray(
+    cfg: TirlConfig, run_dir: Path, nproc: int, *, resume: bool, progress: bool, model_path: str | None
+) -> dict[str, Any]:
+    """Run the training job on ``nproc`` Ray Train workers of the cluster ``trainer.ray_address``; the summary."""
+    ray = ray_module()
     if not ray.is_initialized():
-        _connect(ray, address)
-    return str(ray.util.get_node_ip_address())
+        connect(ray, cfg.trainer.ray_address)
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
 
-
-def launch_rank(argv: list[str], *, gpu: bool) -> RayRank:
-    """Start one rank actor running ``follower(argv)``."""
-    ray = _ray()
-    actor = (
-        ray.remote(RankActor)
-        .options(num_cpus=0, num_gpus=1 if gpu else 0, max_restarts=0, scheduling_strategy="SPREAD")
-        .remote()
+    gpu = backend_for(cfg.model.device) == "nccl"
+    outcome = ray.remote(Outcome).options(num_cpus=0).remote()
+    logs = Path(run_dir) / "ranks"
+    logs.mkdir(parents=True, exist_ok=True)
+    trainer = TorchTrainer(
+        rank_main,
+        train_loop_config={
+            "config": json.dumps(config_to_dict(cfg)),
+            "run_dir": str(Path(run_dir).resolve()),
+            "resume": resume,
+            "progress": progress,
+            "model": model_path,
+            "outcome": outcome,
+        },
+        torch_config=TorchConfig(backend=backend_for(cfg.model.device), timeout_s=int(COLLECTIVE_TIMEOUT_S)),
+        scaling_config=ScalingConfig(
+            num_workers=nproc,
+            use_gpu=gpu,
+            resources_per_worker={"GPU": 1} if gpu else {"CPU": 1},
+            placement_strategy="SPREAD",
+        ),
+        run_config=RunConfig(
+            name=f"tirl-{int(time.time())}-{os.getpid()}",
+            storage_path=str(logs.resolve() / "ray_train"),
+            failure_config=FailureConfig(max_failures=0),
+        ),
     )
-    placement = ray.get(actor.where.remote(), timeout=300)
-    return RayRank(actor, actor.run.remote(argv), placement)
+    try:
+        trainer.fit()
+        failed = ""
+    except Exception as exc:  # Ray Train's TrainingFailedError: a worker died or raised
+        failed = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    got = ray.get(outcome.read.remote())
+    ray.kill(outcome)
+    (logs / "placement.json").write_text(json.dumps({"ranks": got["placement"]}, indent=1))
+    if got["error"]:
+        raise SetupError(str(got["error"]))
+    if failed or got["summary"] is None:
+        raise SetupError(
+            f"--backend ray --nproc {nproc}: a trainer rank failed ({failed or 'no summary from rank 0'}); the run "
+            "directory keeps its last complete checkpoint: continue with `tirl train --resume RUN_DIR`"
+        )
+    return dict(got["summary"])

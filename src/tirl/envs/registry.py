@@ -49,7 +49,8 @@ class EnvSpec:
 _REGISTRY: dict[str, EnvSpec] = {}
 
 
-def _import(target: str, what: str) -> Any:
+def import_object(target: str, what: str) -> Any:
+    """The object an import string ``'package.module:Name'`` names (``what`` words the error)."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"{what} {target!r} is not an import string — write it as 'package.module:Name'")
@@ -109,7 +110,7 @@ def get_spec(name: str) -> EnvSpec:
     family, sep, variant = name.partition(":")
     if sep and family in _FAMILIES:  # skyrl-gym:gsm8k, verifiers:pkg.mod:load — one env of a family
         maker, tasks, rules = _FAMILIES[family]
-        made = functools.partial(_import(maker, "environment"), variant=variant)
+        made = functools.partial(import_object(maker, "environment"), variant=variant)
         return EnvSpec(name=name, maker=made, tasks=tasks, rules=rules)
     if ":" in name:
         return EnvSpec(name=name, maker=name)
@@ -122,7 +123,7 @@ def get_spec(name: str) -> EnvSpec:
 
 def _maker(spec: EnvSpec) -> EnvMaker:
     if isinstance(spec.maker, str):
-        spec.maker = _import(spec.maker, "environment")
+        spec.maker = import_object(spec.maker, "environment")
     return spec.maker  # type: ignore[return-value]
 
 
@@ -176,7 +177,7 @@ def env_rules(config: EnvConfig) -> ParseRules | None:
     if spec.rules is None or isinstance(spec.rules, ParseRules):
         return spec.rules
     if isinstance(spec.rules, str):
-        spec.rules = _import(spec.rules, "action rule source")
+        spec.rules = import_object(spec.rules, "action rule source")
     source: RulesSource = spec.rules  # type: ignore[assignment]
     return source(config)
 
@@ -190,7 +191,7 @@ def load_tasks(config: EnvConfig, n: int | None = None, *, seed: int | None = No
     if spec.tasks is None:
         raise ConfigError(f"environment {config.name!r} registers no task source — pass tasks explicitly")
     if isinstance(spec.tasks, str):
-        spec.tasks = _import(spec.tasks, "task source")
+        spec.tasks = import_object(spec.tasks, "task source")
     source: TaskSource = spec.tasks  # type: ignore[assignment]
     return source(config, config.eval_size if n is None else n, config.seed if seed is None else seed)
 

@@ -94,9 +94,9 @@ def load_vf_env(variant: str) -> Any:
             "env.name=verifiers: names no environment — write verifiers:ENV_ID or verifiers:pkg.mod:factory"
         )
     if ":" in variant:
-        from tirl.envs.registry import _import
+        from tirl.envs.registry import import_object
 
-        env = _import(variant, "verifiers environment factory")()
+        env = import_object(variant, "verifiers environment factory")()
     else:
         quiet = logging.getLogger("verifiers")  # its loader logs the failure too; tirl prints one error line
         level = quiet.level

@@ -23,7 +23,7 @@ update time (``tirl.trainer.overlap.drop_stale``) — a guard for versions that 
 updates, resumes), counted as ``async/stale_dropped``.
 
 This module is the scheduling code that both ``tirl train`` (through
-:mod:`tirl.trainer.overlap`) and ``benchmarks/bench_async.py`` run; it does
+:mod:`tirl.trainer.loop`) and ``benchmarks/bench_async.py`` run; it does
 not know what a rollout or an update is (``produce``/``consume`` callables).
 
 Priority for the oldest step: :func:`run_overlapped` marks every rollout task

@@ -253,7 +253,7 @@ class PipelineTracer:
         self._last_t = self._origin
         self._last_busy = self._busy() if self._busy else 0.0
         self.done_totals: dict[str, int] = dict.fromkeys(STAGES, 0)
-        # asynchronous RL (tirl.trainer.overlap): True while the trainer updates; adds ``trainer_updating``
+        # asynchronous RL (tirl.trainer.loop): True while the trainer updates; adds ``trainer_updating``
         self.trainer_busy: Callable[[], bool] | None = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)

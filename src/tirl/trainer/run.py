@@ -9,9 +9,14 @@ arguments into a :class:`~tirl.config.TirlConfig` and a run directory):
    write ``config.json``; wire the parts (:func:`tirl.trainer.wiring.build_parts`:
    generator, sandbox, env factory, the training and the evaluation strategy);
    start a generator that must be started (a remote server is checked up
-   front); draw the task sets; load the frozen reference model when
-   ``algo.kl_coef > 0``; build the :class:`~tirl.trainer.trainer.Trainer`
-   and restore its optimiser and RNG state on resume.
+   front); draw the task sets; with ``--nproc N`` join the other ranks
+   (a :class:`~tirl.trainer.learner.RankGroup` from :mod:`tirl.distributed`, which
+   gives this rank's gradient-sync strategy); build the learner once
+   (:func:`~tirl.trainer.learner.build_learner`: optimiser, updater, and the
+   frozen reference model when ``algo.kl_coef > 0``), the metric sinks
+   (wandb when configured) and the :class:`~tirl.trainer.trainer.Trainer`;
+   restore its optimiser and RNG state on resume; send the other ranks the
+   (restored) weights and optimiser state.
 2. **train** — the held-out evaluation *before* (``eval_before.json``, once per
    run directory, so a resumed run keeps its first figure), then the steps,
    then the evaluation *after* (``trainer.eval_before_after``).
@@ -24,8 +29,7 @@ The whole run holds the run directory's lock (:mod:`tirl.trainer.run_lock`),
 so a second writer is refused; a full disk anywhere in the run is one
 :class:`~tirl.errors.OutputError` naming the run and ``--resume``.
 
-Not covered: several runs in one process sharing parts, and distributed
-training (the update runs in this process; only the envs may live on Ray).
+Not covered: several runs in one process sharing parts.
 """
 
 from __future__ import annotations
@@ -43,10 +47,12 @@ from tirl.config import TirlConfig, config_to_dict
 from tirl.errors import InputError, OutputError
 from tirl.fileio import write_text
 from tirl.inference.base import Startable
+from tirl.integrations.wandb_sink import metric_sinks
 from tirl.jsonl import read_json
 from tirl.rollout.evaluation import EvalReport
 from tirl.trainer.checkpoint import ResumePoint, resume_point, warn_skipped
 from tirl.trainer.failfast import failed_error, summarize_failures
+from tirl.trainer.learner import RankGroup, build_learner, load_reference
 from tirl.trainer.logging import read_metrics
 from tirl.trainer.preflight import run_label
 from tirl.trainer.progress import EvalProgress
@@ -140,11 +146,11 @@ class TrainingRun:
         *,
         resume: bool = False,
         progress: bool = True,
-        world: Any = None,
+        ranks: RankGroup | None = None,
         resume_from: ResumeFrom | None = None,
     ) -> None:
         self.cfg = cfg
-        self.world = world  # tirl.trainer.distributed.World for --nproc > 1 (this process is rank 0)
+        self.ranks = ranks  # --nproc N > 1: the other ranks (tirl.distributed); this process is rank 0
         self.run_dir = Path(run_dir)
         self.resume = resume or resume_from is not None
         self.resume_from = resume_from  # already found (tirl train finds it before starting ranks)
@@ -168,31 +174,26 @@ class TrainingRun:
         if isinstance(parts.generator, Startable):  # remote generators: check URL, key and model up front
             await parts.generator.start()
         self.tasks = TaskSets(cfg)
+        sync = self.ranks.start(cfg.model.device) if self.ranks is not None else None
+        policy = parts.policy
+        learner = build_learner(
+            cfg, policy.model, policy.tokenizer, ref_model=load_reference(cfg, cfg.model.device), sync=sync
+        )
         self.trainer = Trainer(
             cfg=cfg,
-            model=parts.policy.model,
-            tokenizer=parts.policy.tokenizer,
+            learner=learner,
+            tokenizer=policy.tokenizer,
             strategy=parts.strategy,
             tasks=self.tasks.train,
             run_dir=self.run_dir,
             on_update=parts.set_policy_version,
-            ref_model=self._reference_model(),
             progress=self.progress,
+            sinks=metric_sinks(cfg, self.run_dir),
         )
         if start is not None and start.point is not None:
             self.trainer.resume(start.point)
-        if self.world is not None:  # after resume: the other ranks receive the restored weights and optimiser
-            self.world.attach(self.trainer)
-
-    def _reference_model(self) -> Any:
-        if self.cfg.algo.kl_coef <= 0:
-            return None
-        from tirl.models.loading import load_policy
-
-        m = self.cfg.model
-        ref = load_policy(m.path, device=m.device, dtype=m.dtype, env=self.cfg.env.name).model
-        ref.requires_grad_(False)
-        return ref
+        if self.ranks is not None:  # after resume: the other ranks receive the restored weights and optimiser
+            self.ranks.share_state(learner)
 
     async def evaluate(self, when: str = "") -> dict[str, Any]:
         """Greedy accuracy of the current policy on the held-out set (or the validation set: ``env.eval_split``).
@@ -238,9 +239,9 @@ class TrainingRun:
 
     async def cleanup(self) -> None:
         """Close everything ``setup`` opened."""
-        if self.world is not None:
-            world, self.world = self.world, None
-            world.close()
+        if self.ranks is not None:
+            ranks, self.ranks = self.ranks, None
+            ranks.close()
         if self.parts is not None:
             parts, self.parts = self.parts, None
             await parts.close()
@@ -287,9 +288,9 @@ async def train_run(
     *,
     resume: bool = False,
     progress: bool = True,
-    world: Any = None,
+    ranks: RankGroup | None = None,
     resume_from: ResumeFrom | None = None,
 ) -> dict[str, Any]:
     """Run (or continue) the training job of ``cfg`` in ``run_dir``; returns the summary."""
-    run = TrainingRun(cfg, run_dir, resume=resume, progress=progress, world=world, resume_from=resume_from)
+    run = TrainingRun(cfg, run_dir, resume=resume, progress=progress, ranks=ranks, resume_from=resume_from)
     return await run()

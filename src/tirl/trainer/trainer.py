@@ -33,8 +33,12 @@ generator itself. One step:
 5. One metrics line, TensorBoard scalars, a trajectory sample; a checkpoint
    every ``trainer.checkpoint_every`` steps and at the last step.
 
-With ``rollout.max_staleness`` K > 0 the rollouts of later steps run while
-earlier steps train (:mod:`tirl.trainer.overlap`, at most K versions behind).
+The policy, optimiser, updater and reference model come in one
+:class:`~tirl.trainer.learner.Learner` (built by :func:`~tirl.trainer.learner.build_learner`);
+metric sinks beyond the run directory's own files (wandb) are given by the
+recipe. The steps run through :func:`tirl.trainer.loop.run_steps`: with
+``rollout.max_staleness`` K > 0 the rollouts of later steps run while
+earlier steps train (at most K versions behind).
 
 Not covered: in-flight weight updates inside a running episode.
 """
@@ -45,7 +49,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,11 +62,12 @@ from tirl.config import TirlConfig
 from tirl.envs.base import Task
 from tirl.errors import SetupError
 from tirl.filters import FilterStats, VoidTurnFilter
-from tirl.integrations.wandb_sink import metric_sinks
 from tirl.rollout.base import RolloutRequest, RolloutStrategy
 from tirl.trainer.checkpoint import Checkpoint, ResumePoint, resume_point, save_checkpoint
 from tirl.trainer.failfast import failed_error, summarize_failures
-from tirl.trainer.logging import RunLogger
+from tirl.trainer.learner import Learner
+from tirl.trainer.logging import MetricSink, RunLogger
+from tirl.trainer.loop import Collected, run_steps
 from tirl.trainer.progress import TrainProgress
 from tirl.trainer.train_state import RngState
 from tirl.trainer.update import PolicyUpdater
@@ -71,22 +76,6 @@ from tirl.types import Group, Trajectory
 log = logging.getLogger("tirl.trainer")
 
 TaskFn = Callable[[int, int], list[Task]]  # (step, n) -> n tasks for that step
-
-
-@dataclass(slots=True)
-class Collected:
-    """What one step's rollout (with resampling) produced."""
-
-    sampled: list[Trajectory]
-    groups: list[Group]
-    stats: FilterStats
-    resampled: int = 0
-    resampled_groups: int = 0
-    rounds: int = 0
-    groups_requested: int = 0
-    min_usable: int = 0
-    rollout_s: float = 0.0
-    penalized: list[Trajectory] = field(default_factory=list)  # filter.mode=penalize: removed void ones
 
 
 def _mean(values: list[float]) -> float | None:
@@ -120,17 +109,17 @@ def is_correct(traj: Trajectory) -> bool:
 
 @dataclass
 class Trainer:
-    """Owns the policy, optimiser, filter, logger and checkpoints of one run directory."""
+    """Drives the learner, filter, logger and checkpoints of one run directory."""
 
     cfg: TirlConfig
-    model: Any
+    learner: Learner
     tokenizer: Any
     strategy: RolloutStrategy
     tasks: TaskFn
     run_dir: Path
     on_update: Callable[[int], None] | None = None
-    ref_model: Any = None
     progress: bool = True
+    sinks: Sequence[MetricSink] = ()  # further metric sinks (wandb: tirl.integrations.wandb_sink, by the recipe)
     policy_version: int = 0
     start_step: int = 1
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -139,19 +128,21 @@ class Trainer:
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
         self.filter = VoidTurnFilter.from_config(self.cfg.filter, self.cfg.env)
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad], lr=self.cfg.algo.lr, weight_decay=0.0
-        )
-        pad = self.tokenizer.pad_token_id
-        self.updater = PolicyUpdater(
-            model=self.model,
-            optimizer=self.optimizer,
-            algo=self.cfg.algo,
-            pad_id=int(pad if pad is not None else 0),
-            ref_model=self.ref_model,
-            temperature=self.cfg.generation.temperature,
-            precision=self.cfg.algo.autocast,  # bf16 autocast of the update's forward passes (tirl.models.memory)
-        )
+
+    @property
+    def model(self) -> Any:
+        """The policy being trained."""
+        return self.learner.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The policy's optimiser."""
+        return self.learner.optimizer
+
+    @property
+    def updater(self) -> PolicyUpdater:
+        """The policy's updater."""
+        return self.learner.updater
 
     # ----------------------------------------------------------------- resume
     def resume(self, point: ResumePoint | None = None) -> Checkpoint | None:
@@ -257,7 +248,7 @@ class Trainer:
     async def learn(self, step: int, col: Collected, t0: float) -> tuple[dict[str, Any], list[Trajectory]]:
         """Advantages and the update on one step's collected groups (``t0``: when the step began)."""
         metrics: dict[str, Any] = {**rollout_metrics(col.sampled), **col.stats.metrics()}
-        metrics["dist/world_size"] = getattr(self.updater, "world_size", 1)  # --nproc (tirl.trainer.distributed)
+        metrics["dist/world_size"] = self.learner.world_size  # --nproc N (tirl.distributed)
         metrics.update(
             {
                 "filter/resampled": col.resampled,
@@ -352,7 +343,7 @@ class Trainer:
         """Train from ``start_step`` to ``trainer.steps`` (or ``stop_after``); returns the logged rows."""
         tc = self.cfg.trainer
         last = min(tc.steps, stop_after) if stop_after is not None else tc.steps
-        logger = RunLogger(self.run_dir, resume_step=self.start_step - 1, sinks=metric_sinks(self.cfg, self.run_dir))
+        logger = RunLogger(self.run_dir, resume_step=self.start_step - 1, sinks=self.sinks)
         try:
             with TrainProgress(tc.steps, start=self.start_step - 1, enabled=self.progress) as bar:
 
@@ -367,14 +358,7 @@ class Trainer:
                     if step % tc.checkpoint_every == 0 or step == tc.steps:
                         self.save(step)
 
-                steps = range(self.start_step, last + 1)
-                if self.cfg.rollout.max_staleness > 0:  # asynchronous RL: rollouts run ahead of the update
-                    from tirl.trainer.overlap import train_overlapped
-
-                    await train_overlapped(self, steps, record)
-                else:
-                    for step in steps:
-                        record(step, *(await self.train_step(step)))
+                await run_steps(self, range(self.start_step, last + 1), record)
         finally:
             logger.close()
             self.updater.close()  # join the micro-batch threads: a process that trains many times must not pile them up

@@ -39,6 +39,10 @@ a model with gradient checkpointing enabled is put in
 recompute); a LoRA model trains its adapter only (the optimiser is given
 only the trainable parameters by the caller).
 
+Gradient sync: the updater is given a :class:`GradSync` strategy. :class:`LocalSync` (the default) is one
+process; :class:`tirl.distributed.ddp.DDPSync` makes the rank compute its share of each mini-batch and sums
+the gradients over the ranks with torch DDP. The updater calls only the strategy's public methods.
+
 Not covered: learning-rate schedules other than linear warm-up, mixed precision loss scaling (fp16), top-p
 renormalisation in the trainer's log-probs.
 """
@@ -49,8 +53,10 @@ import contextlib
 import dataclasses
 import math
 import random
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -141,7 +147,7 @@ def score_logprobs(
 
 
 #: how each token statistic of :class:`UpdateStats` folds: summed, least, greatest (one micro-batch into
-#: the update, :meth:`UpdateStats.absorb`; one rank into all, :func:`tirl.trainer.distributed.merge_stats`)
+#: the update, :meth:`UpdateStats.absorb`; one rank into all, :func:`tirl.distributed.ddp.merge_stats`)
 TOKEN_SUMS = ("tokens", "ratio_sum", "clip_sum", "dual_sum", "entropy_sum", "tis_sum", "kl_sum")
 TOKEN_MINS = ("ratio_min",)
 TOKEN_MAXES = ("ratio_max", "gap_max")
@@ -258,6 +264,89 @@ def _micro_scale(loss_agg: str, mask: Tensor, total_tokens: float, total_seqs: f
     return float(mask.sum().item()) / max(total_tokens, 1.0)
 
 
+class GradSync(Protocol):
+    """How one process's update joins the others': which rows it computes and how gradients are combined.
+
+    :class:`PolicyUpdater` calls these, in this order, for every update: :meth:`step` around the whole update,
+    :meth:`attach` once (the module the training forward passes go through), then per mini-batch
+    :meth:`local_rows`, the micro-batches inside :meth:`accumulating`, :meth:`reduce`; :meth:`merge` on the
+    finished statistics.
+    """
+
+    @property
+    def rank(self) -> int:
+        """The rank of this process (0 for one process)."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """How many processes share each update."""
+        ...
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether micro-batches may run side by side on worker threads (:mod:`tirl.trainer.parallel`)."""
+        ...
+
+    def step(self, trajs: list[Trajectory], advantages: Tensor, seed: int) -> AbstractContextManager[None]:
+        """The span of one update (a leader shares the step with the other ranks here)."""
+        ...
+
+    def attach(self, model: Any) -> Any:
+        """The module to run training forward passes through (``model`` itself, or a wrapper of it)."""
+        ...
+
+    def local_rows(self, rows: list[int]) -> list[int]:
+        """The rows of a mini-batch this process computes."""
+        ...
+
+    def accumulating(self) -> AbstractContextManager[None]:
+        """Around a mini-batch's micro-batches: gradients accumulate locally inside it."""
+        ...
+
+    def reduce(self, mb_loss: float, finite: bool) -> tuple[float, bool]:
+        """Combine the accumulated gradients; the mini-batch loss and the all-finite flag over every process."""
+        ...
+
+    def merge(self, stats: UpdateStats) -> UpdateStats:
+        """The token statistics of every process folded into ``stats``."""
+        ...
+
+
+@dataclass(frozen=True)
+class LocalSync:
+    """One process: every row is computed here, nothing is combined."""
+
+    rank: int = 0
+    world_size: int = 1
+    concurrent: bool = True
+
+    @contextlib.contextmanager
+    def step(self, trajs: list[Trajectory], advantages: Tensor, seed: int) -> Iterator[None]:
+        """Nothing to share."""
+        yield
+
+    def attach(self, model: Any) -> Any:
+        """The model itself."""
+        return model
+
+    def local_rows(self, rows: list[int]) -> list[int]:
+        """All of them."""
+        return rows
+
+    def accumulating(self) -> AbstractContextManager[None]:
+        """Nothing to hold back."""
+        return contextlib.nullcontext()
+
+    def reduce(self, mb_loss: float, finite: bool) -> tuple[float, bool]:
+        """The loss and flag of this process alone."""
+        return mb_loss, finite
+
+    def merge(self, stats: UpdateStats) -> UpdateStats:
+        """``stats`` unchanged."""
+        return stats
+
+
 @dataclass
 class PolicyUpdater:
     """Runs the update of one training step on ``model`` with ``optimizer``."""
@@ -270,18 +359,22 @@ class PolicyUpdater:
     temperature: float = 1.0  # the sampler's (generation.temperature): log-probs are of softmax(logits / T)
     precision: str = "off"  # algo.autocast: "bf16" runs the forward passes under bf16 autocast
     workers: int | None = None  # micro-batches computed at once (tirl.trainer.parallel); None: auto_workers
+    sync: GradSync = field(default_factory=LocalSync)  # one process, or this rank's share (tirl.distributed.ddp)
 
     def __post_init__(self) -> None:
         check_master_weights(self.model)  # bf16/fp16 trainable parameters: refused (algo.autocast=bf16 instead)
         self.loss_cfg = loss_config(self.algo)
         self.pool = MicroPool(self._worker_count())
+        self._train_model: Any = self.model  # what training forwards go through (set by sync.attach)
 
     def close(self) -> None:
         """Stop (and join) the micro-batch worker threads; a later :meth:`update` starts them again."""
         self.pool.close()
 
     def _worker_count(self) -> int:
-        """How many micro-batches run at once: ``workers``, else :func:`~tirl.trainer.parallel.auto_workers`."""
+        """Micro-batches at once: ``workers``, else :func:`~tirl.trainer.parallel.auto_workers`; 1 unless concurrent."""
+        if not self.sync.concurrent:
+            return 1
         return max(1, self.workers) if self.workers is not None else auto_workers(self.model)
 
     def update(self, trajs: list[Trajectory], advantages: Tensor, *, seed: int) -> UpdateStats:
@@ -290,8 +383,14 @@ class PolicyUpdater:
         The old log-probs of the first mini-batch's rows are read off that
         mini-batch's own forward pass (it runs at the pre-update weights, so
         they are exactly the old log-probs); only the other rows get a separate
-        no-grad scoring pass before the first optimiser step.
+        no-grad scoring pass before the first optimiser step. The whole update runs inside the sync
+        strategy's :meth:`~GradSync.step`; the returned statistics are merged over every process.
         """
+        with self.sync.step(trajs, advantages, seed):
+            self._train_model = self.sync.attach(self.model)
+            return self.sync.merge(self._update(trajs, advantages, seed))
+
+    def _update(self, trajs: list[Trajectory], advantages: Tensor, seed: int) -> UpdateStats:
         stats = UpdateStats()
         # algo.micro_batch_tokens bounds the padded tokens in flight: the pool's workers share it
         budget = self.algo.micro_batch_tokens
@@ -301,7 +400,7 @@ class PolicyUpdater:
         # checkpointed layers keep their own training flag so that they recompute (tirl.models.memory)
         rng = random.Random(seed)
         plan = [split_minibatches(len(trajs), self.algo.minibatches, rng) for _ in range(self.algo.epochs)]
-        first = set(self._local_rows(plan[0][0]))  # rows whose old log-probs this process's first forward gives
+        first = set(self.sync.local_rows(plan[0][0]))  # rows whose old log-probs this process's first forward gives
         old: list[Tensor | None] = [None] * len(trajs)
         self._score_into(old, trajs, [i for i in range(len(trajs)) if i not in first], micro_tokens)
         ref = (
@@ -349,14 +448,6 @@ class PolicyUpdater:
         for group in self.optimizer.param_groups:
             group["lr"] = self.algo.lr * factor
 
-    def _local_rows(self, rows: list[int]) -> list[int]:
-        """The rows of a mini-batch this process computes: all of them (data parallelism takes a share)."""
-        return rows
-
-    def _reduce(self, mb_loss: float, finite: bool) -> tuple[float, bool]:
-        """Gradients, mini-batch loss and the all-finite flag across processes: one process keeps its own."""
-        return mb_loss, finite
-
     def _use_ref(self) -> bool:
         return self.ref_model is not None and self.algo.kl_coef > 0
 
@@ -378,7 +469,7 @@ class PolicyUpdater:
         """
         batch = on_device(collate(trajs, advantages, micro, self.pad_id), model_device(self.model))
         width = batch.targets.shape[1]
-        logits = forward_logits(self.model, batch, self.precision)
+        logits = forward_logits(self._train_model, batch, self.precision)
         lp, ent = target_logprobs(logits, batch.targets, self.temperature)
         for j, i in enumerate(micro):
             if old[i] is None:  # first mini-batch at the pre-update weights: these are the old log-probs
@@ -424,13 +515,13 @@ class PolicyUpdater:
         params = [p for p in self.model.parameters() if p.requires_grad] if self.pool.workers > 1 else None
         mb_loss = 0.0
         finite = True
-        micros = split_microbatches(self._local_rows(rows), lengths, micro_tokens)
+        micros = split_microbatches(self.sync.local_rows(rows), lengths, micro_tokens)
 
         def run(micro: list[int]) -> _MicroResult:
             return self._micro(trajs, advantages, micro, lengths, old, ref, total_tokens, total_seqs, params)
 
-        with contextlib.closing(self.pool.map(run, micros)) as results:  # closing: waits for started workers
-            for res in results:
+        with self.sync.accumulating(), contextlib.closing(self.pool.map(run, micros)) as results:
+            for res in results:  # closing: waits for started workers
                 if not res.finite:
                     finite = False
                     break
@@ -439,7 +530,7 @@ class PolicyUpdater:
                 mb_loss += res.loss * res.scale
                 if res.stats is not None:
                     stats.absorb(res.stats)
-        mb_loss, finite = self._reduce(mb_loss, finite)
+        mb_loss, finite = self.sync.reduce(mb_loss, finite)
         if not finite:
             stats.skipped += 1
             self.optimizer.zero_grad(set_to_none=True)

@@ -285,21 +285,11 @@ def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: fl
 def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | None) -> RunParts:
     """Load the policy from ``model_path`` (None: ``cfg.model.path`` or the built-in) and wire the rollout."""
     from tirl.envs.registry import env_factory
-    from tirl.models.loading import load_policy
-    from tirl.models.memory import apply_memory_options
     from tirl.rollout.strategies import make_strategy
     from tirl.sandbox import create_sandbox
+    from tirl.trainer.learner import load_training_policy
 
-    policy = load_policy(
-        model_path or cfg.model.path,
-        device=cfg.model.device,
-        dtype=cfg.model.dtype,
-        threads=cfg.trainer.threads,
-        env=cfg.env.name,  # no path: the env's built-in model (tiny-chain for tir-chain)
-        need_tools=cfg.env.tools,  # a template that renders tools, tool calls and tool results
-        train_adapter=cfg.algo.lora_rank > 0,  # resuming a LoRA run: keep its adapter trainable
-    )
-    policy.model = apply_memory_options(policy.model, cfg.algo)  # LoRA, gradient checkpointing
+    policy = load_training_policy(cfg, model_path, cfg.model.device)  # LoRA, gradient checkpointing applied
     generator = _generator(cfg, policy)
     rules = rules_from_config(cfg.filter, cfg.env)  # the env's own action rule (filter.action_rule=auto)
     if cfg.trainer.backend == "ray":  # envs and their sandboxes on Ray actors; scheduling stays here

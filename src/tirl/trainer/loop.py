@@ -1,7 +1,11 @@
-"""The training loop of asynchronous RL: rollouts run ahead of the update by at most ``rollout.max_staleness``.
+"""The step loops: synchronous (K = 0) and asynchronous RL, rollouts ahead of the update by at most K.
 
-:func:`train_overlapped` drives a :class:`~tirl.trainer.trainer.Trainer` with
-:func:`tirl.rollout.staleness.run_overlapped`: ``produce`` is the trainer's
+A step's data between its rollout and its update is one :class:`Collected`.
+:func:`run_steps` runs a range of steps on a :class:`StepSource` (the
+:class:`~tirl.trainer.trainer.Trainer`) and hands each step's metrics to
+``record``. With ``rollout.max_staleness`` K = 0 it alternates
+``collect`` and ``learn``; with K > 0 :func:`train_overlapped` drives the
+source with :func:`tirl.rollout.staleness.run_overlapped`: ``produce`` is the trainer's
 own :meth:`~tirl.trainer.trainer.Trainer.collect` (rollout, void filter,
 resampling — exactly as in synchronous mode, at the policy version current
 when each request is made) and ``consume`` is
@@ -47,15 +51,61 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from tirl.config import TirlConfig
+from tirl.filters import FilterStats
 from tirl.rollout.staleness import run_overlapped, trajectory_lag
 from tirl.types import Group, Trajectory
 
-if TYPE_CHECKING:
-    from tirl.trainer.trainer import Collected, Trainer
-
 Record = Callable[[int, dict[str, Any], list[Trajectory]], None]
+
+
+@dataclass(slots=True)
+class Collected:
+    """What one step's rollout (with resampling) produced."""
+
+    sampled: list[Trajectory]
+    groups: list[Group]
+    stats: FilterStats
+    resampled: int = 0
+    resampled_groups: int = 0
+    rounds: int = 0
+    groups_requested: int = 0
+    min_usable: int = 0
+    rollout_s: float = 0.0
+    penalized: list[Trajectory] = field(default_factory=list)  # filter.mode=penalize: removed void ones
+
+
+class StepSource(Protocol):
+    """The two halves of a training step (:class:`~tirl.trainer.trainer.Trainer` is one)."""
+
+    cfg: TirlConfig
+    policy_version: int
+
+    @property
+    def strategy(self) -> Any:
+        """The rollout strategy (its ``tracer``, if any, marks the snapshots taken while an update runs)."""
+        ...
+
+    async def collect(self, step: int) -> Collected:
+        """Rollout, void filter and resampling of ``step``."""
+        ...
+
+    async def learn(self, step: int, col: Collected, t0: float) -> tuple[dict[str, Any], list[Trajectory]]:
+        """Advantages and the update of ``step``; its metrics and sampled trajectories."""
+        ...
+
+
+async def run_steps(source: StepSource, steps: Sequence[int], record: Record) -> None:
+    """Train ``steps`` in order: synchronously (K = 0) or with rollouts up to K versions ahead."""
+    if source.cfg.rollout.max_staleness > 0:  # asynchronous RL: rollouts run ahead of the update
+        await train_overlapped(source, steps, record)
+        return
+    for step in steps:
+        t0 = time.perf_counter()
+        record(step, *(await source.learn(step, await source.collect(step), t0)))
 
 
 def drop_stale(col: Collected, version: int, max_staleness: int) -> tuple[Collected, int, int]:
@@ -86,7 +136,7 @@ class UpdateFlag:
         return self.on
 
 
-async def train_overlapped(trainer: Trainer, steps: Sequence[int], record: Record) -> None:
+async def train_overlapped(trainer: StepSource, steps: Sequence[int], record: Record) -> None:
     """Run ``steps`` with rollouts up to ``rollout.max_staleness`` versions ahead; ``record`` logs each step."""
     k = trainer.cfg.rollout.max_staleness
     started: dict[int, float] = {}
