@@ -208,22 +208,31 @@ def _time_limit() -> Iterator[None]:
     theirs = signal.getitimer(signal.ITIMER_REAL) if threading.current_thread() is threading.main_thread() else None
     arm = theirs is not None and not 0 < theirs[0] <= ours
     old: Any = None
-    if arm:
+    live = [arm]  # the handler raises only while this holds: a late alarm during the clean-up is ignored
 
-        def _alarm(signum: int, frame: Any) -> None:
+    def _alarm(signum: int, frame: Any) -> None:
+        if live[0]:
             raise _Timeout  # a BaseException: no ``except Exception`` inside Jinja or a filter can swallow it
 
+    if arm:
         old = signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, ours, 0.2)  # and again every 0.2 s until cleared
     try:
         yield
     finally:
-        if arm and theirs is not None:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old if old is not None else signal.SIG_DFL)
-            if theirs[0] > 0:  # re-arm the timer we paused with what it had left (at least 1 ms)
-                signal.setitimer(signal.ITIMER_REAL, max(theirs[0] - (time.monotonic() - start), 0.001), theirs[1])
-        _deadline.at = None
+        while True:  # an alarm that lands before ``live`` is cleared interrupts the clean-up: run it again
+            try:
+                live[0] = False
+                _deadline.at = None
+                if arm and theirs is not None:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    signal.signal(signal.SIGALRM, old if old is not None else signal.SIG_DFL)
+                    if theirs[0] > 0:  # re-arm the timer we paused with what it had left (at least 1 ms)
+                        left = max(theirs[0] - (time.monotonic() - start), 0.001)
+                        signal.setitimer(signal.ITIMER_REAL, left, theirs[1])
+                break
+            except _Timeout:
+                continue
 
 
 def pick_template(template: Any, tools: Any = None) -> str:
