@@ -12,8 +12,9 @@ the same sandbox and the same globals transformers gives a template (``raise_exc
 * **Output.** The rendering is streamed and stopped past :data:`MAX_OUTPUT_CHARS` or 64 x the characters of
   its input (messages and tools), whichever is larger.
 * **Time.** A deadline (:data:`TIME_LIMIT_S`) is checked at every call, attribute or item lookup, operator,
-  ``range`` item and output chunk; in the main thread (when no other ``ITIMER_REAL`` timer is armed) a
-  ``SIGALRM`` timer also interrupts code that does none of these (e.g. nested loops over a long string).
+  ``range`` item and output chunk; in the main thread a ``SIGALRM`` timer also interrupts code that does
+  none of these (e.g. nested loops over a long string); another ``ITIMER_REAL`` timer is paused and
+  re-armed, never lost.
 
 Every breach raises :class:`TemplateLimitError` (a :class:`~tirl.errors.InputError` naming the template and
 the limit). Rendering is otherwise what ``tokenizer.apply_chat_template(..., tokenize=False)`` gives (the
@@ -60,6 +61,10 @@ class TemplateLimitError(InputError):
             problem,
             "fix chat_template.jinja (or the one in tokenizer_config.json), or use the one `tirl model init` writes",
         )
+
+
+class _Timeout(BaseException):
+    """Raised by the SIGALRM handler; :func:`render_chat` turns it into :class:`TemplateLimitError`."""
 
 
 def _tick() -> None:
@@ -191,25 +196,43 @@ def _compile(source: str) -> jinja2.Template:
 
 @contextmanager
 def _time_limit() -> Iterator[None]:
-    """The deadline for :func:`_tick`, and in the main thread a SIGALRM that raises at it."""
-    _deadline.at = time.monotonic() + TIME_LIMIT_S
-    # the main thread only, and only when no one else's timer is armed (theirs is never cancelled)
-    main = threading.current_thread() is threading.main_thread() and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    """The deadline for :func:`_tick`, and in the main thread a SIGALRM that raises at it.
+
+    A timer someone else armed (pytest-timeout, a caller's own ``setitimer``) is kept: when it would fire
+    first, ours is not armed; otherwise it is paused while we render and re-armed after with the time it
+    had left, under its own handler.
+    """
+    start = time.monotonic()
+    _deadline.at = start + TIME_LIMIT_S
+    ours = TIME_LIMIT_S + 0.2
+    theirs = signal.getitimer(signal.ITIMER_REAL) if threading.current_thread() is threading.main_thread() else None
+    arm = theirs is not None and not 0 < theirs[0] <= ours
     old: Any = None
-    if main:
+    live = [arm]  # the handler raises only while this holds: a late alarm during the clean-up is ignored
 
-        def _alarm(signum: int, frame: Any) -> None:
-            raise TemplateLimitError(f"rendering took longer than {TIME_LIMIT_S:g} s")
+    def _alarm(signum: int, frame: Any) -> None:
+        if live[0]:
+            raise _Timeout  # a BaseException: no ``except Exception`` inside Jinja or a filter can swallow it
 
+    if arm:
         old = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S + 0.5)
+        signal.setitimer(signal.ITIMER_REAL, ours, 0.2)  # and again every 0.2 s until cleared
     try:
         yield
     finally:
-        if main:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old if old is not None else signal.SIG_DFL)
-        _deadline.at = None
+        while True:  # an alarm that lands before ``live`` is cleared interrupts the clean-up: run it again
+            try:
+                live[0] = False
+                _deadline.at = None
+                if arm and theirs is not None:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    signal.signal(signal.SIGALRM, old if old is not None else signal.SIG_DFL)
+                    if theirs[0] > 0:  # re-arm the timer we paused with what it had left (at least 1 ms)
+                        left = max(theirs[0] - (time.monotonic() - start), 0.001)
+                        signal.setitimer(signal.ITIMER_REAL, left, theirs[1])
+                break
+            except _Timeout:
+                continue
 
 
 def pick_template(template: Any, tools: Any = None) -> str:
@@ -252,6 +275,8 @@ def render_chat(
                     raise TemplateLimitError(f"the chat template renders more than {budget:,} characters")
                 _tick()
                 out.append(chunk)
+    except _Timeout:
+        raise TemplateLimitError(f"rendering took longer than {TIME_LIMIT_S:g} s") from None
     except TemplateLimitError:
         raise
     except (jinja2.exceptions.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError,
