@@ -32,13 +32,12 @@ def make_trainer(tiny, tmp_path: Path):
         cfg = make_cfg(*overrides)
         return Trainer(
             cfg=cfg,
-            learner=build_learner(cfg, model, tok),
+            learner=build_learner(cfg, model, tok, ref_model=ref_model),
             tokenizer=tok,
             strategy=strategy,
             tasks=task_fn,
             run_dir=run_dir or tmp_path / "run",
             progress=False,
-            ref_model=ref_model,
         )
 
     return build

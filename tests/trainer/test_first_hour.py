@@ -99,8 +99,8 @@ def test_a_verifiers_tool_env_with_the_built_in_model_fails_before_the_model_loa
 ) -> None:
     """The issue's case: before, every episode failed with SetupError and the run exited 0."""
     pytest.importorskip("verifiers")
-    sys.path.insert(0, str(HERE.parent / "integrations"))  # vf_calc_env, the local verifiers environment
-    name = "verifiers:vf_calc_env:load_environment"
+    sys.path.insert(0, str(HERE.parents[1] / "examples"))  # verifiers_calc, the example verifiers environment
+    name = "verifiers:verifiers_calc:load_environment"
     with pytest.raises(ConfigError) as err:
         check_tools(load_config(None, [f"env.name={name}"]))
     text = str(err.value)

@@ -143,7 +143,10 @@ def rank_main(config: dict[str, Any]) -> None:
         from tirl.trainer.run import train_run
 
         ranks = RayTrainRanks(world, backend_for(cfg.model.device))
-        run = train_run(cfg, Path(config["run_dir"]), resume=config["resume"], progress=config["progress"], ranks=ranks)
+        # the driver (`tirl train`) holds the run directory's lock for the whole run: rank 0 writes under it
+        run = train_run(
+            cfg, Path(config["run_dir"]), resume=config["resume"], progress=config["progress"], ranks=ranks, lock=False
+        )
         summary = asyncio.run(run)
     except TirlError as exc:
         ray.get(outcome.fail.remote(rank, str(exc)))

@@ -34,6 +34,7 @@ Not covered: several runs in one process sharing parts.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -148,8 +149,10 @@ class TrainingRun:
         progress: bool = True,
         ranks: RankGroup | None = None,
         resume_from: ResumeFrom | None = None,
+        lock: bool = True,
     ) -> None:
         self.cfg = cfg
+        self.lock = lock  # False: a process that holds the run directory's lock runs this recipe elsewhere (Ray)
         self.ranks = ranks  # --nproc N > 1: the other ranks (tirl.distributed); this process is rank 0
         self.run_dir = Path(run_dir)
         self.resume = resume or resume_from is not None
@@ -264,12 +267,14 @@ class TrainingRun:
         """Setup → train → cleanup → summary; returns the summary."""
         started = time.perf_counter()
         self.run_dir.mkdir(parents=True, exist_ok=True)  # `tirl train` made it; a recipe called directly may not
-        with hold_run_dir(self.run_dir):
+        with hold_run_dir(self.run_dir) if self.lock else contextlib.nullcontext():
             try:
                 await self.setup()
                 if self.progress:  # before the first evaluation: TensorBoard can be pointed at it for the whole run
-                    # stdout, like the step lines: stderr keeps the one error line a failed run prints
-                    print(f"run directory: {self.run_dir}  (tensorboard --logdir {self.run_dir / 'tb'})", flush=True)
+                    # stderr, with the step lines and the evaluation's progress (--no-progress silences all three)
+                    print(
+                        f"run directory: {self.run_dir}  (tensorboard --logdir {self.run_dir / 'tb'})", file=sys.stderr
+                    )
                 evals = await self.train()
                 await self.cleanup()
                 return self.summarize(evals, started)
@@ -290,7 +295,11 @@ async def train_run(
     progress: bool = True,
     ranks: RankGroup | None = None,
     resume_from: ResumeFrom | None = None,
+    lock: bool = True,
 ) -> dict[str, Any]:
-    """Run (or continue) the training job of ``cfg`` in ``run_dir``; returns the summary."""
-    run = TrainingRun(cfg, run_dir, resume=resume, progress=progress, ranks=ranks, resume_from=resume_from)
+    """Run (or continue) the training job of ``cfg`` in ``run_dir``; returns the summary.
+
+    ``lock=False`` only where another process holds the run directory's lock for this run (a Ray rank 0).
+    """
+    run = TrainingRun(cfg, run_dir, resume=resume, progress=progress, ranks=ranks, resume_from=resume_from, lock=lock)
     return await run()
