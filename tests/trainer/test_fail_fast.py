@@ -2,7 +2,7 @@
 
 Real runs through the CLI in this process (the tiny random model of tests/tiny_run.py, a real pipeline and
 the real tir-chain tasks); only the env is a stand-in whose ``reset`` raises, as an env with a broken set-up
-does. Each run takes a few seconds on a CPU.
+does. Each run takes a few seconds on a CPU. Last, the end of a run: its micro-batch threads are joined.
 """
 
 from __future__ import annotations
