@@ -1,9 +1,13 @@
-"""The in-process request queue serves the oldest rollout step first when a batch cannot take everything."""
+"""The in-process request queue serves the oldest rollout step first when a batch cannot take everything;
+a dropped owner does not keep its worker thread alive."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
+import threading
+import time
 
 import pytest
 
@@ -43,3 +47,30 @@ async def test_batches_take_the_oldest_step_first_in_arrival_order(seed: int) ->
 
 async def test_without_a_cap_a_batch_keeps_arrival_order() -> None:
     assert await _submit_all([3, 1, None, 2], max_batch=None) == [[0, 1, 2, 3]]
+
+
+class _Owner:
+    """A generator-like owner whose batcher calls back into it (the shape of HFGenerator and VLLMGenerator)."""
+
+    def __init__(self) -> None:
+        self.batcher = RequestBatcher(self.run, owner="owner", thread_name="tirl-owner-test", batch_window_s=0.0)
+
+    def run(self, batch: list[Request]) -> list[GenerationResult]:
+        return [GenerationResult(token_ids=[1], logprobs=[0.0], finish_reason="stop") for _ in batch]
+
+
+def test_an_owner_dropped_without_close_takes_its_worker_thread_with_it() -> None:
+    """Before: owner -> batcher -> bound method -> owner was a cycle, so an unclosed generator's worker thread (and
+    its OpenMP team) lived until the next full garbage collection; a long pytest process piled them up."""
+    gc.disable()  # no collection may hide the cycle during the test
+    try:
+        owner = _Owner()
+        asyncio.run(owner.batcher.submit([1], SamplingParams()))
+        assert any(t.name.startswith("tirl-owner-test") for t in threading.enumerate())
+        del owner
+        deadline = time.monotonic() + 10
+        while any(t.name.startswith("tirl-owner-test") for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the worker thread outlived its dropped owner"
+            time.sleep(0.05)
+    finally:
+        gc.enable()

@@ -2,7 +2,7 @@
 
 Real runs through the CLI in this process (the tiny random model of tests/tiny_run.py, a real pipeline and
 the real tir-chain tasks); only the env is a stand-in whose ``reset`` raises, as an env with a broken set-up
-does. Each run takes a few seconds on a CPU.
+does. Each run takes a few seconds on a CPU. Last, the end of a run: its micro-batch threads are joined.
 """
 
 from __future__ import annotations
@@ -138,3 +138,24 @@ def test_the_fix_is_named_after_the_cause() -> None:
 def test_the_key_is_validated() -> None:
     with pytest.raises(Exception, match=r"trainer\.tolerate_failed_steps"):
         load_config(None, ["trainer.tolerate_failed_steps=-1"])
+
+
+async def test_a_finished_run_joins_its_micro_batch_threads(make_trainer: Any) -> None:
+    """Before: the updater's worker threads lived until the trainer was garbage-collected (never joined)."""
+    import threading
+
+    from tirl.trainer.parallel import MicroPool
+
+    trainer = make_trainer("algo.micro_batch_tokens=40")  # several micro-batches per mini-batch
+    trainer.updater.pool = MicroPool(2)
+    seen: list[str] = []
+    real_close = trainer.updater.close
+
+    def close() -> None:
+        seen.extend(t.name for t in threading.enumerate())
+        real_close()
+
+    trainer.updater.close = close
+    await trainer.run()
+    assert any(name.startswith("tirl-micro") for name in seen)  # the pool really ran on its threads
+    assert not any(t.name.startswith("tirl-micro") for t in threading.enumerate())

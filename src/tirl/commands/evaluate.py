@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tirl.cli import elapsed
 from tirl.config import TirlConfig, load_config
 from tirl.errors import InputError
 from tirl.trainer.preflight import preflight, run_label
@@ -119,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"accuracy {out['accuracy']:.3f} ({out['correct']}/{out['n']}) on {out['label']} "
             f"{'held-out' if out['split'] == 'heldout' else 'validation'} tasks "
-            f"(seed {out['seed']}), model {out['model']}, {out['wall_s']:.1f}s"
+            f"(seed {out['seed']}), model {out['model']}, {out['wall_s']:.1f}s evaluating "
+            f"({elapsed():.1f}s the whole command)"
         )
         print("terminations: " + ", ".join(f"{k} {v}" for k, v in out["terminations"].items()))
     return 0

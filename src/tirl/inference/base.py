@@ -22,8 +22,10 @@ protocol            what the trainer does with it                          backe
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import math
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -126,6 +128,25 @@ class Request:
     order: int = 0  # arrival order
 
 
+def _weak_call(
+    ref: weakref.WeakMethod[Callable[[list[Request]], list[GenerationResult]]], owner: str
+) -> Callable[[list[Request]], list[GenerationResult]]:
+    """``run_batch`` through a weak reference to its owner's method.
+
+    The owner holds its batcher, and a batcher holding the owner's bound method made a reference cycle: an
+    owner dropped without ``close()`` kept its worker thread (and that thread's OpenMP team) alive until the
+    next full garbage collection. With the weak reference it is freed at once, and its executor's thread exits.
+    """
+
+    def call(batch: list[Request]) -> list[GenerationResult]:
+        method = ref()
+        if method is None:
+            raise RuntimeError(f"{owner} was garbage-collected while requests were queued")
+        return method(batch)
+
+    return call
+
+
 @dataclass(eq=False)
 class RequestBatcher:
     """The request queue in front of an in-process generator: requests that arrive together run as one batch.
@@ -153,6 +174,8 @@ class RequestBatcher:
 
     def __post_init__(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.thread_name)
+        if inspect.ismethod(self.run_batch):  # the owner's own method: hold it weakly (see _weak_call)
+            self.run_batch = _weak_call(weakref.WeakMethod(self.run_batch), self.owner)
         self._drain_task: asyncio.Task[None] | None = None
         self._arrivals = itertools.count()
 
