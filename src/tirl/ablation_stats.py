@@ -1,5 +1,7 @@
-"""The statistics of ``tirl ablate``: the collapse rule, Fisher's exact test, Wilcoxon's signed-rank test,
-a seeded bootstrap CI of a paired mean difference, and the area under a training-reward curve.
+"""The statistics of ``tirl ablate``: collapse rule, Fisher, Wilcoxon, bootstrap CI, reward AUC.
+
+The collapse rule, Fisher's exact test, Wilcoxon's signed-rank test, a seeded bootstrap CI of a paired
+mean difference, and the area under a training-reward curve.
 
 Each is a small pure function over plain floats (no scipy: it is not a dependency of tirl), tested in
 ``tests/ablation/test_ablation_stats.py`` against brute-force references (every 2x2 table with the same
@@ -30,6 +32,7 @@ the p-values are printed as they are), power analysis, and studentised or BCa bo
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
@@ -126,8 +129,8 @@ def bootstrap_ci(
     rng = random.Random(seed)
     means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(resamples))
     tail = (1 - level) / 2
-    lo = means[int(math.floor(tail * resamples))]
-    hi = means[max(int(math.ceil((1 - tail) * resamples)) - 1, 0)]
+    lo = means[math.floor(tail * resamples)]
+    hi = means[max(math.ceil((1 - tail) * resamples) - 1, 0)]
     return lo, hi
 
 
@@ -136,7 +139,7 @@ def reward_auc(rewards: Sequence[float | None]) -> float:
     known = [float(r) for r in rewards if r is not None and math.isfinite(float(r))]
     if len(known) <= 1:
         return known[0] if known else 0.0
-    area = sum((a + b) / 2 for a, b in zip(known, known[1:], strict=False))
+    area = sum((a + b) / 2 for a, b in itertools.pairwise(known))
     return area / (len(known) - 1)
 
 
