@@ -153,7 +153,7 @@ class SandboxConfig:
 class FilterConfig:
     """Void-turn filtering (see ``tirl.parsing`` for the rule)."""
 
-    mode: Literal["drop", "mask", "off", "penalize"] = "off"  # best in `tirl ablate` (README): 0 of 3 collapsed,
+    mode: Literal["drop", "mask", "off", "penalize", "roc"] = "off"  # best in `tirl ablate` (README): 0 of 3 collapsed,
     # accuracy 0.933 (penalize: 0 of 3, 0.925, half the max IS ratio; drop: 2 of 3 collapsed with void drift)
     void_penalty: float = 1.0  # penalize: the fixed negative advantage on a void turn's own tokens
     exec_langs: list[str] = field(default_factory=lambda: ["python", "py", "python3", "bash", "sh", "shell"])
