@@ -121,6 +121,7 @@ class EnvConfig:
     seed: int = 0
     tools: bool = False  # offer the env's tools as functions (python; swe-lite: bash, submit); needs a tool template
     offer_tools: bool = True  # verifiers envs: describe the env's tools to the model (false: a template without tools)
+    ood_rate: float = 0.0  # share of tool outputs replaced/extended by out-of-distribution text (tirl.envs.ood)
 
     def __post_init__(self) -> None:
         _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")
