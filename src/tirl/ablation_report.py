@@ -206,10 +206,10 @@ def plot(results: Sequence[RunResult], path: Path) -> Path:
     axes[0].set_xticks(range(len(modes)), modes)
     axes[0].set_title("accuracy after (per seed)")
     for r in results:
-        steps = list(range(1, len(r.reward) + 1))
         label = r.mode if r.seed == results[0].seed else None
-        axes[1].plot(steps, [math.nan if v is None else v for v in r.reward], color=colours[r.mode], label=label)
-        axes[2].plot(steps, [math.nan if v is None else v for v in r.is_ratio], color=colours[r.mode], label=label)
+        for ax, series in ((axes[1], r.reward), (axes[2], r.is_ratio)):
+            ys = [math.nan if v is None else v for v in series]
+            ax.plot(range(1, len(ys) + 1), ys, color=colours[r.mode], label=label)
     axes[1].set_title("training reward per step")
     axes[1].axhline(0.05, color="red", linestyle=":", linewidth=1)
     axes[2].set_title("max IS ratio per step")
