@@ -20,8 +20,8 @@ ablation measures exactly what a user's run would do. From each run's
 
 Seeds are **paired**: seed ``s`` sets both ``trainer.seed`` (sampling, the update) and ``env.seed`` (the
 training-task draw and the held-out/validation draw), so task draws vary across seeds and are identical
-within a seed across modes. The statistics (:func:`tirl.ablation_report.compare`, :mod:`tirl.ablation_stats`) pair each mode's
-run with ``off``'s run of the same seed.
+within a seed across modes. The statistics (:func:`tirl.ablation_report.compare`,
+:mod:`tirl.ablation_stats`) pair each mode's run with ``off``'s run of the same seed.
 
 The configuration (:data:`STRESS`) is where the failure can occur: the
 multi-turn ``tir-chain`` family (3–6 tool turns), sampling temperature 1, a

@@ -40,9 +40,7 @@ from collections.abc import Sequence
 
 COLLAPSE_REWARD = 0.05  # mean training reward over the last steps below this is a collapse
 COLLAPSE_LAST_STEPS = 3
-COLLAPSE_RULE = (
-    f"mean training reward (reward/mean) over the last {COLLAPSE_LAST_STEPS} steps < {COLLAPSE_REWARD:g}"
-)
+COLLAPSE_RULE = f"mean training reward (reward/mean) over the last {COLLAPSE_LAST_STEPS} steps < {COLLAPSE_REWARD:g}"
 BOOTSTRAP_RESAMPLES = 10_000
 MIN_PAIRS_CI = 5  # fewer pairs: no CI (a percentile bootstrap of 2-4 pairs is far too narrow)
 _REL_TOL = 1 + 1e-7  # tables this close to the observed probability count as "as extreme" (scipy's choice)

@@ -18,25 +18,31 @@ TIRL = [sys.executable, "-m", "tirl.cli"]
 
 
 def _result(
-    mode: str, seed: int, after: float, *, before: float = 0.6, ratio: float = 1.2, reward: float = 0.4,
-    mechanism: dict[str, float] | None = None, spikes: bool | None = None,
+    mode: str,
+    seed: int,
+    after: float,
+    *,
+    before: float = 0.6,
+    ratio: float = 1.2,
+    reward: float = 0.4,
+    mechanism: dict[str, float] | None = None,
+    spikes: bool | None = None,
 ) -> RunResult:
     return RunResult(
         mode=mode, seed=seed, run_dir="x", accuracy_before=before, accuracy_after=after, turns_mean=3.5,
         is_ratio_max=ratio, grad_norm_max=0.5, ratio_spike_steps=int(ratio > 3), void_ratio_start=0.1,
-        void_ratio_end=0.2, wall_s=1.0, void_ratio=[0.1, 0.2], is_ratio=[1.0, ratio], reward=[0.3, reward, reward, reward],
+        void_ratio_end=0.2, wall_s=1.0, void_ratio=[0.1, 0.2], is_ratio=[1.0, ratio],
+        reward=[0.3, reward, reward, reward],
         mechanism=mechanism or {}, spikes_in_void=spikes,
     )  # fmt: skip
 
 
 def test_read_run_takes_the_figures_from_the_run_directory(tmp_path: Path) -> None:
-    rows = [
-        {"step": 1, "filter/void_ratio": 0.1, "train/is_ratio_max": 1.5, "train/grad_norm_max": 0.3, "reward/mean": 0.4},
-        {"step": 2, "filter/void_ratio": 0.2, "train/is_ratio_max": 7.0, "train/grad_norm_max": 0.9, "reward/mean": 0.2},
-        {"step": 3, "filter/void_ratio": None, "train/is_ratio_max": None, "train/grad_norm_max": None},
-        {"step": 4, "filter/void_ratio": 0.6, "train/is_ratio_max": 3.5, "train/grad_norm_max": 0.2, "reward/mean": 0.0},
-        {"step": 5, "filter/void_ratio": 0.9, "train/is_ratio_max": 1.1, "train/grad_norm_max": 0.1, "reward/mean": 0.1},
-    ]  # fmt: skip
+    table = [(0.1, 1.5, 0.3, 0.4), (0.2, 7.0, 0.9, 0.2), (None, None, None, None), (0.6, 3.5, 0.2, 0.0),
+             (0.9, 1.1, 0.1, 0.1)]  # fmt: skip
+    keys = ("filter/void_ratio", "train/is_ratio_max", "train/grad_norm_max", "reward/mean")
+    rows = [{"step": i + 1, **{k: v for k, v in zip(keys, vals, strict=True) if k != "reward/mean" or v is not None}}
+            for i, vals in enumerate(table)]  # fmt: skip
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     summary = {"eval/accuracy_before": 0.7, "eval/accuracy_after": 0.55, "eval/after": {"mean_turns": 3.25}}
     (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
@@ -73,11 +79,16 @@ def test_summary_json_table_and_plot(tmp_path: Path) -> None:
                _result("penalize", 1, 0.75, mechanism={"void/share_tokens": 0.2})]  # fmt: skip
     data = summary_json(results, stress=["env.name=tir-chain"])
     assert data["seeds"] == 2 and data["turns_mean"] == 3.5
-    assert data["paired"] is True and data["stress"] == ["env.name=tir-chain"] and "last 3 steps" in data["collapse_rule"]
+    assert (
+        data["paired"] is True and data["stress"] == ["env.name=tir-chain"] and "last 3 steps" in data["collapse_rule"]
+    )
     off = data["modes"]["off"]
     assert {k: off[k] for k in ("accuracy_after", "is_ratio_max", "grad_norm_max", "void_ratio_end", "collapsed")} == {
-        "accuracy_after": [0.3, 0.7], "is_ratio_max": [9.0, 1.2], "grad_norm_max": [0.5, 0.5],
-        "void_ratio_end": [0.2, 0.2], "collapsed": 1,
+        "accuracy_after": [0.3, 0.7],
+        "is_ratio_max": [9.0, 1.2],
+        "grad_norm_max": [0.5, 0.5],
+        "void_ratio_end": [0.2, 0.2],
+        "collapsed": 1,
     }  # fmt: skip  (today's keys, unchanged)
     assert off["collapse_p"] is None and off["acc_diff_vs_off"] is None and off["mechanism"] is None
     pen = data["modes"]["penalize"]
@@ -95,7 +106,9 @@ def test_summary_json_table_and_plot(tmp_path: Path) -> None:
 
 
 def test_best_mode_needs_a_ci_that_excludes_zero() -> None:
-    better = [_result("off", s, 0.5 + 0.01 * s) for s in range(6)] + [_result("drop", s, 0.8 + 0.02 * s) for s in range(6)]
+    better = [_result("off", s, 0.5 + 0.01 * s) for s in range(6)] + [
+        _result("drop", s, 0.8 + 0.02 * s) for s in range(6)
+    ]
     noisy = [_result("mask", s, 0.5 + (0.3 if s % 2 else -0.3)) for s in range(6)]
     stats = compare(better + noisy)
     drop = next(s for s in stats if s.mode == "drop")
@@ -112,7 +125,13 @@ def test_best_mode_needs_a_ci_that_excludes_zero() -> None:
 def test_plan_pairs_seeds_and_builds_overrides() -> None:
     plan = AblationPlan(modes=("off", "penalize", "roc"), seeds=(0, 1), steps=3, split="validation")
     o = plan.overrides("penalize", 1)
-    assert {"filter.mode=penalize", "trainer.seed=1", "env.seed=1", "trainer.steps=3", "env.eval_split=validation"} <= set(o)
+    assert {
+        "filter.mode=penalize",
+        "trainer.seed=1",
+        "env.seed=1",
+        "trainer.steps=3",
+        "env.eval_split=validation",
+    } <= set(o)
     assert "env.name=tir-chain" in o
     assert plan.overrides("roc", 0)[-1] == "algo.group_size=16"  # twice the stress group size: RoC oversamples
     shrunk = AblationPlan(modes=("roc",), extra=("algo.group_size=2",))
@@ -218,4 +237,6 @@ def test_tiny_real_dose_step(tmp_path: Path) -> None:
     lines = (out / "ood100-nonets-seq" / "off-seed0" / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()
     tool = [m["content"] for line in lines if line.strip() for m in json.loads(line)["messages"] if m["role"] == "tool"]
     marks = ("Traceback (most recent call last)", "Warning:", "\x1b[", '"stdout"', "\t", "\u250c")
-    assert tool and all(any(k in c for k in marks) for c in tool), tool[:3]  # rate 1: every tool output carries its change
+    assert tool and all(any(k in c for k in marks) for c in tool), tool[
+        :3
+    ]  # rate 1: every tool output carries its change

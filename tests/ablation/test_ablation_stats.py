@@ -40,7 +40,9 @@ def _wilcoxon_by_enumeration(diffs: list[float]) -> float:
     mags = [abs(d) for d in nz]
     ranks = [sum(1 for m in mags if m < v) + (sum(1 for m in mags if m == v) + 1) / 2 for v in mags]
     w = sum(r for r, d in zip(ranks, nz, strict=True) if d > 0)
-    sums = [sum(r for r, s in zip(ranks, signs, strict=True) if s) for signs in itertools.product((0, 1), repeat=len(nz))]
+    sums = [
+        sum(r for r, s in zip(ranks, signs, strict=True) if s) for signs in itertools.product((0, 1), repeat=len(nz))
+    ]
     lower = sum(1 for s in sums if s <= w + 1e-9) / len(sums)
     upper = sum(1 for s in sums if s >= w - 1e-9) / len(sums)
     return min(1.0, 2 * min(lower, upper))

@@ -65,7 +65,9 @@ def test_void_turns_rank_before_tool_errors() -> None:
     void_clean = traj("v", correct=True, errors=0)
     void_clean.void_turns = [1]
     noisy = traj("e", correct=True, errors=3)
-    kept = resample_on_correct([void_clean, noisy, traj("n", correct=False), traj("m", correct=False)], 2, random.Random(1))
+    kept = resample_on_correct(
+        [void_clean, noisy, traj("n", correct=False), traj("m", correct=False)], 2, random.Random(1)
+    )
     assert [t.id for t in kept if is_correct(t)] == ["e"]  # one correct kept (share 2/4): the non-void one
 
 
