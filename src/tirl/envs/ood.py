@@ -107,15 +107,11 @@ class OodToolOutput:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"ood rate {rate} is not in [0, 1]")
         self.env = env
+        self.name: str = env.name
         self.rate = rate
         self.seed = seed
         self.changed = 0  # observation messages changed so far (tests, diagnostics)
         self._rng = random.Random(seed)
-
-    @property
-    def name(self) -> str:
-        """The wrapped env's name."""
-        return self.env.name
 
     def __getattr__(self, attr: str) -> Any:
         if attr == "env":  # not set yet (during unpickling): no recursion
