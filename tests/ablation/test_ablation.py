@@ -180,7 +180,7 @@ def test_bad_input_is_one_error_line(tmp_path: Path, args: list[str], needle: st
 def test_tiny_real_ablation_prints_one_json_line(tmp_path: Path) -> None:
     """Two real one-step training runs (off, roc) on a shrunken job; checks the JSON contract and the roc wiring.
 
-    Each run is a real `tirl train` process: ~20 s of CPU, 62 s wall on the shared, loaded 2-core machine (the
+    Each run is a real `tirl train` process: ~20 s of CPU, 39-62 s wall on the shared, loaded 2-core machine (the
     old off/drop version of this test cost the same); the roc arm's oversampling is only visible in a real run.
     """
     out = tmp_path / "abl"
