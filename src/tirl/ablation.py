@@ -1,4 +1,4 @@
-"""The filter-mode ablation behind ``tirl ablate``: the same job under each ``filter.mode`` x seeds.
+"""The filter-mode ablation behind ``tirl ablate``: the same job under each ``filter.mode`` x paired seeds.
 
 Each run is a real ``tirl train`` in its own process (``python -m tirl.cli
 train --run-dir ... --set ...``), one after the other (2 CPU cores: running
@@ -13,19 +13,33 @@ ablation measures exactly what a user's run would do. From each run's
   ratio exceeded :data:`RATIO_SPIKE`;
 * the void share (``filter/void_ratio``) at the start and the end (mean of the
   first and of the last :data:`EDGE_STEPS` logged steps);
-* collapse: held-out accuracy after < before - :data:`COLLAPSE_DROP`.
+* the training reward per step (``reward/mean``), for the collapse rule
+  (:data:`tirl.ablation_stats.COLLAPSE_RULE`: mean over the last 3 steps < 0.05 — no "before" figure)
+  and the area under the reward curve;
+* the attribution figures when the run logs them (every ``void/share_*`` key, averaged over steps).
+
+Seeds are **paired**: seed ``s`` sets both ``trainer.seed`` (sampling, the update) and ``env.seed`` (the
+training-task draw and the held-out/validation draw), so task draws vary across seeds and are identical
+within a seed across modes. The statistics (:func:`tirl.ablation_report.compare`,
+:mod:`tirl.ablation_stats`) pair each mode's run with ``off``'s run of the same seed.
 
 The configuration (:data:`STRESS`) is where the failure can occur: the
 multi-turn ``tir-chain`` family (3–6 tool turns), sampling temperature 1, a
 large learning rate without warm-up, 8 prompts x 8 episodes per step. The
 held-out set is smaller than ``make run``'s (``env.eval_size`` 40 instead of
-200) and runs are 8 steps instead of 25, and the same for every run: "before" is measured once per ablation and
+200) and runs are 8 steps instead of 25, and the same for every run: "before" is measured once per seed and
 copied into each run directory (the trainer then skips its own before-eval;
 the policy and tasks are identical, and greedy decoding makes it the same
-number). ``--split validation`` evaluates on the validation set
+number; per seed, since ``env.seed`` draws each seed's held-out set).
+``--split validation`` evaluates on the validation set
 (``env.eval_split=validation``: a draw disjoint from the held-out set, the
 training tasks and the SFT prompts) — use it to choose settings; the
 default split is the held-out one reported in the README.
+
+The arms are :data:`MODES`: the four ``filter.mode`` values and ``roc`` (rStar2-Agent's Resample-on-Correct,
+``filter.mode=roc``: each group is sampled at twice ``algo.group_size`` and the filter keeps half, see
+:mod:`tirl.filters.roc`). :data:`DOSE_LEVELS` are the stress levels of ``tirl ablate --dose``
+(:mod:`tirl.ablation_dose`); ``AblationPlan.level`` runs the ablation at one of them.
 
 Not covered: parallel runs, resuming a half-finished ablation (a rerun
 starts over in a new directory).
@@ -40,17 +54,24 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tirl.ablation_stats import (
+    COLLAPSE_REWARD,
+    collapsed,
+    reward_auc,
+)
 from tirl.errors import ConfigError
-from tirl.fileio import write_text
 
-MODES: tuple[str, ...] = ("off", "mask", "drop", "penalize")
+MODES: tuple[str, ...] = ("off", "mask", "drop", "penalize", "roc")
 RATIO_SPIKE = 3.0  # a step whose max IS ratio exceeds this has a ratio spike (the dual-clip bound)
-COLLAPSE_DROP = 0.10  # accuracy after < before - this is a collapse
+BOOTSTRAP_SEED = 0  # the bootstrap CIs are seeded: the same runs give the same table
+MECHANISM_PREFIX = "void/share_"  # attribution keys (issue 23 item 1), pooled when a run logs them
+SPIKE_KEYS = ("void/share_ratio_outliers", "void/share_lowprob_tokens")  # where the spikes sit
+BASE_KEY = "void/share_tokens"  # the void rows' share of tokens: what the spike shares are compared with
 EDGE_STEPS = 3  # void share "start"/"end": mean over this many first/last steps
 DEFAULT_STEPS = 8
 DEFAULT_SEEDS = 3
@@ -67,6 +88,22 @@ STRESS: tuple[str, ...] = (
     "trainer.checkpoint_every=1000",
 )
 
+#: The stress levels of ``tirl ablate --dose``, mildest first, each added to :data:`STRESS`: out-of-distribution
+#: tool output (``env.ood_rate``), then the safety nets off (no grad clip, no dual clip, no TIS cap), then
+#: sequence-mean aggregation and a longer horizon. Each is a real option a user has, not a learning-rate hammer.
+DOSE_LEVELS: dict[str, tuple[str, ...]] = {
+    "ood25": ("env.ood_rate=0.25",),
+    "ood50-nonets": ("env.ood_rate=0.5", "algo.grad_clip=0", "algo.dual_clip=none", "algo.tis_cap=none"),
+    "ood100-nonets-seq": (
+        "env.ood_rate=1.0",
+        "algo.grad_clip=0",
+        "algo.dual_clip=none",
+        "algo.tis_cap=none",
+        "algo.loss_agg=seq_mean",
+        "env.max_turns=8",
+    ),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class AblationPlan:
@@ -77,6 +114,7 @@ class AblationPlan:
     steps: int = DEFAULT_STEPS
     split: str = "heldout"  # heldout | validation
     extra: tuple[str, ...] = ()
+    level: str = ""  # a DOSE_LEVELS name added to STRESS ("" = STRESS alone)
 
     def __post_init__(self) -> None:
         bad = [m for m in self.modes if m not in MODES]
@@ -88,17 +126,29 @@ class AblationPlan:
             raise ConfigError(f"--steps {self.steps} is invalid: use at least 1")
         if self.split not in ("heldout", "validation"):
             raise ConfigError(f"--split {self.split!r} is invalid: use heldout or validation")
+        if self.level and self.level not in DOSE_LEVELS:
+            raise ConfigError(f"--level {self.level!r} is invalid: choose from {', '.join(DOSE_LEVELS)}")
+
+    @property
+    def stress(self) -> tuple[str, ...]:
+        """The stress overrides of every run: :data:`STRESS` plus the dose level's."""
+        return (*STRESS, *DOSE_LEVELS.get(self.level, ()))
 
     def overrides(self, mode: str, seed: int) -> list[str]:
-        """The ``--set`` pairs of one run."""
-        return [
-            *STRESS,
+        """The ``--set`` pairs of one run: seed ``seed`` sets both ``trainer.seed`` and ``env.seed`` (paired)."""
+        base = [
+            *self.stress,
             f"env.eval_split={self.split}",
             f"filter.mode={mode}",
             f"trainer.seed={seed}",
+            f"env.seed={seed}",
             f"trainer.steps={self.steps}",
             *self.extra,
         ]
+        if mode == "roc":  # oversample: twice the group size the other arms use; the filter keeps half
+            sizes = [o.split("=", 1)[1] for o in base if o.replace(" ", "").startswith("algo.group_size=")]
+            base.append(f"algo.group_size={2 * int(sizes[-1]) if sizes else 16}")
+        return base
 
 
 @dataclass(slots=True)
@@ -119,11 +169,19 @@ class RunResult:
     wall_s: float
     void_ratio: list[float | None] = field(default_factory=list)  # per step (plots)
     is_ratio: list[float | None] = field(default_factory=list)  # per step (plots)
+    reward: list[float | None] = field(default_factory=list)  # per step: reward/mean (collapse rule, AUC)
+    mechanism: dict[str, float] = field(default_factory=dict)  # void/share_* means over steps ({}: not logged)
+    spikes_in_void: bool | None = None  # before the reward fell, spike share > token share (None: not measured)
 
     @property
     def collapsed(self) -> bool:
-        """Held-out accuracy fell by more than :data:`COLLAPSE_DROP`."""
-        return self.accuracy_after < self.accuracy_before - COLLAPSE_DROP
+        """The collapse rule of :func:`tirl.ablation_stats.collapsed` on the training reward."""
+        return collapsed(self.reward)
+
+    @property
+    def reward_auc(self) -> float:
+        """Area under the training-reward curve (:func:`tirl.ablation_stats.reward_auc`)."""
+        return reward_auc(self.reward)
 
 
 def _num(row: dict[str, Any], key: str) -> float | None:
@@ -137,6 +195,33 @@ def _edge_mean(values: list[float | None], *, last: bool) -> float:
     return statistics.fmean(part) if part else 0.0
 
 
+def _mechanism(rows: list[dict[str, Any]], rewards: list[float | None]) -> tuple[dict[str, float], bool | None]:
+    """Per ``void/share_*`` key its mean over steps; and whether the spikes sat in void rows before the fall.
+
+    "Before the fall": the steps before the first one whose reward is below the collapse threshold (all steps
+    when it never falls). The spikes sit in void rows when the mean of a :data:`SPIKE_KEYS` share exceeds the
+    mean :data:`BASE_KEY` share (void rows hold more of the spikes than of the tokens). None when the keys
+    are absent.
+    """
+    keys = sorted({k for r in rows for k in r if k.startswith(MECHANISM_PREFIX)})
+    means: dict[str, float] = {}
+    for k in keys:
+        vals = [v for v in (_num(r, k) for r in rows) if v is not None]
+        if vals:
+            means[k] = statistics.fmean(vals)
+    fall = next((i for i, v in enumerate(rewards) if v is not None and v < COLLAPSE_REWARD), len(rows))
+    early = rows[: max(fall, 1)]
+
+    def early_mean(key: str) -> float | None:
+        vals = [v for v in (_num(r, key) for r in early) if v is not None]
+        return statistics.fmean(vals) if vals else None
+
+    base = early_mean(BASE_KEY)
+    spikes = [m for m in (early_mean(k) for k in SPIKE_KEYS) if m is not None]
+    verdict = None if base is None or not spikes else any(m > base for m in spikes)
+    return means, verdict
+
+
 def read_run(run_dir: Path, mode: str, seed: int, wall_s: float) -> RunResult:
     """The :class:`RunResult` of a finished run directory."""
     from tirl.trainer.logging import read_metrics
@@ -146,6 +231,8 @@ def read_run(run_dir: Path, mode: str, seed: int, wall_s: float) -> RunResult:
     voids = [_num(r, "filter/void_ratio") for r in rows]
     ratios = [_num(r, "train/is_ratio_max") for r in rows]
     grads = [_num(r, "train/grad_norm_max") for r in rows]
+    rewards = [_num(r, "reward/mean") for r in rows]
+    mechanism, spikes_in_void = _mechanism(rows, rewards)
     after = summary.get("eval/after") or {}
     return RunResult(
         mode=mode,
@@ -162,6 +249,9 @@ def read_run(run_dir: Path, mode: str, seed: int, wall_s: float) -> RunResult:
         wall_s=wall_s,
         void_ratio=voids,
         is_ratio=ratios,
+        reward=rewards,
+        mechanism=mechanism,
+        spikes_in_void=spikes_in_void,
     )
 
 
@@ -191,8 +281,8 @@ def run_ablation(
     """
     out.mkdir(parents=True, exist_ok=True)
     results: list[RunResult] = []
-    before: Path | None = None
     for seed in plan.seeds:
+        before: Path | None = None  # env.seed = seed draws this seed's held-out set: shared within the seed
         for mode in plan.modes:
             run_dir = out / f"{mode}-seed{seed}"
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -208,138 +298,18 @@ def run_ablation(
             echo(
                 f"{mode:>9} seed {seed}: {result.accuracy_before:.3f} -> {result.accuracy_after:.3f}  "
                 f"IS max {result.is_ratio_max:.2f}  grad max {result.grad_norm_max:.2f}  "
-                f"void {result.void_ratio_start:.0%} -> {result.void_ratio_end:.0%}  ({result.wall_s:.0f}s)"
+                f"void {result.void_ratio_start:.0%} -> {result.void_ratio_end:.0%}  "
+                f"{'collapsed' if result.collapsed else 'ok'}  ({result.wall_s:.0f}s)"
             )
     return results
 
 
-def summary_json(results: Sequence[RunResult]) -> dict[str, Any]:
-    """The one-line ``--json`` object: per mode, per-seed lists and the collapse count."""
-    modes: dict[str, Any] = {}
-    for r in results:
-        m = modes.setdefault(
-            r.mode,
-            {"accuracy_after": [], "is_ratio_max": [], "grad_norm_max": [], "void_ratio_end": [], "collapsed": 0},
-        )
-        m["accuracy_after"].append(r.accuracy_after)
-        m["is_ratio_max"].append(r.is_ratio_max)
-        m["grad_norm_max"].append(r.grad_norm_max)
-        m["void_ratio_end"].append(r.void_ratio_end)
-        m["collapsed"] += int(r.collapsed)
-    seeds = len({r.seed for r in results})
-    turns = statistics.fmean(r.turns_mean for r in results) if results else 0.0
-    return {"seeds": seeds, "turns_mean": turns, "modes": modes}
-
-
-def best_mode(results: Sequence[RunResult]) -> str | None:
-    """The mode with the fewest collapses, then the highest mean accuracy after, then the lowest max IS ratio."""
-
-    def key(mode: str) -> tuple[int, float, float]:
-        rs = [r for r in results if r.mode == mode]
-        return (
-            sum(r.collapsed for r in rs),
-            -statistics.fmean(r.accuracy_after for r in rs),
-            max(r.is_ratio_max for r in rs),
-        )
-
-    modes = list(dict.fromkeys(r.mode for r in results))
-    return min(modes, key=key) if modes else None
-
-
-def _spread(values: list[float]) -> str:
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return f"{mean:.3f}"
-    return f"{mean:.3f} ± {statistics.stdev(values):.3f}"
-
-
-def markdown_table(results: Sequence[RunResult]) -> str:
-    """The README table: one row per mode (mean ± sample std over seeds, max over seeds)."""
-    head = (
-        "| mode | held-out accuracy after (mean ± std) | per seed | max IS ratio | max grad norm "
-        f"| steps with ratio > {RATIO_SPIKE:g} | void share start → end | collapses |\n"
-        "|---|---|---|---|---|---|---|---|\n"
-    )
-    lines = []
-    for mode in dict.fromkeys(r.mode for r in results):
-        rs = [r for r in results if r.mode == mode]
-        acc = [r.accuracy_after for r in rs]
-        lines.append(
-            f"| `{mode}` | {_spread(acc)} | {' / '.join(f'{a:.3f}' for a in acc)} "
-            f"| {max(r.is_ratio_max for r in rs):.2f} | {max(r.grad_norm_max for r in rs):.2f} "
-            f"| {sum(r.ratio_spike_steps for r in rs)} "
-            f"| {statistics.fmean(r.void_ratio_start for r in rs):.0%} → "
-            f"{statistics.fmean(r.void_ratio_end for r in rs):.0%} "
-            f"| {sum(r.collapsed for r in rs)} of {len(rs)} |"
-        )
-    before = sorted({round(r.accuracy_before, 3) for r in results})
-    return (
-        head
-        + "\n".join(lines)
-        + f"\n\nheld-out accuracy before: {', '.join(f'{b:.3f}' for b in before)}; "
-        + f"best mode (fewest collapses, then mean accuracy): `{best_mode(results)}`\n"
-    )
-
-
-def plot(results: Sequence[RunResult], path: Path) -> Path:
-    """Three panels: held-out accuracy after per mode and seed; void share and max IS ratio per step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    modes = list(dict.fromkeys(r.mode for r in results))
-    colours = {m: f"C{i}" for i, m in enumerate(modes)}
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-    for i, m in enumerate(modes):
-        accs = [r.accuracy_after for r in results if r.mode == m]
-        axes[0].scatter([i] * len(accs), accs, color=colours[m])
-    befores = [r.accuracy_before for r in results]
-    if befores:
-        axes[0].axhline(statistics.fmean(befores), color="grey", linestyle="--", linewidth=1, label="before")
-        axes[0].axhline(statistics.fmean(befores) - COLLAPSE_DROP, color="red", linestyle=":", linewidth=1)
-    axes[0].set_xticks(range(len(modes)), modes)
-    axes[0].set_title("held-out accuracy after (per seed)")
-    axes[0].legend(fontsize=7)
-    for r in results:
-        steps = list(range(1, len(r.void_ratio) + 1))
-        label = r.mode if r.seed == results[0].seed else None
-        axes[1].plot(steps, [math.nan if v is None else v for v in r.void_ratio], color=colours[r.mode], label=label)
-        axes[2].plot(steps, [math.nan if v is None else v for v in r.is_ratio], color=colours[r.mode], label=label)
-    axes[1].set_title("void share per step")
-    axes[2].set_title("max IS ratio per step")
-    axes[2].set_yscale("log")
-    axes[2].axhline(RATIO_SPIKE, color="red", linestyle=":", linewidth=1)
-    for ax in axes[1:]:
-        ax.set_xlabel("step")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
-
-
-def write_outputs(results: Sequence[RunResult], out: Path) -> dict[str, Any]:
-    """``ablation.json`` (every run), ``ablation.md`` (the table) and ``ablation.png`` in ``out``."""
-    data = summary_json(results)
-    full = {**data, "best_mode": best_mode(results), "runs": [{**asdict(r), "collapsed": r.collapsed} for r in results]}
-    write_text(out / "ablation.json", json.dumps(full, indent=1) + "\n")
-    write_text(out / "ablation.md", markdown_table(results))
-    plot(results, out / "ablation.png")
-    return data
-
-
 __all__ = [
+    "DOSE_LEVELS",
     "MODES",
     "STRESS",
     "AblationPlan",
     "RunResult",
-    "best_mode",
-    "markdown_table",
-    "plot",
     "read_run",
     "run_ablation",
-    "summary_json",
-    "write_outputs",
 ]

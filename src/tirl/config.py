@@ -121,6 +121,7 @@ class EnvConfig:
     seed: int = 0
     tools: bool = False  # offer the env's tools as functions (python; swe-lite: bash, submit); needs a tool template
     offer_tools: bool = True  # verifiers envs: describe the env's tools to the model (false: a template without tools)
+    ood_rate: float = 0.0  # share of tool outputs replaced/extended by out-of-distribution text (tirl.envs.ood)
 
     def __post_init__(self) -> None:
         _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")
@@ -153,7 +154,7 @@ class SandboxConfig:
 class FilterConfig:
     """Void-turn filtering (see ``tirl.parsing`` for the rule)."""
 
-    mode: Literal["drop", "mask", "off", "penalize"] = "off"  # best in `tirl ablate` (README): 0 of 3 collapsed,
+    mode: Literal["drop", "mask", "off", "penalize", "roc"] = "off"  # best in `tirl ablate` (README): 0 of 3 collapsed,
     # accuracy 0.933 (penalize: 0 of 3, 0.925, half the max IS ratio; drop: 2 of 3 collapsed with void drift)
     void_penalty: float = 1.0  # penalize: the fixed negative advantage on a void turn's own tokens
     exec_langs: list[str] = field(default_factory=lambda: ["python", "py", "python3", "bash", "sh", "shell"])

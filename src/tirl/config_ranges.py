@@ -87,6 +87,7 @@ RANGES: dict[str, Range] = {
     "env.max_turns": Range(1, 1000),
     "env.eval_size": Range(1, 1_000_000),
     "env.seed": Range(0, _SEED),
+    "env.ood_rate": Range(0, 1),
     "sandbox.timeout_s": Range(0, _DAY, lo_open=True),
     "sandbox.memory_mb": Range(64, _RAM_MB, why="the machine's physical memory in MB, at least 1024"),
     "sandbox.max_output_chars": Range(64, 10_000_000),

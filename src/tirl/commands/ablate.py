@@ -1,13 +1,21 @@
-"""``tirl ablate``: the same training job under each void-filter mode x seeds; table, plots, one JSON line.
+"""``tirl ablate``: the same training job under each void-filter mode x paired seeds; statistics, table, plots, JSON.
 
-Plain ``tirl ablate --json`` runs the full ablation (modes off, mask, drop,
-penalize x seeds 0, 1, 2, 8 steps each, the stress configuration of
-:mod:`tirl.ablation`). ``--seeds``, ``--modes`` and ``--steps`` shrink it.
-Writes ``ablation.json``, ``ablation.md`` and ``ablation.png`` (and one run
-directory per run) under ``--out``; with ``--json`` the last line of stdout is
+Plain ``tirl ablate --json`` runs the full ablation (arms off, mask, drop,
+penalize, roc x seeds 0, 1, 2, 8 steps each, the stress configuration of
+:mod:`tirl.ablation`; seed ``s`` sets ``trainer.seed`` and ``env.seed``).
+``--level NAME`` adds a dose level's overrides; ``--dose`` runs the dose-finding
+step instead (``off`` only, every level of ``--levels``; :mod:`tirl.ablation_dose`).
+``--seeds``, ``--modes``, ``--steps`` and ``--levels`` shrink both.
+Writes ``ablation.json``, ``ablation.md`` and ``ablation.png`` (``--dose``:
+``dose.json``, ``dose.md`` and one folder per level) and one run directory per
+run under ``--out``; with ``--json`` the last line of stdout is
 ``{"seeds": N, "turns_mean": F, "modes": {MODE: {"accuracy_after": [...],
 "is_ratio_max": [...], "grad_norm_max": [...], "void_ratio_end": [...],
-"collapsed": INT}}}``.
+"collapsed": INT, "collapse_p": F|null, "acc_diff_vs_off": F|null,
+"acc_diff_ci": [LO, HI]|null, "reward_auc": F, "auc_p": F|null,
+"mechanism": {KEY: F}|null}}, "paired": true, "collapse_rule": STR, "stress": [...]}``
+(``--dose``: ``{"dose": [{"level", "stress", "runs", "collapsed", "mechanism",
+"accepted"}], "accepted_level": STR|null, "collapse_rule": STR, "paired": true}``).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import json
 import time
 from pathlib import Path
 
-from tirl.ablation import DEFAULT_SEEDS, DEFAULT_STEPS, MODES, AblationPlan, run_ablation, write_outputs
+from tirl.ablation import DEFAULT_SEEDS, DEFAULT_STEPS, DOSE_LEVELS, MODES, AblationPlan, run_ablation
 from tirl.errors import ConfigError
 from tirl.fileio import check_output_dir
 
@@ -27,13 +35,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--modes", default=",".join(MODES), help=f"comma-separated filter modes (default {','.join(MODES)})"
     )
-    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="number of seeds per mode (seeds 0..N-1)")
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="number of paired seeds (seeds 0..N-1)")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps per run")
     parser.add_argument(
         "--split",
         choices=("heldout", "validation"),
         default="heldout",
         help="evaluate on the held-out set (the reported figures) or the validation draw (to choose settings)",
+    )
+    parser.add_argument("--level", default="", help=f"a dose level added to the stress ({', '.join(DOSE_LEVELS)})")
+    parser.add_argument("--dose", action="store_true", help="dose finding: off only, at every level of --levels")
+    parser.add_argument(
+        "--levels", default=",".join(DOSE_LEVELS), help="--dose: comma-separated levels (default: all, mildest first)"
     )
     parser.add_argument(
         "--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
@@ -43,24 +56,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line, last on stdout")
 
 
+def _levels(args: argparse.Namespace) -> tuple[str, ...]:
+    levels = tuple(v.strip() for v in args.levels.split(",") if v.strip())
+    bad = [v for v in levels if v not in DOSE_LEVELS]
+    if bad or not levels:
+        raise ConfigError(f"--levels {args.levels!r} is invalid: choose from {','.join(DOSE_LEVELS)}")
+    if args.level:
+        raise ConfigError("--level and --dose do not go together: --dose runs every level of --levels")
+    return levels
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the plan, write the outputs, print the table (and the JSON line)."""
+    """Run the plan (or the dose finding), write the outputs, print the table (and the JSON line)."""
     if args.seeds < 1:
         raise ConfigError(f"--seeds {args.seeds} is invalid: use at least 1")
-    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    plan = AblationPlan(
-        modes=modes, seeds=tuple(range(args.seeds)), steps=args.steps, split=args.split, extra=tuple(args.overrides)
-    )
+    modes = ("off",) if args.dose else tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    levels = _levels(args) if args.dose else (args.level,)
+    plans = [
+        AblationPlan(modes=modes, seeds=tuple(range(args.seeds)), steps=args.steps, split=args.split,
+                     extra=tuple(args.overrides), level=level)
+        for level in levels
+    ]  # fmt: skip
     from tirl.config import load_config
 
-    load_config(None, list(plan.overrides(modes[0], 0)))  # a bad --set fails now, not after the first run
+    for plan in plans:  # a bad --set fails now, not after the first run
+        for mode in plan.modes:
+            load_config(None, list(plan.overrides(mode, 0)))
     out = args.out or Path("runs") / time.strftime("ablate-%Y%m%d-%H%M%S")
     check_output_dir(out)  # a file, or a path under a file, fails now rather than after the first run
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out} is not empty: give a new directory (an ablation never overwrites runs)")
     t0 = time.perf_counter()
-    results = run_ablation(plan, out, on_result=lambda so_far: write_outputs(so_far, out))
-    data = write_outputs(results, out)
+    if args.dose:
+        from tirl.ablation_dose import dose_json, run_dose
+
+        verdicts = run_dose(plans[0].seeds, args.steps, out, levels=levels, split=args.split, extra=args.overrides)
+        print((out / "dose.md").read_text(encoding="utf-8"))
+        print(f"dose: {len(levels)} levels x {args.seeds} seeds in {time.perf_counter() - t0:.0f}s; outputs in {out}")
+        if args.json:
+            print(json.dumps(dose_json(verdicts), separators=(",", ":")))
+        return 0
+    from tirl.ablation_report import write_outputs
+
+    plan = plans[0]
+    label = "validation" if args.split == "validation" else "held-out"
+    results = run_ablation(
+        plan, out, on_result=lambda so_far: write_outputs(so_far, out, stress=plan.stress, label=label)
+    )
+    data = write_outputs(results, out, stress=plan.stress, label=label)
     print((out / "ablation.md").read_text(encoding="utf-8"))
     print(f"ablation: {len(results)} runs in {time.perf_counter() - t0:.0f}s; outputs in {out}")
     if args.json:

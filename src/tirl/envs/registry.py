@@ -27,6 +27,7 @@ from typing import Any
 
 from tirl.config import EnvConfig
 from tirl.envs.base import Env, Task
+from tirl.envs.ood import wrap_ood
 from tirl.envs.tool_env import ToolEnv
 from tirl.errors import ConfigError
 from tirl.parsing import ParseRules
@@ -135,7 +136,8 @@ def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | 
     ``rules`` (the ``[filter]`` section's action rule) is passed to envs built
     on :class:`~tirl.envs.tool_env.ToolEnv` and to env classes with
     ``takes_rules = True`` (the adapters of :mod:`tirl.integrations`), so the
-    env runs exactly what the void filter calls an action; another maker does not get it. Classes with
+    env runs exactly what the void filter calls an action; another maker does not get it. With
+    ``config.ood_rate > 0`` the env comes wrapped in :class:`~tirl.envs.ood.OodToolOutput`. Classes with
     ``takes_offer_tools = True`` (verifiers) get ``offer_tools=config.offer_tools`` unless registered with one.
     """
     spec = get_spec(name)
@@ -155,6 +157,8 @@ def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | 
             f"environment {name!r}: the factory returned {type(env).__name__}, which lacks the Env methods "
             "(name, async reset/step/evaluate/close)"
         )
+    if config is not None and config.ood_rate > 0:  # env.ood_rate: out-of-distribution tool output, every env
+        return wrap_ood(env, rate=config.ood_rate, seed=config.seed)
     return env
 
 

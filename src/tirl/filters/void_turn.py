@@ -12,6 +12,7 @@ drop      no (absent from mean/std)  —            no
 mask      yes (in the mean/std)      0            no
 off       yes                        1            yes
 penalize  no (as ``drop``)           —            no
+roc       yes, if RoC keeps it       1            yes
 ========  =========================  ===========  ==============================
 
 ``drop`` is the seed's rule; ``mask`` is SimpleTIR's public behaviour;
@@ -20,7 +21,8 @@ like ``drop``, and handed back in :attr:`FilterResult.penalized` so the
 trainer can push down the void turn's own tokens with a bounded, fixed
 negative advantage (:mod:`tirl.algorithms.void_penalty`). Infrastructure failures (``Trajectory.failed``) are
 always removed and counted separately: they are not evidence about the
-policy.
+policy. ``roc`` treats a void trajectory like ``off`` and then keeps half of each
+(oversampled) group by rStar2-Agent's Resample-on-Correct (:mod:`tirl.filters.roc`).
 
 The hand-off is typed and done in one pass: :meth:`VoidTurnFilter.apply`
 sets ``Trajectory.void``, ``void_turns`` and ``loss_weight`` and returns a
@@ -41,10 +43,11 @@ from typing import Literal
 
 from tirl.config import EnvConfig, FilterConfig, TirlConfig
 from tirl.errors import ConfigError
+from tirl.filters.roc import group_rng, resample_on_correct
 from tirl.parsing import ACTION_RULES, DEFAULT_RULES, ParseRules, TrajectoryVerdict, judge_messages
 from tirl.types import Group, TerminationReason, Trajectory
 
-FilterMode = Literal["drop", "mask", "off", "penalize"]
+FilterMode = Literal["drop", "mask", "off", "penalize", "roc"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,7 @@ class ModeRule:
     loss_weight: float  # its ``Trajectory.loss_weight`` when kept
     usable: bool  # counts towards the group's usable trajectories
     penalize: bool = False  # removed, then trained on its void turn only (FilterResult.penalized)
+    resample_on_correct: bool = False  # the group keeps half its rows by RoC (tirl.filters.roc)
 
 
 MODES: dict[str, ModeRule] = {
@@ -62,6 +66,7 @@ MODES: dict[str, ModeRule] = {
     "mask": ModeRule(keep=True, loss_weight=0.0, usable=False),
     "off": ModeRule(keep=True, loss_weight=1.0, usable=True),
     "penalize": ModeRule(keep=False, loss_weight=0.0, usable=False, penalize=True),
+    "roc": ModeRule(keep=True, loss_weight=1.0, usable=True, resample_on_correct=True),
 }
 
 
@@ -188,6 +193,11 @@ class VoidTurnFilter:
                 traj.loss_weight = rule.loss_weight
                 n_usable += int(rule.usable)
                 kept.append(traj)
+            if rule.resample_on_correct:
+                chosen = resample_on_correct(kept, len(group.trajectories) // 2, group_rng(group.id, kept))
+                picked = {id(t) for t in chosen}
+                removed.extend(t for t in kept if id(t) not in picked)
+                kept, n_usable = chosen, len(chosen)
             out.append(Group(id=group.id, trajectories=kept))
             usable.append(n_usable)
         stats.empty_groups = sum(1 for n in usable if n == 0)
