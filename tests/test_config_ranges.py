@@ -4,7 +4,7 @@ Covered: the table names exactly the numeric keys of every section; values drawn
 accepted through the command-line text path and the saved-config path; values drawn outside are refused
 with one ConfigError naming the key, the value and the range; the red team's values (``trainer.threads``
 100000 and -4, ``sandbox.pool_size=100000``, ``rollout.run_workers=1000000``) are refused by ``tirl train``
-with one ``error:`` line and exit 2 before anything starts; the README quotes the table.
+with one ``error:`` line and exit 2 before anything starts; docs/configuration.md quotes the table.
 Not covered: products of keys (only their factors are bounded).
 """
 
@@ -25,7 +25,7 @@ from tirl.config import TirlConfig, config_from_dict, load_config
 from tirl.config_ranges import RANGES, Range, ranges_markdown
 from tirl.errors import ConfigError
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"  # the reference page that quotes it
 
 # keys whose in-range value also needs a partner moved out of the way of a cross-key rule
 PARTNERS = {

@@ -10,7 +10,7 @@ Unknown keys are errors (with the closest valid key suggested), never
 silently ignored. Numbers are refused at parse time when they are not finite
 (``algo.lr=inf``, ``nan``, ``1e999``) or overflow (integers beyond 64 bits); a TOML file that is not
 UTF-8, nests too deeply or holds an over-long integer is one ConfigError. Every numeric key has a range
-(:data:`tirl.config_ranges.RANGES`, quoted in the README), checked at the end of its section's
+(:data:`tirl.config_ranges.RANGES`, quoted in docs/configuration.md), checked at the end of its section's
 ``__post_init__``: ``trainer.threads=100000`` is refused with the range, not run.
 """
 
@@ -154,8 +154,8 @@ class SandboxConfig:
 class FilterConfig:
     """Void-turn filtering (see ``tirl.parsing`` for the rule)."""
 
-    mode: Literal["drop", "mask", "off", "penalize", "roc"] = "off"  # best in `tirl ablate` (README): 0 of 3 collapsed,
-    # accuracy 0.933 (penalize: 0 of 3, 0.925, half the max IS ratio; drop: 2 of 3 collapsed with void drift)
+    mode: Literal["drop", "mask", "off", "penalize", "roc"] = "off"  # not separable yet on the tiny job (3-5 seeds);
+    # the pre-registered ablation that decides the default: docs/training.md#ablation
     void_penalty: float = 1.0  # penalize: the fixed negative advantage on a void turn's own tokens
     exec_langs: list[str] = field(default_factory=lambda: ["python", "py", "python3", "bash", "sh", "shell"])
     boxed: bool = True
@@ -200,7 +200,7 @@ class AlgoConfig:
     epochs: int = 1
     micro_batch_tokens: int = 1024  # padded tokens per forward pass (bounds activation memory); 0 = whole mini-batch
     # 1024: on the CPU as fast as 2048 with about half the activation memory (docs/trainer.md, vs TRL)
-    # memory for large models (tirl.models.memory; README "Memory")
+    # memory for large models (tirl.models.memory; docs/models.md "Memory")
     autocast: Literal["off", "bf16"] = "off"  # bf16: forward passes under bf16 autocast, float32 master weights
     gradient_checkpointing: bool = False  # recompute each layer's activations in the backward pass
     lora_rank: int = 0  # > 0: train a LoRA adapter of this rank (peft) instead of all weights

@@ -155,7 +155,7 @@ def check_section(section: str, obj: object) -> None:
 
 
 def ranges_markdown() -> str:
-    """The table the README's Configuration section quotes (``tests/test_config_ranges.py`` keeps them equal)."""
+    """The table docs/configuration.md quotes (``tests/test_config_ranges.py`` keeps them equal)."""
     rows = ["| key | range |", "|---|---|"]
     for key, bound in RANGES.items():
         shown = f"{_num(bound.lo)}..{bound.why}" if bound.why else bound.text()

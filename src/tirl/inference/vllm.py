@@ -41,7 +41,7 @@ thread so that they never overlap a batch:
 :meth:`VLLMGenerator.close` fails queued requests and shuts the engine down.
 
 Not covered (and not run here: no GPU was available when this was written —
-see the README's "What has and has not run on a GPU"): engines spread over
+see docs/models.md, "What has and has not run on a GPU"): engines spread over
 several nodes, zero-copy weight transfer (vLLM's CUDA-IPC/NCCL
 ``weight_transfer`` engines), and sharing one GPU between the trainer and vLLM
 beyond ``gpu_memory_utilization``.
