@@ -2,7 +2,8 @@
 
 The default job: tir-chain (chained computations, 3-6 tool turns), its
 built-in warm-started tiny model (``tiny-chain``), GRPO, void filter
-``off`` (the modes are not separable yet: docs/training.md#ablation), the pipeline rollout strategy, two CPU threads. It writes a
+``off`` (the modes are not separable yet: docs/training.md#ablation), the pipeline rollout strategy,
+two CPU threads. It writes a
 run directory (``runs/<time>-<env>``, or ``-<task file name>`` with ``env.tasks_file``, unless ``--resume``)::
 
     config.json  metrics.jsonl  tb/  trajectories.jsonl  pipeline_trace.jsonl
