@@ -33,7 +33,8 @@ Every mode runs the same ``--steps`` steps of the same episodes
   speed on all 16 slots), or the trainer's if that is slower.
 
     python benchmarks/bench_async.py            # table
-    python benchmarks/bench_async.py --json     # {"sync": {"steps_per_s": F}, ..., "async": {..., "max_staleness": K}}
+    python benchmarks/bench_async.py --json     # {"sync": {"steps_per_s": F}, ..., "async": {..., "max_staleness": K},
+                                                #  "bound": {...}, "by_k": {"1": F, ..., "4": F}}
 """
 
 from __future__ import annotations
@@ -157,6 +158,7 @@ def simulate(tasks: int, steps: int, seed: int, sync_batch_live: int = LIVE_BUDG
     out: dict[str, Any] = {name: {"steps_per_s": r["steps_per_s"]} for name, r in runs.items() if name != "async"}
     out["async"] = {"steps_per_s": runs["async"]["steps_per_s"], "max_staleness": best}
     out["bound"] = {"steps_per_s": bound}
+    out["by_k"] = {str(k): r["steps_per_s"] for k, r in by_k.items()}  # the staleness curve (run_all plots it)
     details = {
         "workload": WORKLOAD.what,
         "trajectories_per_step": tasks * GROUP,

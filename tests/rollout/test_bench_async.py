@@ -18,7 +18,10 @@ def test_bench_async_json_shape_and_ordering() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"sync", "sync_batch", "one_step_off", "async", "bound"}
+    assert set(out) == {"sync", "sync_batch", "one_step_off", "async", "bound", "by_k"}
+    by_k = out.pop("by_k")
+    assert set(by_k) == {"1", "2", "3", "4"} and by_k["1"] == out["one_step_off"]["steps_per_s"]
+    assert max(by_k.values()) == out["async"]["steps_per_s"]
     for name, row in out.items():
         assert set(row) == ({"steps_per_s", "max_staleness"} if name == "async" else {"steps_per_s"})
         assert row["steps_per_s"] > 0
