@@ -184,7 +184,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         "process: like for like (both with or both without gradient checkpointing, the same micro-batch, the same "
         "threads), then each side's defaults.",
         ("--repeats", "1"),
-        ("--steps", "2", "--prompts", "2", "--group", "2", "--max-new", "8"),
+        ("--steps", "2", "--prompts", "2", "--group", "4", "--max-new", "16"),
         _trl_figures(),
     ),
     Bench(
@@ -198,14 +198,21 @@ BENCHMARKS: tuple[Bench, ...] = (
             Figure("`judge_message`: turns per CPU second", lambda r: num(r, "turns_per_s"), "turns/s", "≥ 200,000", 0),
             Figure(
                 "`tirl filter --workers 1`: turns per CPU second",
-                lambda r: num(r, "cli", "filter_1", "turns_per_cpu_s", "median"),
+                _reads("turns_per_cpu_s_one_worker", "median"),
                 "turns/s",
                 "≥ 100,000",
                 0,
             ),
             Figure(
+                "reference loop (one process): turns per CPU second",
+                _reads("reference_turns_per_cpu_s", "median"),
+                "turns/s",
+                "",
+                0,
+            ),
+            Figure(
                 "`tirl filter` (default workers): turns per wall second",
-                lambda r: num(r, "cli", "filter", "turns_per_s", "median"),
+                _reads("parallel", "turns_per_s", "median"),
                 "turns/s",
                 "",
                 0,
