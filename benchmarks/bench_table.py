@@ -97,9 +97,51 @@ def _pipeline_figures() -> tuple[Figure, ...]:
                "≥ 1.45×"),
         Figure("heavy-tail: pipeline ÷ sync_batch_equal", pipe_over("heavy-tail", "sync_batch_equal"), "×", "≥ 1.7×"),
     ]  # fmt: skip
+    for side in ("pipeline", "gather_all"):
+        out += [
+            Figure(f"heavy-tail: peak live environments, {side}", _reads("headline", "max_live_envs", side), "", "", 0),
+            Figure(f"heavy-tail: peak traced heap, {side}", _reads("headline", "peak_traced_mb", side), "MB"),
+        ]
     for w in ("init-heavy", "run-heavy", "eval-heavy", "heavy-tail"):
         out.append(Figure(f"{w}: pipeline ÷ bound", pipe_over(w, "bound"), "", "≥ 0.93", 3))
     return tuple(out)
+
+
+def _pipeline_plot(results: list[Result]) -> bytes | None:
+    """Heavy-tail: trajectories per second against peak live environments, one point per entry and run."""
+    rows = [at(r, "memory", "heavy-tail") for r in results]
+    if not all(isinstance(row, dict) and row for row in rows):
+        return None
+    fig, ax = _figure()
+    for i, name in enumerate(rows[0]):
+        xs = [row[name]["max_live_envs"] for row in rows]
+        ys = [row[name]["traj_per_s"] for row in rows]
+        ax.scatter(xs, ys, color=f"C{i}", label=name, s=28, alpha=0.8)
+    ax.set_xlabel("peak live environments")
+    ax.set_ylabel("trajectories per second (model time)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="lower right")
+    return _png(fig)
+
+
+def _figure() -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(5.5, 3.4), dpi=110)
+
+
+def _png(fig: Any) -> bytes:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def _async_plot(results: list[Result]) -> bytes | None:
@@ -107,12 +149,7 @@ def _async_plot(results: list[Result]) -> bytes | None:
     curves = [at(r, "by_k") for r in results]
     if not all(isinstance(c, dict) and c for c in curves):
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
+    fig, ax = _figure()
     for i, (r, curve) in enumerate(zip(results, curves, strict=True)):
         ks = sorted(curve, key=int)
         ax.plot([0, *map(int, ks)], [3600 * r["sync"]["steps_per_s"], *(3600 * curve[k] for k in ks)],
@@ -124,11 +161,7 @@ def _async_plot(results: list[Result]) -> bytes | None:
     ax.set_ylabel("training steps per hour")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return _png(fig)
 
 
 BENCHMARKS: tuple[Bench, ...] = (
@@ -225,6 +258,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         (),
         ("--virtual", "--workloads", "heavy-tail", "--n-scale", "0.1"),
         _pipeline_figures(),
+        plot=_pipeline_plot,
     ),
     Bench(
         "async",

@@ -74,7 +74,9 @@ def test_quick_run_writes_one_table_per_benchmark_with_ranges_runs_and_a_plot(tm
     async_sec = sections[1]
     assert "| async ÷ sync (steps/s) | **" in async_sec and "![async](img/results_async.png)" in async_sec
     assert (out.parent / "img" / "results_async.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    assert "![" not in sections[0]  # no plot where none says more than the numbers
+    assert "| heavy-tail: peak live environments, pipeline | **" in sections[0]
+    assert "![pipeline](img/results_pipeline.png)" in sections[0]
+    assert (out.parent / "img" / "results_pipeline.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_load_above_the_gate_is_refused_and_the_old_page_is_kept(tmp_path: Path) -> None:
