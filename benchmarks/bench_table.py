@@ -145,22 +145,29 @@ def _png(fig: Any) -> bytes:
 
 
 def _async_plot(results: list[Result]) -> bytes | None:
-    """Steps per hour against the staleness bound K, one line per run, sync and the bound as flat lines."""
-    curves = [at(r, "by_k") for r in results]
-    if not all(isinstance(c, dict) and c for c in curves):
+    """Steps per hour against the staleness bound K, disaggregated and on a shared device, one line per run."""
+    if not all(isinstance(at(r, "by_k"), dict) and at(r, "by_k") for r in results):
         return None
     fig, ax = _figure()
-    for i, (r, curve) in enumerate(zip(results, curves, strict=True)):
-        ks = sorted(curve, key=int)
-        ax.plot([0, *map(int, ks)], [3600 * r["sync"]["steps_per_s"], *(3600 * curve[k] for k in ks)],
-                "o-", color="C0", alpha=0.6, label="pipeline, K = 0 (sync) … 4" if i == 0 else None)  # fmt: skip
+    where = (((), "C0", "disaggregated"), (("shared_device",), "C1", "shared device"))
+    for i, r in enumerate(results):
+        for path, color, label in where:
+            curve = at(r, *path, "by_k")
+            if not isinstance(curve, dict):
+                continue
+            ks = sorted(curve, key=int)
+            ys = [3600 * r["sync"]["steps_per_s"], *(3600 * curve[k] for k in ks)]
+            ax.plot([0, *map(int, ks)], ys, "o-", color=color, alpha=0.6, label=label if i == 0 else None)
     ax.axhline(3600 * results[0]["sync_batch"]["steps_per_s"], color="C3", ls=":", label="sync_batch (K = 0)")
-    ax.axhline(3600 * results[0]["bound"]["steps_per_s"], color="k", ls="--", label="bound")
-    ax.set_xticks(range(0, 1 + max(int(k) for c in curves for k in c)))
-    ax.set_xlabel("max staleness K (steps)")
+    ax.axhline(3600 * results[0]["bound"]["steps_per_s"], color="C0", ls="--", label="bound, disaggregated")
+    shared = num(results[0], "shared_device", "bound", "steps_per_s")
+    if shared is not None:
+        ax.axhline(3600 * shared, color="C1", ls="--", label="bound, shared device")
+    ax.set_xticks(range(0, 1 + max(int(k) for r in results for k in r["by_k"])))
+    ax.set_xlabel("max staleness K (steps; K = 0 is sync)")
     ax.set_ylabel("training steps per hour")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=7, loc="lower right")
     return _png(fig)
 
 
@@ -269,19 +276,34 @@ BENCHMARKS: tuple[Bench, ...] = (
         ("--tasks", "4", "--steps", "4"),
         (
             Figure(
-                "async ÷ sync (steps/s)",
+                "shared device: async ÷ sync (steps/s)",
+                lambda r: ratio(num(r, "shared_device", "async", "steps_per_s"), num(r, "sync", "steps_per_s")),
+                "×",
+            ),
+            Figure(
+                "shared device: async ÷ its bound",
+                lambda r: ratio(
+                    num(r, "shared_device", "async", "steps_per_s"), num(r, "shared_device", "bound", "steps_per_s")
+                ),
+                "",
+                "",
+                3,
+            ),
+            Figure("modelled weight sync per update", _reads("weight_sync", "sync_s"), "s"),
+            Figure(
+                "disaggregated: async ÷ sync (steps/s)",
                 lambda r: ratio(num(r, "async", "steps_per_s"), num(r, "sync", "steps_per_s")),
                 "×",
                 "≥ 1.4×",
             ),
             Figure(
-                "async ÷ sync_batch",
+                "disaggregated: async ÷ sync_batch",
                 lambda r: ratio(num(r, "async", "steps_per_s"), num(r, "sync_batch", "steps_per_s")),
                 "×",
                 "≥ 2.5×",
             ),
             Figure(
-                "async ÷ bound",
+                "disaggregated: async ÷ bound",
                 lambda r: ratio(num(r, "async", "steps_per_s"), num(r, "bound", "steps_per_s")),
                 "",
                 "≥ 0.9",
