@@ -72,7 +72,9 @@ def test_quick_run_writes_one_table_per_benchmark_with_ranges_runs_and_a_plot(tm
         )
         assert runs == ["1", "2", "3"]
     async_sec = sections[1]
-    assert "| async ÷ sync (steps/s) | **" in async_sec and "![async](img/results_async.png)" in async_sec
+    assert (
+        "| shared device: async ÷ sync (steps/s) | **" in async_sec and "![async](img/results_async.png)" in async_sec
+    )
     assert (out.parent / "img" / "results_async.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert "| heavy-tail: peak live environments, pipeline | **" in sections[0]
     assert "![pipeline](img/results_pipeline.png)" in sections[0]
