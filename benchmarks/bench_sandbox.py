@@ -7,7 +7,9 @@
    PID-1 server, capped tmpfs: the hardened pool of issue 11);
 4. ``warm_unisolated``: the same fork-server design and the same interpreter without any isolation
    (``WarmPool(isolate=False)``: plain server processes, no bubblewrap, no seccomp, no cgroup; the
-   per-run rlimits, the fresh child per run and the leftover cleanup stay).
+   per-run rlimits, the fresh child per run and the leftover cleanup stay; without a PID namespace that
+   cleanup scans ``/proc`` for leftovers and empties an on-disk workspace, work the isolated server, the
+   namespace's init, does with one ``kill(-1)`` and one ``stat``: it can be the slower of the two).
 
 Two comparisons, reported separately: the **cost of isolation** (``warm_pool`` against
 ``warm_unisolated``: ``isolation_cost_p50`` and ``isolation_cost_per_s``, ratios of the two per run)
