@@ -250,7 +250,7 @@ BENCHMARKS: tuple[Bench, ...] = (
             Figure(
                 "warm pool: isolated executions per second",
                 _reads("summary", "warm_pool", "per_s", "median"),
-                "/s",
+                "exec/s",
                 "≥ 1000/s",
                 0,
             ),
