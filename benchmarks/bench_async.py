@@ -18,7 +18,24 @@ What is real and what is modelled:
   slots, per-token time rising with load; its queue is the real one above), the sandbox (24 slots), the
   heavy-tail workload's episodes (turns ~ logN(3, 1) clipped to [1, 40]),
   and the training step: a sleep of ``TRAIN_FRACTION`` (0.5) × the mean
-  rollout time of a ``sync`` step. Training does not use the generator.
+  rollout time of a ``sync`` step; and the **weight sync** after every update:
+  ``--params`` × ``--param-bytes`` ÷ ``--sync-gb-s`` (default 7e9 × 2 B ÷
+  25 GB/s = 0.56 s, a stated bandwidth, not measured here), during which the
+  generator pauses (every slot held; requests in flight finish first).
+
+Two placements of training:
+
+* **disaggregated** (the top-level keys): training runs on its own device and
+  does not use the generator's; only the weight sync pauses the generator;
+* **shared device** (``shared_device``): training and generation take turns
+  on one device: each update (and its weight sync) holds every generator
+  slot, so an asynchronous schedule can only fill the generator's idle tail
+  of a step, never overlap training with generation. Its ``bound`` is one
+  device doing a step's generation, update and sync in turn.
+
+Not modelled: the learning cost of staleness (a K-step-old policy's samples
+are worth less per step; measure it on the real job before reading a speed-up
+as a gain).
 
 Every mode runs the same ``--steps`` steps of the same episodes
 (``--tasks`` × 4 trajectories per step, drawn once per step from one seed):
@@ -33,7 +50,10 @@ Every mode runs the same ``--steps`` steps of the same episodes
   speed on all 16 slots), or the trainer's if that is slower.
 
     python benchmarks/bench_async.py            # table
-    python benchmarks/bench_async.py --json     # {"sync": {"steps_per_s": F}, ..., "async": {..., "max_staleness": K}}
+    python benchmarks/bench_async.py --json     # {"shared_device": {"sync", "async", "bound", "by_k"},
+                                                #  "weight_sync": {"params", ..., "sync_s", "train_s"},
+                                                #  "sync": {"steps_per_s": F}, ..., "async": {..., "max_staleness": K},
+                                                #  "bound": {...}, "by_k": {"1": F, ..., "4": F}}
 """
 
 from __future__ import annotations
@@ -42,6 +62,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,7 +86,7 @@ from tirl.config import RolloutConfig
 from tirl.envs.base import Task
 from tirl.rollout.base import RolloutRequest
 from tirl.rollout.pipeline import episode_seed
-from tirl.rollout.staleness import OldestStepFirst, run_overlapped
+from tirl.rollout.staleness import ROLLOUT_STEP, OldestStepFirst, run_overlapped
 from tirl.rollout.strategies import make_strategy
 from tirl.testing.clock import VirtualTimeLoop
 
@@ -76,11 +97,48 @@ MAX_K = 4
 
 @dataclasses.dataclass(frozen=True)
 class Mode:
-    """One column: a rollout schedule, its batch size and the staleness bound."""
+    """One column: a rollout schedule, its batch size, the staleness bound and where training runs."""
 
     strategy: str
     max_staleness: int
     batch_size: int = 0
+    shared: bool = False  # training takes the generator's device (all its slots) for its step
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightSync:
+    """The modelled weight transfer after every update: parameters x bytes / bandwidth (model seconds).
+
+    The generator pauses for it (it cannot sample while its weights change).
+    """
+
+    params: float
+    bytes_per_param: float
+    bandwidth_gb_s: float
+
+    @property
+    def seconds(self) -> float:
+        """The transfer time; 0 when ``params`` is 0 (the model without it)."""
+        return 0.0 if self.params <= 0 else self.params * self.bytes_per_param / (self.bandwidth_gb_s * 1e9)
+
+
+async def hold_device(gen: OldestStepFirst, seconds: float) -> None:
+    """Take every generator slot (ahead of every rollout's waiting request), keep them ``seconds``, give them back.
+
+    Requests already generating finish first (no preemption); new ones wait.
+    """
+
+    async def hold() -> None:
+        ROLLOUT_STEP.set(-1)  # this task's context only: older than any rollout step, so served first
+        for _ in range(GEN_SLOTS):
+            await gen.acquire()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            for _ in range(GEN_SLOTS):
+                gen.release()
+
+    await asyncio.create_task(hold())
 
 
 def step_plans(tasks: int, steps: int, seed: int) -> list[list[Plan]]:
@@ -96,10 +154,15 @@ def request_of(step: int, plans: list[Plan]) -> tuple[RolloutRequest, dict[int, 
     return RolloutRequest(tasks=tasks, group_size=GROUP, step=step, policy_version=0), by_seed
 
 
-async def run_mode(mode: Mode, plans: list[list[Plan]], train_s: float) -> dict[str, Any]:
-    """All steps of one mode on one generator and sandbox; times in model seconds."""
+async def run_mode(mode: Mode, plans: list[list[Plan]], train_s: float, sync_s: float = 0.0) -> dict[str, Any]:
+    """All steps of one mode on one generator and sandbox; times in model seconds.
+
+    After each update the generator pauses ``sync_s`` for the weights; with
+    ``mode.shared`` it is paused for the update too (one device, taking turns).
+    """
     res = Resources(scale=1.0, lag_s=0.0)
-    res.gen.sem = OldestStepFirst(GEN_SLOTS)  # type: ignore[assignment]  # the real queue, oldest step first
+    gen = OldestStepFirst(GEN_SLOTS)
+    res.gen.sem = gen  # type: ignore[assignment]  # the real queue, oldest step first
     cfg = RolloutConfig(
         strategy=mode.strategy,  # type: ignore[arg-type]
         trace_interval_s=1e6,
@@ -124,7 +187,12 @@ async def run_mode(mode: Mode, plans: list[list[Plan]], train_s: float) -> dict[
         return len(batch.trajectories)
 
     async def consume(step: int, n: int, lag: int) -> None:
-        await asyncio.sleep(train_s)
+        if mode.shared:
+            await hold_device(gen, train_s + sync_s)
+            return
+        await asyncio.sleep(train_s)  # on the trainer's own device
+        if sync_s > 0:
+            await hold_device(gen, sync_s)
 
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -139,29 +207,48 @@ async def run_mode(mode: Mode, plans: list[list[Plan]], train_s: float) -> dict[
     }
 
 
-def simulate(tasks: int, steps: int, seed: int, sync_batch_live: int = LIVE_BUDGET) -> dict[str, Any]:
+def simulate(
+    tasks: int, steps: int, seed: int, sync_batch_live: int = LIVE_BUDGET, sync: WeightSync | None = None
+) -> dict[str, Any]:
     plans = step_plans(tasks, steps, seed)
+    sync_s = sync.seconds if sync is not None else 0.0
     probe = VirtualTimeLoop.run(run_mode(Mode("pipeline", 0), plans, 0.0))  # the sync rollout time alone
     train_s = TRAIN_FRACTION * probe["rollout_s_mean"]
-    runs = {
-        "sync": VirtualTimeLoop.run(run_mode(Mode("pipeline", 0), plans, train_s)),
-        "sync_batch": VirtualTimeLoop.run(run_mode(Mode("sync_batch", 0, sync_batch_live), plans, train_s)),
-    }
-    by_k = {k: VirtualTimeLoop.run(run_mode(Mode("pipeline", k), plans, train_s)) for k in range(1, MAX_K + 1)}
+
+    def run(mode: Mode) -> dict[str, Any]:
+        return VirtualTimeLoop.run(run_mode(mode, plans, train_s, sync_s))  # type: ignore[no-any-return]
+
+    b = bound_of([p for step in plans for p in step])
+    gen_per_step = max(b.gen_s, b.sandbox_s) / steps
+    shared = {"sync": run(Mode("pipeline", 0, shared=True))}
+    shared_k = {k: run(Mode("pipeline", k, shared=True)) for k in range(1, MAX_K + 1)}
+    best_shared = max(shared_k, key=lambda k: shared_k[k]["steps_per_s"])
+    runs = {"sync": run(Mode("pipeline", 0)), "sync_batch": run(Mode("sync_batch", 0, sync_batch_live))}
+    by_k = {k: run(Mode("pipeline", k)) for k in range(1, MAX_K + 1)}
     best = max(by_k, key=lambda k: by_k[k]["steps_per_s"])
     runs["one_step_off"] = by_k[1]
     runs["async"] = {**by_k[best], "max_staleness": best}
-    b = bound_of([p for step in plans for p in step])
-    per_step = max(b.gen_s, b.sandbox_s) / steps
-    bound = 1.0 / max(per_step, train_s)
-    out: dict[str, Any] = {name: {"steps_per_s": r["steps_per_s"]} for name, r in runs.items() if name != "async"}
+    out: dict[str, Any] = {
+        "shared_device": {
+            "sync": {"steps_per_s": shared["sync"]["steps_per_s"]},
+            "async": {"steps_per_s": shared_k[best_shared]["steps_per_s"], "max_staleness": best_shared},
+            # one device does the generation, the update and the weight sync in turn
+            "bound": {"steps_per_s": 1.0 / (gen_per_step + train_s + sync_s)},
+            "by_k": {str(k): r["steps_per_s"] for k, r in shared_k.items()},
+        },
+        "weight_sync": {**dataclasses.asdict(sync or WeightSync(0, 0, 1)), "sync_s": sync_s, "train_s": train_s},
+    }
+    out.update({name: {"steps_per_s": r["steps_per_s"]} for name, r in runs.items() if name != "async"})
     out["async"] = {"steps_per_s": runs["async"]["steps_per_s"], "max_staleness": best}
-    out["bound"] = {"steps_per_s": bound}
+    # disaggregated: the generator's capacity, the trainer's (update + the generator's pause for the weights)
+    out["bound"] = {"steps_per_s": 1.0 / max(gen_per_step + sync_s, train_s + sync_s)}
+    out["by_k"] = {str(k): r["steps_per_s"] for k, r in by_k.items()}  # the staleness curve (run_all plots it)
     details = {
         "workload": WORKLOAD.what,
         "trajectories_per_step": tasks * GROUP,
         "steps": steps,
         "train_s": train_s,
+        "sync_s": sync_s,
         "sync_rollout_s": probe["rollout_s_mean"],
         "bottleneck": b.bottleneck,
         "by_k": {k: r["steps_per_s"] for k, r in by_k.items()},
@@ -190,6 +277,12 @@ def print_table(res: dict[str, Any]) -> None:
         f"(AReaL reports 2.77x)   async/bound {a / r['bound']['steps_per_s']:.2f}"
     )
     print("  by K: " + "  ".join(f"K={k} {v * 3600:.1f}/h" for k, v in d["by_k"].items()))
+    sh, ws = r["shared_device"], r["weight_sync"]
+    print(f"shared device (training and generation take turns; weight sync {ws['sync_s']:.2f} s per update):")
+    for name in ("sync", "async", "bound"):
+        v = sh[name]["steps_per_s"]
+        extra = f"  (K={sh['async']['max_staleness']})" if name == "async" else ""
+        print(f"  {name:<13} {v * 3600:8.1f} steps/h  {v / sync:5.2f}x sync{extra}")
 
 
 def main() -> int:
@@ -205,11 +298,26 @@ def main() -> int:
         help="live envs sync_batch may hold (default: one pipeline's budget, 112; with K >= 1 several steps' "
         "pipelines run at once, so give it a whole step, e.g. 128, for the strictest comparison)",
     )
+    ap.add_argument(
+        "--params",
+        type=float,
+        default=7e9,
+        help="parameters whose weights go to the generator after "
+        "each update (default 7e9: T_TOKEN = 20 ms/token is a 7B model's order; 0 = no weight sync)",
+    )
+    ap.add_argument("--param-bytes", type=float, default=2.0, help="bytes per parameter sent (default 2: bf16)")
+    ap.add_argument("--sync-gb-s", type=float, default=25.0, help="the transfer's bandwidth in GB/s (default 25: "
+                    "the order of PCIe 4.0 x16 or a 200 Gb/s link; an assumption, not measured here)")  # fmt: skip
     args = ap.parse_args()
     if args.tasks < 1 or args.steps < 1 or args.sync_batch_live < 1:
         print("error: --tasks, --steps and --sync-batch-live must be >= 1", file=sys.stderr)
         return 2
-    res = simulate(args.tasks, args.steps, args.seed, args.sync_batch_live)
+    finite = all(math.isfinite(v) for v in (args.params, args.param_bytes, args.sync_gb_s))
+    if not finite or args.params < 0 or args.param_bytes <= 0 or args.sync_gb_s <= 0:
+        print("error: --params must be >= 0, --param-bytes and --sync-gb-s > 0 (finite numbers)", file=sys.stderr)
+        return 2
+    sync = WeightSync(params=args.params, bytes_per_param=args.param_bytes, bandwidth_gb_s=args.sync_gb_s)
+    res = simulate(args.tasks, args.steps, args.seed, args.sync_batch_live, sync)
     if args.json:
         print(json.dumps(res["result"]))
     else:

@@ -10,6 +10,13 @@ the answer search runs on them (an earlier mix had neither, and the judge
 skipped the search on 70% of its turns). Every turn is distinct text; nothing
 is cached.
 
+The ``--json`` object leads with the like-for-like headline,
+``turns_per_cpu_s_one_worker`` (``tirl filter --workers 1``, min / median /
+max assistant turns per CPU second, against the one-process reference's
+``reference_turns_per_cpu_s``), then ``parallel`` (``tirl filter`` with its
+default workers: turns per wall second and per CPU second); these three are
+absent with ``--trajectories 0``.
+
 Two measurements:
 
 * ``turns_per_s``: :func:`tirl.parsing.judge_message` alone, CPU time of this
@@ -279,6 +286,27 @@ def bench_cli(n: int, repeats: int) -> dict[str, object]:
         return result
 
 
+def headline(cli: dict[str, Any] | None) -> dict[str, Any]:
+    """The JSON's first keys: the one-worker figure per CPU second, then the parallel one; {} without ``cli``.
+
+    ``tirl filter --workers 1`` per CPU second is like for like with the
+    one-process reference; the parallel figure (default workers) is per wall
+    and per CPU second.
+    """
+    if cli is None:
+        return {}
+    return {
+        "turns_per_cpu_s_one_worker": cli["filter_1"]["turns_per_cpu_s"],
+        "parallel": {
+            "workers": "tirl filter's default: one per 4 MB of input, up to the usable CPUs",
+            "usable_cpus": usable_cpus(),
+            "turns_per_s": cli["filter"]["turns_per_s"],
+            "turns_per_cpu_s": cli["filter"]["turns_per_cpu_s"],
+        },
+        "reference_turns_per_cpu_s": cli["reference"]["turns_per_cpu_s"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=50_000)
@@ -310,7 +338,7 @@ def main() -> None:
     }
     if args.json:
         row = {"turns_per_s": round(per_s), "mean_chars": round(mean_chars), "void_fraction": voids / len(turns)}
-        print(json.dumps({**row, "answer_search_share": searched, "cli": cli, "machine": machine}))
+        print(json.dumps({**headline(cli), **row, "answer_search_share": searched, "cli": cli, "machine": machine}))
         return
     print(f"{len(turns)} turns, {mean_chars:.0f} chars/turn on average, {voids / len(turns):.1%} void, "
           f"{searched:.0%} with a backslash or '<' (the answer search runs)")  # fmt: skip

@@ -16,17 +16,30 @@ AdamW at the same constant learning rate with no warm-up on either side (tirl:
 ``OMP_WAIT_POLICY=PASSIVE``. tirl runs with ``filter.mode=off`` so that it
 updates on exactly as many trajectories as TRL.
 
-Four entries: ``tirl`` (its defaults: no gradient checkpointing, micro-batches
+Entries: ``tirl`` (its defaults: no gradient checkpointing, micro-batches
 of ``algo.micro_batch_tokens`` = 1024 padded tokens in flight, which on the
 CPU with a small model its 2 threads share as 2 concurrent 512-token
 micro-batches with one intra-op thread each, see ``tirl.trainer.parallel``);
-``trl``,
-TRL as its users run it (its other defaults, notably
-``gradient_checkpointing=True``, which lowers activation memory and costs a
-second forward pass); ``trl_no_ckpt``, the same with gradient checkpointing
-off; ``tirl_ckpt``, tirl with ``algo.gradient_checkpointing=true``. Ratios:
-each side's defaults (``tirl_vs_trl``), both without checkpointing
-(``tirl_vs_trl_no_ckpt``), both with it (``tirl_ckpt_vs_trl``).
+``tirl_ckpt``, tirl with ``algo.gradient_checkpointing=true``; ``trl``, TRL
+as its users run it (its other defaults, notably ``gradient_checkpointing=True``,
+which lowers activation memory and costs a second forward pass, and one
+micro-batch of all 32 sequences of an optimiser step); ``trl_matched`` and
+``trl_matched_ckpt``, TRL without and with checkpointing at tirl's
+micro-batch: ``per_device_train_batch_size`` = m sequences and
+``gradient_accumulation_steps`` = 32 / m, where m is the most sequences
+(a divisor of 32) whose padded length (the longest prompt + ``--max-new``)
+fits in ``algo.micro_batch_tokens`` (:func:`matched_micro_batch`; both sides
+then hold at most that many padded tokens in flight, and each sums the same
+token-level loss over its micro-batches); ``trl_no_ckpt`` (not run unless
+named with ``--only``), TRL's one 32-sequence micro-batch without
+checkpointing. Both sides use ``--threads`` threads.
+
+The ``--json`` object leads with ``like_for_like``: ``no_checkpointing``
+(``tirl`` ÷ ``trl_matched``) and ``checkpointing`` (``tirl_ckpt`` ÷
+``trl_matched_ckpt``), then ``defaults`` (``tirl`` ÷ ``trl``); each holds
+``tokens_per_s_ratio`` (ratio of the medians, with its per-run range),
+``train_mem_ratio`` and ``peak_rss_ratio``, tirl ÷ TRL. ``entries`` holds
+every entry's medians and ranges, ``machine`` the set-up and the load.
 
 Measured, each side in its own process:
 
@@ -250,12 +263,28 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, che
 
 
 # ----------------------------------------------------------------------------------------------- TRL
-def _trl(args: argparse.Namespace, model_dir: Path, out_dir: Path, *, checkpointing: bool) -> dict[str, Any]:
+def matched_micro_batch(sequences: int, seq_tokens: int, budget: int) -> int:
+    """TRL's micro-batch (sequences) at tirl's: the largest divisor of ``sequences`` whose padded tokens fit ``budget``.
+
+    ``sequences`` per optimiser step, ``seq_tokens`` the padded length of one
+    (the longest prompt + the completion budget), ``budget`` tirl's
+    ``algo.micro_batch_tokens`` (0 = the whole mini-batch). At least 1.
+    """
+    if budget <= 0:
+        return sequences
+    fits = [d for d in range(1, sequences + 1) if sequences % d == 0 and d * seq_tokens <= budget]
+    return max(fits, default=1)
+
+
+def _trl(
+    args: argparse.Namespace, model_dir: Path, out_dir: Path, *, checkpointing: bool, matched: bool
+) -> dict[str, Any]:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from tirl.config import load_config
     from tirl.models.chat_format import chat_format_for
     from tirl.types import Message, Role
 
@@ -291,11 +320,15 @@ def _trl(args: argparse.Namespace, model_dir: Path, out_dir: Path, *, checkpoint
             clock["t1"] = time.perf_counter()
 
     end_id = chat.eos_ids and min(chat.eos_ids)
+    per_step = args.prompts * args.group // 2  # sequences per optimiser step (2 per generation batch)
+    seq_tokens = max(len(tok.encode(p, add_special_tokens=False)) for p in prompts) + args.max_new
+    budget = load_config(None, list(args.tirl_set)).algo.micro_batch_tokens
+    micro = matched_micro_batch(per_step, seq_tokens, budget) if matched else per_step
     config = GRPOConfig(
         output_dir=str(out_dir),
-        per_device_train_batch_size=args.prompts * args.group // 2,
-        gradient_accumulation_steps=1,
-        steps_per_generation=2,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=per_step // micro,
+        generation_batch_size=2 * per_step,
         num_generations=args.group,
         max_completion_length=args.max_new,
         num_iterations=1,
@@ -337,6 +370,9 @@ def _trl(args: argparse.Namespace, model_dir: Path, out_dir: Path, *, checkpoint
         "reward_mean": sum(rewards) / max(len(rewards), 1),
         "train_mem_mb": mem.used_mb(),
         "gradient_checkpointing": bool(config.gradient_checkpointing),
+        "micro_batch_sequences": micro,
+        "gradient_accumulation_steps": per_step // micro,
+        "padded_tokens_in_flight_max": micro * seq_tokens,
     }
 
 
@@ -347,7 +383,8 @@ def _child(args: argparse.Namespace) -> None:
         if args.child in ("tirl", "tirl_ckpt"):
             res = asyncio.run(_tirl(args, model_dir, Path(tmp) / "run", checkpointing=args.child == "tirl_ckpt"))
         else:
-            res = _trl(args, model_dir, Path(tmp) / "trl", checkpointing=args.child == "trl")
+            ckpt, matched = args.child in ("trl", "trl_matched_ckpt"), args.child.startswith("trl_matched")
+            res = _trl(args, model_dir, Path(tmp) / "trl", checkpointing=ckpt, matched=matched)
     res["tokens_per_s"] = res["tokens"] / res["wall_s"]
     res["peak_rss_mb"] = _peak_mb()
     print("RESULT " + json.dumps(res), flush=True)
@@ -369,43 +406,59 @@ def _spawn(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str, An
     raise SystemExit(f"{name} run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
-ENTRIES = ("tirl", "trl", "trl_no_ckpt", "tirl_ckpt")
-#: (tirl entry, TRL entry) compared: each side's defaults, both without and both with gradient checkpointing
-PAIRS = (("tirl", "trl"), ("tirl", "trl_no_ckpt"), ("tirl_ckpt", "trl"))
+ENTRIES = ("tirl", "trl_matched", "tirl_ckpt", "trl_matched_ckpt", "trl", "trl_no_ckpt")
+DEFAULT_ENTRIES = ENTRIES[:5]  # trl_no_ckpt (TRL's one big micro-batch without checkpointing) only with --only
+#: key -> (tirl entry, TRL entry); like for like first, then each side's defaults
+PAIRS = {
+    "no_checkpointing": ("tirl", "trl_matched"),
+    "checkpointing": ("tirl_ckpt", "trl_matched_ckpt"),
+    "defaults": ("tirl", "trl"),
+}
 FIGURES = ("tokens_per_s", "train_mem_mb", "peak_rss_mb", "wall_s")
+TRL_SETUP = ("gradient_checkpointing", "micro_batch_sequences", "gradient_accumulation_steps",
+             "padded_tokens_in_flight_max")  # fmt: skip
 
 
 def _load() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
-def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Median and range of every figure per entry, and the ratios of the medians (tirl / each TRL entry)."""
-    out: dict[str, Any] = {}
-    for name, rs in runs.items():
-        out[name] = {
-            **{k: statistics.median(r[k] for r in rs) for k in FIGURES},
-            **{f"{k}_range": [min(r[k] for r in rs), max(r[k] for r in rs)] for k in FIGURES},
-            "tokens": rs[0]["tokens"],
-            "optimizer_steps": rs[0]["optimizer_steps"],
-            "reward_mean": statistics.median(r["reward_mean"] for r in rs),
-        }
-        for k in ("rollout_s", "update_s"):  # tirl only: where the timed wall time went
-            if k in rs[0]:
-                out[name][k] = statistics.median(r[k] for r in rs)
-        if "gradient_checkpointing" in rs[0]:
-            out[name]["gradient_checkpointing"] = rs[0]["gradient_checkpointing"]
-    for mine, theirs in PAIRS:
-        if mine not in runs or theirs not in runs:
-            continue
-        per_run = [t["tokens_per_s"] / q["tokens_per_s"] for t, q in zip(runs[mine], runs[theirs], strict=True)]
-        out[f"{mine}_vs_{theirs}"] = {
-            "throughput": out[mine]["tokens_per_s"] / out[theirs]["tokens_per_s"],
-            "throughput_per_run_range": [min(per_run), max(per_run)],
-            "train_mem": out[mine]["train_mem_mb"] / out[theirs]["train_mem_mb"],
-            "peak_rss": out[mine]["peak_rss_mb"] / out[theirs]["peak_rss_mb"],
-        }
+def _entry(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and range of every figure of one entry's runs, and its set-up."""
+    out: dict[str, Any] = {
+        **{k: statistics.median(r[k] for r in rs) for k in FIGURES},
+        **{f"{k}_range": [min(r[k] for r in rs), max(r[k] for r in rs)] for k in FIGURES},
+        "tokens": rs[0]["tokens"],
+        "optimizer_steps": rs[0]["optimizer_steps"],
+        "reward_mean": statistics.median(r["reward_mean"] for r in rs),
+    }
+    for k in ("rollout_s", "update_s"):  # tirl only: where the timed wall time went
+        if k in rs[0]:
+            out[k] = statistics.median(r[k] for r in rs)
+    out.update({k: rs[0][k] for k in TRL_SETUP if k in rs[0]})
     return out
+
+
+def _pair(runs: dict[str, list[dict[str, Any]]], entries: dict[str, Any], mine: str, theirs: str) -> dict[str, Any]:
+    """The ratios tirl ÷ TRL of the medians, and the per-run range of the throughput ratio."""
+    per_run = [t["tokens_per_s"] / q["tokens_per_s"] for t, q in zip(runs[mine], runs[theirs], strict=True)]
+    a, b = entries[mine], entries[theirs]
+    return {
+        "tirl": mine,
+        "trl": theirs,
+        "tokens_per_s_ratio": a["tokens_per_s"] / b["tokens_per_s"],
+        "tokens_per_s_ratio_per_run_range": [min(per_run), max(per_run)],
+        "train_mem_ratio": a["train_mem_mb"] / b["train_mem_mb"],
+        "peak_rss_ratio": a["peak_rss_mb"] / b["peak_rss_mb"],
+    }
+
+
+def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """``like_for_like`` and ``defaults`` (tirl ÷ TRL, where both entries ran), then every entry's figures."""
+    entries = {name: _entry(rs) for name, rs in runs.items()}
+    ratios = {key: _pair(runs, entries, *pair) for key, pair in PAIRS.items() if set(pair) <= set(runs)}
+    like = {k: ratios[k] for k in ("no_checkpointing", "checkpointing") if k in ratios}
+    return {"like_for_like": like, "defaults": ratios.get("defaults", {}), "entries": entries}
 
 
 def main() -> None:
@@ -422,7 +475,7 @@ def main() -> None:
         "--tirl-set", action="append", default=[], metavar="KEY=VALUE", help="extra tirl config override (repeatable)"
     )
     parser.add_argument("--only", choices=ENTRIES, action="append", help="run these entries only (repeatable)")
-    parser.add_argument("--json", action="store_true", help='print {"tirl": {...}, "trl": {...}, ...}')
+    parser.add_argument("--json", action="store_true", help='print {"like_for_like": {...}, "defaults": {...}, ...}')
     parser.add_argument("--child", choices=ENTRIES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -431,7 +484,7 @@ def main() -> None:
         return
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first batch is excluded from the timing)")
-    names = [n for n in ENTRIES if not args.only or n in args.only]
+    names = [n for n in ENTRIES if n in (args.only or DEFAULT_ENTRIES)]
     load_before = _load()
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:
@@ -451,6 +504,7 @@ def main() -> None:
         "steps": args.steps,
         "timed_batches": args.steps - 1,
         "tirl_set": args.tirl_set,
+        "entries": names,
     }
     if args.json:
         print(json.dumps(results))
@@ -458,18 +512,23 @@ def main() -> None:
     print(f"model: {model_dir.name}  prompts/batch {args.prompts}  group {args.group}  max-new {args.max_new}  "
           f"batches {args.steps} (timed from batch 2)  threads {args.threads}  repeats {args.repeats}  "
           f"load before {load_before}{'  NOISY' if results['machine']['noisy'] else ''}")  # fmt: skip
-    print(f"{'':12} {'tokens/s':>10} {'train MB':>9} {'peak RSS MB':>12} {'wall s':>8} {'tokens':>8} {'reward':>7}")
+    print(f"{'':17} {'tokens/s':>10} {'train MB':>9} {'peak RSS MB':>12} {'wall s':>8} {'tokens':>8} {'reward':>7}"
+          f"  micro-batch")  # fmt: skip
     for name in names:
-        r = results[name]
-        print(f"{name:12} {r['tokens_per_s']:10.1f} {r['train_mem_mb']:9.1f} {r['peak_rss_mb']:12.1f} "
-              f"{r['wall_s']:8.1f} {r['tokens']:8d} {r['reward_mean']:7.3f}")  # fmt: skip
-    for mine, theirs in PAIRS:
-        c = results.get(f"{mine}_vs_{theirs}")
-        if c is None:
+        r = results["entries"][name]
+        micro = (
+            f"  {r['micro_batch_sequences']} seq x {r['gradient_accumulation_steps']}"
+            if "micro_batch_sequences" in r
+            else ""
+        )
+        print(f"{name:17} {r['tokens_per_s']:10.1f} {r['train_mem_mb']:9.1f} {r['peak_rss_mb']:12.1f} "
+              f"{r['wall_s']:8.1f} {r['tokens']:8d} {r['reward_mean']:7.3f}{micro}")  # fmt: skip
+    for key, c in [*results["like_for_like"].items(), ("defaults", results["defaults"])]:
+        if not c:
             continue
-        lo, hi = c["throughput_per_run_range"]
-        print(f"{mine}/{theirs}: throughput {c['throughput']:.2f}x (runs {lo:.2f}-{hi:.2f}x), "
-              f"training memory {c['train_mem']:.2f}x, peak RSS {c['peak_rss']:.2f}x")  # fmt: skip
+        lo, hi = c["tokens_per_s_ratio_per_run_range"]
+        print(f"{key} ({c['tirl']} / {c['trl']}): tokens/s {c['tokens_per_s_ratio']:.2f}x (runs {lo:.2f}-{hi:.2f}x), "
+              f"training memory {c['train_mem_ratio']:.2f}x, peak RSS {c['peak_rss_ratio']:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

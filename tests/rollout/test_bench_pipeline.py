@@ -62,7 +62,7 @@ def test_json_output_and_exact_ordering_on_small_workloads() -> None:
         cwd=ROOT,
     )
     data = json.loads(out.stdout)
-    assert set(data) == {"workloads", "machine"}
+    assert list(data) == ["headline", "memory", "workloads", "machine"]
     assert data["machine"]["clock"] == "virtual" and data["machine"]["live_budget"] == 112
     assert set(data["workloads"]) == {"init-heavy", "run-heavy", "eval-heavy", "heavy-tail"}
     baselines = {"sync_batch", "async_batch", "sync_batch_equal", "async_batch_equal", "gather_all"}
@@ -75,3 +75,15 @@ def test_json_output_and_exact_ordering_on_small_workloads() -> None:
         # a bigger batch amortises the barrier: the equal-budget baselines are at least as fast as B = 32
         assert row["async_batch_equal"] >= row["async_batch"] * 0.999, name
         assert row["sync_batch_equal"] >= row["sync_batch"] * 0.999, name
+        # beside every entry's throughput: its peak live environments and traced heap
+        mem = data["memory"][name]
+        assert set(mem) == baselines | {"pipeline"}
+        for entry, m in mem.items():
+            assert m["traj_per_s"] == row[entry] and m["max_live_envs"] >= 1 and m["peak_traced_mb"] > 0
+        assert mem["pipeline"]["max_live_envs"] <= data["machine"]["live_budget"], name
+    head = data["headline"]
+    assert head["workload"] == "heavy-tail"
+    tail = data["workloads"]["heavy-tail"]
+    assert head["pipeline_vs_gather_all"] == pytest.approx(tail["pipeline"] / tail["gather_all"])
+    assert head["pipeline_vs_best_baseline"] == pytest.approx(tail["pipeline"] / tail[head["best_baseline"]])
+    assert head["max_live_envs"]["pipeline"] < head["max_live_envs"]["gather_all"]  # the memory advantage

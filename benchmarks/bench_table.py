@@ -1,0 +1,339 @@
+"""The benchmarks that ``run_all.py`` runs: their arguments, their headline figures and their plots.
+
+Each :class:`Bench` names a script in this directory, the arguments of a full
+run and of a ``--quick`` one, and the :class:`Figure` rows its page table
+shows, each read from the script's ``--json`` object (a missing key reads as
+None: the page then says the figure was not in that run's output).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Callable
+from typing import Any
+
+Result = dict[str, Any]  # one benchmark's --json object
+
+
+# ------------------------------------------------------------------------------------------ the table
+def at(obj: Any, *path: str) -> Any:
+    """``obj[path[0]][path[1]]...``, or None where a key is missing."""
+    for key in path:
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def num(obj: Any, *path: str) -> float | None:
+    """The number at ``path`` (see :func:`at`), or None."""
+    value = at(obj, *path)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def ratio(top: float | None, bottom: float | None) -> float | None:
+    """``top / bottom``, or None when either is missing or ``bottom`` is 0."""
+    return None if top is None or not bottom else top / bottom
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One headline of a benchmark: its name, how to read it from the ``--json`` object, its unit and target."""
+
+    name: str
+    read: Callable[[Result], float | None]
+    unit: str = ""  # "×", "tok/s", "ms" ...
+    target: str = ""  # as the issue states it, e.g. "≥ 1.5×"
+    digits: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Bench:
+    """One benchmark script: what it compares, its arguments (full and ``--quick``) and its headlines."""
+
+    name: str
+    script: str
+    what: str
+    args: tuple[str, ...]
+    quick_args: tuple[str, ...]
+    figures: tuple[Figure, ...]
+    plot: Callable[[list[Result]], bytes | None] | None = None
+    timeout_s: float = 3600.0
+
+    def argv(self, quick: bool) -> list[str]:
+        """The command line after the interpreter (``--json`` first)."""
+        return [f"benchmarks/{self.script}", "--json", *(self.quick_args if quick else self.args)]
+
+
+def _reads(*path: str) -> Callable[[Result], float | None]:
+    """A reader of the number at ``path``."""
+    return lambda r: num(r, *path)
+
+
+def _trl_figures() -> tuple[Figure, ...]:
+    out = []
+    for key, label in (("no_checkpointing", "both without"), ("checkpointing", "both with")):
+        out += [
+            Figure(f"like for like, {label} checkpointing: tokens/s tirl ÷ TRL",
+                   _reads("like_for_like", key, "tokens_per_s_ratio"), "×", "≥ 1.5×"),
+            Figure(f"like for like, {label} checkpointing: training memory tirl ÷ TRL",
+                   _reads("like_for_like", key, "train_mem_ratio"), "×", "≤ 1.0×"),
+        ]  # fmt: skip
+    out += [
+        Figure("each side's defaults: tokens/s tirl ÷ TRL", _reads("defaults", "tokens_per_s_ratio"), "×"),
+        Figure("each side's defaults: training memory tirl ÷ TRL", _reads("defaults", "train_mem_ratio"), "×"),
+    ]
+    return tuple(out)
+
+
+def _pipeline_figures() -> tuple[Figure, ...]:
+    def pipe_over(workload: str, other: str) -> Callable[[Result], float | None]:
+        return lambda r: ratio(num(r, "workloads", workload, "pipeline"), num(r, "workloads", workload, other))
+
+    out = [
+        Figure("heavy-tail: pipeline ÷ gather_all (trajectories/s)", pipe_over("heavy-tail", "gather_all"), "×"),
+        Figure("heavy-tail: pipeline ÷ async_batch_equal", pipe_over("heavy-tail", "async_batch_equal"), "×",
+               "≥ 1.45×"),
+        Figure("heavy-tail: pipeline ÷ sync_batch_equal", pipe_over("heavy-tail", "sync_batch_equal"), "×", "≥ 1.7×"),
+    ]  # fmt: skip
+    for side in ("pipeline", "gather_all"):
+        out += [
+            Figure(f"heavy-tail: peak live environments, {side}", _reads("headline", "max_live_envs", side), "", "", 0),
+            Figure(f"heavy-tail: peak traced heap, {side}", _reads("headline", "peak_traced_mb", side), "MB"),
+        ]
+    for w in ("init-heavy", "run-heavy", "eval-heavy", "heavy-tail"):
+        out.append(Figure(f"{w}: pipeline ÷ bound", pipe_over(w, "bound"), "", "≥ 0.93", 3))
+    return tuple(out)
+
+
+def _pipeline_plot(results: list[Result]) -> bytes | None:
+    """Heavy-tail: trajectories per second against peak live environments, one point per entry and run."""
+    rows = [at(r, "memory", "heavy-tail") for r in results]
+    if not all(isinstance(row, dict) and row for row in rows):
+        return None
+    fig, ax = _figure()
+    for i, name in enumerate(rows[0]):
+        xs = [row[name]["max_live_envs"] for row in rows]
+        ys = [row[name]["traj_per_s"] for row in rows]
+        ax.scatter(xs, ys, color=f"C{i}", label=name, s=28, alpha=0.8)
+    ax.set_xlabel("peak live environments")
+    ax.set_ylabel("trajectories per second (model time)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="lower right")
+    return _png(fig)
+
+
+def _figure() -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(5.5, 3.4), dpi=110)
+
+
+def _png(fig: Any) -> bytes:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _async_plot(results: list[Result]) -> bytes | None:
+    """Steps per hour against the staleness bound K, disaggregated and on a shared device, one line per run."""
+    if not all(isinstance(at(r, "by_k"), dict) and at(r, "by_k") for r in results):
+        return None
+    fig, ax = _figure()
+    where = (((), "C0", "disaggregated"), (("shared_device",), "C1", "shared device"))
+    for i, r in enumerate(results):
+        for path, color, label in where:
+            curve = at(r, *path, "by_k")
+            if not isinstance(curve, dict):
+                continue
+            ks = sorted(curve, key=int)
+            ys = [3600 * r["sync"]["steps_per_s"], *(3600 * curve[k] for k in ks)]
+            ax.plot([0, *map(int, ks)], ys, "o-", color=color, alpha=0.6, label=label if i == 0 else None)
+    ax.axhline(3600 * results[0]["sync_batch"]["steps_per_s"], color="C3", ls=":", label="sync_batch (K = 0)")
+    ax.axhline(3600 * results[0]["bound"]["steps_per_s"], color="C0", ls="--", label="bound, disaggregated")
+    shared = num(results[0], "shared_device", "bound", "steps_per_s")
+    if shared is not None:
+        ax.axhline(3600 * shared, color="C1", ls="--", label="bound, shared device")
+    ax.set_xticks(range(0, 1 + max(int(k) for r in results for k in r["by_k"])))
+    ax.set_xlabel("max staleness K (steps; K = 0 is sync)")
+    ax.set_ylabel("training steps per hour")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="lower right")
+    return _png(fig)
+
+
+BENCHMARKS: tuple[Bench, ...] = (
+    Bench(
+        "trainer_vs_trl",
+        "bench_trainer_vs_trl.py",
+        "tirl's trainer against TRL's GRPOTrainer on the same model, task, prompts and steps, each in its own "
+        "process: like for like (both with or both without gradient checkpointing, the same micro-batch, the same "
+        "threads), then each side's defaults.",
+        ("--repeats", "1"),
+        ("--steps", "2", "--prompts", "2", "--group", "4", "--max-new", "16"),
+        _trl_figures(),
+    ),
+    Bench(
+        "filter",
+        "bench_filter.py",
+        "`judge_message` alone (best of 7, CPU time), then `tirl filter` end to end on 25,000 four-turn "
+        "trajectories against a one-process reference loop, each side a subprocess.",
+        ("--cli-repeats", "1"),
+        ("--turns", "2000", "--repeats", "1", "--trajectories", "500", "--cli-repeats", "1"),
+        (
+            Figure("`judge_message`: turns per CPU second", lambda r: num(r, "turns_per_s"), "turns/s", "≥ 200,000", 0),
+            Figure(
+                "`tirl filter --workers 1`: turns per CPU second",
+                _reads("turns_per_cpu_s_one_worker", "median"),
+                "turns/s",
+                "≥ 100,000",
+                0,
+            ),
+            Figure(
+                "reference loop (one process): turns per CPU second",
+                _reads("reference_turns_per_cpu_s", "median"),
+                "turns/s",
+                "",
+                0,
+            ),
+            Figure(
+                "`tirl filter` (default workers): turns per wall second",
+                _reads("parallel", "turns_per_s", "median"),
+                "turns/s",
+                "",
+                0,
+            ),
+        ),
+    ),
+    Bench(
+        "sandbox",
+        "bench_sandbox.py",
+        "The warm bubblewrap pool against the same fork-server design without isolation (the cost of "
+        "isolation) and against a cold `python -c` (the start-up saving): p50 latency one at a time, executions "
+        "per second at 4 × cores in flight.",
+        ("--runs", "1"),
+        ("--n", "20", "--runs", "1", "--skip-bwrap"),
+        (
+            Figure("warm pool p50", _reads("summary", "warm_pool", "p50_ms", "median"), "ms"),
+            Figure("warm unisolated fork server p50", _reads("summary", "warm_unisolated", "p50_ms", "median"), "ms"),
+            Figure("`python -c` p50", _reads("summary", "unisolated", "p50_ms", "median"), "ms"),
+            Figure(
+                "cost of isolation: warm pool p50 ÷ warm unisolated p50",
+                _reads("summary", "isolation_cost_p50", "median"),
+                "×",
+                "",
+                3,
+            ),
+            Figure(
+                "cost of isolation: warm pool executions/s ÷ warm unisolated",
+                _reads("summary", "isolation_cost_per_s", "median"),
+                "×",
+                "",
+                3,
+            ),
+            Figure(
+                "start-up saving: warm pool p50 ÷ `python -c` p50",
+                _reads("summary", "warm_pool_p50_vs_unisolated", "median"),
+                "×",
+                "≤ 0.125×",
+                3,
+            ),
+            Figure(
+                "warm pool: isolated executions per second",
+                _reads("summary", "warm_pool", "per_s", "median"),
+                "exec/s",
+                "≥ 1000/s",
+                0,
+            ),
+        ),
+    ),
+    Bench(
+        "pipeline",
+        "bench_pipeline.py",
+        "The three-stage pipeline against batch baselines on four simulated workloads (real scheduling code, "
+        "modelled generator and sandbox, real-time clock; `--quick`: the exact virtual clock, heavy-tail only, "
+        "a tenth of its trajectories).",
+        (),
+        ("--virtual", "--workloads", "heavy-tail", "--n-scale", "0.1"),
+        _pipeline_figures(),
+        plot=_pipeline_plot,
+    ),
+    Bench(
+        "async",
+        "bench_async.py",
+        "Synchronous against bounded-staleness asynchronous RL on the heavy-tail workload (virtual clock: exact "
+        "and load-independent; training modelled as 0.5 × a sync step's rollout time, not on the generator).",
+        (),
+        ("--tasks", "4", "--steps", "4"),
+        (
+            Figure(
+                "shared device: async ÷ sync (steps/s)",
+                lambda r: ratio(num(r, "shared_device", "async", "steps_per_s"), num(r, "sync", "steps_per_s")),
+                "×",
+            ),
+            Figure(
+                "shared device: async ÷ its bound",
+                lambda r: ratio(
+                    num(r, "shared_device", "async", "steps_per_s"), num(r, "shared_device", "bound", "steps_per_s")
+                ),
+                "",
+                "",
+                3,
+            ),
+            Figure("modelled weight sync per update", _reads("weight_sync", "sync_s"), "s"),
+            Figure(
+                "disaggregated: async ÷ sync (steps/s)",
+                lambda r: ratio(num(r, "async", "steps_per_s"), num(r, "sync", "steps_per_s")),
+                "×",
+                "≥ 1.4×",
+            ),
+            Figure(
+                "disaggregated: async ÷ sync_batch",
+                lambda r: ratio(num(r, "async", "steps_per_s"), num(r, "sync_batch", "steps_per_s")),
+                "×",
+                "≥ 2.5×",
+            ),
+            Figure(
+                "disaggregated: async ÷ bound",
+                lambda r: ratio(num(r, "async", "steps_per_s"), num(r, "bound", "steps_per_s")),
+                "",
+                "≥ 0.9",
+            ),
+            Figure("best staleness bound K", lambda r: num(r, "async", "max_staleness"), "", "", 0),
+        ),
+        plot=_async_plot,
+    ),
+    Bench(
+        "generation",
+        "bench_generation.py",
+        "In-process generation against the same model behind `tirl serve` (HTTP), at concurrency 32.",
+        ("--rounds", "3"),
+        ("--requests", "8", "--concurrency", "4", "--max-new-tokens", "8", "--rounds", "1"),
+        (
+            Figure("in-process", lambda r: num(r, "in_process", "tokens_per_s"), "tok/s", "", 0),
+            Figure("`tirl serve`", lambda r: num(r, "http", "tokens_per_s"), "tok/s", "", 0),
+            Figure(
+                "HTTP overhead (1 − http ÷ in-process)",
+                lambda r: _overhead(num(r, "http", "tokens_per_s"), num(r, "in_process", "tokens_per_s")),
+                "",
+                "≤ 0.15",
+                3,
+            ),
+        ),
+    ),
+)
+NAMES = tuple(b.name for b in BENCHMARKS)
+
+
+def _overhead(http: float | None, local: float | None) -> float | None:
+    r = ratio(http, local)
+    return None if r is None else 1.0 - r

@@ -1,0 +1,315 @@
+"""Run every benchmark, each only on a quiet machine and at least 3 times, and write ``docs/results.md``.
+
+    python benchmarks/run_all.py [--quick] [--out docs/results.md] [--max-load 0.5] [--repeats 3]
+                                 [--only NAME ...] [--allow-noisy] [--wait-s 600]
+
+What it does, for each benchmark in ``bench_table.BENCHMARKS`` (or those named with
+``--only``), ``--repeats`` times in a row:
+
+1. **The load gate.** It reads the 1-minute load average (``/proc/loadavg``).
+   Above ``--max-load`` it waits, polling every few seconds, up to
+   ``--wait-s`` seconds (the previous benchmark's own residue takes a minute
+   or two to decay); still above, it refuses: one ``error:`` line, exit 1,
+   and the page is left as it was. With ``--allow-noisy`` it runs anyway and
+   marks the run ``noisy`` on the page.
+2. **The run.** ``python benchmarks/<script> --json ARGS`` in its own
+   subprocess, with this checkout's ``src/`` first on ``PYTHONPATH``; the last
+   line of its standard output that is a JSON object is its result. A
+   benchmark that fails stops the whole script (exit 1, page untouched).
+3. **The page.** One table per benchmark: each headline figure's median over
+   the runs, its range (min-max) and its target, then one row per run (start
+   time, load before and after, wall time, quiet or noisy), the command that
+   re-derives it, and the commit, date and machine (cores, CPU model, Python,
+   torch) in the page's head. Where a curve says more than a number (the
+   staleness curve of asynchronous RL) a PNG goes to ``img/`` beside the page.
+   The page and the images are written atomically (``tirl.fileio``).
+
+``--quick`` runs every benchmark at its smallest sizes: a check that the
+benchmarks and this page work, not a result (the page says so in its head).
+
+Not covered: the GPU check (``gpu_check.sh``, it needs a GPU), ``bench_memory``
+(it needs a model directory) and ``bench_pipeline --real``; a benchmark's
+own noise beyond the load gate (thermal state, other users' I/O).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from tirl.cli import OneLineParser  # noqa: E402
+from tirl.errors import TirlError, one_line  # noqa: E402
+from tirl.fileio import check_output, write_bytes, write_text  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+from bench_table import BENCHMARKS, NAMES, Bench, Figure, Result  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------- measuring
+class Refused(Exception):
+    """The load average stayed above the gate and ``--allow-noisy`` was not given."""
+
+
+class Failed(Exception):
+    """A benchmark exited non-zero or printed no JSON object."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One repetition of one benchmark."""
+
+    started: datetime.datetime
+    load_before: float
+    load_after: float
+    wall_s: float
+    noisy: bool
+    result: Result
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """Where and at which commit the page was measured."""
+
+    cores: int
+    usable_cores: int
+    cpu: str
+    python: str
+    torch: str
+    commit: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+    """The load gate: the limit, where the load is read, how long to wait, and whether to run anyway."""
+
+    max_load: float
+    loadavg_file: Path
+    wait_s: float
+    allow_noisy: bool
+    poll_s: float = 5.0
+
+    def load(self) -> float:
+        """The 1-minute load average."""
+        return float(self.loadavg_file.read_text().split()[0])
+
+    def wait(self, what: str) -> tuple[float, bool]:
+        """Wait for the load to fall to the limit; returns (load, noisy) or raises :class:`Refused`."""
+        deadline = time.monotonic() + self.wait_s
+        load = self.load()
+        while load > self.max_load and time.monotonic() < deadline:
+            time.sleep(max(0.0, min(self.poll_s, deadline - time.monotonic())))
+            load = self.load()
+        if load <= self.max_load:
+            return load, False
+        if self.allow_noisy:
+            return load, True
+        raise Refused(
+            f"the 1-minute load average is {load:.2f} before {what}, above --max-load {self.max_load:g} "
+            f"after waiting {self.wait_s:g} s — run it on a quiet machine (or wait longer with --wait-s), or pass "
+            "--allow-noisy to measure anyway with the runs marked noisy"
+        )
+
+
+def run_once(bench: Bench, quick: bool, gate: Gate, index: int) -> Run:
+    """One gated run of ``bench``: its JSON object, the load before and after, the wall time."""
+    load, noisy = gate.wait(f"{bench.name} run {index}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    started = datetime.datetime.now(datetime.UTC)
+    t0 = time.perf_counter()
+    cmd = [sys.executable, *bench.argv(quick)]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=bench.timeout_s)
+    except subprocess.TimeoutExpired:
+        limit = f"{bench.name} run {index} took over {bench.timeout_s:g} s"
+        raise Failed(f"{limit} — run `{shown(bench, quick)}` alone") from None
+    wall = time.perf_counter() - t0
+    objects = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not objects:
+        tail = one_line(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "no output")
+        raise Failed(f"{bench.name} run {index} exited {proc.returncode} ({tail}) — run `{shown(bench, quick)}` alone")
+    result = json.loads(objects[-1])
+    return Run(started, load, gate.load(), wall, noisy, result)
+
+
+def shown(bench: Bench, quick: bool) -> str:
+    """The command a reader re-runs, as text."""
+    return " ".join(["python", *bench.argv(quick)])
+
+
+def _git(*args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def machine() -> Machine:
+    """Cores, CPU model, Python, torch and the commit (``+dirty`` when tracked files differ from it)."""
+    cpu = "unknown CPU"
+    if Path("/proc/cpuinfo").is_file():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "not installed"
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    if _git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
+    return Machine(
+        cores=os.cpu_count() or 1,
+        usable_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+        cpu=cpu,
+        python=f"{platform.python_implementation()} {platform.python_version()}",
+        torch=torch,
+        commit=commit,
+    )
+
+
+# ------------------------------------------------------------------------------------------- the page
+def _fmt(value: float, fig: Figure) -> str:
+    text = f"{value:,.{fig.digits}f}"
+    return f"{text}×" if fig.unit == "×" else f"{text} {fig.unit}".rstrip()
+
+
+def figure_rows(fig: Figure, runs: Sequence[Run]) -> str:
+    """One row of a benchmark's figure table: median, range, target, and how many runs held the figure."""
+    values = [v for v in (fig.read(r.result) for r in runs) if v is not None]
+    if not values:
+        return f"| {fig.name} | — | not in this run's output | {fig.target or '—'} | 0 of {len(runs)} |"
+    lo, hi = min(values), max(values)
+    spread = _fmt(lo, fig) if lo == hi else f"{_fmt(lo, fig)} – {_fmt(hi, fig)}"
+    return f"| {fig.name} | **{_fmt(statistics.median(values), fig)}** | {spread} | {fig.target or '—'} | " \
+        f"{len(values)} of {len(runs)} |"  # fmt: skip
+
+
+def section(bench: Bench, runs: Sequence[Run], quick: bool, image: str | None) -> list[str]:
+    """A benchmark's section of the page."""
+    lines = [f"## {bench.name}", "", bench.what, "", f"Command (each run): `{shown(bench, quick)}`", ""]
+    lines += ["| figure | median | range over the runs | target | runs |", "|---|---|---|---|---|"]
+    lines += [figure_rows(f, runs) for f in bench.figures]
+    lines += ["", "| run | started (UTC) | 1-min load before → after | wall s | gate |", "|---|---|---|---|---|"]
+    for i, r in enumerate(runs, 1):
+        gate = "**noisy**" if r.noisy else "quiet"
+        lines.append(f"| {i} | {r.started:%Y-%m-%d %H:%M:%S} | {r.load_before:.2f} → {r.load_after:.2f} | "
+                     f"{r.wall_s:.1f} | {gate} |")  # fmt: skip
+    if image:
+        lines += ["", f"![{bench.name}](img/{image})"]
+    return [*lines, ""]
+
+
+def page(done: Sequence[tuple[Bench, list[Run], str | None]], args: argparse.Namespace, m: Machine, took: float) -> str:
+    """The whole results page."""
+    now = datetime.datetime.now(datetime.UTC)
+    noisy = sum(r.noisy for _, runs, _ in done for r in runs)
+    head = [
+        "# Measured results",
+        "",
+        "<!-- written by benchmarks/run_all.py: change that script and re-run it, do not edit this page -->",
+        "",
+        f"Written by `python benchmarks/run_all.py{_flags(args)}` on {now:%Y-%m-%d %H:%M} UTC "
+        f"({took / 60:.1f} min), commit `{m.commit}`.",
+        "",
+        f"Machine: {m.cores} cores ({m.usable_cores} usable), {m.cpu}; {m.python}; torch {m.torch}.",
+        "",
+        f"Each benchmark ran {args.repeats} times in a row. Each run started only when the 1-minute load "
+        f"average was at most {args.max_load:g}"
+        + (f"; {noisy} run(s) started above it (`--allow-noisy`) and are marked **noisy**." if noisy else "."),
+        "A figure is the median over the runs, with its range; a reader re-derives it by running the command "
+        "beside it as many times.",
+        "",
+    ]
+    if args.quick:
+        head += ["**Quick mode: every benchmark at its smallest size. These figures check that the benchmarks "
+                 "and this page work; they are not results.**", ""]  # fmt: skip
+    body = [line for bench, runs, image in done for line in section(bench, runs, args.quick, image)]
+    return "\n".join(head + body)
+
+
+def _flags(args: argparse.Namespace) -> str:
+    parts = [" --quick"] if args.quick else []
+    parts += [f" --repeats {args.repeats}", f" --max-load {args.max_load:g}"]
+    parts += [f" --only {n}" for n in args.only or []]
+    return "".join(parts) + (" --allow-noisy" if args.allow_noisy else "")
+
+
+# --------------------------------------------------------------------------------------------- main
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line; bad values are one ``error:`` line and exit 2."""
+    p = OneLineParser(prog="run_all.py", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="every benchmark at its smallest size (a check, not a result)")
+    p.add_argument("--out", default=str(ROOT / "docs" / "results.md"), help="the page (images go to img/ beside it)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each benchmark (at least 3 unless --quick)")
+    p.add_argument("--max-load", type=float, default=0.5, help="the 1-minute load average a run may start at")
+    p.add_argument("--wait-s", type=float, default=600.0, help="how long to wait for the load to fall before a run")
+    p.add_argument("--allow-noisy", action="store_true", help="run above --max-load and mark those runs noisy")
+    p.add_argument("--only", action="append", choices=NAMES, help="run this benchmark only (repeatable)")
+    p.add_argument("--loadavg-file", default="/proc/loadavg", help=argparse.SUPPRESS)  # tests: a stubbed load
+    args = p.parse_args(argv)
+    if args.repeats < (1 if args.quick else 3):
+        p.error(f"--repeats {args.repeats}: use at least {1 if args.quick else 3} (a range needs 3 runs)")
+    if args.max_load < 0 or args.wait_s < 0:
+        p.error("--max-load and --wait-s must be >= 0")
+    return args
+
+
+def measure(benches: Sequence[Bench], args: argparse.Namespace, gate: Gate) -> list[tuple[Bench, list[Run]]]:
+    """Every run of every benchmark, in order; progress on stderr."""
+    done = []
+    for bench in benches:
+        runs = []
+        for i in range(1, args.repeats + 1):
+            run = run_once(bench, args.quick, gate, i)
+            print(f"{bench.name} run {i}/{args.repeats}: {run.wall_s:.1f} s, load {run.load_before:.2f} → "
+                  f"{run.load_after:.2f}{' (noisy)' if run.noisy else ''}", file=sys.stderr, flush=True)  # fmt: skip
+            runs.append(run)
+        done.append((bench, runs))
+    return done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure, then write the page and its images; 0 when written, 1 when refused or failed, 2 on bad input."""
+    args = parse(argv)
+    t0 = time.monotonic()
+    try:
+        out = check_output(args.out)
+        gate = Gate(args.max_load, Path(args.loadavg_file), args.wait_s, args.allow_noisy)
+        gate.load()
+    except (TirlError, OSError, ValueError, IndexError) as exc:
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    benches = [b for b in BENCHMARKS if not args.only or b.name in args.only]
+    try:
+        measured = measure(benches, args, gate)
+    except (Refused, Failed) as exc:
+        print(f"error: {exc} (the page was not written)", file=sys.stderr)
+        return 1
+    done: list[tuple[Bench, list[Run], str | None]] = []
+    for bench, runs in measured:
+        png = bench.plot([r.result for r in runs]) if bench.plot else None
+        name = f"results_{bench.name}.png" if png else None
+        if png and name:
+            write_bytes(out.parent / "img" / name, png)
+        done.append((bench, runs, name))
+    write_text(out, page(done, args, machine(), time.monotonic() - t0))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

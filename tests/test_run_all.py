@@ -1,0 +1,150 @@
+"""benchmarks/run_all.py: the load gate, the repeats, the page's structure, and its one-line errors.
+
+The runs are real: each benchmark is a real subprocess (``bench_async`` and
+``bench_pipeline --virtual`` at their smallest sizes, about a second each).
+Only the load average is stubbed (``--loadavg-file``), because a test cannot
+choose the machine's load; the gate's reading of ``/proc/loadavg`` itself is
+covered by the default path in :func:`test_the_real_loadavg_is_read`. Not
+covered: the other benchmarks' figure readers against real output (their runs
+take minutes; ``run_all.py --quick`` runs them all).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "run_all.py"
+CHEAP = ["--quick", "--only", "async", "--only", "pipeline"]
+
+
+def load(tmp: Path, value: float) -> Path:
+    path = tmp / "loadavg"
+    path.write_text(f"{value:.2f} 0.50 0.40 1/200 12345\n")
+    return path
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=240, check=False
+    )
+
+
+def module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("run_all_under_test", SCRIPT)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quick_run_writes_one_table_per_benchmark_with_ranges_runs_and_a_plot(tmp_path: Path) -> None:
+    out = tmp_path / "docs" / "results.md"
+    proc = run(*CHEAP, "--repeats", "3", "--out", str(out), "--loadavg-file", str(load(tmp_path, 0.1)))
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert re.search(r"commit `[0-9a-f]{7,}(\+dirty)?`", text)
+    assert re.search(r"Machine: \d+ cores \(\d+ usable\), .+; CPython 3\.\d+\.\d+; torch \S+\.", text)
+    assert "Quick mode" in text and "not results" in text
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    assert [s.splitlines()[0] for s in sections] == ["pipeline", "async"]
+    for sec in sections:
+        assert re.search(r"Command \(each run\): `python benchmarks/bench_\w+\.py --json [^`]*`", sec)
+        figures = [r for r in sec.splitlines() if r.startswith("| ") and r.endswith(" of 3 |")]
+        assert figures, sec
+        measured = [r for r in figures if "| 3 of 3 |" in r]
+        assert measured, "no figure was read from the benchmark's JSON"
+        for row in measured:  # | name | **median** | lo – hi or one value | target | 3 of 3 |
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            assert cells[1].startswith("**") and re.search(r"\d", cells[2]), row
+        runs = re.findall(
+            r"^\| (\d) \| \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| 0\.10 → 0\.10 \| [\d.]+ \| quiet \|$", sec, re.M
+        )
+        assert runs == ["1", "2", "3"]
+    async_sec = sections[1]
+    assert (
+        "| shared device: async ÷ sync (steps/s) | **" in async_sec and "![async](img/results_async.png)" in async_sec
+    )
+    assert (out.parent / "img" / "results_async.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert "| heavy-tail: peak live environments, pipeline | **" in sections[0]
+    assert "![pipeline](img/results_pipeline.png)" in sections[0]
+    assert (out.parent / "img" / "results_pipeline.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_load_above_the_gate_is_refused_and_the_old_page_is_kept(tmp_path: Path) -> None:
+    out = tmp_path / "results.md"
+    out.write_text("the old page\n")
+    proc = run(*CHEAP, "--out", str(out), "--wait-s", "0", "--loadavg-file", str(load(tmp_path, 9.0)))
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the 1-minute load average is 9.00 before pipeline run 1")
+    assert "--max-load 0.5" in lines[0] and "--allow-noisy" in lines[0]
+    assert out.read_text() == "the old page\n"
+    assert not (tmp_path / "img").exists()
+
+
+def test_allow_noisy_runs_and_marks_every_run(tmp_path: Path) -> None:
+    out = tmp_path / "results.md"
+    proc = run(*CHEAP, "--repeats", "1", "--out", str(out), "--wait-s", "0", "--allow-noisy",
+               "--loadavg-file", str(load(tmp_path, 9.0)))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "2 run(s) started above it (`--allow-noisy`) and are marked **noisy**" in text
+    assert text.count("| **noisy** |") == 2 and "| quiet |" not in text
+
+
+def test_the_gate_waits_for_the_load_to_fall(tmp_path: Path) -> None:
+    ra = module()
+    path = load(tmp_path, 3.0)
+    gate = ra.Gate(max_load=0.5, loadavg_file=path, wait_s=30.0, allow_noisy=False, poll_s=0.05)
+    threading.Timer(0.3, lambda: load(tmp_path, 0.2)).start()
+    t0 = time.monotonic()
+    assert gate.wait("x") == (pytest.approx(0.2), False)
+    assert 0.25 < time.monotonic() - t0 < 10
+
+
+def test_the_real_loadavg_is_read() -> None:
+    ra = module()
+    gate = ra.Gate(max_load=1e9, loadavg_file=Path("/proc/loadavg"), wait_s=0, allow_noisy=False)
+    value, noisy = gate.wait("x")
+    assert value >= 0 and not noisy
+
+
+def test_a_failing_benchmark_stops_the_run_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ra = module()
+    broken = ra.Bench("broken", "bench_async.py", "bench_async with a bad argument", (), ("--steps", "0"), ())
+    monkeypatch.setattr(ra, "BENCHMARKS", (broken,))
+    out = tmp_path / "results.md"
+    assert ra.main(["--quick", "--out", str(out), "--loadavg-file", str(load(tmp_path, 0.0))]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: broken run 1 exited 2 (error: --tasks, --steps")
+    assert "python benchmarks/bench_async.py --json --steps 0" in err[0] and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--repeats", "2"], "--repeats 2: use at least 3"),
+        (["--only", "nope"], "argument --only: invalid choice: 'nope'"),
+        (["--max-load", "inf"], "--max-load"),
+        (["--out", "/proc/version/x.md"], "/proc/version/x.md"),
+        (["--out", "."], "."),
+    ],
+)
+def test_bad_input_is_one_error_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
+    proc = run(*args, "--loadavg-file", str(load(tmp_path, 0.0)))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    assert needle in lines[0] and not proc.stdout
