@@ -16,7 +16,8 @@ from transformers import AutoModelForCausalLM
 
 from tirl.config import AlgoConfig
 from tirl.errors import ConfigError
-from tirl.models.memory import LoraSpec, apply_lora, check_master_weights, check_training_precision
+from tirl.models.memory import LoraSpec, apply_lora, check_master_weights
+from tirl.models.precision import check_training_precision
 from tirl.trainer.update import PolicyUpdater
 from tirl.types import Message, Role, Trajectory
 

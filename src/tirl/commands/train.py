@@ -38,6 +38,7 @@ from tirl.config import TirlConfig, config_from_dict, resolve_config
 from tirl.errors import InputError, TirlError
 from tirl.fileio import check_output_dir
 from tirl.jsonl import read_json
+from tirl.models.precision import check_training_precision
 from tirl.trainer.preflight import answer_format_warning, preflight, run_label
 from tirl.trainer.run_lock import LOCK_NAME, hold_run_dir
 
@@ -114,8 +115,6 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     The third value is the outermost directory created for the run (``None`` when resuming or when the run
     directory existed): a failed set-up removes the run directory and those parents again while they are empty.
     """
-    from tirl.models.memory import check_training_precision
-
     overrides = [*args.overrides, *_shortcuts(args)]
     if args.resume:
         run_dir = Path(args.resume)

@@ -52,6 +52,7 @@ from typing import Any
 import torch
 
 from tirl.errors import ConfigError, InputError, SetupError
+from tirl.models.precision import MASTER_WEIGHTS_FIX
 
 DEFAULT_LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ADAPTER_CONFIG = "adapter_config.json"
@@ -163,11 +164,6 @@ def apply_lora(model: Any, spec: LoraSpec) -> Any:
     return peft.get_peft_model(model, config)
 
 
-MASTER_WEIGHTS_FIX = (
-    "set model.dtype=float32 and algo.autocast=bf16 (float32 master weights and Adam state, bf16 forward passes)"
-)
-
-
 def check_master_weights(model: torch.nn.Module) -> None:
     """Refuse trainable parameters below float32: AdamW's updates would round away in bf16/fp16.
 
@@ -182,15 +178,6 @@ def check_master_weights(model: torch.nn.Module) -> None:
     if low:
         raise ConfigError(
             f"config model.dtype={low[0]} is invalid for training: {low[0]} parameters have no float32 master "
-            f"weights, so AdamW's small updates round away — {MASTER_WEIGHTS_FIX}"
-        )
-
-
-def check_training_precision(dtype: str, lora_rank: int) -> None:
-    """The config-time form of :func:`check_master_weights`: ``model.dtype`` below float32 trains only under LoRA."""
-    if dtype in ("bfloat16", "float16") and lora_rank == 0:
-        raise ConfigError(
-            f"config model.dtype={dtype} is invalid for training: {dtype} parameters have no float32 master "
             f"weights, so AdamW's small updates round away — {MASTER_WEIGHTS_FIX}"
         )
 
