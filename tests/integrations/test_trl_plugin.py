@@ -65,6 +65,16 @@ def test_public_wrapper_returns_none_for_void() -> None:
     assert wrapped.__name__ == "reward"
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> Any:
+    """The 866k-parameter model on one intra-op thread: two threads made each sampled turn ~20x slower on a busy
+    2-core machine (6.0 s against 0.29 s for 40 tokens; tirl's HF generator picks one thread for small models)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _tiny() -> tuple[Any, Any]:
     path = builtin_model_path()
     tok = AutoTokenizer.from_pretrained(path)
@@ -238,6 +248,7 @@ def test_a_sampled_multi_turn_step_keeps_every_void_completion_out(tmp_path: Pat
     trainer.train()
     (batch,) = seen
     void = void_flags([""] * 6, transcripts)  # the policy's own turns, judged by tirl's rule
+    assert 0 < sum(void) < 6  # both kinds are in the batch (seeded: torch.manual_seed(0) above)
     assert int(trainer.state.log_history[0]["void/trajectories"]) == sum(void)
     for i in range(6):  # exactly the void completions left the loss, with zero advantage
         assert (int(batch["completion_mask"][i].sum()) == 0) == void[i]
