@@ -6,6 +6,11 @@ The shipped checkpoint is rebuilt with::
 
 and the chain-task checkpoint (``tiny-chain``, started from ``tiny-tir``) with
 ``tirl sft --env tir-chain --init src/tirl/assets/tiny-tir --out src/tirl/assets/tiny-chain --seed 0 --threads 1``.
+
+``--env swe-lite`` demonstrates the swe-lite curriculum (training split; the stop-early accuracy is measured
+on its validation split) with :func:`~tirl.envs.tasks.swe_experts.curriculum_expert_solution`, through the
+real swe-lite env and judge. ``--demos-out FILE`` also writes the demonstrations (trajectory JSONL with token
+ids and loss masks) before training.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from tirl.envs.base import Task
 from tirl.envs.registry import env_factory
 from tirl.envs.tasks.chain_gen import chain_expert_solution, generate_chain_tasks
 from tirl.envs.tasks.math_gen import expert_solution, generate_tasks
+from tirl.envs.tasks.swe_curriculum import generate_curriculum
+from tirl.envs.tasks.swe_experts import curriculum_expert_solution
 from tirl.errors import ConfigError
-from tirl.fileio import check_output_dir, refuse_overwrite
+from tirl.fileio import atomic_write, check_output, check_output_dir, refuse_overwrite
 from tirl.inference.base import SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.models.chat_format import chat_format_for
@@ -64,9 +71,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=d.seed, help="seed of the model init, data and sampling")
     parser.add_argument(
         "--env",
-        choices=("tir-math", "tir-chain"),
+        choices=("tir-math", "tir-chain", "swe-lite"),
         default=d.env,
-        help="task family to demonstrate (tir-chain: 3-6 tool turns; use --init with the tir-math model)",
+        help="task family to demonstrate (tir-chain: 3-6 tool turns; use --init with the tir-math model; "
+        "swe-lite: the bug-fixing curriculum, 5-8 shell turns)",
+    )
+    parser.add_argument(
+        "--demos-out",
+        default=None,
+        help="also write the demonstrations to this trajectory JSONL (token ids and loss masks included)",
     )
     parser.add_argument("--init", default=None, help="start from this model directory instead of a fresh tiny model")
     for name, text in _SFT_OPTIONS:  # options named after SFTConfig fields, with their defaults and types
@@ -99,6 +112,15 @@ def _config(args: argparse.Namespace) -> SFTConfig:
         raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
     stop = args.stop_at_accuracy if args.stop_at_accuracy is not None and args.stop_at_accuracy >= 0 else None
     same = ("steps", "batch_size", "lr", "train_tasks", "difficulty", "seed", "eval_every", "eval_tasks", "env")
+    if args.env == "swe-lite":  # 5-8 shell turns with tool output: longer episodes and turns
+        return SFTConfig(
+            **{name: getattr(args, name) for name in same},
+            stop_at_accuracy=stop,
+            copy_steps=max(0, args.copy_steps),
+            max_turns=10,
+            max_new_tokens=384,
+            max_total_tokens=6144,
+        )
     return SFTConfig(
         **{name: getattr(args, name) for name in same},
         stop_at_accuracy=stop,
@@ -107,8 +129,10 @@ def _config(args: argparse.Namespace) -> SFTConfig:
     )
 
 
-def _tasks(cfg: SFTConfig, n: int, seed: int) -> list[Task]:
-    """``n`` generated tasks of the configured family."""
+def _tasks(cfg: SFTConfig, n: int, seed: int, *, held_out: bool = False) -> list[Task]:
+    """``n`` generated tasks of the configured family (swe-lite: training split, or validation when held out)."""
+    if cfg.env == "swe-lite":
+        return generate_curriculum(n, seed=seed, split="validation" if held_out else "train")
     if cfg.env == "tir-chain":
         return generate_chain_tasks(n, seed=seed)
     return generate_tasks(n, difficulty=cfg.difficulty, seed=seed)
@@ -132,7 +156,8 @@ def _model(args: argparse.Namespace, cfg: SFTConfig) -> tuple[Any, Any]:
 def _demonstrations(loop: asyncio.AbstractEventLoop, cfg: SFTConfig, chat: Any, factory: Any) -> list[Any]:
     """The expert's episodes on the training tasks, through the real env (only the correct ones)."""
     tasks = _tasks(cfg, cfg.train_tasks, sft_task_seed(cfg.seed))
-    solution = chain_expert_solution if cfg.env == "tir-chain" else expert_solution
+    solutions = {"tir-chain": chain_expert_solution, "swe-lite": curriculum_expert_solution}
+    solution = solutions.get(cfg.env, expert_solution)
     demos = loop.run_until_complete(
         build_demonstrations(
             tasks, solution, chat, factory, max_turns=cfg.max_turns, max_total_tokens=cfg.max_total_tokens
@@ -145,6 +170,14 @@ def _demonstrations(loop: asyncio.AbstractEventLoop, cfg: SFTConfig, chat: Any, 
         flush=True,
     )
     return demos
+
+
+def write_demonstrations(demos: list[Any], path: str | Path) -> None:
+    """Write ``demos`` as trajectory JSONL (with token ids and loss masks), atomically."""
+    with atomic_write(path) as f:
+        for traj in demos:
+            f.write(traj.to_json(tokens=True) + "\n")
+    print(f"wrote {len(demos)} demonstrations to {path}", flush=True)
 
 
 def _runner(generator: HFGenerator, chat: Any, cfg: SFTConfig, temperature: float, seed: int | None) -> AgentLoop:
@@ -174,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
     """Build demonstrations, train, evaluate, save."""
     cfg = _config(args)
     check_output_dir(args.out)  # a bad --out fails now, not after training
+    if args.demos_out:
+        check_output(args.demos_out)
     refuse_overwrite(args.out, [args.init], option="--out")  # the starting checkpoint is an input
     torch.set_num_threads(max(1, args.threads))
     model, tokenizer = _model(args, cfg)
@@ -182,9 +217,12 @@ def run(args: argparse.Namespace) -> int:
     loop = asyncio.new_event_loop()
     try:
         sandbox = create_sandbox(SandboxConfig(backend=args.sandbox))
-        factory = env_factory("tir-math", sandbox=sandbox, max_turns=cfg.max_turns)
+        env_name = "swe-lite" if cfg.env == "swe-lite" else "tir-math"
+        factory = env_factory(env_name, sandbox=sandbox, max_turns=cfg.max_turns)
         demos = _demonstrations(loop, cfg, chat, factory)
-        held_out = _tasks(cfg, cfg.eval_tasks, sft_eval_seed(cfg.seed))
+        if args.demos_out:
+            write_demonstrations(demos, args.demos_out)
+        held_out = _tasks(cfg, cfg.eval_tasks, sft_eval_seed(cfg.seed), held_out=True)
         generator = HFGenerator(model, tokenizer, eos_ids=chat.eos_ids, seed=cfg.seed)
         # per-turn sampling seeds: the held-out accuracy, hence the stop step, is reproducible
         runner = _runner(generator, chat, cfg, 1.0, cfg.seed)
