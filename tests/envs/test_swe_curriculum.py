@@ -119,7 +119,11 @@ def test_every_planted_bug_is_caught_and_the_hidden_tests_never_ship() -> None:
             files, hidden = task.data["files"], task.data["hidden_tests"]["test_hidden.py"]
             assert "test_hidden.py" not in files and not any("def test_" in text for text in files.values())
             assert all(hidden not in text for text in files.values())
-            shown = [line for line in hidden.split("\n") if line.startswith("    assert") and line.strip() in files["check.py"]]
+            shown = [
+                line
+                for line in hidden.split("\n")
+                if line.startswith("    assert") and line.strip() in files["check.py"]
+            ]
             assert len(set(shown)) <= 3  # check.py shows at most one of each function's six hidden calls
             buggy, check = files[task.data["module"]], files["check.py"]
             fixed = buggy.split("\n")

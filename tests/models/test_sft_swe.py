@@ -41,9 +41,7 @@ def swe_demos():  # type: ignore[no-untyped-def]
     async def make():  # type: ignore[no-untyped-def]
         sandbox = create_sandbox(SandboxConfig(warm_pool=False, timeout_s=10.0), warn=False)
         try:
-            factory = env_factory(
-                "swe-lite", sandbox=sandbox, max_turns=10, work_root=root, cache_dir=root / "cache"
-            )
+            factory = env_factory("swe-lite", sandbox=sandbox, max_turns=10, work_root=root, cache_dir=root / "cache")
             return await build_demonstrations(
                 tasks, curriculum_expert_solution, chat, factory, max_turns=10, max_total_tokens=6144, concurrency=1
             )
@@ -79,7 +77,18 @@ def test_bad_demos_out_is_one_error_line_before_any_work(tmp_path: Path) -> None
     (tmp_path / "a-file").write_text("")
     bad = tmp_path / "a-file" / "demos.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "tirl.cli", "sft", "--env", "swe-lite", "--out", str(tmp_path / "m"), "--demos-out", str(bad)],
+        [
+            sys.executable,
+            "-m",
+            "tirl.cli",
+            "sft",
+            "--env",
+            "swe-lite",
+            "--out",
+            str(tmp_path / "m"),
+            "--demos-out",
+            str(bad),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

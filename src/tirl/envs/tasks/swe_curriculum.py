@@ -120,7 +120,10 @@ def programs() -> tuple[Program, ...]:
     for i in range(POOL_PROGRAMS):
         r = random.Random(f"swe-curriculum/{i}")
         package = _package_name(r, taken)
-        funcs = tuple(template(r, r.choice(names) + r.choice(_SUFFIXES)) for template, names in r.sample(TEMPLATES, FUNCS_PER_PROGRAM))
+        funcs = tuple(
+            template(r, r.choice(names) + r.choice(_SUFFIXES))
+            for template, names in r.sample(TEMPLATES, FUNCS_PER_PROGRAM)
+        )
         out.append(Program(i, package, funcs, _split_of(i)))
     return tuple(out)
 
@@ -267,7 +270,9 @@ def pools() -> dict[Split, tuple[Task, ...]]:
     return {s: tuple(v) for s, v in out.items()}
 
 
-def generate_curriculum(n: int, *, seed: int = 0, split: Split = "train", kinds: tuple[str, ...] | None = None) -> list[Task]:
+def generate_curriculum(
+    n: int, *, seed: int = 0, split: Split = "train", kinds: tuple[str, ...] | None = None
+) -> list[Task]:
     """``n`` tasks of ``split``, deterministic in ``seed``; cycles through the split before repeating."""
     if split not in SPLITS:
         raise ValueError(f"split {split!r} is not one of {', '.join(SPLITS)}")

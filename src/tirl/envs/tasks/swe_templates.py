@@ -87,6 +87,7 @@ def _f(name: str, body: str, sites: list[Site], cases: list[str] | tuple[str, ..
 
 
 def affine(r: random.Random, name: str) -> Func:
+    """``y = x * a + b``: wrong operator, wrong constant, missing return."""
     a, b = r.randint(2, 9), r.randint(1, 20)
     b2, b3 = _other(r, b, 1, 20), _other(r, b, 21, 30)
     body = f"def {{n}}(x):\n    y = x * {a} + {b}\n    return y\n"
@@ -99,6 +100,7 @@ def affine(r: random.Random, name: str) -> Func:
 
 
 def clamp(r: random.Random, name: str) -> Func:
+    """Clamp ``x`` into ``lo..hi``: inverted condition, off-by-one."""
     body = "def {n}(x, lo, hi):\n    if x < lo:\n        return lo\n    if x > hi:\n        return hi\n    return x\n"
     sites = [
         Site("inverted_condition", "x > hi", "x <= hi", "x < hi"),
@@ -114,9 +116,9 @@ def clamp(r: random.Random, name: str) -> Func:
 
 
 def count_above(r: random.Random, name: str) -> Func:
-    body = (
-        "def {n}(xs, t):\n    count = 0\n    for x in xs:\n        if x > t:\n            count += 1\n    return count\n"
-    )
+    """Count the items above ``t``: inverted condition, wrong operator, missing return."""
+    body = "def {n}(xs, t):\n    count = 0\n    for x in xs:\n        if x > t:\n"
+    body += "            count += 1\n    return count\n"
     sites = [
         Site("inverted_condition", "x > t", "x <= t", "x < t"),
         Site("wrong_operator", "count += 1", "count -= 1", "count *= 1"),
@@ -127,10 +129,9 @@ def count_above(r: random.Random, name: str) -> Func:
 
 
 def sum_to(r: random.Random, name: str) -> Func:
+    """``sum(i * a for i in 1..k)`` in a loop: off-by-one, wrong constant, wrong operator, missing return."""
     a = r.randint(2, 9)
-    body = (
-        f"def {{n}}(k):\n    total = 0\n    for i in range(1, k + 1):\n        total += i * {a}\n    return total\n"
-    )
+    body = f"def {{n}}(k):\n    total = 0\n    for i in range(1, k + 1):\n        total += i * {a}\n    return total\n"
     sites = [
         Site("off_by_one", "range(1, k + 1)", "range(1, k)", "range(0, k)"),
         Site("wrong_constant", f"i * {a}", f"i * {_other(r, a, 2, 9)}"),
@@ -141,6 +142,7 @@ def sum_to(r: random.Random, name: str) -> Func:
 
 
 def first_k(r: random.Random, name: str) -> Func:
+    """The first ``k`` items: off-by-one, inverted condition."""
     body = "def {n}(xs, k):\n    if k <= 0:\n        return []\n    return xs[:k]\n"
     sites = [
         Site("off_by_one", "xs[:k]", "xs[:k + 1]", "xs[:k - 1]"),
@@ -154,6 +156,7 @@ _WORDS = ("cat", "dog", "red", "sun", "map", "ink", "owl", "fig", "jam", "tea", 
 
 
 def pad(r: random.Random, name: str) -> Func:
+    """``rjust``/``ljust`` with a fill character: swapped arguments, wrong constant."""
     c, c2 = r.sample(["0", "-", "_", "#", "+", "="], 2)
     method = r.choice(["rjust", "ljust"])
     body = f'def {{n}}(s, width):\n    return s.{method}(width, "{c}")\n'
@@ -166,6 +169,7 @@ def pad(r: random.Random, name: str) -> Func:
 
 
 def mod_pow(r: random.Random, name: str) -> Func:
+    """``pow(base, e, m)``: swapped arguments, wrong constant."""
     m = r.choice([97, 101, 103, 107, 109, 113, 127])
     body = f"def {{n}}(base, e):\n    return pow(base, e, {m})\n"
     sites = [
@@ -180,6 +184,7 @@ def mod_pow(r: random.Random, name: str) -> Func:
 
 
 def div_mix(r: random.Random, name: str) -> Func:
+    """``q * k + rest`` of ``divmod(a, b)``: swapped arguments, wrong operator, wrong constant."""
     k = r.randint(2, 9)
     body = f"def {{n}}(a, b):\n    q, rest = divmod(a, b)\n    return q * {k} + rest\n"
     sites = [
@@ -192,21 +197,23 @@ def div_mix(r: random.Random, name: str) -> Func:
 
 
 def swap_word(r: random.Random, name: str) -> Func:
+    """Replace one word by another: swapped arguments."""
     w1, w2 = r.sample(_WORDS, 2)
     body = f'def {{n}}(text):\n    return text.replace("{w1}", "{w2}")\n'
     sites = [Site("swapped_args", f'("{w1}", "{w2}")', f'("{w2}", "{w1}")')]
-    cases = [f'"{" ".join(r.sample(_WORDS, 3) + [w1])}"' for _ in range(6)]
+    cases = [f'"{" ".join([*r.sample(_WORDS, 3), w1])}"' for _ in range(6)]
     return _f(name, body, sites, cases)
 
 
 def divisible(r: random.Random, name: str) -> Func:
+    """Whether the sum is divisible by ``k``: inverted condition, wrong constant."""
     k = r.randint(3, 7)
     body = f"def {{n}}(xs):\n    s = sum(xs)\n    if s % {k} == 0:\n        return True\n    return False\n"
     sites = [
         Site("inverted_condition", "== 0", "!= 0"),
         Site("wrong_constant", f"% {k}", f"% {_other(r, k, 3, 7)}"),
     ]
-    cases = []
+    cases: list[str] = []
     for xs in _lists(r, 1, 20):
         lst = eval(xs)
         if len(cases) % 2 == 0:
@@ -216,16 +223,18 @@ def divisible(r: random.Random, name: str) -> Func:
 
 
 def last(r: random.Random, name: str) -> Func:
+    """The last item or None: off-by-one, inverted condition."""
     body = "def {n}(xs):\n    if not xs:\n        return None\n    return xs[len(xs) - 1]\n"
     sites = [
         Site("off_by_one", "len(xs) - 1", "len(xs) - 2", "len(xs)"),
         Site("inverted_condition", "if not xs:", "if xs:"),
     ]
-    cases = list(_lists(r, 0, 90, 2, 5))[:5] + ["[]"]
+    cases = [*_lists(r, 0, 90, 2, 5)[:5], "[]"]
     return _f(name, body, sites, cases)
 
 
 def span(r: random.Random, name: str) -> Func:
+    """``list(range(a, b, s))``: swapped arguments, off-by-one, wrong constant."""
     s = r.randint(1, 3)
     body = f"def {{n}}(a, b):\n    return list(range(a, b, {s}))\n"
     sites = [
@@ -241,6 +250,7 @@ def span(r: random.Random, name: str) -> Func:
 
 
 def average(r: random.Random, name: str) -> Func:
+    """The mean, or a constant for an empty list: inverted condition, wrong operator, wrong constant."""
     z = r.choice([0, -1])
     body = f"def {{n}}(xs):\n    if len(xs) == 0:\n        return {z}\n    return sum(xs) / len(xs)\n"
     sites = [
@@ -248,12 +258,13 @@ def average(r: random.Random, name: str) -> Func:
         Site("wrong_operator", "sum(xs) / len", "sum(xs) * len", "sum(xs) // len"),
         Site("wrong_constant", f"return {z}", f"return {z + 2}"),
     ]
-    cases = list(_lists(r, 1, 20, 2, 5))[:5] + ["[]"]
+    cases = [*_lists(r, 1, 20, 2, 5)[:5], "[]"]
     cases[0] = "[3, 4]"
     return _f(name, body, sites, cases)
 
 
 def discount(r: random.Random, name: str) -> Func:
+    """A price less a capped percentage: inverted condition, wrong constant, wrong operator."""
     cap = r.choice([30, 40, 50, 60])
     body = f"def {{n}}(price, pct):\n    if pct > {cap}:\n        pct = {cap}\n    return price - price * pct // 100\n"
     sites = [
@@ -266,6 +277,7 @@ def discount(r: random.Random, name: str) -> Func:
 
 
 def between(r: random.Random, name: str) -> Func:
+    """Whether ``lo <= x < hi``: off-by-one, inverted condition."""
     body = "def {n}(x, lo, hi):\n    return lo <= x and x < hi\n"
     sites = [
         Site("off_by_one", "x < hi", "x <= hi", "x < hi - 1"),
@@ -281,6 +293,7 @@ def between(r: random.Random, name: str) -> Func:
 
 
 def countdown(r: random.Random, name: str) -> Func:
+    """``k, k - s, ...`` while positive: off-by-one, wrong constant, missing return."""
     s = r.randint(1, 3)
     body = f"def {{n}}(k):\n    out = []\n    while k > 0:\n        out.append(k)\n        k -= {s}\n    return out\n"
     sites = [
@@ -293,6 +306,7 @@ def countdown(r: random.Random, name: str) -> Func:
 
 
 def index_of(r: random.Random, name: str) -> Func:
+    """The index of ``target`` or -1: off-by-one, inverted condition, wrong constant."""
     body = (
         "def {n}(xs, target):\n    for i in range(len(xs)):\n        if xs[i] == target:\n"
         "            return i\n    return -1\n"
@@ -311,6 +325,7 @@ def index_of(r: random.Random, name: str) -> Func:
 
 
 def rounded(r: random.Random, name: str) -> Func:
+    """``round(x * a, d)``: swapped arguments, wrong constant."""
     a, d = r.randint(2, 9), r.randint(1, 3)
     body = f"def {{n}}(x):\n    return round(x * {a}, {d})\n"
     sites = [
@@ -322,6 +337,7 @@ def rounded(r: random.Random, name: str) -> Func:
 
 
 def head_word(r: random.Random, name: str) -> Func:
+    """The text before the first separator: off-by-one, swapped arguments, missing return."""
     sep = r.choice([",", ";", ":", "|"])
     body = f'def {{n}}(text):\n    parts = text.split("{sep}", 1)\n    return parts[0]\n'
     sites = [
