@@ -32,29 +32,9 @@ from tirl.envs.tasks.swe_curriculum import (
 from tirl.envs.tasks.swe_experts import curriculum_expert_solution, fix_command, sed_pattern, wrong_fix_solution
 from tirl.envs.tasks.swe_templates import BUG_KINDS
 from tirl.sandbox.base import Sandbox
-from tirl.testing import ScriptResult, play
+from tirl.testing import play
 from tirl.trainer.wiring import eval_seed, train_seed, validation_seed
 from tirl.types import Role, TerminationReason
-
-# A known sandbox race (src/tirl/sandbox/_launch.py, read_info): a sandbox whose PID 1 has already exited when
-# its cgroup is checked is a zombie, whose /proc/<pid>/cgroup reads as the root cgroup, so a fast command is
-# reported as "not in its memory cgroup" and the episode ends with reason `error`. It is not this family's
-# fault; these tests replay an episode that ended with exactly that error (at most twice), nothing else.
-CGROUP_RACE = "was not in its memory cgroup"
-
-
-def _hit_race(result: ScriptResult) -> bool:
-    text = " ".join([m.content or "" for m in result.messages] + [result.error or ""])
-    return result.reason is TerminationReason.ERROR and CGROUP_RACE in text
-
-
-async def _play(make, task: Task, turns: list[str], **kw: object) -> ScriptResult:  # type: ignore[no-untyped-def]
-    for _ in range(3):
-        result = await play(make(**kw), task, turns)
-        if not _hit_race(result):
-            break
-    return result
-
 
 def _key(task: Task) -> tuple[str, str]:
     bug = bug_of(task)
@@ -239,7 +219,7 @@ def test_the_sample_covers_every_detour() -> None:
 async def test_expert_solves_through_the_real_env(make, kind: str) -> None:  # type: ignore[no-untyped-def]
     for task in [t for t in SAMPLE if t.data["bug"]["kind"] == kind]:
         turns = curriculum_expert_solution(task)
-        result = await _play(make, task, turns)
+        result = await play(make(), task, turns)
         assert result.reason is TerminationReason.SUBMITTED, (task.id, result.messages[-1])
         assert result.reward == 1.0 and result.correct, (task.id, result.info.get("eval_output"))
         assert result.info["tests_passed"] == 3 and 3 <= result.info["turns"] <= 8
@@ -261,7 +241,7 @@ async def test_wrong_fix_gets_zero_and_the_hidden_tests_are_not_in_the_workspace
         for path in ws.rglob("*"):
             assert path.name != "test_hidden.py" and (not path.is_file() or hidden not in path.read_text())
         await env.close()
-        result = await _play(make, task, wrong_fix_solution(task))
+        result = await play(make(), task, wrong_fix_solution(task))
         assert result.reason is TerminationReason.SUBMITTED and result.reward == 0.0, task.id
         assert result.info["tests_failed"] >= 1 and result.info["eval_failure"] is None
 

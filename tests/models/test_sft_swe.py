@@ -42,16 +42,9 @@ def swe_demos():  # type: ignore[no-untyped-def]
         sandbox = create_sandbox(SandboxConfig(warm_pool=False, timeout_s=10.0), warn=False)
         try:
             factory = env_factory("swe-lite", sandbox=sandbox, max_turns=10, work_root=root, cache_dir=root / "cache")
-            demos = []
-            for _ in range(3):  # replay only what the sandbox's cgroup race cut (tests/envs/test_swe_curriculum.py)
-                done = {t.group for t in demos}
-                todo = [t for t in tasks if t.id not in done]
-                if not todo:
-                    break
-                demos += await build_demonstrations(
-                    todo, curriculum_expert_solution, chat, factory, max_turns=10, max_total_tokens=6144, concurrency=1
-                )
-            return demos
+            return await build_demonstrations(
+                tasks, curriculum_expert_solution, chat, factory, max_turns=10, max_total_tokens=6144, concurrency=1
+            )
         finally:
             await sandbox.close()
 
