@@ -36,6 +36,7 @@ from tirl.testing import play
 from tirl.trainer.wiring import eval_seed, train_seed, validation_seed
 from tirl.types import Role, TerminationReason
 
+
 def _key(task: Task) -> tuple[str, str]:
     bug = bug_of(task)
     lines = task.data["files"][task.data["module"]].split("\n")
