@@ -32,7 +32,7 @@ import torch
 from tirl.config import EnvConfig, FilterConfig, SandboxConfig
 from tirl.envs.base import Task
 from tirl.envs.registry import env_factory
-from tirl.fileio import check_output_dir, refuse_overwrite
+from tirl.fileio import atomic_write, check_output, check_output_dir, refuse_overwrite
 from tirl.filters import rules_from_config
 from tirl.inference.base import SamplingParams
 from tirl.inference.hf import HFGenerator
@@ -56,7 +56,10 @@ from tirl.sft import (
 )
 from tirl.types import Trajectory
 
-DEMO_ENV = "tir-math"  # both families run on the tir-math env (tir-chain's tasks use the same python tool)
+
+def demo_env(cfg: SFTConfig) -> str:
+    """The env the demonstrations run in: swe-lite for its curriculum, else tir-math (tir-chain too)."""
+    return "swe-lite" if cfg.env == "swe-lite" else "tir-math"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,7 @@ class SFTRunOptions:
     threads: int = 2  # torch CPU threads
     sandbox: str = "auto"  # sandbox.backend: auto | bwrap | process
     command: str = "tirl sft"  # how to rebuild the checkpoint, written into its card
+    demos_out: Path | None = None  # also write the demonstrations here (trajectory JSONL with token ids)
 
 
 @dataclass(slots=True)
@@ -112,7 +116,7 @@ def sft_parts(cfg: SFTConfig, model: Any, tokenizer: Any, chat: ChatFormat, sand
     """The sandbox, env factory, generator and loops of one run, built around one action rule."""
     rules = sft_rules(cfg)
     sandbox = create_sandbox(SandboxConfig(backend=sandbox_backend))  # type: ignore[arg-type]
-    factory = env_factory(DEMO_ENV, sandbox=sandbox, max_turns=cfg.max_turns, rules=rules)
+    factory = env_factory(demo_env(cfg), sandbox=sandbox, max_turns=cfg.max_turns, rules=rules)
     generator = HFGenerator(model, tokenizer, eos_ids=chat.eos_ids, seed=cfg.seed)
     return SFTParts(
         rules=rules,
@@ -124,8 +128,12 @@ def sft_parts(cfg: SFTConfig, model: Any, tokenizer: Any, chat: ChatFormat, sand
     )
 
 
-def sft_tasks(cfg: SFTConfig, n: int, seed: int) -> list[Task]:
-    """``n`` generated tasks of the configured family."""
+def sft_tasks(cfg: SFTConfig, n: int, seed: int, *, held_out: bool = False) -> list[Task]:
+    """``n`` generated tasks of the configured family (swe-lite: its training split, validation when held out)."""
+    if cfg.env == "swe-lite":
+        from tirl.envs.tasks.swe_curriculum import generate_curriculum
+
+        return generate_curriculum(n, seed=seed, split="validation" if held_out else "train")
     if cfg.env == "tir-chain":
         from tirl.envs.tasks.chain_gen import generate_chain_tasks
 
@@ -147,9 +155,11 @@ async def _demonstrations(cfg: SFTConfig, chat: ChatFormat, parts: SFTParts) -> 
     """The expert's episodes on the training tasks, through the real env (only the correct ones)."""
     from tirl.envs.tasks.chain_gen import chain_expert_solution
     from tirl.envs.tasks.math_gen import expert_solution
+    from tirl.envs.tasks.swe_experts import curriculum_expert_solution
 
     tasks = sft_tasks(cfg, cfg.train_tasks, sft_task_seed(cfg.seed))
-    solution = chain_expert_solution if cfg.env == "tir-chain" else expert_solution
+    solutions = {"tir-chain": chain_expert_solution, "swe-lite": curriculum_expert_solution}
+    solution = solutions.get(cfg.env, expert_solution)
     demos = await build_demonstrations(
         tasks,
         solution,
@@ -180,10 +190,19 @@ def _copy_warmup(model: Any, tokenizer: Any, chat: ChatFormat, cfg: SFTConfig) -
     train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))
 
 
+def write_demonstrations(demos: list[Trajectory], path: str | Path) -> None:
+    """Write ``demos`` as trajectory JSONL (with token ids and loss masks), atomically."""
+    with atomic_write(path) as f:
+        for traj in demos:
+            f.write(traj.to_json(tokens=True) + "\n")
+
+
 def run_sft(cfg: SFTConfig, options: SFTRunOptions) -> SFTResult:
     """Build demonstrations, train, evaluate, save ``options.out``; returns what the run did."""
     out = Path(options.out)
     check_output_dir(out)  # a bad --out fails now, not after training
+    if options.demos_out is not None:
+        check_output(options.demos_out)
     refuse_overwrite(out, [options.init], option="--out")  # the starting checkpoint is an input
     torch.set_num_threads(max(1, options.threads))
     model, tokenizer = _model(options, cfg)
@@ -215,7 +234,10 @@ def _train(
 ) -> SFTResult:
     """Demonstrations, copy curriculum, training with held-out evaluations and checkpoints, greedy evaluation."""
     demos = loop.run_until_complete(_demonstrations(cfg, chat, parts))
-    held_out = sft_tasks(cfg, cfg.eval_tasks, sft_eval_seed(cfg.seed))
+    if options.demos_out is not None:
+        write_demonstrations(demos, options.demos_out)
+        cfg.log(f"wrote {len(demos)} demonstrations to {options.demos_out}")
+    held_out = sft_tasks(cfg, cfg.eval_tasks, sft_eval_seed(cfg.seed), held_out=True)
 
     def evaluate() -> float:
         report = loop.run_until_complete(evaluate_accuracy(parts.sampled, parts.factory, held_out, seed=cfg.seed))
@@ -236,4 +258,5 @@ def _train(
     return result
 
 
-__all__ = ["SFTParts", "SFTRunOptions", "run_sft", "sft_parts", "sft_rules", "sft_runner", "sft_tasks"]
+__all__ = ["SFTParts", "SFTRunOptions", "demo_env", "run_sft", "sft_parts", "sft_rules", "sft_runner", "sft_tasks",
+           "write_demonstrations"]  # fmt: skip

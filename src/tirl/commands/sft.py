@@ -7,6 +7,10 @@ The shipped checkpoint is rebuilt with::
 and the chain-task checkpoint (``tiny-chain``, started from ``tiny-tir``) with
 ``tirl sft --env tir-chain --init src/tirl/assets/tiny-tir --out src/tirl/assets/tiny-chain --seed 0 --threads 1``.
 
+``--env swe-lite`` demonstrates the swe-lite curriculum (training split; the stop-early accuracy is measured
+on its validation split) through the real swe-lite env and judge; ``--demos-out FILE`` also writes the
+demonstrations (trajectory JSONL with token ids and loss masks) before training.
+
 This module only turns arguments into an :class:`~tirl.sft.SFTConfig` and
 :class:`~tirl.sft_recipe.SFTRunOptions`; the run is :func:`tirl.sft_recipe.run_sft`.
 """
@@ -40,9 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=d.seed, help="seed of the model init, data and sampling")
     parser.add_argument(
         "--env",
-        choices=("tir-math", "tir-chain"),
+        choices=("tir-math", "tir-chain", "swe-lite"),
         default=d.env,
-        help="task family to demonstrate (tir-chain: 3-6 tool turns; use --init with the tir-math model)",
+        help="task family to demonstrate (tir-chain: 3-6 tool turns; use --init with the tir-math model; "
+        "swe-lite: the bug-fixing curriculum, 5-8 shell turns)",
+    )
+    parser.add_argument(
+        "--demos-out",
+        default=None,
+        help="also write the demonstrations to this trajectory JSONL (token ids and loss masks included)",
     )
     parser.add_argument("--init", default=None, help="start from this model directory instead of a fresh tiny model")
     for name, text in _SFT_OPTIONS:  # options named after SFTConfig fields, with their defaults and types
@@ -75,6 +85,16 @@ def _config(args: argparse.Namespace) -> SFTConfig:
         raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
     stop = args.stop_at_accuracy if args.stop_at_accuracy is not None and args.stop_at_accuracy >= 0 else None
     same = ("steps", "batch_size", "lr", "train_tasks", "difficulty", "seed", "eval_every", "eval_tasks", "env")
+    if args.env == "swe-lite":  # 5-8 shell turns with tool output: longer episodes and turns
+        return SFTConfig(
+            **{name: getattr(args, name) for name in same},
+            stop_at_accuracy=stop,
+            copy_steps=max(0, args.copy_steps),
+            max_turns=10,
+            max_new_tokens=384,
+            max_total_tokens=6144,
+            log=lambda line: print(line, flush=True),
+        )
     return SFTConfig(
         **{name: getattr(args, name) for name in same},
         stop_at_accuracy=stop,
@@ -98,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
     )
     command = "tirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "tirl sft"
     options = SFTRunOptions(
-        out=Path(args.out), init=args.init, spec=spec, threads=args.threads, sandbox=args.sandbox, command=command
-    )
+        out=Path(args.out), init=args.init, spec=spec, threads=args.threads, sandbox=args.sandbox, command=command,
+        demos_out=Path(args.demos_out) if args.demos_out else None,
+    )  # fmt: skip
     run_sft(cfg, options)
     return 0

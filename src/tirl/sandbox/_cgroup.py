@@ -43,6 +43,9 @@ _COUNTER = itertools.count()
 _PENDING: set[Path] = set()
 
 
+_PF_EXITING = 0x4  # the flags field of /proc/<pid>/stat: the process is in do_exit
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_text()
@@ -240,8 +243,18 @@ class MemoryCgroup:
         os.write(self._procs, b"0")
 
     def outside(self, pid: int) -> bool:
-        """Whether process ``pid`` is known to be in another cgroup of this hierarchy (False if it is gone)."""
-        for line in _read(Path(f"/proc/{pid}/cgroup")).splitlines():
+        """Whether process ``pid`` is known to be in another cgroup of this hierarchy (False if it is gone).
+
+        A process that is exiting (``PF_EXITING``, set before the kernel moves it out of its cgroup) or
+        has exited and is not yet reaped (a zombie, whose cgroup reads as the root) counts as gone: its
+        cgroup is no longer where it ran. The state is read *after* the cgroup, so a cgroup read from a
+        process that was still running is trusted and one read during or after its exit is not.
+        """
+        text = _read(Path(f"/proc/{pid}/cgroup"))
+        stat = _read(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[-1].split()
+        if len(stat) < 7 or stat[0] in ("Z", "X") or int(stat[6]) & _PF_EXITING:
+            return False
+        for line in text.splitlines():
             ident, _, rest = line.partition(":")
             controllers, _, path = rest.partition(":")
             if (self.version == 2 and ident == "0" and controllers == "") or (

@@ -201,7 +201,14 @@ SUBMIT_TURN = bash_turn("submit")
 
 
 def expert_solution(task: Task) -> list[str]:
-    """Scripted assistant turns that fix a *generated* task: look, patch with python3, submit."""
+    """Scripted assistant turns that fix a *generated* task: look, patch with python3, submit.
+
+    A curriculum task (``env.difficulty=2``) gets :func:`~tirl.envs.tasks.swe_experts.curriculum_expert_solution`.
+    """
+    if "curriculum" in task.data:
+        from tirl.envs.tasks.swe_experts import curriculum_expert_solution
+
+        return curriculum_expert_solution(task)
     mutation = task.data.get("mutation")
     module = task.data.get("module")
     if not isinstance(mutation, dict) or not isinstance(module, str):
