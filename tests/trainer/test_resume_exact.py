@@ -138,13 +138,9 @@ def test_resume_equals_the_uninterrupted_run(model_dir: Path, tmp_path: Path, mo
     assert versions == [r["policy/version"] for r in read_metrics(tmp_path / "whole")] == list(range(STEPS))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, left to the owner of tirl/trainer/wiring.py: the AgentLoop is built without a seed, so "
-    "each turn draws its sampling seed from the HF generator's own RNG, which restarts at trainer.seed on resume "
-    "(the resumed step 3 samples with step 1's seeds). Fix: AgentLoop(seed=cfg.trainer.seed) in wiring._runner.",
-)
 def test_resume_samples_the_same_tokens_at_temperature_1(model_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """Per-turn seeds come from (trainer.seed, trajectory id, turn): a resumed step samples as the whole run did
+    (it sampled with step 1's seeds again while the AgentLoop had no seed and used the restarted generator RNG)."""
     sampled, label = _record_sampled(monkeypatch)
     _whole_and_resumed(model_dir, tmp_path, label)
     assert sampled["cut"] == {s: sampled["whole"][s] for s in range(1, STEPS)}  # two fresh runs agree

@@ -279,6 +279,9 @@ def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: fl
         max_total_tokens=g.max_total_tokens,
         rules=rules_from_config(cfg.filter, cfg.env),
         tools=tools_for_env(cfg.env.name) if cfg.env.tools else (),  # the env's tools, offered as functions
+        # per-turn sampling seeds from (trainer.seed, trajectory id, turn): a resumed step samples what the
+        # uninterrupted run would have (the generator's own RNG restarts at trainer.seed on resume)
+        seed=cfg.trainer.seed,
     )
 
 
