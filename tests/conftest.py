@@ -44,7 +44,9 @@ from tirl.types import Message, Role
 # part -> a pattern of the skip reasons that mean "this part is missing"
 INSTALLED_PARTS: dict[str, re.Pattern[str]] = {
     "bubblewrap (make sysdeps)": re.compile(r"bubblewrap|\bbwrap\b", re.IGNORECASE),
-    "Ray (make install: the ray extra)": re.compile(r"could not import 'ray'|\bray\b.*(missing|not installed)", re.I),
+    "Ray (make install: the ray extra)": re.compile(
+        r"could not import 'ray(\.[\w.]+)?'|\bray\b.*(missing|not installed)", re.I
+    ),  # ray.train.torch too (Ray Train ranks)
     "Chromium (make sysdeps)": re.compile(r"chromium", re.IGNORECASE),
     "the shipped checkpoint (src/tirl/assets/tiny-tir)": re.compile(r"built-in checkpoint", re.IGNORECASE),
     "peft (make install: the lora extra)": re.compile(r"could not import 'peft'"),

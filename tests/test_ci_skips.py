@@ -43,7 +43,7 @@ def test_uses_ray():
 
 EXTRAS = ("peft", "trl", "wandb", "verifiers", "skyrl_gym")  # what a module-level importorskip says when missing
 EXTRA_MODULES = {
-    f"test_{name}": f"""
+    f"test_needs_{name}": f"""  # not test_{name}: this process has imported tests/*/test_skyrl_gym.py
 import pytest
 pytest.skip("could not import '{name}': No module named '{name}'", allow_module_level=True)
 

@@ -65,7 +65,7 @@ def test_train_with_tools_refuses_a_template_without_tool_support(tmp_path: Path
     proc = tirl_in_process(*args, "--set", "env.tools=true")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "no tool definitions" in lines[0], proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "no tool support" in lines[0], proc.stderr
     assert not (tmp_path / "run").exists()
 
 
