@@ -219,6 +219,9 @@ def trace(kind: str, seed: int = 0, n: int = 400, dt: float = 0.25, caps: bool =
         elif kind == "starved":
             iq, rq, eq = noisy(0.1), noisy(0.2), noisy(0.1)
             run_b, util = noisy(2), max(0.0, rng.gauss(0.2, 0.05))
+        elif kind == "overall_rising":  # every queue fills up over the trace, the generator 93 % busy
+            iq, rq, eq = noisy(2 + 40 * frac), min(32, noisy(2 + 40 * frac)), min(32, noisy(2 + 40 * frac))
+            run_bl, init_bl = (12, 4) if frac > 0.7 else (0, 0)
         elif kind == "evaluator_backpressure":
             iq, rq, eq = noisy(20), min(32, noisy(30)), min(32, noisy(31))
             run_bl, init_bl = 12, 4

@@ -74,6 +74,15 @@ def test_all_high_with_runners_blocked_on_eval_queue_is_the_evaluator() -> None:
     assert diag.verdict == "evaluator"
 
 
+def test_every_queue_rising_while_the_generator_is_busy_is_overall() -> None:
+    """The seed's row "all three high": queues still growing everywhere (not capped by backpressure) need more
+    capacity everywhere, even though the runners end up blocked on the eval_queue (called evaluator before)."""
+    diag = diagnose_pipeline(trace("overall_rising", 3))
+    ev = diag.evidence
+    assert all(ev["high"].values()) and all(ev["rising"].values()) and ev["generator_busy_frac"] > 0.9
+    assert diag.verdict == "overall" and any("still rising" in n for n in ev["notes"])
+
+
 def test_evidence_has_time_averages_trends_and_throughputs() -> None:
     ev = diagnose_pipeline(trace("evaluator", 2)).evidence
     eq = ev["queues"]["eval_queue"]

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tirl.cli import main
-from tirl.diagnostics.review import check_base_url, read_key, review_bundle
+from tirl.diagnostics.review import check_base_url, is_local, read_key, review_bundle
 from tirl.errors import SetupError
 
 KEY = "sk-test-123"
@@ -187,8 +187,20 @@ def test_key_variable_unset_empty_or_holding_the_key(monkeypatch) -> None:
 
 def test_unset_key_fails_before_any_request(bundle: Path, monkeypatch, capsys) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    rc = main(["review", str(bundle), "--base-url", "http://127.0.0.1:9/v1", "--model", "m"])
+    rc = main(["review", str(bundle), "--base-url", "http://192.0.2.1:9/v1", "--model", "m"])  # not this machine
     assert rc == 2 and "OPENAI_API_KEY is not set" in capsys.readouterr().err
+
+
+def test_a_local_server_needs_no_key_variable(monkeypatch) -> None:
+    """`tirl serve` / `vllm serve` on loopback check no key: an unset variable is not an error there."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert read_key("OPENAI_API_KEY", required=False) == "none"
+    assert [is_local(u) for u in ("http://127.0.0.1:8000/v1", "http://localhost:8000/v1", "http://[::1]:8/v1")] == [
+        True, True, True,
+    ]  # fmt: skip
+    assert not is_local("https://api.example.com/v1") and not is_local("http://10.0.0.5:8000/v1")
+    with pytest.raises(SetupError, match="is not set"):
+        read_key("OPENAI_API_KEY")
 
 
 def test_connection_refused(monkeypatch) -> None:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tests.tiny_run import save_tiny_model
 
 from tirl.cli import main
@@ -49,6 +50,9 @@ def test_train_writes_the_run_directory_and_eval_reads_the_checkpoint(model_dir:
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
     assert (run_dir / "checkpoints" / "step-2" / "model" / "config.json").is_file()
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("eval/accuracy")] == [0, 2]  # before training and after the last step
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2] and set(REQUIRED_METRICS) <= set(rows[0])
     summary = json.loads((run_dir / "summary.json").read_text())

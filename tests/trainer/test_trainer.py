@@ -231,3 +231,14 @@ def test_std_normalize_divides_the_group_advantages_by_their_spread(make_trainer
         assert 1.9 < scale < 2.4 and adv.tolist() == pytest.approx([c * scale for c in centred], rel=1e-5)
     else:
         assert adv.tolist() == pytest.approx(centred, abs=1e-7)
+
+
+async def test_the_learning_rate_of_the_last_optimiser_step_is_logged(make_trainer) -> None:
+    """``train/lr`` follows the linear warm-up: after optimiser step k of W it is lr * min(1, k / W)."""
+    trainer = make_trainer("algo.lr=1e-3", "algo.warmup_steps=4", "algo.minibatches=2", "trainer.prompts_per_step=2")
+    seen = []
+    for step in (1, 2):
+        metrics, _ = await trainer.train_step(step)
+        assert metrics["train/optimizer_steps"] == 2
+        seen.append(metrics["train/lr"])
+    assert seen == pytest.approx([1e-3 * 2 / 4, 1e-3 * 4 / 4])  # optimiser steps 2 and 4 of the warm-up

@@ -29,9 +29,12 @@ The verdict takes the most downstream congested stage, because a congested
 stage fills the bounded queue in front of it and blocks the stages upstream:
 that backpressure is the design working, not a second bottleneck.
 
+* ``overall``: all three high and all three still rising while the generator
+  is busy (a backpressure chain fills queues up to their caps; queues that keep
+  growing everywhere mean too little capacity everywhere), or all three high
+  and nothing blocked — every stage is saturated;
 * ``evaluator``: ``eval_queue`` high or rising; also when all three are high
   but runners are blocked on a full ``eval_queue`` (backpressure chain);
-* ``overall``: all three high and nothing blocked — every stage is saturated;
 * ``runner``: ``run_queue`` high, ``eval_queue`` low (a high ``init_queue``
   with blocked initializers is backpressure);
 * ``initializer``: ``init_queue`` high — or non-empty most of the time while
@@ -264,6 +267,10 @@ def _verdict(
     idle = util is not None and util < th.idle_util
     init_waiting = queues["init_queue"]["nonempty_frac"] >= th.busy_frac and idle
     if high["init_queue"] and high["run_queue"] and high["eval_queue"]:
+        if all(rising.values()) and util is not None and not idle:
+            notes.append("every queue is backed up and still rising while the generator is busy: more capacity "
+                         "everywhere (the seed's all-three-high row), not one stage's backpressure")  # fmt: skip
+            return "overall", notes
         if run_blocked >= th.blocked_frac:
             notes.append("runners wait for room in the full eval_queue: the upstream queues are backpressure")
             return "evaluator", notes

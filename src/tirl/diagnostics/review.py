@@ -78,14 +78,25 @@ def check_base_url(base_url: str) -> str:
     return base_url.rstrip("/")
 
 
-def read_key(env_key: str) -> str:
-    """The API key from the environment variable named ``env_key``."""
+def is_local(base_url: str) -> bool:
+    """The server runs on this machine (loopback): ``tirl serve`` and ``vllm serve`` there need no key."""
+    from urllib.parse import urlsplit
+
+    return (urlsplit(base_url).hostname or "") in ("localhost", "127.0.0.1", "::1") or (
+        urlsplit(base_url).hostname or ""
+    ).startswith("127.")
+
+
+def read_key(env_key: str, *, required: bool = True) -> str:
+    """The API key from the environment variable named ``env_key`` ("none" when unset and not ``required``)."""
     if env_key.startswith(("sk-", "Bearer ")) or len(env_key) > 64:
         raise SetupError(
             "--env-key takes the NAME of an environment variable, not the key itself — "
             "export MY_KEY=<key> and pass --env-key MY_KEY"
         )
     value = os.environ.get(env_key, "")
+    if not value.strip() and not required:
+        return "none"  # a local server: the openai client needs some key, the server checks none
     if not value.strip():
         state = "is empty" if env_key in os.environ else "is not set"
         raise SetupError(
@@ -121,7 +132,7 @@ def review_bundle(
     import openai
 
     url = check_base_url(base_url)
-    key = read_key(env_key)
+    key = read_key(env_key, required=not is_local(url))
     client = openai.OpenAI(base_url=url, api_key=key, timeout=timeout_s, max_retries=0)
     try:
         resp = client.chat.completions.create(

@@ -19,7 +19,7 @@ construction (and :func:`run_overlapped` checks it). A trajectory records the
 policy version that sampled it (``Trajectory.policy_version``, the oldest of
 its turns; ``TurnRecord.policy_version`` per turn, :func:`trajectory_lag`), and
 the trainer drops any group with a trajectory more than ``K`` versions behind it at
-update time (``tirl.trainer.overlap.drop_stale``) — a guard for versions that move inside a step (in-flight weight
+update time (``tirl.trainer.loop.drop_stale``) — a guard for versions that move inside a step (in-flight weight
 updates, resumes), counted as ``async/stale_dropped``.
 
 This module is the scheduling code that both ``tirl train`` (through

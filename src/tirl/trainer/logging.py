@@ -237,3 +237,22 @@ class RunLogger:
                 threading.excepthook = self._prev_hook
             for sink in self.sinks:
                 sink.close()
+
+
+def log_eval_scalars(run_dir: str | Path, points: Sequence[tuple[int, dict[str, Any]]]) -> None:
+    """Write ``eval/accuracy`` and ``eval/mean_turns`` to the run's TensorBoard files, one point per evaluation.
+
+    ``points``: (step, evaluation record) pairs — step 0 for the evaluation before training, the last step for
+    the one after. A separate event file in ``tb/`` (TensorBoard reads every file of a directory).
+    """
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), filename_suffix=".eval")
+    try:
+        for step, record in points:
+            for key in ("accuracy", "mean_turns"):
+                value = _clean(record.get(key))
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    writer.add_scalar(f"eval/{key}", value, global_step=step)
+    finally:
+        writer.close()

@@ -54,7 +54,7 @@ from tirl.rollout.evaluation import EvalReport
 from tirl.trainer.checkpoint import ResumePoint, resume_point, warn_skipped
 from tirl.trainer.failfast import failed_error, summarize_failures
 from tirl.trainer.learner import RankGroup, build_learner, load_reference
-from tirl.trainer.logging import read_metrics
+from tirl.trainer.logging import log_eval_scalars, read_metrics
 from tirl.trainer.preflight import run_label
 from tirl.trainer.progress import EvalProgress
 from tirl.trainer.run_lock import hold_run_dir
@@ -231,6 +231,7 @@ class TrainingRun:
             return {}
         before = read_json(before_path)
         after = await self.evaluate("after training")
+        log_eval_scalars(self.run_dir, [(0, before), (self.cfg.trainer.steps, after)])
         return {
             "eval/accuracy_before": before["accuracy"],
             "eval/accuracy_after": after["accuracy"],

@@ -299,6 +299,7 @@ class Trainer:
                 "train/skipped_step": 0,
                 "train/no_signal": 0,
                 "train/advantage_abs_mean": float(adv.abs().mean().item()),
+                "train/lr": float(self.optimizer.param_groups[0]["lr"]),  # the last optimiser step's (warm-up)
                 "reward/mean_kept": _mean([float(t.reward or 0.0) for t in trajs]),
                 "time/update_s": time.perf_counter() - t1,
                 "time/step_s": time.perf_counter() - t0,
