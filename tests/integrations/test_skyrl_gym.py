@@ -162,6 +162,18 @@ def test_an_unknown_env_class_names_the_row_and_the_fix(tmp_path: Path) -> None:
         _tasks("skyrl-gym", bad)
 
 
+def test_the_error_blames_the_input_that_is_wrong(tmp_path: Path) -> None:
+    """A wrong forced env is the name's fault, not the task file's; a row without env_class says to add it."""
+    from tirl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"env.name=skyrl-gym:nosuchenv: 'nosuchenv' is not a registered"):
+        _tasks("skyrl-gym:nosuchenv", GSM8K)
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"prompt": "q", "reward_spec": {"ground_truth": "1"}}) + "\n")
+    with pytest.raises(InputError, match=r"bare.jsonl:1: the row has no env_class field.*skyrl-gym:NAME"):
+        _tasks("skyrl-gym", bare)
+
+
 TINY = ["--set", "trainer.prompts_per_step=2", "--set", "algo.group_size=2", "--set", "filter.mode=off",
         "--set", "generation.max_new_tokens=8", "--set", "generation.max_total_tokens=200", "--set", "env.eval_size=2",
         "--set", "trainer.threads=1", "--set", "trainer.eval_before_after=false"]  # fmt: skip

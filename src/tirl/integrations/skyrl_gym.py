@@ -91,6 +91,10 @@ def forced_class(name: str) -> str | None:
 
 def _check_class(env_class: Any, where: tuple[str, int | None, str]) -> str:
     registry = _skyrl().registry
+    if env_class is None:
+        raise InputError(where[0], where[1], f"{where[2]}the row has no env_class field",
+                         'add "env_class": NAME to each row (SkyRL\'s dataset format), or force one env for every '
+                         "row with env.name=skyrl-gym:NAME")  # fmt: skip
     if not isinstance(env_class, str) or env_class not in registry:
         known = ", ".join(sorted(registry))
         raise InputError(where[0], where[1], f"{where[2]}env_class {env_class!r} is not a registered skyrl-gym env",
@@ -103,6 +107,9 @@ def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
     from tirl.envs.tasks.files import TaskFileSpec, iter_records, read_task_rows
 
     forced = forced_class(config.name)
+    if forced is not None and forced not in _skyrl().registry:  # the name, not the task file, is wrong
+        known = ", ".join(sorted(_skyrl().registry))
+        raise ConfigError(f"env.name={config.name}: {forced!r} is not a registered skyrl-gym env — use one of {known}")
     if not config.tasks_file:
         raise ConfigError(f"env.name={config.name} needs a task file in SkyRL's format — set env.tasks_file=PATH")
     path = Path(config.tasks_file)
