@@ -157,6 +157,21 @@ def sync_state(model: Any, optimizer: torch.optim.Optimizer, rank: int, device: 
         optimizer.load_state_dict(box[0])
 
 
+def share_leader_state(model: Any, optimizer: torch.optim.Optimizer, backend: str) -> None:
+    """Leader: send every follower its parameters and optimiser state (a lost rank is one SetupError)."""
+    dev = collective_device(backend)
+    collective(lambda: sync_state(model, optimizer, 0, dev))
+
+
+def stop_followers(backend: str) -> bool:
+    """Leader: tell the followers the run is over; False when a rank is already gone (nothing more to tell it)."""
+    try:
+        send_stop(collective_device(backend))
+    except (RuntimeError, dist.DistError):
+        return False
+    return True
+
+
 def merge_stats(stats: UpdateStats, dev: torch.device) -> UpdateStats:
     """Every rank's token statistics folded into each rank's ``stats`` (a collective on ``dev``: every rank calls it).
 

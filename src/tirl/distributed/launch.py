@@ -58,12 +58,10 @@ from tirl.distributed.ddp import (
     DDPSync,
     backend_for,
     bind_device,
-    collective,
-    collective_device,
     join_group,
     rank_device,
-    send_stop,
-    sync_state,
+    share_leader_state,
+    stop_followers,
 )
 from tirl.errors import SetupError
 from tirl.trainer.learner import Learner
@@ -179,8 +177,7 @@ class LocalRanks:
 
     def share_state(self, learner: Learner) -> None:
         """Send every follower rank 0's weights and optimiser state."""
-        dev = collective_device(self.backend)
-        collective(lambda: sync_state(learner.model, learner.optimizer, 0, dev))
+        share_leader_state(learner.model, learner.optimizer, self.backend)
         self.shared = True
 
     def close(self) -> None:
@@ -188,12 +185,8 @@ class LocalRanks:
         clean = False
         try:
             if self.sync is not None:
-                try:  # before the state was shared the followers wait in sync_state: they are killed instead
-                    if self.shared:
-                        send_stop(collective_device(self.backend))
-                        clean = True
-                except (RuntimeError, dist.DistError):
-                    pass  # a rank already gone: nothing more to tell it
+                # before the state was shared the followers wait in sync_state: they are killed instead
+                clean = self.shared and stop_followers(self.backend)
                 self.sync.release()
                 self.sync = None
                 dist.destroy_process_group()

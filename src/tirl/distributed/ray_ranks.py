@@ -41,20 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
 from tirl.config import TirlConfig, config_to_dict
 from tirl.distributed.ddp import (
     COLLECTIVE_TIMEOUT_S,
     DDPSync,
     backend_for,
     bind_device,
-    collective,
-    collective_device,
     local_rank,
     rank_device,
-    send_stop,
-    sync_state,
+    share_leader_state,
+    stop_followers,
 )
 from tirl.distributed.follower import read_rank_config, serve
 from tirl.distributed.ray_backend import connect, ray_module
@@ -106,19 +102,15 @@ class RayTrainRanks:
 
     def share_state(self, learner: Learner) -> None:
         """Send every follower rank 0's weights and optimiser state."""
-        dev = collective_device(self.backend)
-        collective(lambda: sync_state(learner.model, learner.optimizer, 0, dev))
+        share_leader_state(learner.model, learner.optimizer, self.backend)
         self.shared = True
 
     def close(self) -> None:
         """Tell the followers to stop (Ray Train destroys the process group when the workers return)."""
         if self.sync is None:
             return
-        try:
-            if self.shared:  # before that they wait in sync_state; rank 0's failure ends the group instead
-                send_stop(collective_device(self.backend))
-        except (RuntimeError, dist.DistError):
-            pass  # a rank already gone: nothing more to tell it
+        if self.shared:  # before that they wait in sync_state; rank 0's failure ends the group instead
+            stop_followers(self.backend)
         self.sync.release()
         self.sync = None
 
