@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from tirl.config import ResolvedConfig, config_to_dict, resolve_config
-from tirl.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,17 +61,9 @@ def render_toml(resolved: ResolvedConfig) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    base = None
-    if args.resume:
-        saved = Path(args.resume) / "config.json"
-        if not saved.is_file():
-            raise InputError(args.resume, None, "has no config.json, so it is not a tirl run directory",
-                             "give the directory that `tirl train` printed")  # fmt: skip
-        from tirl.jsonl import read_json
+    from tirl.commands.train import read_saved_config
 
-        base = read_json(saved)
-        if not isinstance(base, dict):
-            raise InputError(str(saved), None, "is not a JSON object", "restore the config.json that tirl wrote")
+    base = read_saved_config(Path(args.resume)) if args.resume else None
     resolved = resolve_config(args.config, args.overrides, base)
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)

@@ -109,6 +109,21 @@ def _first_missing(path: Path) -> Path:
     return top
 
 
+def read_saved_config(run_dir: Path) -> dict[str, Any]:
+    """A run directory's ``config.json`` as written (for :func:`tirl.config.resolve_config`'s ``base``).
+
+    :class:`InputError` when it is missing (not a run directory) or not a JSON object.
+    """
+    saved = Path(run_dir) / "config.json"
+    if not saved.is_file():
+        raise InputError(str(run_dir), None, "has no config.json, so it is not a tirl run directory",
+                         "give the directory that `tirl train` printed at the end (runs/...)")  # fmt: skip
+    data = read_json(saved)
+    if not isinstance(data, dict):
+        raise InputError(str(saved), None, "is not a JSON object", "restore the config.json that tirl train wrote")
+    return data
+
+
 def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     """The config, the run directory (saved config first when resuming) and what this call created.
 
@@ -118,13 +133,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     overrides = [*args.overrides, *_shortcuts(args)]
     if args.resume:
         run_dir = Path(args.resume)
-        saved = run_dir / "config.json"
-        if not saved.is_file():
-            raise InputError(str(run_dir), None, "has no config.json, so it is not a tirl run directory",
-                             "give the directory that `tirl train` printed at the end (runs/...)")  # fmt: skip
-        saved_cfg = read_json(saved)
-        if not isinstance(saved_cfg, dict):
-            raise InputError(str(saved), None, "is not a JSON object", "restore the config.json that tirl train wrote")
+        saved_cfg = read_saved_config(run_dir)
         if args.config:
             raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
                              "change single keys with --set KEY=VALUE")  # fmt: skip
