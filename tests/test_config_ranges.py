@@ -31,6 +31,8 @@ README = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"  # th
 PARTNERS = {
     "generation.max_new_tokens": ("generation.max_total_tokens", 1_048_576),
     "generation.max_total_tokens": ("generation.max_new_tokens", 1),
+    "env.chain_min": ("env.chain_max", 12),  # the rule chain_max >= chain_min, out of the way of the range
+    "env.chain_max": ("env.chain_min", 1),
 }
 
 

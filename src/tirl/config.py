@@ -57,12 +57,8 @@ class ModelConfig:
     vllm_max_model_len: int | None = None  # generator=vllm: context length; None: generation.max_total_tokens
 
     def __post_init__(self) -> None:
-        _check(
-            self.generator != "openai" or bool(self.base_url),
-            "model.base_url",
-            self.base_url,
-            "generator=openai needs a server, e.g. --base-url http://127.0.0.1:8000/v1",
-        )
+        _check(self.generator != "openai" or bool(self.base_url), "model.base_url", self.base_url,
+               "generator=openai needs a server, e.g. --base-url http://127.0.0.1:8000/v1")  # fmt: skip
         device = self.device.strip().lower()
         _check(
             device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit()),
@@ -91,6 +87,7 @@ class GenerationConfig:
     top_p: float = 1.0
     max_new_tokens: int = 96  # per assistant turn
     max_total_tokens: int = 512  # whole episode, prompt included
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the generator's weights (hf: a refreshed copy)
 
     def __post_init__(self) -> None:
         _check(self.temperature >= 0, "generation.temperature", self.temperature, "use a value >= 0")
@@ -122,6 +119,8 @@ class EnvConfig:
     tools: bool = False  # offer the env's tools as functions (python; swe-lite: bash, submit); needs a tool template
     offer_tools: bool = True  # verifiers envs: describe the env's tools to the model (false: a template without tools)
     ood_rate: float = 0.0  # share of tool outputs replaced/extended by out-of-distribution text (tirl.envs.ood)
+    chain_min: int = 2  # tir-chain: fewest tool calls a task's chain needs (longer horizons: 4)
+    chain_max: int = 4  # tir-chain: most calls (8 needs env.max_turns >= 10 and ~1024 total tokens)
 
     def __post_init__(self) -> None:
         _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")
@@ -129,6 +128,7 @@ class EnvConfig:
         _check(self.eval_size >= 1, "env.eval_size", self.eval_size, "use at least 1")
         _check(bool(self.prompt_key.strip()), "env.prompt_key", self.prompt_key, "name a field, e.g. prompt")
         check_section("env", self)  # every numeric key in its range (tirl.config_ranges.RANGES)
+        _check(self.chain_max >= self.chain_min, "env.chain_max", self.chain_max, "use >= env.chain_min")
 
 
 @dataclass
@@ -308,6 +308,14 @@ class TirlConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def __post_init__(self) -> None:  # generation.dtype needs an engine tirl runs: hf, or vllm agreeing with it
+        m, dtype = self.model, self.generation.dtype
+        engine = m.generator == "hf" or (m.generator == "vllm" and m.vllm_dtype in ("auto", dtype))
+        fix = f"it disagrees with model.vllm_dtype={m.vllm_dtype}: set one of them, or both the same"
+        if m.generator == "openai":
+            fix = "a server samples in the dtype it was started with: leave generation.dtype=float32"
+        _check(dtype == "float32" or engine, "generation.dtype", dtype, fix)
 
 
 def _hints(cls: type) -> dict[str, Any]:

@@ -26,8 +26,10 @@ Weights after each update: ``generator=openai`` pushes them to the server
 (``POST /v1/load_weights``, which ``tirl serve`` has; a server without it,
 e.g. ``vllm serve``, keeps its weights, its policy lags and the TIS weights
 correct the log-prob gap); ``generator=vllm`` loads them into the in-process
-engine. ``trainer.backend=ray`` puts the envs and their sandboxes on Ray
-actors (:mod:`tirl.distributed.ray_backend`).
+engine. ``generation.dtype`` (bfloat16, float16) makes the generator sample in that dtype while the
+trainer stays float32: a refreshed low-precision copy for ``hf``, the engine's dtype for ``vllm``
+(agreeing with ``model.vllm_dtype``, checked by the config). ``trainer.backend=ray`` puts the envs and
+their sandboxes on Ray actors (:mod:`tirl.distributed.ray_backend`).
 """
 
 from __future__ import annotations
@@ -203,7 +205,7 @@ class RunParts:
             # a LoRA policy is sent with its adapter merged in
             gen.sync_weights(merged_copy(self.policy.model), self.policy.tokenizer, version)
         elif isinstance(gen, Versioned) and getattr(gen, "model", None) not in (None, self.policy.model):
-            from tirl.inference.snapshot import sync_snapshot  # max_staleness > 0: the generator's own copy
+            from tirl.inference.snapshot import sync_snapshot  # a snapshot or a generation.dtype copy
 
             sync_snapshot(gen, self.policy.model, version)
         elif isinstance(gen, Versioned):  # in-process generators share the trainer's model
@@ -224,15 +226,29 @@ class RunParts:
                     await self.sandbox.close()
 
 
+def _hf_model(cfg: TirlConfig, model: Any) -> Any:
+    """What the ``hf`` generator samples from: the trainer's own module, or a copy the trainer refreshes.
+
+    A copy when generation overlaps the update (``rollout.max_staleness > 0``: a snapshot) or when
+    ``generation.dtype`` is not float32 (a bf16/fp16 copy: the generator/trainer mismatch of vLLM vs FSDP).
+    """
+    import torch
+
+    from tirl.inference.snapshot import generator_copy
+
+    dtype = cfg.generation.dtype
+    if cfg.rollout.max_staleness == 0 and dtype == "float32":
+        return model
+    return generator_copy(model, None if dtype == "float32" else getattr(torch, dtype))
+
+
 def _generator(cfg: TirlConfig, policy: Any) -> Generator:
     m = cfg.model
     if m.generator == "hf":
         from tirl.inference.hf import HFGenerator
-        from tirl.inference.snapshot import generator_copy
 
-        # asynchronous RL (rollout.max_staleness > 0): generation overlaps the update, so it samples a snapshot
         return HFGenerator(
-            policy.model if cfg.rollout.max_staleness == 0 else generator_copy(policy.model),
+            _hf_model(cfg, policy.model),
             policy.tokenizer,
             eos_ids=policy.chat.eos_ids,
             seed=cfg.trainer.seed,
@@ -244,7 +260,8 @@ def _generator(cfg: TirlConfig, policy: Any) -> Generator:
         from tirl.inference.vllm import VLLMGenerator
 
         return VLLMGenerator(  # its own process; a LoRA checkpoint's engine loads the base (engine_model_dir)
-            policy.path, eos_ids=policy.chat.eos_ids, seed=cfg.trainer.seed, dtype=m.generator_dtype,
+            policy.path, eos_ids=policy.chat.eos_ids, seed=cfg.trainer.seed,
+            dtype=m.generator_dtype if cfg.generation.dtype == "float32" else cfg.generation.dtype,
             gpu_memory_utilization=m.vllm_gpu_memory_utilization, lora_rank=cfg.algo.lora_rank,
             max_model_len=m.vllm_max_model_len or cfg.generation.max_total_tokens,
         )  # fmt: skip

@@ -4,8 +4,8 @@ A task is ``x=781. Repeat x=x*4%787 until x<100.`` (781 → 763 → 691 → 403 
 arithmetic itself, so every step is one tool call whose input is the number
 the sandbox printed on the previous turn; the episode ends when the printed
 value is below 100 and the model answers ``\boxed{<that value>}``. The
-generator only keeps tasks that stop after exactly 2, 3 or 4 calls, so a
-solved episode takes 3–5 assistant turns, and from the second turn on the
+generator only keeps tasks that stop after exactly 2, 3 or 4 calls (``env.chain_min``/``env.chain_max``,
+default 2 and 4), so a solved episode takes 3–5 assistant turns, and from the second turn on the
 model acts on tool output it wrote no part of (the out-of-distribution text
 SimpleTIR blames for void turns).
 
@@ -27,8 +27,13 @@ disjoint from all of these (``env.eval_split=validation``, ``tirl ablate
 --split validation``, ``tirl eval --split validation``); the held-out set is
 only read for the reported figures.
 
-Not covered: ``env.difficulty`` (the chain length range is fixed to 2–4
-calls) and JSONL task files (use tir-math's loader for your own questions).
+Longer horizons (a stressor of ``tirl ablate --dose``): ``env.chain_min=4 env.chain_max=8`` draws chains of
+4–8 calls; a solved episode then takes up to 10 assistant turns, so give ``env.max_turns=10`` and about
+1024 ``generation.max_total_tokens`` (a shorter limit truncates the long chains, which is a stress of its
+own). The defaults draw exactly the tasks they always drew (same seed, same tasks).
+
+Not covered: ``env.difficulty`` (the chain length is ``env.chain_min``..``env.chain_max``, nothing else)
+and JSONL task files (use tir-math's loader for your own questions).
 """
 
 from __future__ import annotations
@@ -80,18 +85,24 @@ def _draw(rng: random.Random, calls: int) -> tuple[int, int, int, list[int]]:
             return x0, a, m, values
 
 
-def generate_chain_tasks(n: int, *, seed: int = 0) -> list[Task]:
-    """``n`` chain tasks; the same arguments always give the same tasks. Chain lengths 2–4 are equally likely.
+def generate_chain_tasks(
+    n: int, *, seed: int = 0, min_calls: int = MIN_CALLS, max_calls: int = MAX_CALLS
+) -> list[Task]:
+    """``n`` chain tasks; the same arguments always give the same tasks.
+
+    Chain lengths ``min_calls``..``max_calls`` (default 2–4) are equally likely.
 
     >>> [t.answer for t in generate_chain_tasks(3, seed=0)] == [t.answer for t in generate_chain_tasks(3, seed=0)]
     True
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
+    if not 1 <= min_calls <= max_calls:
+        raise ValueError(f"chain lengths {min_calls}..{max_calls}: want 1 <= min_calls <= max_calls")
     rng = random.Random(f"tir-chain/{seed}")
     tasks = []
     for i in range(n):
-        calls = rng.randint(MIN_CALLS, MAX_CALLS)
+        calls = rng.randint(min_calls, max_calls)
         x0, a, m, values = _draw(rng, calls)
         tasks.append(
             Task(
@@ -137,12 +148,15 @@ def chain_expert_solution(task: Task) -> list[str]:
 
 
 def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
-    """Registry task source of ``tir-chain``: ``n`` generated tasks (``tasks_file`` uses tir-math's loader)."""
+    """Registry task source of ``tir-chain``: ``n`` generated tasks of ``env.chain_min``..``env.chain_max`` calls.
+
+    ``tasks_file`` uses tir-math's loader instead.
+    """
     if config.tasks_file:
         from tirl.envs.tir_math import task_source as math_source
 
         return math_source(config, n, seed)
-    return generate_chain_tasks(n, seed=seed)
+    return generate_chain_tasks(n, seed=seed, min_calls=config.chain_min, max_calls=config.chain_max)
 
 
 __all__ = [
