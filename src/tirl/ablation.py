@@ -88,19 +88,31 @@ STRESS: tuple[str, ...] = (
     "trainer.checkpoint_every=1000",
 )
 
-#: The stress levels of ``tirl ablate --dose``, mildest first, each added to :data:`STRESS`: out-of-distribution
-#: tool output (``env.ood_rate``), then the safety nets off (no grad clip, no dual clip, no TIS cap), then
-#: sequence-mean aggregation and a longer horizon. Each is a real option a user has, not a learning-rate hammer.
+#: The stress levels of ``tirl ablate --dose``, mildest first, each added to :data:`STRESS` (each level holds
+#: the previous level's overrides, so a level names its whole stress). Each override is a real option a user
+#: has and targets one link of the seed's chain (off-distribution text -> low-probability tokens -> ratio and
+#: gradient spikes -> collapse), not a learning-rate hammer:
+#:
+#: 1. ``mismatch``: the generator samples in bf16 while the trainer stays fp32 (vLLM vs FSDP;
+#:    ``generation.dtype``) and nothing corrects the gap (``algo.tis_cap=none``);
+#: 2. ``mismatch-ood``: plus out-of-distribution tool output on 30% of calls (tracebacks, warnings, noise;
+#:    ``env.ood_rate``) and no dual clip on negative advantages (``algo.dual_clip=none``);
+#: 3. ``mismatch-ood-long``: plus no gradient clipping (``algo.grad_clip=0``), one weight per sequence
+#:    (``algo.loss_agg=seq_mean``: a short void row weighs as much as a long valid one) and longer horizons
+#:    (tir-chain chains of 4-8 calls, up to 10 turns and 1024 tokens).
+_MISMATCH = ("generation.dtype=bfloat16", "algo.tis_cap=none")
+_OOD = (*_MISMATCH, "env.ood_rate=0.3", "algo.dual_clip=none")
 DOSE_LEVELS: dict[str, tuple[str, ...]] = {
-    "ood25": ("env.ood_rate=0.25",),
-    "ood50-nonets": ("env.ood_rate=0.5", "algo.grad_clip=0", "algo.dual_clip=none", "algo.tis_cap=none"),
-    "ood100-nonets-seq": (
-        "env.ood_rate=1.0",
+    "mismatch": _MISMATCH,
+    "mismatch-ood": _OOD,
+    "mismatch-ood-long": (
+        *_OOD,
         "algo.grad_clip=0",
-        "algo.dual_clip=none",
-        "algo.tis_cap=none",
         "algo.loss_agg=seq_mean",
-        "env.max_turns=8",
+        "env.chain_min=4",
+        "env.chain_max=8",
+        "env.max_turns=10",
+        "generation.max_total_tokens=1024",
     ),
 }
 
@@ -255,10 +267,16 @@ def read_run(run_dir: Path, mode: str, seed: int, wall_s: float) -> RunResult:
     )
 
 
-def _train(run_dir: Path, overrides: list[str], log: Path) -> None:
+def train_command(run_dir: Path, overrides: list[str]) -> list[str]:
+    """The ``tirl train`` command line of one run (this interpreter; ``--set`` per override)."""
     cmd = [sys.executable, "-m", "tirl.cli", "train", "--no-progress", "--run-dir", str(run_dir)]
     for o in overrides:
         cmd += ["--set", o]
+    return cmd
+
+
+def _train(run_dir: Path, overrides: list[str], log: Path) -> None:
+    cmd = train_command(run_dir, overrides)
     env = dict(os.environ)
     with log.open("w", encoding="utf-8") as fh:
         proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False)
@@ -312,4 +330,5 @@ __all__ = [
     "RunResult",
     "read_run",
     "run_ablation",
+    "train_command",
 ]

@@ -9,6 +9,16 @@ fell in a majority of the collapsed runs (:attr:`tirl.ablation.RunResult.spikes_
 them the mechanism column says "mechanism not measured" and the level is accepted on the collapses alone.
 The accepted level is the first (mildest) one accepted; ``tirl ablate --level NAME`` then runs the test there.
 
+The default ladder (:data:`tirl.ablation.DOSE_LEVELS`, cumulative, each a real option a user has):
+
+=====================  =====================================================================================
+``mismatch``           ``generation.dtype=bfloat16 algo.tis_cap=none``: a bf16 generator, fp32 trainer, no TIS
+``mismatch-ood``       + ``env.ood_rate=0.3 algo.dual_clip=none``: odd tool output on 30% of calls, no dual clip
+``mismatch-ood-long``  + ``algo.grad_clip=0 algo.loss_agg=seq_mean env.chain_min=4 env.chain_max=8
+                       env.max_turns=10 generation.max_total_tokens=1024``: no grad clip, per-sequence weights,
+                       chains of 4-8 tool calls
+=====================  =====================================================================================
+
 Not covered: levels outside the list (give ``--set`` overrides to ``tirl ablate`` instead), and any
 claim that a collapse at an accepted level is the seed's disease when the mechanism was not measured.
 """

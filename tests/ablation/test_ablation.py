@@ -137,8 +137,8 @@ def test_plan_pairs_seeds_and_builds_overrides() -> None:
     shrunk = AblationPlan(modes=("roc",), extra=("algo.group_size=2",))
     assert shrunk.overrides("roc", 0)[-1] == "algo.group_size=4"  # twice the group size the other arms get
     assert "env.eval_split=heldout" in AblationPlan().overrides("off", 0)
-    level = AblationPlan(level="ood25")
-    assert level.stress[-1] == "env.ood_rate=0.25" and "env.ood_rate=0.25" in level.overrides("off", 0)
+    level = AblationPlan(level="mismatch-ood")
+    assert level.stress[-1] == "algo.dual_clip=none" and "env.ood_rate=0.3" in level.overrides("off", 0)
     assert len(DOSE_LEVELS) >= 3
     for bad in ({"modes": ("sometimes",)}, {"seeds": ()}, {"steps": 0}, {"split": "test"}, {"level": "max"}):
         with pytest.raises(ConfigError):
@@ -148,14 +148,14 @@ def test_plan_pairs_seeds_and_builds_overrides() -> None:
 def test_dose_acceptance_rule() -> None:
     runs = [_result("off", s, 0.1, reward=0.0 if s < 2 else 0.4) for s in range(3)]
     assert [r.collapsed for r in runs] == [True, True, False]
-    v = judge_level("ood25", ["env.ood_rate=0.25"], runs)
+    v = judge_level("mismatch", ["generation.dtype=bfloat16"], runs)
     assert (v.collapses, v.runs, v.accepted, v.mechanism) == (2, 3, True, NOT_MEASURED)
     valid = [_result("off", s, 0.1, reward=0.0, spikes=False) for s in range(3)]
-    v = judge_level("ood25", [], valid)
+    v = judge_level("mismatch", [], valid)
     assert not v.accepted and v.mechanism == "spikes in valid tokens"  # collapses, but not the seed's disease
     void = [_result("off", s, 0.1, reward=0.0, spikes=True) for s in range(3)]
-    assert judge_level("ood25", [], void).accepted
-    assert not judge_level("ood25", [], [_result("off", 0, 0.1, reward=0.0), *runs[2:] * 2]).accepted  # 1 of 3
+    assert judge_level("mismatch", [], void).accepted
+    assert not judge_level("mismatch", [], [_result("off", 0, 0.1, reward=0.0), *runs[2:] * 2]).accepted  # 1 of 3
 
 
 @pytest.mark.parametrize(
@@ -165,8 +165,8 @@ def test_dose_acceptance_rule() -> None:
         (["--seeds", "0"], "--seeds"),
         (["--set", "algo.lr=-1"], "algo.lr"),
         (["--level", "max"], "--level"),
-        (["--dose", "--levels", "ood25,huge"], "--levels"),
-        (["--dose", "--level", "ood25"], "--level"),
+        (["--dose", "--levels", "mismatch,huge"], "--levels"),
+        (["--dose", "--level", "mismatch"], "--level"),
         (["--set", "env.ood_rate=2"], "env.ood_rate"),
     ],
 )
@@ -218,23 +218,27 @@ def test_tiny_real_ablation_prints_one_json_line(tmp_path: Path) -> None:
 
 
 def test_tiny_real_dose_step(tmp_path: Path) -> None:
-    """One level x one seed x one step of `tirl ablate --dose` (a real `tirl train` with env.ood_rate); ~15-30 s."""
+    """One level x one seed x one step of `tirl ablate --dose` (a real `tirl train`, bf16 generator); ~15-30 s."""
     out = tmp_path / "dose"
     shrink = ["env.eval_size=2", "trainer.prompts_per_step=2", "algo.group_size=2", "rollout.run_workers=4"]
-    cmd = [*TIRL, "ablate", "--dose", "--json", "--seeds", "1", "--steps", "1", "--levels", "ood100-nonets-seq"]
+    shrink.append("env.ood_rate=1.0")  # after the level's 0.3: every tool output carries its change (checked below)
+    cmd = [*TIRL, "ablate", "--dose", "--json", "--seeds", "1", "--steps", "1", "--levels", "mismatch-ood-long"]
     for s in shrink:
         cmd += ["--set", s]
     proc = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     [level] = data["dose"]
-    assert level["level"] == "ood100-nonets-seq" and "env.ood_rate=1.0" in level["stress"]
+    assert level["level"] == "mismatch-ood-long" and "generation.dtype=bfloat16" in level["stress"]
     assert level["runs"] == 1 and level["collapsed"] in (0, 1) and level["mechanism"] == NOT_MEASURED
-    assert data["accepted_level"] == ("ood100-nonets-seq" if level["collapsed"] else None)
-    assert (out / "dose.md").is_file() and (out / "ood100-nonets-seq" / "off-seed0" / "summary.json").is_file()
-    cfg = json.loads((out / "ood100-nonets-seq" / "off-seed0" / "config.json").read_text(encoding="utf-8"))
+    assert data["accepted_level"] == ("mismatch-ood-long" if level["collapsed"] else None)
+    run = out / "mismatch-ood-long" / "off-seed0"
+    assert (out / "dose.md").is_file() and (run / "summary.json").is_file()
+    cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))
     assert cfg["env"]["ood_rate"] == 1.0 and cfg["algo"]["dual_clip"] is None and cfg["algo"]["loss_agg"] == "seq_mean"
-    lines = (out / "ood100-nonets-seq" / "off-seed0" / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()
+    assert cfg["generation"]["dtype"] == "bfloat16" and cfg["algo"]["tis_cap"] is None
+    assert (cfg["env"]["chain_min"], cfg["env"]["chain_max"], cfg["env"]["max_turns"]) == (4, 8, 10)
+    lines = (run / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()
     tool = [m["content"] for line in lines if line.strip() for m in json.loads(line)["messages"] if m["role"] == "tool"]
     marks = ("Traceback (most recent call last)", "Warning:", "\x1b[", '"stdout"', "\t", "\u250c")
     assert tool and all(any(k in c for k in marks) for c in tool), tool[

@@ -26,7 +26,7 @@ from tirl.inference.hf import HFGenerator
 from tirl.models.loading import load_policy
 from tirl.trainer.logging import read_metrics
 from tirl.trainer.run import TrainingRun
-from tirl.trainer.wiring import _generator
+from tirl.trainer.wiring import _generator, engine_dtype
 from tirl.types import Message
 
 TINY = [a for a in TINY_TRAIN_ARGS if a.startswith(("trainer.", "algo.", "generation.", "filter."))]
@@ -135,6 +135,9 @@ def test_config_round_trip_and_show() -> None:
     cfg = load_config(None, ["generation.dtype=float16", "model.generator=vllm"])
     assert config_from_dict(config_to_dict(cfg)) == cfg and cfg.generation.dtype == "float16"
     assert load_config(None, []).generation.dtype == "float32"
+    assert engine_dtype(cfg) == "float16"  # generator=vllm: the engine computes in generation.dtype
+    assert engine_dtype(load_config(None, ["model.generator=vllm", "model.vllm_dtype=bfloat16"])) == "bfloat16"
+    assert engine_dtype(load_config(None, ["model.generator=vllm"])) == "float32"  # auto: model.dtype
     res = tirl_in_process("config", "show", "--set", "generation.dtype=bfloat16")
     assert res.returncode == 0 and 'dtype = "bfloat16"' in res.stdout.split("[generation]")[1].split("[")[0]
 

@@ -5,7 +5,9 @@ penalize, roc x seeds 0, 1, 2, 8 steps each, the stress configuration of
 :mod:`tirl.ablation`; seed ``s`` sets ``trainer.seed`` and ``env.seed``).
 ``--level NAME`` adds a dose level's overrides; ``--dose`` runs the dose-finding
 step instead (``off`` only, every level of ``--levels``; :mod:`tirl.ablation_dose`).
-``--seeds``, ``--modes``, ``--steps`` and ``--levels`` shrink both.
+``--seeds``, ``--modes``, ``--steps`` and ``--levels`` shrink both. ``--dry-run`` checks every run's
+config and ``--out``, prints each ``tirl train`` command (one a line, in run order) and runs nothing
+(``benchmarks/gpu_ablation.sh --dry-run`` uses it on a machine without the GPU).
 Writes ``ablation.json``, ``ablation.md`` and ``ablation.png`` (``--dose``:
 ``dose.json``, ``dose.md`` and one folder per level) and one run directory per
 run under ``--out``; with ``--json`` the last line of stdout is
@@ -22,10 +24,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import time
 from pathlib import Path
 
-from tirl.ablation import DEFAULT_SEEDS, DEFAULT_STEPS, DOSE_LEVELS, MODES, AblationPlan, run_ablation
+from tirl.ablation import (
+    DEFAULT_SEEDS,
+    DEFAULT_STEPS,
+    DOSE_LEVELS,
+    MODES,
+    AblationPlan,
+    run_ablation,
+    train_command,
+)
 from tirl.errors import ConfigError
 from tirl.fileio import check_output_dir
 
@@ -54,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--out", type=Path, help="output directory (default runs/ablate-<time>)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line, last on stdout")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="check every run's config, print the tirl train commands, run nothing"
+    )
 
 
 def _levels(args: argparse.Namespace) -> tuple[str, ...]:
@@ -64,6 +78,15 @@ def _levels(args: argparse.Namespace) -> tuple[str, ...]:
     if args.level:
         raise ConfigError("--level and --dose do not go together: --dose runs every level of --levels")
     return levels
+
+
+def _print_commands(plans: list[AblationPlan], out: Path, *, dose: bool) -> None:
+    """``--dry-run``: every run's ``tirl train`` command, in the order the ablation would run them."""
+    for plan in plans:
+        where = out / plan.level if dose else out
+        for seed in plan.seeds:
+            for mode in plan.modes:
+                print(shlex.join(train_command(where / f"{mode}-seed{seed}", plan.overrides(mode, seed))))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(out)  # a file, or a path under a file, fails now rather than after the first run
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out} is not empty: give a new directory (an ablation never overwrites runs)")
+    if args.dry_run:
+        _print_commands(plans, out, dose=args.dose)
+        return 0
     t0 = time.perf_counter()
     if args.dose:
         from tirl.ablation_dose import dose_json, run_dose

@@ -242,6 +242,14 @@ def _hf_model(cfg: TirlConfig, model: Any) -> Any:
     return generator_copy(model, None if dtype == "float32" else getattr(torch, dtype))
 
 
+def engine_dtype(cfg: TirlConfig) -> str:
+    """The dtype the vLLM engine computes in: ``generation.dtype`` when not float32, else ``model.vllm_dtype``.
+
+    (``model.vllm_dtype=auto`` is ``model.dtype``; the config refuses a ``generation.dtype`` it disagrees with.)
+    """
+    return cfg.model.generator_dtype if cfg.generation.dtype == "float32" else cfg.generation.dtype
+
+
 def _generator(cfg: TirlConfig, policy: Any) -> Generator:
     m = cfg.model
     if m.generator == "hf":
@@ -260,8 +268,7 @@ def _generator(cfg: TirlConfig, policy: Any) -> Generator:
         from tirl.inference.vllm import VLLMGenerator
 
         return VLLMGenerator(  # its own process; a LoRA checkpoint's engine loads the base (engine_model_dir)
-            policy.path, eos_ids=policy.chat.eos_ids, seed=cfg.trainer.seed,
-            dtype=m.generator_dtype if cfg.generation.dtype == "float32" else cfg.generation.dtype,
+            policy.path, eos_ids=policy.chat.eos_ids, seed=cfg.trainer.seed, dtype=engine_dtype(cfg),
             gpu_memory_utilization=m.vllm_gpu_memory_utilization, lora_rank=cfg.algo.lora_rank,
             max_model_len=m.vllm_max_model_len or cfg.generation.max_total_tokens,
         )  # fmt: skip
