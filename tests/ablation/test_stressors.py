@@ -1,4 +1,4 @@
-"""The stressors of issue 23 item 2: each a config key settable by ``--set``, by ``tirl ablate --set`` and by a dose level.
+"""Issue 23's stressors: each a config key settable by ``--set``, by ``tirl ablate --set`` and by a dose level.
 
 Covered: every stressor changes its key from the default through ``load_config`` (what ``tirl train --set``
 reads); ``tirl ablate --dry-run --set KEY=VALUE`` passes it, last, to every run it would start; the dose
@@ -11,6 +11,7 @@ tests/envs/test_chain_length.py, tests/inference/test_generation_dtype.py).
 
 from __future__ import annotations
 
+import itertools
 import shlex
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def test_tirl_ablate_set_passes_every_stressor_to_every_run(tmp_path: Path) -> N
 def test_the_dose_ladder_holds_every_stressor_cumulatively_without_touching_the_lr() -> None:
     levels = list(DOSE_LEVELS.values())
     assert len(levels) >= 3
-    for milder, stronger in zip(levels, levels[1:], strict=False):
+    for milder, stronger in itertools.pairwise(levels):
         assert set(milder) < set(stronger)  # each level keeps the previous one's overrides and adds some
     strongest = load_config(None, [*STRESS, *levels[-1]])
     for name, (_, path, value) in STRESSORS.items():
