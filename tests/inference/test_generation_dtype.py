@@ -117,8 +117,8 @@ def test_the_copy_is_refreshed_after_every_optimiser_step_and_at_resume(tmp_path
 
 
 @pytest.mark.slow
-def test_tirl_train_two_steps_in_bfloat16_logs_the_gap(tmp_path: Path) -> None:
-    """``tirl train --steps 2 --set generation.dtype=bfloat16``, in process (about 10 s)."""
+def test_tirl_train_in_bfloat16_logs_the_gap_with_tis_on_and_off(tmp_path: Path) -> None:
+    """``tirl train --steps 2 --set generation.dtype=bfloat16``, then one step with TIS off, in process (~20 s)."""
     model_dir = save_tiny_model(tmp_path / "tiny")
     run_dir = tmp_path / "run"
     res = tirl_in_process("train", "--model", str(model_dir), "--steps", "2", "--run-dir", str(run_dir),
@@ -127,8 +127,16 @@ def test_tirl_train_two_steps_in_bfloat16_logs_the_gap(tmp_path: Path) -> None:
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["train/gen_logprob_gap_max"] > 1e-3 for r in rows)  # float32: ~1e-5 (test above)
+    # TIS on (algo.tis_cap=2, the default) reweights by the gap: measured |mean - 1| ~1e-4 (float32: ~5e-9)
+    assert any(abs(r["train/tis_weight_mean"] - 1.0) > 1e-6 for r in rows)
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["generation"]["dtype"] == "bfloat16"
+    off = tmp_path / "tis-off"  # the dose level `mismatch`: the same gap, nothing corrects it
+    res = tirl_in_process("train", "--model", str(model_dir), "--steps", "1", "--run-dir", str(off), *TINY_TRAIN_ARGS,
+                          "--set", "generation.dtype=bfloat16", "--set", "algo.tis_cap=none")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    [row] = read_metrics(off)
+    assert row["train/gen_logprob_gap_max"] > 1e-3 and row["train/tis_weight_mean"] == 1.0
 
 
 def test_config_round_trip_and_show() -> None:
