@@ -29,8 +29,9 @@ only read for the reported figures.
 
 Longer horizons (a stressor of ``tirl ablate --dose``): ``env.chain_min=4 env.chain_max=8`` draws chains of
 4–8 calls; a solved episode then takes up to 10 assistant turns, so give ``env.max_turns=10`` and about
-1024 ``generation.max_total_tokens`` (a shorter limit truncates the long chains, which is a stress of its
-own). The defaults draw exactly the tasks they always drew (same seed, same tasks).
+1024 ``generation.max_total_tokens``: an 8-call expert episode is 527–635 tokens of the built-in model, so
+the default 512 truncates the long chains (a stress of its own). The defaults draw exactly the tasks they
+always drew (same seed, same tasks).
 
 Not covered: ``env.difficulty`` (the chain length is ``env.chain_min``..``env.chain_max``, nothing else)
 and JSONL task files (use tir-math's loader for your own questions).
