@@ -88,7 +88,7 @@ RANGES: dict[str, Range] = {
     "env.eval_size": Range(1, 1_000_000),
     "env.seed": Range(0, _SEED),
     "env.ood_rate": Range(0, 1),
-    "env.chain_min": Range(1, 12),  # tir-chain tool calls per task; 12 calls already need ~1500 tokens
+    "env.chain_min": Range(1, 12),  # tir-chain tool calls per task (the dose ladder uses 4-8)
     "env.chain_max": Range(1, 12),
     "sandbox.timeout_s": Range(0, _DAY, lo_open=True),
     "sandbox.memory_mb": Range(64, _RAM_MB, why="the machine's physical memory in MB, at least 1024"),
