@@ -128,6 +128,40 @@ def test_a_gsm8k_task_file_under_the_tir_rule_gets_a_warning_naming_the_rule(tmp
     assert answer_format_warning(load_config(None, ["env.name=tir-math", f"env.tasks_file={boxed}"])) is None
 
 
+def _first_messages(cfg_sets: list[str]) -> list[Any]:
+    """The opening messages of an episode of the run's first task, through the trainer's env and task loaders."""
+    from tirl.envs.registry import load_tasks, make_env
+    from tirl.filters.void_turn import rules_from_config
+
+    cfg = load_config(None, cfg_sets)
+    task = load_tasks(cfg.env, 1)[0]
+    env = make_env(cfg.env.name, config=cfg.env, rules=rules_from_config(cfg.filter, cfg.env))
+
+    async def go() -> list[Any]:
+        try:
+            return await env.reset(task)
+        finally:
+            await env.close()
+
+    return asyncio.run(go())
+
+
+def test_a_verl_gsm8k_parquet_row_keeps_its_own_answer_instruction(tmp_path: Path) -> None:
+    """Before: the env's "answer as \\boxed{...}" system prompt went ahead of the row's "answer after ####"."""
+    sys.path.insert(0, str(HERE.parents[1] / "examples"))
+    from make_parquet import INSTRUCTION, write  # pyarrow writes the parquet, in verl's gsm8k row layout
+
+    parquet = write(tmp_path / "gsm8k-train.parquet", 4)
+    for env in ("tir-chain", "tir-math"):
+        messages = _first_messages([f"env.name={env}", f"env.tasks_file={parquet}", "filter.action_rule=gsm8k"])
+        assert [m.role.value for m in messages] == ["user"] and messages[0].content.endswith(INSTRUCTION)
+    plain = tmp_path / "plain.jsonl"  # rows that ask for no answer format still get the env's instructions
+    plain.write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 2 + 2?"}],
+                                 "reward_model": {"ground_truth": "4"}}) + "\n", encoding="utf-8")  # fmt: skip
+    messages = _first_messages([f"env.tasks_file={plain}"])
+    assert [m.role.value for m in messages] == ["system", "user"] and "boxed" in (messages[0].content or "")
+
+
 def test_runs_and_evaluation_lines_are_named_after_the_task_file(tmp_path: Path) -> None:
     tasks = _task_file(tmp_path, "")
     assert run_label(load_config(None, [f"env.tasks_file={tasks}"])) == "gsm8k-train"
