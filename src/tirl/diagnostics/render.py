@@ -10,8 +10,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.pipeline import PipelineDiagnosis
-from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, evidence_lines
+from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, evidence_lines
 
 #: The width of a console that is not a terminal (a pipe, a file): wide enough that tables keep their natural
 #: width instead of being cut to rich's default of 80 columns. ``COLUMNS`` overrides it.
@@ -74,7 +75,7 @@ def print_training(diag: TrainingDiagnosis, console: Console | None = None, filt
             f"{f.kind}\n[dim]{SUMMARY[f.kind]}[/dim]",
             _steps_text(f.steps),
             "\n".join(evidence_lines(f.evidence)),
-            CHECK_FIRST[f.kind],
+            check_first(f.kind, diag.format),
         )
     console.print(table)
 
