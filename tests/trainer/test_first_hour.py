@@ -204,3 +204,30 @@ def test_diagnose_points_an_all_failed_step_at_the_env_not_the_filter(
     assert finding["kind"] == "empty_batch" and finding["evidence"]["failed"] == [4]
     assert main(["diagnose", "training", str(tmp_path)]) == 0
     assert "the env or its set-up failed" in " ".join(capsys.readouterr().out.split())  # the table wraps it
+
+
+# ------------------------------------------------------------- piped progress
+def test_piped_progress_is_documented_where_the_user_meets_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The 15 s of a piped evaluation's lines, in `tirl train --help`, docs/cli.md and the code, agree."""
+    from tirl.trainer.progress import PIPED_LINE_EVERY_S
+
+    every = f"every {PIPED_LINE_EVERY_S:g} s"
+    assert EvalProgress(1, "x", lambda: None).line_every_s == PIPED_LINE_EVERY_S
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert every in " ".join(capsys.readouterr().out.split())
+    cli_doc = " ".join((HERE.parents[1] / "docs" / "cli.md").read_text(encoding="utf-8").split())
+    assert "piped or a file" in cli_doc and every in cli_doc
+
+
+def test_piped_training_prints_one_plain_line_per_step(capsys: pytest.CaptureFixture[str]) -> None:
+    from tirl.trainer.progress import TrainProgress
+
+    with TrainProgress(2) as bar:  # capsys: stderr is not a terminal
+        bar.update(1, _row())
+        bar.update(2, ALL_VOID)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("step 1/2  reward 0.500") and "all void" in lines[1]
+    with TrainProgress(2, enabled=False) as bar:  # --no-progress
+        bar.update(1, _row())
+    assert capsys.readouterr().err == ""

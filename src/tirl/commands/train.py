@@ -63,7 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=["local", "ray"], help="rollout backend (trainer.backend)")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for --backend ray (trainer.ray_address)")
     parser.add_argument("--run-dir", metavar="DIR", help="write the run here instead of runs/<time>-<env>")
-    parser.add_argument("--no-progress", action="store_true", help="no progress output at all")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress output at all (by default, on stderr: a live bar on a terminal; when stderr is piped or "
+        "a file, one line per step, and during an evaluation a line at its start, every 15 s and at its end)",
+    )
     parser.add_argument(
         "--nproc", type=int, default=1, metavar="N", help="data-parallel trainer processes (gloo on CPU, nccl on GPU)"
     )
