@@ -17,7 +17,6 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-
 #: Seconds between the plain "... k/N done" lines of an evaluation when stderr is not a terminal.
 PIPED_LINE_EVERY_S = 15.0
 
