@@ -151,3 +151,8 @@ def test_a_resumed_run_repeats_the_alias_notes_of_its_config(
     assert all(line.endswith("(saved with the run)") for line in err[:2])
     assert err[2] == "note: actor_rollout_ref.rollout.n is verl's name for algo.group_size" and len(err) == 3
     assert resumed == cfg  # type: ignore[comparison-overlap]
+    from tirl.cli import main
+
+    assert main(["config", "show", "--resume", str(run)]) == 0  # the saved notes, and the new one kept
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == 3 and all(line.endswith("(saved with the run)") for line in notes)

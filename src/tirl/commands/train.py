@@ -146,7 +146,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         if args.config:
             raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
                              "change single keys with --set KEY=VALUE")  # fmt: skip
-        saved_notes = _read_notes(run_dir)
+        saved_notes = read_saved_notes(run_dir)
         for note in saved_notes:
             print(f"note: {note} (saved with the run)", file=sys.stderr)
         resolved = resolve_config(None, overrides, base=saved_cfg)
@@ -178,7 +178,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
 NOTES_FILE = "config_notes.json"
 
 
-def _read_notes(run_dir: Path) -> list[str]:
+def read_saved_notes(run_dir: Path) -> list[str]:
     """The alias notes saved with a run (``[]`` when it used tirl's names only)."""
     path = run_dir / NOTES_FILE
     if not path.is_file():
