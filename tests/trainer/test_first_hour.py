@@ -231,3 +231,20 @@ def test_piped_training_prints_one_plain_line_per_step(capsys: pytest.CaptureFix
     with TrainProgress(2, enabled=False) as bar:  # --no-progress
         bar.update(1, _row())
     assert capsys.readouterr().err == ""
+
+
+def test_a_healthy_line_claims_no_ratio_check_on_a_log_without_is_ratios(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: a TRL trainer_state.json (no IS ratio logged) was 'healthy: no IS-ratio spike' — never checked."""
+    sys.path.insert(0, str(HERE.parent / "diagnostics"))
+    from diag_synth import tirl_log
+    from framework_logs import write_trl_trainer_state
+
+    rows = [{k: v for k, v in r.items() if not k.startswith("train/is_ratio")} for r in tirl_log(seed=3)][:4]
+    log = write_trl_trainer_state(tmp_path / "trainer_state.json", rows)
+    assert main(["diagnose", "training", str(log)]) == 0
+    line = " ".join(capsys.readouterr().out.split("\n", 1)[1].split())
+    assert "no IS-ratio spike" not in line and "no IS ratio" in line and "void_leak" in line
+    assert main(["diagnose", "training", str(REAL_OFF)]) == 0  # a log with ratios keeps the plain line
+    assert "no IS-ratio spike, no empty batch" in capsys.readouterr().out
