@@ -49,10 +49,22 @@ ALL_FAILED = _row(**{"rollout/failed": 8.0, "filter/valid_trajectories": 0.0, "t
                      "train/tolerated_failed_steps": 1})  # fmt: skip
 
 
+ALL_VOID_KEPT = _row(
+    **{
+        "train/no_signal": 1,
+        "filter/valid_trajectories": 0.0,
+        "filter/void_trajectories": 8.0,
+        "train/is_ratio_max": None,
+        "train/grad_norm": None,
+    }
+)  # fmt: skip  (filter.mode=off)
+
+
 @pytest.mark.parametrize(
     ("row", "says"),
     [(ALL_VOID, "all void"), (NO_SIGNAL, "no signal (all rewards equal)"),
-     (ALL_FAILED, "all 8 failed (tolerated: 1 so far)")],
+     (ALL_FAILED, "all 8 failed (tolerated: 1 so far)"),
+     (ALL_VOID_KEPT, "all void, no signal (all rewards equal)")],
 )  # fmt: skip
 def test_a_step_without_an_update_says_why_in_words(row: dict[str, Any], says: str) -> None:
     """Before: `valid/void 0/8  IS max -  grad -` with no word of why."""

@@ -37,6 +37,9 @@ def why_no_update(row: dict[str, Any]) -> str | None:
             return "all void"
         return "skipped: no group had enough usable trajectories"
     if row.get("train/no_signal") == 1:
+        valid, void = row.get("filter/valid_trajectories") or 0, row.get("filter/void_trajectories") or 0
+        if void and not valid:  # filter.mode=off/mask keep void trajectories in the update: say they all were
+            return "all void, no signal (all rewards equal)"
         return "no signal (all rewards equal)"
     return None
 
