@@ -181,7 +181,7 @@ def drop_void_trajectories(
     n = len(void)
     uids = batch.non_tensor_batch.get("uid")
     grouped = uids is not None
-    groups = [str(u) for u in uids] if grouped else [str(i) for i in range(n)]
+    groups = [str(u) for u in uids] if uids is not None else [str(i) for i in range(n)]
     members: dict[str, list[int]] = {g: [] for g in groups}
     for i in range(n):
         if not void[i]:
