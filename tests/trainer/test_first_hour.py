@@ -260,3 +260,33 @@ def test_a_healthy_line_claims_no_ratio_check_on_a_log_without_is_ratios(
     assert "no IS-ratio spike" not in line and "no IS ratio" in line and "void_leak" in line
     assert main(["diagnose", "training", str(REAL_OFF)]) == 0  # a log with ratios keeps the plain line
     assert "no IS-ratio spike, no empty batch" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- tirl eval
+def test_eval_of_a_run_directory_uses_the_runs_own_tasks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `tirl eval --model RUN` of a run trained on a parquet evaluated on tir-chain, without a word."""
+    import argparse
+
+    from tirl.commands import evaluate
+    from tirl.config import config_to_dict
+
+    tasks = _task_file(tmp_path, "Output the final answer after '####'.")
+    run = tmp_path / "run"
+    run.mkdir()
+    trained = load_config(None, [f"env.tasks_file={tasks}", "filter.action_rule=gsm8k", "env.eval_size=3"])
+    (run / "config.json").write_text(json.dumps(config_to_dict(trained)), encoding="utf-8")
+
+    def config(argv: list[str]) -> Any:
+        parser = argparse.ArgumentParser()
+        evaluate.add_arguments(parser)
+        return evaluate._config(parser.parse_args(argv))
+
+    cfg = config(["--model", str(run)])
+    assert (cfg.env.tasks_file, cfg.filter.action_rule, cfg.env.eval_size) == (str(tasks), "gsm8k", 3)
+    assert run_label(cfg) == "gsm8k-train"
+    note = capsys.readouterr().err
+    assert note.startswith("note: evaluating on the run's tasks") and str(run / "config.json") in note
+    assert config(["--model", str(run), "--env", "tir-math"]).env.name == "tir-math"  # the options still win
+    own = tmp_path / "own.toml"
+    own.write_text('[env]\nname = "tir-math"\n', encoding="utf-8")
+    assert config(["--model", str(run), "--config", str(own)]).env.tasks_file is None  # --config: not the run's
