@@ -1,7 +1,7 @@
 """Wall time of the command line's start-up paths, each in a fresh interpreter, with the heavy modules it loaded.
 
-Paths: ``tirl --help``, ``tirl train --help``, ``tirl eval --help``, ``tirl model --help``, and three input
-errors that must come before torch loads: a typo'd env name (``tirl train --env nosuch``), an unknown config
+Paths: ``tirl --help``, ``tirl X --help`` for every subcommand X (read from the timed tree's ``tirl.cli``), and
+three input errors that must come before torch loads: a typo'd env name (``tirl train --env nosuch``), an unknown config
 key (``--set algo.nosuch=1``) and tools the built-in model cannot render (``--set env.tools=true``). Each is
 run ``--runs`` times as ``python -m tirl.cli ...`` (interpreter start included); the median and the range
 are printed with the load average, and whether torch or transformers were imported (they must not be:
@@ -24,11 +24,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 HEAVY = ("torch", "transformers", "numpy")
-PATHS: dict[str, list[str]] = {
-    "tirl --help": ["--help"],
-    "tirl train --help": ["train", "--help"],
-    "tirl eval --help": ["eval", "--help"],
-    "tirl model --help": ["model", "--help"],
+ERRORS: dict[str, list[str]] = {
     "train --env nosuch": ["train", "--env", "nosuch"],
     "train --set algo.nosuch=1": ["train", "--set", "algo.nosuch=1"],
     "train --set env.tools=true": ["train", "--set", "env.tools=true"],
@@ -51,6 +47,15 @@ def probe(args: list[str], src: Path = SRC) -> tuple[float, int, list[str]]:
     return wall, int(last["rc"]), list(last["heavy"])
 
 
+def paths(src: Path = SRC) -> dict[str, list[str]]:
+    """Every path timed: ``tirl --help``, each subcommand's ``--help`` (the CLI table of ``src``), the errors."""
+    listing = "import json, tirl.cli; print(json.dumps(list(tirl.cli.COMMANDS)))"
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, env=env, check=True)
+    helps = {f"tirl {name} --help": [name, "--help"] for name in json.loads(proc.stdout)}
+    return {"tirl --help": ["--help"], **helps, **ERRORS}
+
+
 def main() -> int:
     """Run every path ``--runs`` times and print the table (or JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,7 +65,7 @@ def main() -> int:
     args = parser.parse_args()
     load = os.getloadavg()[0]
     out: dict[str, dict[str, object]] = {}
-    for name, argv in PATHS.items():
+    for name, argv in paths(args.src).items():
         walls, rcs, heavy = [], set(), set()
         for _ in range(args.runs):
             wall, rc, mods = probe(argv, args.src)

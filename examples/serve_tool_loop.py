@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from typing import Any
 
 import openai
@@ -39,18 +40,18 @@ def agent(client: openai.OpenAI, model: str, question: str, max_rounds: int = 3)
     """The conversation, tool messages included, until a reply has no tool calls."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
     for _ in range(max_rounds):
-        reply = (
-            client.chat.completions.create(
-                model=model,
-                messages=messages,
-                tools=[PYTHON_TOOL],
-                temperature=0,
-                max_tokens=64,  # type: ignore[list-item]
-            )
-            .choices[0]
-            .message
-        )
+        choice = client.chat.completions.create(
+            model=model,
+            messages=messages,
+            tools=[PYTHON_TOOL],
+            temperature=0,
+            max_tokens=64,  # type: ignore[list-item]
+        ).choices[0]
+        reply = choice.message
         messages.append(reply.model_dump(exclude_none=True))
+        if choice.finish_reason == "length":  # cut at max_tokens: a half-written call is not returned
+            print("note: the reply was cut at max_tokens=64; no tool call to run", file=sys.stderr)
+            break
         if not reply.tool_calls:
             break
         for call in reply.tool_calls:

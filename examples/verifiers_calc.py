@@ -1,7 +1,10 @@
 r"""A verifiers ``ToolEnv`` trained by tirl: one local tool (``add``), a boxed-answer rubric, no network.
 
     PYTHONPATH=examples tirl train --set env.name=verifiers:verifiers_calc:load_environment \
-        --set env.tasks_file=calc.jsonl            # any env's own dataset works too (without tasks_file)
+        --set env.offer_tools=false               # the built-in model's chat format cannot list tools
+
+The env's own dataset (the ``PAIRS`` below) is the task set; ``--set env.tasks_file=FILE`` trains on a task
+file's rows instead.
 
 verifiers' own rollout loop runs with tirl's sampler in place of the model; its rubric scores each episode;
 its stop conditions become tirl's termination reasons. A model whose chat template cannot describe tools

@@ -122,3 +122,37 @@ def test_config_aliases_lists_every_name(capsys: pytest.CaptureFixture[str]) -> 
     assert got.code == 0
     for name in [*TRL, *VERL]:
         assert name in got.out
+
+
+def _resolve_train(argv: list[str]) -> tuple[object, Path]:
+    """``tirl train ARGV``'s config resolution (the real parser and resolve(); no model loads)."""
+    import argparse
+
+    from tirl.commands import train
+
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    cfg, run_dir, _ = train.resolve(parser.parse_args(argv))
+    return cfg, run_dir
+
+
+def test_a_resumed_run_repeats_the_alias_notes_of_its_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: --resume read config.json (tirl's names only) and printed no note, new --set aliases included."""
+    run = tmp_path / "run"
+    cfg, _ = _resolve_train(["--run-dir", str(run), "--set", "num_generations=4", "--set", "algo.beta=0.02"])
+    (run / "config.json").write_text(json.dumps(config_to_dict(cfg)), encoding="utf-8")  # as TrainingRun writes it
+    first = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
+    assert len(first) == 2 and "num_generations is TRL's name for algo.group_size" in first[0]
+    resumed, _ = _resolve_train(["--resume", str(run), "--set", "actor_rollout_ref.rollout.n=4"])
+    err = capsys.readouterr().err.splitlines()
+    assert [line.replace(" (saved with the run)", "") for line in err[:2]] == first
+    assert all(line.endswith("(saved with the run)") for line in err[:2])
+    assert err[2] == "note: actor_rollout_ref.rollout.n is verl's name for algo.group_size" and len(err) == 3
+    assert resumed == cfg  # type: ignore[comparison-overlap]
+    from tirl.cli import main
+
+    assert main(["config", "show", "--resume", str(run)]) == 0  # the saved notes, and the new one kept
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == 3 and all(line.endswith("(saved with the run)") for line in notes)

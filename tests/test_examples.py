@@ -63,9 +63,12 @@ def test_verl_void_filter() -> None:
 
     tok = _tokenizer()
     metrics: dict[str, Any] = {}
-    batch = _load("verl_void_filter").void_filter_step(_batch(tok), tok, 1, metrics)
-    assert list(batch.non_tensor_batch["row"]) == [0, 2, 5]  # rows 1, 3 and 4 hold a void turn
+    step = _load("verl_void_filter").void_filter_step
+    batch = step(_batch(tok), tok, 1, metrics)
+    assert list(batch.non_tensor_batch["row"]) == [0, 2]  # rows 1, 3 and 4 hold a void turn; 5 is left alone
     assert metrics["filter/void_trajectories"] == 3 and metrics["filter/valid_trajectories"] == 3
+    assert metrics["filter/thin_group_trajectories"] == 1
+    assert step(_batch(tok), tok, 4, metrics) is None  # 2 rows for 4 ranks: skip the step
 
 
 @pytest.mark.slow

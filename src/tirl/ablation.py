@@ -12,7 +12,8 @@ ablation measures exactly what a user's run would do. From each run's
   (``train/is_ratio_max``, ``train/grad_norm_max``), and the steps whose
   ratio exceeded :data:`RATIO_SPIKE`;
 * the void share (``filter/void_ratio``) at the start and the end (mean of the
-  first and of the last :data:`EDGE_STEPS` logged steps);
+  first and of the last :data:`EDGE_STEPS` logged steps, fewer when the run is
+  shorter than twice that, so the two windows never share a step);
 * the training reward per step (``reward/mean``), for the collapse rule
   (:data:`tirl.ablation_stats.COLLAPSE_RULE`: mean over the last 3 steps < 0.05 — no "before" figure)
   and the area under the reward curve;
@@ -202,8 +203,13 @@ def _num(row: dict[str, Any], key: str) -> float | None:
 
 
 def _edge_mean(values: list[float | None], *, last: bool) -> float:
+    """Mean of the first (last) ``min(EDGE_STEPS, n // 2)`` known values: start and end never share a step.
+
+    One known value is both the start and the end; none gives 0.
+    """
     known = [v for v in values if v is not None]
-    part = known[-EDGE_STEPS:] if last else known[:EDGE_STEPS]
+    width = max(1, min(EDGE_STEPS, len(known) // 2))
+    part = known[-width:] if last else known[:width]
     return statistics.fmean(part) if part else 0.0
 
 

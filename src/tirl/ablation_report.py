@@ -190,12 +190,13 @@ def markdown_table(results: Sequence[RunResult], *, label: str = "held-out") -> 
     )
 
 
-def plot(results: Sequence[RunResult], path: Path) -> Path:
-    """Three panels: accuracy after per mode and seed; training reward and max IS ratio per step."""
+def figure(results: Sequence[RunResult]) -> Any:
+    """Three panels: accuracy after per mode and seed; training reward and max IS ratio per step (whole steps)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     modes = list(dict.fromkeys(r.mode for r in results))
     colours = {m: f"C{i}" for i, m in enumerate(modes)}
@@ -217,8 +218,17 @@ def plot(results: Sequence[RunResult], path: Path) -> Path:
     axes[2].axhline(RATIO_SPIKE, color="red", linestyle=":", linewidth=1)
     for ax in axes[1:]:
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 1.2, 1.4 ticks on 2 steps
         ax.legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def plot(results: Sequence[RunResult], path: Path) -> Path:
+    """:func:`figure`, saved as a PNG at ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(results)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -239,4 +249,4 @@ def write_outputs(
     return data
 
 
-__all__ = ["ModeStats", "best_mode", "compare", "markdown_table", "plot", "summary_json", "write_outputs"]
+__all__ = ["ModeStats", "best_mode", "compare", "figure", "markdown_table", "plot", "summary_json", "write_outputs"]

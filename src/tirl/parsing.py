@@ -113,6 +113,39 @@ ACTION_RULES: dict[str, ParseRules] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerFormat:
+    """An answer format a prompt can ask for, and the action rule (``ACTION_RULES``) that counts it."""
+
+    name: str
+    pattern: re.Pattern[str]
+    rule: str
+
+    def counted_by(self, rules: ParseRules) -> bool:
+        """Whether ``rules`` count an answer written in this format as a final answer."""
+        if self.rule == "gsm8k":
+            return "####" in rules.answer_markers
+        if self.name.startswith("\\boxed"):
+            return rules.boxed
+        return rules.answer_tags
+
+
+#: The answer formats a task's prompt can name (verl's gsm8k ``####``, ``\boxed{}``, ``<answer>``).
+ANSWER_FORMATS = (
+    AnswerFormat("'#### <answer>'", re.compile(r"####"), "gsm8k"),
+    AnswerFormat("\\boxed{}", re.compile(r"\\boxed"), "tir"),
+    AnswerFormat("<answer>...</answer>", re.compile(r"<answer>"), "tir"),
+)
+
+
+def requested_answer_format(text: str) -> AnswerFormat | None:
+    """The first of :data:`ANSWER_FORMATS` that ``text`` (a prompt) names; ``None`` when it names none.
+
+    Not covered: formats stated in words only ("give the number at the end").
+    """
+    return next((f for f in ANSWER_FORMATS if f.pattern.search(text)), None)
+
+
 class ActionKind(StrEnum):
     """What a turn does, in order of precedence."""
 

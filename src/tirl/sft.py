@@ -39,6 +39,7 @@ from tirl.parsing import ParseRules
 from tirl.rollout.agent_loop import AgentLoop
 from tirl.rollout.base import EnvFactory, RolloutRequest
 from tirl.rollout.evaluation import EvalReport, evaluate_accuracy
+from tirl.sft_config import SFTConfig
 from tirl.types import Message, Trajectory
 
 
@@ -172,31 +173,6 @@ def pad_batch(trajs: Sequence[Trajectory], pad_id: int) -> tuple[torch.Tensor, t
         attn[i, :n] = 1
         mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.long)
     return ids, attn, mask
-
-
-@dataclass
-class SFTConfig:
-    """Settings of the warm start (the defaults produce the shipped checkpoint)."""
-
-    steps: int = 1500  # upper bound; training usually stops earlier at stop_at_accuracy
-    decay_steps: int = 1500  # cosine horizon, independent of ``steps``: a shorter run is a prefix of a longer one
-    batch_size: int = 16
-    lr: float = 3e-3
-    warmup_steps: int = 30
-    weight_decay: float = 0.01
-    train_tasks: int = 3000
-    difficulty: int = 1
-    seed: int = 0
-    eval_every: int = 50
-    eval_tasks: int = 60
-    stop_at_accuracy: float | None = 0.35
-    copy_steps: int = 300  # synthetic copy curriculum before the demonstrations (0 = none)
-    copy_batch_size: int = 64
-    max_turns: int = 4
-    env: str = "tir-math"  # task family of the demonstrations: tir-math | tir-chain
-    max_new_tokens: int = 96
-    max_total_tokens: int = 512
-    log: Callable[[str], None] = field(default=print, repr=False)
 
 
 @dataclass

@@ -49,14 +49,38 @@ def test_read_run_takes_the_figures_from_the_run_directory(tmp_path: Path) -> No
     r = read_run(tmp_path, "drop", 2, 10.0)
     assert (r.accuracy_before, r.accuracy_after, r.turns_mean) == (0.7, 0.55, 3.25)
     assert (r.is_ratio_max, r.grad_norm_max, r.ratio_spike_steps) == (7.0, 0.9, 2)
-    assert r.void_ratio_start == pytest.approx((0.1 + 0.2 + 0.6) / 3)  # the first 3 logged values
-    assert r.void_ratio_end == pytest.approx((0.2 + 0.6 + 0.9) / 3)
+    assert r.void_ratio_start == pytest.approx((0.1 + 0.2) / 2)  # 4 logged values: the first 2, the last 2
+    assert r.void_ratio_end == pytest.approx((0.6 + 0.9) / 2)  # (before: 3 each, sharing 0.2 and 0.6)
     assert r.reward == [0.4, 0.2, None, 0.0, 0.1]
     assert not r.collapsed  # last 3 known rewards 0.2, 0.0, 0.1: mean 0.1 >= 0.05 (accuracy fell 15 points: no matter)
     assert r.mechanism == {} and r.spikes_in_void is None  # no void/share_* keys: not measured
     with (tmp_path / "metrics.jsonl").open("a", encoding="utf-8") as fh:
         fh.write(json.dumps({"step": 6, "reward/mean": 0.0}) + "\n")
     assert read_run(tmp_path, "drop", 2, 10.0).collapsed  # 0.0, 0.1, 0.0: mean 0.033 < 0.05
+
+
+def test_void_share_start_and_end_windows_never_overlap(tmp_path: Path) -> None:
+    """Before: a 2-step run's start and end were both the mean of the same two steps (14% -> 14%)."""
+    summary = {"eval/accuracy_before": 0.4, "eval/accuracy_after": 0.1}
+    (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    for voids, start, end in (([0.25, 0.05], 0.25, 0.05), ([0.3], 0.3, 0.3), ([0.1] * 3 + [0.5] * 3 + [0.9] * 3,
+                              0.1, 0.9), ([0.2, 0.4, 0.6], 0.2, 0.6)):  # fmt: skip
+        rows = [{"step": i + 1, "filter/void_ratio": v} for i, v in enumerate(voids)]
+        (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        r = read_run(tmp_path, "drop", 0, 1.0)
+        assert (r.void_ratio_start, r.void_ratio_end) == (pytest.approx(start), pytest.approx(end)), voids
+
+
+def test_the_plot_labels_steps_with_whole_numbers() -> None:
+    """Before: a 2-step run's step axis read 1.0, 1.2, 1.4, ... 2.0."""
+    from tirl.ablation_report import figure
+
+    fig = figure([_result("off", 0, 0.3), _result("drop", 0, 0.5)])
+    fig.canvas.draw()
+    for ax in fig.axes[1:]:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+        assert all("." not in label.get_text() for label in ax.get_xticklabels() if label.get_text())
 
 
 def test_mechanism_compares_spike_shares_before_the_fall(tmp_path: Path) -> None:

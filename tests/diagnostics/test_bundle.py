@@ -106,3 +106,34 @@ def test_pipeline_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     text = out.read_text()
     assert "Verdict: **evaluator**" in text and "Backpressure from a bounded queue is a feature" in text
     assert text.count("\n| ") >= 40 and "rollout/pipeline.py" in text
+
+
+TIRL_INTERNALS = ("tirl.parsing", "filter.max_resample_rounds", "filter.mode", "tirl audit", "VoidTurnFilter")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "speaks"),
+    [("verl", ("drop_void_trajectories", "RayPPOTrainer.fit", "actor_rollout_ref.")),
+     ("trl", ("VoidFilteredGRPOTrainer", "GRPOConfig", "max_completion_length"))],
+)  # fmt: skip
+def test_advice_for_a_frameworks_log_speaks_its_language(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str, speaks: tuple[str, ...]
+) -> None:
+    """Before: a verl (or TRL) log got tirl's advice — tirl.parsing, filter.max_resample_rounds, tirl's files."""
+    from framework_logs import trl_step_metrics, write_trl_trainer_state, write_verl_file_log
+
+    rows = tirl_log(seed=2, inject="void_leak")
+    rows[60] = {**rows[60], "filter/valid_trajectories": 0.0, "filter/void_trajectories": 8.0}  # an empty step
+    if fmt == "verl":
+        log = write_verl_file_log(tmp_path / "experiment.jsonl", rows)
+    else:
+        log = write_trl_trainer_state(tmp_path / "trainer_state.json", rows)
+        assert trl_step_metrics(rows[0])  # the plug-in's void keys are in the log
+    out = tmp_path / "bundle.md"
+    assert main(["diagnose", "training", str(log), "--bundle", str(out)]) == 0
+    table = " ".join(capsys.readouterr().out.split())
+    text = out.read_text()
+    for shown in (table, text):
+        assert all(word in shown for word in speaks), (fmt, shown[-2000:])
+        assert not any(word in shown for word in TIRL_INTERNALS), [w for w in TIRL_INTERNALS if w in shown]
+    assert "tirl/parsing.py" not in text and "tirl/trainer" not in text

@@ -57,8 +57,9 @@ def test_register_by_callable_and_by_import_string(sandbox: Sandbox) -> None:
 def test_registry_errors_say_how_to_fix() -> None:
     with pytest.raises(ConfigError, match=r"unknown environment 'nope'.*register_env"):
         make_env("nope")
-    with pytest.raises(ConfigError, match="cannot import module"):
+    with pytest.raises(ConfigError, match="cannot import module") as err:
         make_env("no_such_pkg.mod:Env")
+    assert "PYTHONPATH" in str(err.value)  # a user's module beside them: the `tirl` script does not look there
     with pytest.raises(ConfigError, match="has no 'Missing'"):
         make_env("tirl.envs.tir_math:Missing")
     with pytest.raises(ValueError, match=r"package\.module:Name"):

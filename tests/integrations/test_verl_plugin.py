@@ -59,10 +59,11 @@ def _tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(Path(tirl.__file__).parent / "assets" / "tiny-tir")  # light imports: verl venv
 
 
-def _batch(tok: Any) -> Any:
+def _batch(tok: Any, rows: list[tuple[list[str], float]] = ROWS, uids: list[str] | None = UIDS) -> Any:
+    """``rows`` as a DataProto (a real one where verl is installed); ``uids=None`` leaves out the ``uid`` key."""
     obs = tok.encode("\noutput: 42\n", add_special_tokens=False)
     responses, masks = [], []
-    for turns, _ in ROWS:
+    for turns, _ in rows:
         ids: list[int] = []
         mask: list[int] = []
         for k, text in enumerate(turns):
@@ -78,13 +79,15 @@ def _batch(tok: Any) -> Any:
     pad = tok.pad_token_id or 0
     resp = torch.tensor([r + [pad] * (width - len(r)) for r in responses])
     rmask = torch.tensor([m + [0] * (width - len(m)) for m in masks])
-    prompt = torch.ones(len(ROWS), 4, dtype=torch.long)
-    scores = torch.zeros(len(ROWS), width)
-    for i, (_, reward) in enumerate(ROWS):
+    prompt = torch.ones(len(rows), 4, dtype=torch.long)
+    scores = torch.zeros(len(rows), width)
+    for i, (_, reward) in enumerate(rows):
         scores[i, len(responses[i]) - 1] = reward  # verl puts the outcome reward on the last response token
     batch = {"prompts": prompt, "responses": resp, "response_mask": rmask, "token_level_rewards": scores,
              "attention_mask": torch.cat([prompt, (rmask > 0) | (resp != pad)], dim=1).long()}  # fmt: skip
-    non_tensor = {"uid": np.array(UIDS, dtype=object), "row": np.arange(len(ROWS))}
+    non_tensor = {"row": np.arange(len(rows))}
+    if uids is not None:
+        non_tensor["uid"] = np.array(uids, dtype=object)
     if DataProto is not None:
         return DataProto.from_dict(tensors=batch, non_tensors=non_tensor)
     return ShapedDataProto(batch, non_tensor)
@@ -114,33 +117,78 @@ def _reference_grpo(rewards: list[float], uids: list[str], eps: float = 1e-6) ->
     return out
 
 
+def _advantages(kept: Any) -> list[float]:
+    """verl's own GRPO advantage of each kept row (real verl only)."""
+    adv, _ = compute_grpo_outcome_advantage(
+        kept.batch["token_level_rewards"], kept.batch["response_mask"], kept.non_tensor_batch["uid"]
+    )
+    return [float(adv[i][kept.batch["response_mask"][i].bool()][0]) for i in range(len(adv))]
+
+
 def test_void_trajectories_leave_the_batch_before_the_advantage() -> None:
     tok = _tokenizer()
-    kept, stats = drop_void_trajectories(_batch(tok), tok)
+    kept, stats = drop_void_trajectories(_batch(tok), tok, min_group_size=1)
     rows = kept.non_tensor_batch["row"].tolist()
     assert rows == [0, 2, 5] and list(kept.non_tensor_batch["uid"]) == ["a", "a", "b"]
     assert kept.batch["responses"].shape[0] == 3
-    assert (stats.trajectories, stats.void, stats.kept, stats.trimmed) == (6, 3, 3, 0)
+    assert (stats.trajectories, stats.void, stats.kept, stats.trimmed, stats.thin) == (6, 3, 3, 0, 0)
     assert stats.void_rows == [1, 3, 4] and stats.min_valid_per_group == 1 and stats.empty_groups == 0
     assert stats.metrics()["filter/void_ratio"] == 0.5
     rewards = [ROWS[i][1] for i in rows]
     want = _reference_grpo(rewards, ["a", "a", "b"])  # group a: {1.0, 0.5}; group b: {1.0} alone
     if compute_grpo_outcome_advantage is not None:  # real verl: its own GRPO on the filtered batch
-        adv, _ = compute_grpo_outcome_advantage(
-            kept.batch["token_level_rewards"], kept.batch["response_mask"], kept.non_tensor_batch["uid"]
-        )
-        got = [float(adv[i][kept.batch["response_mask"][i].bool()][0]) for i in range(3)]
-        assert got == pytest.approx(want, abs=1e-5)
+        assert _advantages(kept) == pytest.approx(want, abs=1e-5)
     assert want[0] > 0 > want[1]  # without the void rows, 0.5 is below its group's mean
+    assert want[2] == pytest.approx(1.0)  # a lone row: verl's mean 0, std 1 -> its raw score is its advantage
 
 
-def test_divisible_by_trims_the_tail_and_counts_it() -> None:
+def test_a_group_left_with_one_trajectory_leaves_whole() -> None:
+    """The default ``min_group_size=2``: group b's lone survivor (row 5) has no group baseline and leaves."""
     tok = _tokenizer()
-    kept, stats = drop_void_trajectories(_batch(tok), tok, divisible_by=2)
-    assert kept.non_tensor_batch["row"].tolist() == [0, 2] and stats.trimmed == 1
-    assert stats.empty_groups == 1 and stats.min_valid_per_group == 0
-    metrics = stats.metrics()  # tirl's own filter/* names (FilterStats), plus the trimmed tail
-    assert metrics["filter/valid_trajectories"] == 3.0 and metrics["filter/trimmed_trajectories"] == 1.0
-    assert stats.kept == 2 and metrics["filter/failed_trajectories"] == 0.0
+    kept, stats = drop_void_trajectories(_batch(tok), tok)
+    assert kept.non_tensor_batch["row"].tolist() == [0, 2]
+    assert (stats.valid, stats.thin, stats.kept, stats.empty_groups, stats.min_valid_per_group) == (3, 1, 2, 1, 0)
+    assert stats.metrics()["filter/thin_group_trajectories"] == 1.0
+    if compute_grpo_outcome_advantage is not None:
+        assert _advantages(kept) == pytest.approx(_reference_grpo([1.0, 0.5], ["a", "a"]), abs=1e-5)
+
+
+GOOD, ZERO, VOID = ([ANSWER], 1.0), ([CODE, ANSWER], 0.0), (["hmm"], 0.0)
+
+
+def test_divisible_by_takes_spare_rows_and_leaves_no_group_alone() -> None:
+    """Two groups of three valid rows, 4 ranks: one spare row from each group goes, not group b's last three."""
+    tok = _tokenizer()
+    kept, stats = drop_void_trajectories(_batch(tok, [GOOD, ZERO, GOOD] * 2, list("aaabbb")), tok, divisible_by=4)
+    assert kept.non_tensor_batch["row"].tolist() == [0, 1, 3, 4]
+    assert (stats.kept, stats.trimmed, stats.min_valid_per_group, stats.empty_groups) == (4, 2, 2, 0)
+    metrics = stats.metrics()  # tirl's own filter/* names (FilterStats), plus the trimmed and thin rows
+    assert metrics["filter/valid_trajectories"] == 6.0 and metrics["filter/trimmed_trajectories"] == 2.0
+    assert metrics["filter/failed_trajectories"] == 0.0
+
+
+def test_divisible_by_drops_a_whole_group_when_no_group_has_a_spare() -> None:
+    tok = _tokenizer()
+    kept, stats = drop_void_trajectories(_batch(tok, [GOOD, ZERO] * 3, list("aabbcc")), tok, divisible_by=4)
+    assert kept.non_tensor_batch["row"].tolist() == [0, 1, 2, 3]
+    assert (stats.kept, stats.trimmed, stats.empty_groups, stats.min_valid_per_group) == (4, 2, 1, 0)
+
+
+def test_nothing_to_train_on_is_none_never_an_empty_batch() -> None:
+    """Fewer usable rows than ``divisible_by``, or every row void: ``None`` (skip the step and resample)."""
+    tok = _tokenizer()
+    kept, stats = drop_void_trajectories(_batch(tok), tok, divisible_by=4)  # 2 usable rows, 4 ranks
+    assert kept is None and (stats.kept, stats.trimmed, stats.thin) == (0, 2, 1)
+    kept, stats = drop_void_trajectories(_batch(tok, [VOID] * 4, list("aabb")), tok)
+    assert kept is None and (stats.void, stats.kept, stats.empty_groups) == (4, 0, 2)
     with pytest.raises(ValueError, match="divisible_by"):
         drop_void_trajectories(_batch(tok), tok, divisible_by=0)
+    with pytest.raises(ValueError, match="min_group_size"):
+        drop_void_trajectories(_batch(tok), tok, min_group_size=0)
+
+
+def test_without_uid_no_group_rule_applies() -> None:
+    """No ``uid`` (not a grouped estimator): the valid rows stay, trimmed from the tail to ``divisible_by``."""
+    tok = _tokenizer()
+    kept, stats = drop_void_trajectories(_batch(tok, uids=None), tok, divisible_by=2)
+    assert kept.non_tensor_batch["row"].tolist() == [0, 2] and (stats.trimmed, stats.thin) == (1, 0)

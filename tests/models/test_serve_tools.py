@@ -126,6 +126,24 @@ def test_streamed_tool_calls_accumulate_to_the_same_message(server: tuple[openai
     assert calls[0]["id"].startswith("call_")
 
 
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "python"}}])
+def test_a_forced_call_cut_by_max_tokens_is_length_and_no_call(server: tuple[openai.OpenAI, str], choice: Any) -> None:
+    """Before: ``content`` was the cut template text (``<tool_call>\\n{"name": "py``) with ``finish_reason: length``."""
+    client, name = server
+    kw: dict[str, Any] = {"model": name, "messages": MESSAGES, "tools": [PYTHON_TOOL], "tool_choice": choice,
+                          "temperature": 0, "max_tokens": 4}  # fmt: skip
+    cut = client.chat.completions.create(**kw).choices[0]
+    assert cut.finish_reason == "length"
+    assert cut.message.tool_calls is None and cut.message.content is None
+    finishes, contents, calls = [], [], []
+    for chunk in client.chat.completions.create(**kw, stream=True):
+        for c in chunk.choices:
+            finishes.append(c.finish_reason)
+            contents.append(c.delta.content or "")
+            calls.extend(c.delta.tool_calls or [])
+    assert finishes[-1] == "length" and "".join(contents) == "" and calls == []
+
+
 @pytest.mark.parametrize(
     ("kw", "param"),
     [

@@ -49,10 +49,22 @@ ALL_FAILED = _row(**{"rollout/failed": 8.0, "filter/valid_trajectories": 0.0, "t
                      "train/tolerated_failed_steps": 1})  # fmt: skip
 
 
+ALL_VOID_KEPT = _row(
+    **{
+        "train/no_signal": 1,
+        "filter/valid_trajectories": 0.0,
+        "filter/void_trajectories": 8.0,
+        "train/is_ratio_max": None,
+        "train/grad_norm": None,
+    }
+)  # fmt: skip  (filter.mode=off)
+
+
 @pytest.mark.parametrize(
     ("row", "says"),
     [(ALL_VOID, "all void"), (NO_SIGNAL, "no signal (all rewards equal)"),
-     (ALL_FAILED, "all 8 failed (tolerated: 1 so far)")],
+     (ALL_FAILED, "all 8 failed (tolerated: 1 so far)"),
+     (ALL_VOID_KEPT, "all void, no signal (all rewards equal)")],
 )  # fmt: skip
 def test_a_step_without_an_update_says_why_in_words(row: dict[str, Any], says: str) -> None:
     """Before: `valid/void 0/8  IS max -  grad -` with no word of why."""
@@ -128,6 +140,40 @@ def test_a_gsm8k_task_file_under_the_tir_rule_gets_a_warning_naming_the_rule(tmp
     assert answer_format_warning(load_config(None, ["env.name=tir-math", f"env.tasks_file={boxed}"])) is None
 
 
+def _first_messages(cfg_sets: list[str]) -> list[Any]:
+    """The opening messages of an episode of the run's first task, through the trainer's env and task loaders."""
+    from tirl.envs.registry import load_tasks, make_env
+    from tirl.filters.void_turn import rules_from_config
+
+    cfg = load_config(None, cfg_sets)
+    task = load_tasks(cfg.env, 1)[0]
+    env = make_env(cfg.env.name, config=cfg.env, rules=rules_from_config(cfg.filter, cfg.env))
+
+    async def go() -> list[Any]:
+        try:
+            return await env.reset(task)
+        finally:
+            await env.close()
+
+    return asyncio.run(go())
+
+
+def test_a_verl_gsm8k_parquet_row_keeps_its_own_answer_instruction(tmp_path: Path) -> None:
+    """Before: the env's "answer as \\boxed{...}" system prompt went ahead of the row's "answer after ####"."""
+    sys.path.insert(0, str(HERE.parents[1] / "examples"))
+    from make_parquet import INSTRUCTION, write  # pyarrow writes the parquet, in verl's gsm8k row layout
+
+    parquet = write(tmp_path / "gsm8k-train.parquet", 4)
+    for env in ("tir-chain", "tir-math"):
+        messages = _first_messages([f"env.name={env}", f"env.tasks_file={parquet}", "filter.action_rule=gsm8k"])
+        assert [m.role.value for m in messages] == ["user"] and messages[0].content.endswith(INSTRUCTION)
+    plain = tmp_path / "plain.jsonl"  # rows that ask for no answer format still get the env's instructions
+    plain.write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 2 + 2?"}],
+                                 "reward_model": {"ground_truth": "4"}}) + "\n", encoding="utf-8")  # fmt: skip
+    messages = _first_messages([f"env.tasks_file={plain}"])
+    assert [m.role.value for m in messages] == ["system", "user"] and "boxed" in (messages[0].content or "")
+
+
 def test_runs_and_evaluation_lines_are_named_after_the_task_file(tmp_path: Path) -> None:
     tasks = _task_file(tmp_path, "")
     assert run_label(load_config(None, [f"env.tasks_file={tasks}"])) == "gsm8k-train"
@@ -170,3 +216,77 @@ def test_diagnose_points_an_all_failed_step_at_the_env_not_the_filter(
     assert finding["kind"] == "empty_batch" and finding["evidence"]["failed"] == [4]
     assert main(["diagnose", "training", str(tmp_path)]) == 0
     assert "the env or its set-up failed" in " ".join(capsys.readouterr().out.split())  # the table wraps it
+
+
+# ------------------------------------------------------------- piped progress
+def test_piped_progress_is_documented_where_the_user_meets_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The 15 s of a piped evaluation's lines, in `tirl train --help`, docs/cli.md and the code, agree."""
+    from tirl.trainer.progress import PIPED_LINE_EVERY_S
+
+    every = f"every {PIPED_LINE_EVERY_S:g} s"
+    assert EvalProgress(1, "x", lambda: None).line_every_s == PIPED_LINE_EVERY_S
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert every in " ".join(capsys.readouterr().out.split())
+    cli_doc = " ".join((HERE.parents[1] / "docs" / "cli.md").read_text(encoding="utf-8").split())
+    assert "piped or a file" in cli_doc and every in cli_doc
+
+
+def test_piped_training_prints_one_plain_line_per_step(capsys: pytest.CaptureFixture[str]) -> None:
+    from tirl.trainer.progress import TrainProgress
+
+    with TrainProgress(2) as bar:  # capsys: stderr is not a terminal
+        bar.update(1, _row())
+        bar.update(2, ALL_VOID)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("step 1/2  reward 0.500") and "all void" in lines[1]
+    with TrainProgress(2, enabled=False) as bar:  # --no-progress
+        bar.update(1, _row())
+    assert capsys.readouterr().err == ""
+
+
+def test_a_healthy_line_claims_no_ratio_check_on_a_log_without_is_ratios(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: a TRL trainer_state.json (no IS ratio logged) was 'healthy: no IS-ratio spike' — never checked."""
+    sys.path.insert(0, str(HERE.parent / "diagnostics"))
+    from diag_synth import tirl_log
+    from framework_logs import write_trl_trainer_state
+
+    rows = [{k: v for k, v in r.items() if not k.startswith("train/is_ratio")} for r in tirl_log(seed=3)][:4]
+    log = write_trl_trainer_state(tmp_path / "trainer_state.json", rows)
+    assert main(["diagnose", "training", str(log)]) == 0
+    line = " ".join(capsys.readouterr().out.split("\n", 1)[1].split())
+    assert "no IS-ratio spike" not in line and "no IS ratio" in line and "void_leak" in line
+    assert main(["diagnose", "training", str(REAL_OFF)]) == 0  # a log with ratios keeps the plain line
+    assert "no IS-ratio spike, no empty batch" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- tirl eval
+def test_eval_of_a_run_directory_uses_the_runs_own_tasks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `tirl eval --model RUN` of a run trained on a parquet evaluated on tir-chain, without a word."""
+    import argparse
+
+    from tirl.commands import evaluate
+    from tirl.config import config_to_dict
+
+    tasks = _task_file(tmp_path, "Output the final answer after '####'.")
+    run = tmp_path / "run"
+    run.mkdir()
+    trained = load_config(None, [f"env.tasks_file={tasks}", "filter.action_rule=gsm8k", "env.eval_size=3"])
+    (run / "config.json").write_text(json.dumps(config_to_dict(trained)), encoding="utf-8")
+
+    def config(argv: list[str]) -> Any:
+        parser = argparse.ArgumentParser()
+        evaluate.add_arguments(parser)
+        return evaluate._config(parser.parse_args(argv))
+
+    cfg = config(["--model", str(run)])
+    assert (cfg.env.tasks_file, cfg.filter.action_rule, cfg.env.eval_size) == (str(tasks), "gsm8k", 3)
+    assert run_label(cfg) == "gsm8k-train"
+    note = capsys.readouterr().err
+    assert note.startswith("note: evaluating on the run's tasks") and str(run / "config.json") in note
+    assert config(["--model", str(run), "--env", "tir-math"]).env.name == "tir-math"  # the options still win
+    own = tmp_path / "own.toml"
+    own.write_text('[env]\nname = "tir-math"\n', encoding="utf-8")
+    assert config(["--model", str(run), "--config", str(own)]).env.tasks_file is None  # --config: not the run's

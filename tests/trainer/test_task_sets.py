@@ -65,3 +65,17 @@ def test_tirl_eval_on_an_empty_validation_split_is_one_error_line(capsys: pytest
         "error: --split=validation is empty for env swe-lite with this task source (a task file or a small task "
         "space has no validation split): use --split=heldout"
     ]
+
+
+def test_a_dataset_smaller_than_eval_size_is_split_not_all_held_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the verifiers example's 8 rows all went to the held-out set (env.eval_size 200), and the run
+    stopped after the before-evaluation with 'could not draw training tasks ... lower env.eval_size'."""
+    pytest.importorskip("verifiers")
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples"))
+    sets = TaskSets(load_config(None, ["env.name=verifiers:verifiers_calc:load_environment"]))
+    eval_prompts = {t.prompt for t in sets.eval_tasks}
+    assert len(sets.eval_tasks) == 4 and len(eval_prompts) == 4  # 8 rows: half held out
+    train = sets.train(1, 4)
+    assert len(train) == 4 and not {t.prompt for t in train} & eval_prompts

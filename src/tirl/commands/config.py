@@ -61,9 +61,11 @@ def render_toml(resolved: ResolvedConfig) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from tirl.commands.train import read_saved_config
+    from tirl.commands.train import read_saved_config, read_saved_notes
 
     base = read_saved_config(Path(args.resume)) if args.resume else None
+    for note in read_saved_notes(Path(args.resume)) if args.resume else []:
+        print(f"note: {note} (saved with the run)", file=sys.stderr)
     resolved = resolve_config(args.config, args.overrides, base)
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)

@@ -67,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             section = filter_config(paths[0].parent, args.config)  # the run's [filter], when it is known
             mode = section.get("mode") if isinstance(section, dict) else None
-            for d in diags:
-                print_training(d, filter_mode=mode if isinstance(mode, str) else None)
+            for log, d in zip(logs, diags, strict=True):
+                has_ratio = any(v is not None for key in ("is_max", "is_min") for v in log.get(key) or [])
+                print_training(d, filter_mode=mode if isinstance(mode, str) else None, has_ratio=has_ratio)
     else:
         args.trace = _in_run_dir(args.trace, "pipeline_trace.jsonl")
         rows = load_trace(args.trace)

@@ -5,7 +5,10 @@ seed of ``--seed`` (see :mod:`tirl.trainer.wiring`: disjoint from every
 training step's tasks). With the defaults it is exactly the set behind
 ``eval/accuracy_before``/``eval/accuracy_after`` in a default run's
 ``summary.json``. ``--model`` takes a model directory or a run directory (its
-newest checkpoint is used); no ``--model`` evaluates the built-in model.
+newest checkpoint is used); no ``--model`` evaluates the built-in model. A run
+directory's own tasks are evaluated: the ``[env]`` and ``[filter]`` sections
+of its ``config.json`` are the base (a note says so), which ``--env``/``--n``/
+``--seed``/``--set`` override; ``--config`` evaluates with that file instead.
 ``--split validation`` evaluates on the validation set instead: as many
 tasks, disjoint from the held-out set and from the built-in checkpoint's SFT
 demonstrations, for choosing settings without looking at the held-out set.
@@ -16,11 +19,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from tirl.cli import elapsed
-from tirl.config import TirlConfig, load_config
+from tirl.config import TirlConfig, resolve_config
 from tirl.errors import InputError
 from tirl.trainer.preflight import preflight, run_label
 
@@ -70,9 +74,30 @@ def _config(args: argparse.Namespace) -> TirlConfig:
         sets.append(f"env.seed={args.seed}")
     if args.env is not None:
         sets.append(f"env.name={args.env}")
-    cfg = load_config(args.config, sets)
+    base = _run_tasks(Path(args.model)) if args.model and not args.config else None
+    resolved = resolve_config(args.config, sets, base)
+    for note in resolved.notes:
+        print(f"note: {note}", file=sys.stderr)
+    cfg = resolved.config
     preflight(cfg, model_path=_model_dir(args.model))
+    if base is not None:  # after the checks: a refused command prints its one error line only
+        what = f"env {cfg.env.name}" + (f", tasks_file {cfg.env.tasks_file}" if cfg.env.tasks_file else "")
+        print(f"note: evaluating on the run's tasks ({what}) from {Path(args.model) / 'config.json'} — "
+              "--env/--set change them, --config replaces them", file=sys.stderr)  # fmt: skip
     return cfg
+
+
+def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
+    """The ``[env]`` and ``[filter]`` of a run directory's ``config.json`` (None: not a run directory).
+
+    Only what defines the tasks and the action rule: the run's generator, server or devices are not reused.
+    """
+    if not (run_dir / "config.json").is_file():
+        return None
+    from tirl.commands.train import read_saved_config
+
+    saved = read_saved_config(run_dir)
+    return {k: saved[k] for k in ("env", "filter") if isinstance(saved.get(k), dict)}
 
 
 async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:

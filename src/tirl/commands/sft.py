@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tirl.errors import ConfigError
 from tirl.models.tiny import TinyModelSpec
-from tirl.sft import SFTConfig
+from tirl.sft_config import SFTConfig
 
 _SFT_OPTIONS = (
     ("steps", "maximum optimizer steps"),

@@ -8,6 +8,7 @@ run directory (``runs/<time>-<env>``, or ``-<task file name>`` with ``env.tasks_
 
     config.json  metrics.jsonl  tb/  trajectories.jsonl  pipeline_trace.jsonl
     checkpoints/step-N/  eval_before.json  summary.json  (report.html when the diagnostics are installed)
+    config_notes.json  (only when TRL/verl names were given: their one-line notes, repeated by --resume)
 
 and prints its path once the run is set up (with the TensorBoard command; not with ``--no-progress``) and at
 the end.
@@ -17,7 +18,9 @@ prompts ask for an answer format the action rule does not count is a warning).
 
 ``--resume RUN_DIR`` continues a run from its newest checkpoint with the run's saved config (plus any ``--set``/shortcut
 overrides, e.g. ``--steps`` to extend it); steps after that checkpoint are
-redone, and the logs are cut back so that no step is lost or repeated.
+redone, and the logs are cut back so that no step is lost or repeated. The saved config holds tirl's names
+only, so the notes on TRL/verl names that made it are kept beside it (``config_notes.json``) and printed
+again, marked ``(saved with the run)``, with the notes of any new ``--set``.
 
 This module only turns arguments into a config and a run directory; the run
 itself (evaluation before and after, reference model, trainer, summary,
@@ -28,15 +31,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from tirl.config import TirlConfig, config_from_dict, resolve_config
+from tirl.config import TirlConfig, resolve_config
 from tirl.errors import InputError, TirlError
-from tirl.fileio import check_output_dir
+from tirl.fileio import check_output_dir, write_text
 from tirl.jsonl import read_json
 from tirl.models.precision import check_training_precision
 from tirl.trainer.preflight import answer_format_warning, preflight, run_label
@@ -63,7 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=["local", "ray"], help="rollout backend (trainer.backend)")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster for --backend ray (trainer.ray_address)")
     parser.add_argument("--run-dir", metavar="DIR", help="write the run here instead of runs/<time>-<env>")
-    parser.add_argument("--no-progress", action="store_true", help="no progress output at all")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress output at all (by default, on stderr: a live bar on a terminal; when stderr is piped or "
+        "a file, one line per step, and during an evaluation a line at its start, every 15 s and at its end)",
+    )
     parser.add_argument(
         "--nproc", type=int, default=1, metavar="N", help="data-parallel trainer processes (gloo on CPU, nccl on GPU)"
     )
@@ -137,8 +146,15 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         if args.config:
             raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
                              "change single keys with --set KEY=VALUE")  # fmt: skip
-        cfg = config_from_dict(saved_cfg, overrides)
+        saved_notes = read_saved_notes(run_dir)
+        for note in saved_notes:
+            print(f"note: {note} (saved with the run)", file=sys.stderr)
+        resolved = resolve_config(None, overrides, base=saved_cfg)
+        for note in resolved.notes:
+            print(f"note: {note}", file=sys.stderr)
+        cfg = resolved.config
         preflight(cfg)
+        _write_notes(run_dir, [*saved_notes, *(n for n in resolved.notes if n not in saved_notes)])
         check_training_precision(cfg.model.dtype, cfg.algo.lora_rank)
         return cfg, run_dir, None
     resolved = resolve_config(args.config, overrides)
@@ -155,7 +171,29 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
                              f"continue it with `tirl train --resume {run_dir}`, or give a new --run-dir")  # fmt: skip
     created = None if run_dir.exists() else _first_missing(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    _write_notes(run_dir, resolved.notes)
     return cfg, run_dir, created
+
+
+NOTES_FILE = "config_notes.json"
+
+
+def read_saved_notes(run_dir: Path) -> list[str]:
+    """The alias notes saved with a run (``[]`` when it used tirl's names only)."""
+    path = run_dir / NOTES_FILE
+    if not path.is_file():
+        return []
+    data = read_json(path)
+    notes = data.get("notes") if isinstance(data, dict) else None
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise InputError(str(path), None, 'is not {"notes": [strings]}', "restore it, or delete it (notes only)")
+    return notes
+
+
+def _write_notes(run_dir: Path, notes: list[str]) -> None:
+    """Keep the notes on TRL/verl names beside the config they made (``config.json`` holds tirl's names)."""
+    if notes:
+        write_text(run_dir / NOTES_FILE, json.dumps({"notes": notes}, indent=1) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -182,7 +220,7 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
     except TirlError:
         # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
         leftover = {p.name for p in run_dir.iterdir()}
-        if not args.resume and leftover <= {"config.json", "pipeline_trace.jsonl", "ranks", LOCK_NAME}:
+        if not args.resume and leftover <= {"config.json", NOTES_FILE, "pipeline_trace.jsonl", "ranks", LOCK_NAME}:
             shutil.rmtree(run_dir, ignore_errors=True)
             for parent in run_dir.parents:  # and the parents this call made (runs/), while they are empty
                 if created is None or not parent.is_relative_to(created) or any(parent.iterdir()):

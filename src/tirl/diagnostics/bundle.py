@@ -6,7 +6,9 @@ the place where the batch is filtered relative to the advantage computation.
 The code locations are computed at run time with :mod:`inspect` (file:line of
 :func:`tirl.parsing.judge_message`, :class:`tirl.filters.void_turn.VoidTurnFilter`
 and the trainer's calls), so they stay true when the code moves; a piece that
-cannot be imported is reported as missing instead of failing.
+cannot be imported is reported as missing instead of failing. For a log that
+verl, SimpleTIR, TRL or SkyRL wrote, the advice and the code section speak that
+framework's language instead (:mod:`tirl.diagnostics.advice`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from tirl.diagnostics.adapters import MetricsLog
+from tirl.diagnostics.advice import check_first, where_to_look
 from tirl.diagnostics.pipeline import PipelineDiagnosis
-from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis
+from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis
 from tirl.jsonl import JSONProblem, parse_json
 
 WINDOW = 20
@@ -211,14 +214,17 @@ def training_bundle(
     for n, f in enumerate(diag.findings, start=1):
         center = index.get(f.steps[0], 0) if f.steps else 0
         body = (
-            f"{SUMMARY[f.kind]}. Check first: {CHECK_FIRST[f.kind]}.\n\n"
+            f"{SUMMARY[f.kind]}. Check first: {check_first(f.kind, log.format)}.\n\n"
             f"```json\n{json.dumps(f.evidence, indent=2)}\n```\n\n"
             + log_window(log, center, mark={index[s] for s in f.steps if s in index})
         )
         where = f"step {f.step}" if f.step is not None else f"steps {f.steps[0]}–{f.steps[-1]}"
         parts.append(_section(f"Finding {n}: {f.kind} at {where}", body))
-    parts.append(_section("Filter configuration", _config_section(filter_config(run_dir, config))))
-    parts.append(_section("Where void turns are detected and where the batch is filtered", _code_section()))
+    framework = where_to_look(log.format)  # a verl/TRL/SkyRL log: that framework's step, not tirl's files
+    if framework is None or config is not None:
+        parts.append(_section("Filter configuration", _config_section(filter_config(run_dir, config))))
+    code = framework if framework is not None else _code_section()
+    parts.append(_section("Where void turns are detected and where the batch is filtered", code))
     return "\n".join(parts)
 
 

@@ -10,8 +10,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.pipeline import PipelineDiagnosis
-from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, evidence_lines
+from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, evidence_lines
 
 #: The width of a console that is not a terminal (a pipe, a file): wide enough that tables keep their natural
 #: width instead of being cut to rich's default of 80 columns. ``COLUMNS`` overrides it.
@@ -26,9 +27,18 @@ def output_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
 
 
-def healthy_line(filter_mode: str | None) -> str:
-    """The line for a log without findings; it claims what the filter does only when the run's mode is known."""
+def healthy_line(filter_mode: str | None, has_ratio: bool = True) -> str:
+    """The line for a log without findings; it claims what the filter does only when the run's mode is known.
+
+    ``has_ratio``: whether the log holds an IS ratio at all; without one (TRL's log, a verl run without rollout
+    correction) the spike rules could not run, and the line says so instead of "no IS-ratio spike".
+    """
     text = "No symptom of the void-turn table: no IS-ratio spike, no empty batch"
+    if not has_ratio:
+        text = (
+            "No symptom found, but the log has no IS ratio, so void_leak and late_filter (IS-ratio spikes) "
+            "were not checked; no empty batch"
+        )
     if filter_mode == "off":
         return text + "; filter.mode=off: void trajectories are counted but stay in the update."
     if filter_mode:
@@ -50,7 +60,9 @@ def _steps_text(steps: tuple[int, ...]) -> str:
     return f"{steps[0]}–{steps[-1]} ({len(steps)} steps)"
 
 
-def print_training(diag: TrainingDiagnosis, console: Console | None = None, filter_mode: str | None = None) -> None:
+def print_training(
+    diag: TrainingDiagnosis, console: Console | None = None, filter_mode: str | None = None, has_ratio: bool = True
+) -> None:
     """The verdict line and one row per finding: steps, evidence, what to check first.
 
     ``filter_mode``: the run's ``filter.mode`` when known (from its config.json), for the line of a healthy log.
@@ -62,7 +74,7 @@ def print_training(diag: TrainingDiagnosis, console: Console | None = None, filt
         f"[bold]{diag.path}[/bold]{run} ({diag.format} format, {diag.steps} steps): verdict [{style}]{diag.verdict}[/]"
     )
     if not diag.findings:
-        console.print(healthy_line(filter_mode))
+        console.print(healthy_line(filter_mode, has_ratio))
         return
     table = Table(show_lines=True)
     table.add_column("kind", style="bold", max_width=24)
@@ -74,7 +86,7 @@ def print_training(diag: TrainingDiagnosis, console: Console | None = None, filt
             f"{f.kind}\n[dim]{SUMMARY[f.kind]}[/dim]",
             _steps_text(f.steps),
             "\n".join(evidence_lines(f.evidence)),
-            CHECK_FIRST[f.kind],
+            check_first(f.kind, diag.format),
         )
     console.print(table)
 

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from tirl.diagnostics.adapters import MetricsLog, load_metrics
+from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, load_trace
-from tirl.diagnostics.training import CHECK_FIRST, SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines
+from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines
 from tirl.errors import TirlError
 from tirl.fileio import write_text
 from tirl.jsonl import JSONProblem, parse_json
@@ -134,7 +135,7 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
         f"<tr><td>{html.escape(f.kind)}<br><small>{html.escape(SUMMARY[f.kind])}</small></td>"
         f"<td>{html.escape(', '.join(map(str, f.steps[:8])) + (' …' if len(f.steps) > 8 else ''))}</td>"
         f"<td>{'<br>'.join(html.escape(line) for line in evidence_lines(f.evidence))}</td>"
-        f"<td>{html.escape(CHECK_FIRST[f.kind])}</td></tr>"
+        f"<td>{html.escape(check_first(f.kind, diag.format))}</td></tr>"
         for f in diag.findings
     )
     table = (

@@ -58,7 +58,14 @@ def import_object(target: str, what: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"{what} {target!r}: cannot import module {module_name!r} ({exc}) — check the name") from None
+        missing = getattr(exc, "name", None)
+        fix = "check the name"
+        if missing and module_name.split(".")[0] == missing.split(".")[0]:  # the user's own module is not found
+            fix += (
+                ", and put the directory that holds it on PYTHONPATH (PYTHONPATH=DIR tirl ...; the `tirl` command "
+                "does not search the current directory)"
+            )
+        raise ConfigError(f"{what} {target!r}: cannot import module {module_name!r} ({exc}) — {fix}") from None
     obj: Any = module
     for part in attr.split("."):
         try:

@@ -51,7 +51,7 @@ from tirl.config import EnvConfig, SandboxConfig
 from tirl.envs.base import EpisodeOverError, EvalResult, StepResult, Task, check_evaluable, check_step
 from tirl.envs.common import SandboxLease, run_blocks
 from tirl.envs.observation import clip, observation_text, tool_message, wrap_output
-from tirl.parsing import DEFAULT_RULES, ActionKind, ParseRules, TurnVerdict, judge_message
+from tirl.parsing import DEFAULT_RULES, ActionKind, ParseRules, TurnVerdict, judge_message, requested_answer_format
 from tirl.sandbox.base import Lang, Sandbox
 from tirl.types import Message, Role, TerminationReason, ToolCall
 
@@ -180,9 +180,11 @@ class ToolEnv:
         self._task = task
         self.info = {"init_s": round(time.perf_counter() - start, 6), **facts}
         messages = [] if self.system_prompt is None else [Message(role=Role.SYSTEM, content=self.system_prompt)]
-        if task.messages:  # a task file's chat; the env's system prompt only where the chat has none
-            has_system = any(m.role is Role.SYSTEM for m in task.messages)
-            return [*([] if has_system else messages), *task.messages]
+        if task.messages:  # a task file's chat: its own instructions win over the env's system prompt
+            own = any(m.role is Role.SYSTEM for m in task.messages) or any(
+                requested_answer_format(m.content or "") for m in task.messages if m.role is Role.USER
+            )
+            return [*([] if own else messages), *task.messages]
         messages.append(Message(role=Role.USER, content=task.prompt))
         return messages
 

@@ -377,7 +377,8 @@ class ModelServer:
         samples = await self._sample([ids], common, text_of)
         choices = []
         for i, s in enumerate(samples):
-            message, called = tool_reply(job.tools.forced_start + s.text if job.tools else s.text, job.tools)
+            text = job.tools.forced_start + s.text if job.tools else s.text
+            message, called = tool_reply(text, job.tools, s.finish_reason)
             choice: dict[str, Any] = {
                 "index": i,
                 "message": message,

@@ -25,7 +25,10 @@ blocks and *every* one is well formed (a name and JSON arguments: the void
 rule's definition, :func:`tirl.parsing.tool_calls_well_formed`), the message
 has ``tool_calls`` (ids ``call_<hex>``, ``arguments`` a JSON string) and the
 remaining text as ``content`` (``null`` when empty), and ``finish_reason`` is
-``tool_calls``. A malformed call is returned as plain text content.
+``tool_calls``. A malformed call is returned as plain text content, except a
+forced call (``required`` or a named function) cut by ``max_tokens``: that
+reply is ``content: null``, no ``tool_calls``, ``finish_reason: "length"`` —
+the cut call is neither returned as a call nor as text (raise ``max_tokens``).
 
 Streaming with ``tools`` (:func:`tool_chunks`): the sample is parsed whole,
 then sent as a role chunk, a content chunk (when there is content), one chunk
@@ -167,13 +170,19 @@ def _as_mapping(call: ToolCall) -> ToolCall:
     return ToolCall(name=call.name, arguments=value, id=call.id) if isinstance(value, dict) else call
 
 
-def tool_reply(text: str, request: ToolRequest | None) -> tuple[dict[str, Any], bool]:
-    """The assistant ``message`` of a reply, and whether it carries tool calls (finish reason ``tool_calls``)."""
+def tool_reply(text: str, request: ToolRequest | None, finish_reason: str = "stop") -> tuple[dict[str, Any], bool]:
+    """The assistant ``message`` of a reply, and whether it carries tool calls (finish reason ``tool_calls``).
+
+    A forced call (``required`` or a named function) that ``max_tokens`` cut before it parsed
+    (``finish_reason`` ``length``) is ``content: null`` without ``tool_calls``: never the cut template text.
+    """
     plain: dict[str, Any] = {"role": "assistant", "content": text}
     if request is None or not request.parse:
         return plain, False
     parsed = parse_tool_calls(text, id_prefix=f"call_{uuid.uuid4().hex[:16]}")
     if not parsed.tool_calls or not tool_calls_well_formed(parsed.tool_calls):
+        if request.forced_start and finish_reason == "length":
+            return {"role": "assistant", "content": None}, False
         return plain, False
     calls = [
         {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _wire(c.arguments)}}
@@ -191,7 +200,7 @@ async def tool_chunks(
     """Stream chunks of whole samples with parsed tool calls (``samples()`` samples when the stream starts)."""
     done = await samples()
     for i, s in enumerate(done):
-        message, called = tool_reply(request.forced_start + s.text, request)
+        message, called = tool_reply(request.forced_start + s.text, request, s.finish_reason)
         deltas: list[tuple[dict[str, Any], str | None]] = [({"role": "assistant", "content": ""}, None)]
         if message.get("content"):
             deltas.append(({"content": message["content"]}, None))

@@ -8,6 +8,8 @@ Place (verl 0.9, ``verl/trainer/ppo/ray_trainer.py``, ``RayPPOTrainer.fit``)::
         batch.batch["response_mask"] = compute_response_mask(batch)
     batch, void_stats = drop_void_trajectories(batch, self.tokenizer, divisible_by=<DP world size>)  # <- here
     metrics.update(void_stats.metrics())
+    if batch is None:  # nothing left to train on: skip the step
+        continue
     if self.config.trainer.balance_batch:
         self._balance_batch(batch, metrics=metrics)
     ...                            # old/ref log-probs, values, rewards
@@ -28,12 +30,20 @@ tokens; each maximal run of 1s is one assistant turn. Each turn is decoded
 trajectory with a void turn is void. Without ``response_mask`` the response's
 ``attention_mask`` is used (one turn).
 
-``divisible_by``: verl splits the batch evenly across data-parallel ranks
-(``DataProto.chunk``), so the kept size must be a multiple of the world size
-(and of the mini-batch size). The trailing kept trajectories beyond the last
-multiple are removed too and counted in ``trimmed`` (they leave their group,
-like a void one). If nothing is left, the batch is empty: resample, as
-tirl's trainer does (``filter/valid_trajectories`` is 0).
+Groups (``non_tensor_batch["uid"]``, one per prompt): a group left with fewer than ``min_group_size``
+(default 2) valid rows leaves whole, counted in ``thin``. verl's GRPO gives a lone row mean 0 and std 1, so
+its advantage would be its raw score — a signal no group baseline backs. ``min_group_size=1`` keeps such
+rows (for an estimator with a batch baseline). Without ``uid`` no group rule applies.
+
+``divisible_by``: verl splits the batch evenly across data-parallel ranks (``DataProto.chunk``), so the kept
+size must be a multiple of the world size (and of the mini-batch size). Rows are taken off, counted in
+``trimmed``, one at a time from the group with the most rows above ``min_group_size`` (its last row); only
+when no group has a spare row does a whole group go (the smallest, the last of equals). So trimming never
+leaves a group below ``min_group_size``.
+
+Nothing left (every row void, or fewer usable rows than ``divisible_by``): the function returns ``None`` for
+the batch, never an empty ``DataProto`` (verl fails on one far from the cause). Skip the step and
+generate again, as tirl's trainer resamples; ``stats.kept`` is 0.
 
 Not covered: ``mask`` mode (zeroing ``response_mask`` of void rows keeps them
 in the group statistics, which is what this function exists to avoid),
@@ -45,7 +55,6 @@ arrays, ``select_idxs``); verl itself is not imported.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -72,25 +81,32 @@ class VerlBatch(Protocol):
 
 @dataclass(slots=True)
 class VoidDropStats(FilterStats):
-    """What :func:`drop_void_trajectories` did: tirl's filter counts plus the rows it trimmed.
+    """What :func:`drop_void_trajectories` did: tirl's filter counts plus the rows it took off the valid ones.
 
-    ``trajectories``, ``valid``, ``void``, ``empty_groups`` and ``min_valid_per_group`` are those of
-    :class:`~tirl.filters.void_turn.FilterStats` (``failed`` is always 0 and ``void_ids`` empty: a verl row
-    has no trajectory id, ``void_rows`` lists the void rows' indices); ``metrics()`` adds
+    ``trajectories``, ``valid`` and ``void`` are those of :class:`~tirl.filters.void_turn.FilterStats`;
+    ``empty_groups`` and ``min_valid_per_group`` count the rows that stay (``failed`` is always 0 and
+    ``void_ids`` empty: a verl row has no trajectory id, ``void_rows`` lists the void rows' indices).
+    ``thin``: valid rows that left with a group below ``min_group_size``; ``trimmed``: valid rows taken off
+    for ``divisible_by``. ``metrics()`` adds ``filter/thin_group_trajectories`` and
     ``filter/trimmed_trajectories`` to its ``filter/*`` metrics.
     """
 
     trimmed: int = 0
+    thin: int = 0
     void_rows: list[int] = field(default_factory=list)
 
     @property
     def kept(self) -> int:
-        """Rows left in the batch: the valid ones less the trimmed tail."""
-        return self.valid - self.trimmed
+        """Rows left in the batch: the valid ones less the thin groups and the trimmed rows."""
+        return self.valid - self.thin - self.trimmed
 
     def metrics(self) -> dict[str, float]:
         """``filter/*`` metrics for verl's logger (tirl's names, as in its own training log)."""
-        return {**FilterStats.metrics(self), "filter/trimmed_trajectories": float(self.trimmed)}
+        return {
+            **FilterStats.metrics(self),
+            "filter/thin_group_trajectories": float(self.thin),
+            "filter/trimmed_trajectories": float(self.trimmed),
+        }
 
 
 def assistant_turns(token_ids: list[int], mask: list[int]) -> list[list[int]]:
@@ -127,34 +143,66 @@ def void_rows(batch: VerlBatch, tokenizer: Any, rules: ParseRules = DEFAULT_RULE
     return out
 
 
+def _trim(members: dict[str, list[int]], divisible_by: int, min_group_size: int) -> int:
+    """Take rows off ``members`` (group -> its kept rows, in place) until the total divides; rows taken."""
+    total = sum(map(len, members.values()))
+    taken = 0
+    while total % divisible_by:
+        spare = [g for g, rows in members.items() if len(rows) > min_group_size]
+        if spare:
+            group = max(reversed(spare), key=lambda g: len(members[g]))  # the most rows; the last of equals
+            members[group].pop()
+            took = 1
+        else:
+            group = min(reversed(list(members)), key=lambda g: len(members[g]))
+            took = len(members.pop(group))
+        total -= took
+        taken += took
+    return taken
+
+
 def drop_void_trajectories(
     batch: VerlBatch,
     tokenizer: Any,
     rules: ParseRules = DEFAULT_RULES,
     *,
     divisible_by: int = 1,
-) -> tuple[Any, VoidDropStats]:
-    """The batch without its void trajectories (and the trimmed tail), and what was done; see the module doc."""
+    min_group_size: int = 2,
+) -> tuple[Any | None, VoidDropStats]:
+    """The batch without its void trajectories, thin groups and trimmed rows (``None`` if nothing is left).
+
+    See the module doc for the rules; ``stats`` says what left and why.
+    """
     if divisible_by < 1:
         raise ValueError(f"divisible_by must be >= 1, got {divisible_by}")
+    if min_group_size < 1:
+        raise ValueError(f"min_group_size must be >= 1, got {min_group_size}")
     void = void_rows(batch, tokenizer, rules)
     n = len(void)
     uids = batch.non_tensor_batch.get("uid")
+    grouped = uids is not None
     groups = [str(u) for u in uids] if uids is not None else [str(i) for i in range(n)]
-    kept = [i for i in range(n) if not void[i]]
-    cut = len(kept) - len(kept) % divisible_by
-    trimmed = kept[cut:]
-    kept = kept[:cut]
-    valid_per_group = Counter(groups[i] for i in kept)
-    all_groups = list(dict.fromkeys(groups))
-    counts = [valid_per_group.get(g, 0) for g in all_groups]
+    members: dict[str, list[int]] = {g: [] for g in groups}
+    for i in range(n):
+        if not void[i]:
+            members[groups[i]].append(i)
+    floor = min_group_size if grouped else 1
+    thin = [g for g, rows in members.items() if 0 < len(rows) < floor]
+    thin_rows = sum(len(members.pop(g)) for g in thin)
+    members = {g: rows for g, rows in members.items() if rows}
+    trimmed = _trim(members, divisible_by, floor)
+    counts = [len(members.get(g, [])) for g in dict.fromkeys(groups)]
     stats = VoidDropStats(
         trajectories=n,
         valid=n - sum(void),
         void=sum(void),
-        trimmed=len(trimmed),
+        trimmed=trimmed,
+        thin=thin_rows,
         empty_groups=sum(1 for c in counts if c == 0),
         min_valid_per_group=min(counts) if counts else 0,
         void_rows=[i for i in range(n) if void[i]],
     )
+    kept = sorted(i for rows in members.values() for i in rows)
+    if not kept:
+        return None, stats
     return batch.select_idxs(np.array(kept, dtype=np.int64)), stats

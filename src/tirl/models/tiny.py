@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
-
-from tirl.models.tokenizer import build_char_tokenizer
+if TYPE_CHECKING:  # torch and transformers load when a model is built, not for TinyModelSpec (`tirl sft --help`)
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,8 @@ class TinyModelSpec:
 
 def tiny_config(vocab_size: int, tokenizer: PreTrainedTokenizerBase, spec: TinyModelSpec) -> LlamaConfig:
     """A ``LlamaConfig`` for the built-in model."""
+    from transformers import LlamaConfig
+
     return LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=spec.hidden_size,
@@ -51,6 +53,11 @@ def build_tiny_model(
     spec: TinyModelSpec | None = None, *, seed: int = 0
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
     """A freshly initialised tiny model and its tokenizer (deterministic for a seed)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from tirl.models.tokenizer import build_char_tokenizer
+
     spec = spec or TinyModelSpec()
     tokenizer = build_char_tokenizer()
     config = tiny_config(len(tokenizer), tokenizer, spec)

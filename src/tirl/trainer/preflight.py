@@ -27,12 +27,11 @@ answer format in words only ("give the number at the end").
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from tirl.config import TirlConfig
 from tirl.errors import ConfigError
+from tirl.parsing import ANSWER_FORMATS
 
 #: How many task-file rows :func:`answer_format_warning` reads.
 SAMPLE_ROWS = 64
@@ -118,31 +117,6 @@ def preflight(cfg: TirlConfig, *, model_path: str | None = None) -> None:
     check_tools(cfg, model_path)
 
 
-@dataclass(frozen=True, slots=True)
-class _Format:
-    """An answer format a prompt can ask for, and the action rule that counts it as an answer."""
-
-    name: str
-    pattern: re.Pattern[str]
-    rule: str
-
-
-_FORMATS = (
-    _Format("'#### <answer>'", re.compile(r"####"), "gsm8k"),
-    _Format("\\boxed{}", re.compile(r"\\boxed"), "tir"),
-    _Format("<answer>...</answer>", re.compile(r"<answer>"), "tir"),
-)
-
-
-def _counts(rules: object, fmt: _Format) -> bool:
-    """Whether ``rules`` (a ParseRules) counts an answer in ``fmt`` as a final answer."""
-    if fmt.rule == "gsm8k":
-        return "####" in getattr(rules, "answer_markers", ())
-    if fmt.name.startswith("\\boxed"):
-        return bool(getattr(rules, "boxed", False))
-    return bool(getattr(rules, "answer_tags", False))
-
-
 def answer_format_warning(cfg: TirlConfig) -> str | None:
     """A warning when the task file's prompts ask for an answer format the action rule does not count."""
     if not cfg.env.tasks_file or not Path(cfg.env.tasks_file).is_file():
@@ -158,9 +132,9 @@ def answer_format_warning(cfg: TirlConfig) -> str | None:
     except TirlError:
         return None  # the run itself reports a bad file or rule with its fix
     texts = [" ".join(m.content or "" for m in r.messages) for r in rows]
-    for fmt in _FORMATS:
+    for fmt in ANSWER_FORMATS:
         asking = sum(1 for t in texts if fmt.pattern.search(t))
-        if asking * 2 < len(texts) or _counts(rules, fmt):
+        if asking * 2 < len(texts) or fmt.counted_by(rules):
             continue
         return (
             f"{asking} of the first {len(texts)} prompts of {cfg.env.tasks_file} ask for answers as {fmt.name}, "

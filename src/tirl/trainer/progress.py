@@ -1,7 +1,9 @@
 """The training progress bar (rich): step, reward, valid/void, max IS ratio, grad norm; the evaluation progress.
 
-When stderr is not a terminal (CI, a log file), rich draws nothing live; the
-bar then prints one plain line per step instead, so logs still show progress.
+When stderr is not a terminal (CI, a log file, a pipe), rich draws nothing
+live; the bar then prints one plain line per step instead, and an evaluation
+one line at its start, one every :data:`PIPED_LINE_EVERY_S` seconds and one at
+its end, so logs still show progress (``tirl train --help`` and docs/cli.md say so).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+#: Seconds between the plain "... k/N done" lines of an evaluation when stderr is not a terminal.
+PIPED_LINE_EVERY_S = 15.0
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -32,6 +37,9 @@ def why_no_update(row: dict[str, Any]) -> str | None:
             return "all void"
         return "skipped: no group had enough usable trajectories"
     if row.get("train/no_signal") == 1:
+        valid, void = row.get("filter/valid_trajectories") or 0, row.get("filter/void_trajectories") or 0
+        if void and not valid:  # filter.mode=off/mask keep void trajectories in the update: say they all were
+            return "all void, no signal (all rewards equal)"
         return "no signal (all rewards equal)"
     return None
 
@@ -108,7 +116,7 @@ class EvalProgress:
         *,
         enabled: bool = True,
         interval_s: float = 0.5,
-        line_every_s: float = 15.0,
+        line_every_s: float = PIPED_LINE_EVERY_S,
     ) -> None:
         self.n, self.what, self.board = n, what, board
         self.enabled, self.interval_s, self.line_every_s = enabled, interval_s, line_every_s

@@ -111,9 +111,11 @@ class TaskSets:
             held = sft | {t.prompt for t in self.eval_tasks}
             self.validation_tasks = _draw_excluding(env, env.eval_size, validation_seed(env.seed), held)
             distinct = list({t.prompt: t for t in self.eval_tasks}.values())
-            if len(distinct) < 0.9 * len(self.eval_tasks):
-                # A small task space (swe-lite has 33 planted bugs): the generator repeats itself, and an
-                # evaluation set of env.eval_size draws would hold every task. Split the distinct tasks instead.
+            exhausted = len(self.eval_tasks) < env.eval_size  # a finite dataset (a verifiers env's) ran out
+            if exhausted or len(distinct) < 0.9 * len(self.eval_tasks):
+                # A small task space (swe-lite has 33 planted bugs, the verifiers example 8 rows): the source
+                # repeats itself or runs out, and an evaluation set of env.eval_size draws would hold every
+                # task. Split the distinct tasks instead.
                 k = max(1, len(distinct) // 2)
                 self.eval_tasks, self._pool, self.validation_tasks = distinct[:k], distinct[k:], []
                 log.warning(
