@@ -8,12 +8,17 @@ Each is a small pure function over plain floats (no scipy: it is not a dependenc
 margins, every sign assignment, every bootstrap resample) and against published values.
 
 * :func:`collapsed` — the collapse rule: mean training reward (``reward/mean``) over the last
-  :data:`COLLAPSE_LAST_STEPS` logged steps below :data:`COLLAPSE_REWARD`. It does not depend on a "before"
-  figure, so "did not learn" (reward stays where it started) is not a collapse, and it reads the state the
-  issue measured as absorbing (every reward 0: no advantage, no update ever again). Training reward is
-  chosen over validation accuracy < 0.20 because it is measured on every step at no extra cost, over
-  3 x 64 trajectories instead of a 40-task evaluation (±9–15 points per run), and it is not the figure the
-  ablation ranks modes by (the accuracy difference), so the two are not one measurement counted twice.
+  :data:`COLLAPSE_LAST_STEPS` logged steps below :data:`COLLAPSE_REWARD`, **after** an earlier window of as
+  many steps averaged at least :data:`COLLAPSE_FROM` (the reward *fell* to the floor). It does not depend on a
+  "before" evaluation, and "did not learn" (a reward that starts at the floor and stays there, or never
+  moves) is not a collapse. The "fell" clause was added before any test run, after the first dose runs: at
+  ``env.ood_rate`` 0.5 the training reward is 0.05 from step 1, and the rule without it called every such
+  run collapsed. It reads the state the issue measured as absorbing (every reward 0: no advantage, no update
+  ever again). Training reward is chosen over validation accuracy < 0.20 because it is measured on every
+  step at no extra cost, over 3 x 64 trajectories instead of a 40-task evaluation (±9–15 points per run),
+  and it is not the figure the ablation ranks modes by (the accuracy difference), so the two are not one
+  measurement counted twice. A run of :data:`COLLAPSE_LAST_STEPS` steps or fewer has no earlier window and
+  cannot collapse.
 * :func:`fisher_exact` — two-sided p-value of a 2x2 table (collapses vs not, mode vs ``off``): the sum of
   the hypergeometric probabilities of the tables with the same margins that are no more likely than the
   observed one (scipy's definition, with its 1e-7 relative tolerance).
@@ -38,24 +43,33 @@ import random
 import statistics
 from collections.abc import Sequence
 
-COLLAPSE_REWARD = 0.05  # mean training reward over the last steps below this is a collapse
+COLLAPSE_REWARD = 0.05  # mean training reward over the last steps below this is a collapse ...
+COLLAPSE_FROM = 0.10  # ... when an earlier window of as many steps averaged at least this (the reward fell)
 COLLAPSE_LAST_STEPS = 3
-COLLAPSE_RULE = f"mean training reward (reward/mean) over the last {COLLAPSE_LAST_STEPS} steps < {COLLAPSE_REWARD:g}"
+COLLAPSE_RULE = (
+    f"mean training reward (reward/mean) over the last {COLLAPSE_LAST_STEPS} steps < {COLLAPSE_REWARD:g}"
+    f" after an earlier {COLLAPSE_LAST_STEPS}-step mean >= {COLLAPSE_FROM:g}"
+)
 BOOTSTRAP_RESAMPLES = 10_000
 MIN_PAIRS_CI = 5  # fewer pairs: no CI (a percentile bootstrap of 2-4 pairs is far too narrow)
 _REL_TOL = 1 + 1e-7  # tables this close to the observed probability count as "as extreme" (scipy's choice)
 
 
 def collapsed(rewards: Sequence[float | None]) -> bool:
-    """The collapse rule (module docstring): last :data:`COLLAPSE_LAST_STEPS` known rewards average below 0.05.
+    """The collapse rule (module docstring): the reward fell from >= 0.10 to a last-3-step mean < 0.05.
 
-    ``None`` entries (a step that logged no reward) are skipped; a run with no reward logged is not a
-    collapse (there is nothing to judge).
+    ``None`` entries (a step that logged no reward) are skipped. The earlier windows are every run of
+    :data:`COLLAPSE_LAST_STEPS` known rewards that ends before the last window starts; a run with no
+    earlier window (3 known rewards or fewer) or no reward at all is not a collapse.
     """
     known = [float(r) for r in rewards if r is not None and math.isfinite(float(r))]
-    if not known:
+    n = COLLAPSE_LAST_STEPS
+    if len(known) <= n or statistics.fmean(known[-n:]) >= COLLAPSE_REWARD:
         return False
-    return statistics.fmean(known[-COLLAPSE_LAST_STEPS:]) < COLLAPSE_REWARD
+    earlier = known[:-n]
+    width = min(n, len(earlier))
+    peak = max(statistics.fmean(earlier[i : i + width]) for i in range(len(earlier) - width + 1))
+    return peak >= COLLAPSE_FROM
 
 
 def fisher_exact(a: int, n1: int, b: int, n2: int) -> float:

@@ -90,13 +90,39 @@ def test_bootstrap_ci_matches_the_exact_bootstrap_distribution() -> None:
     assert excludes_zero((-0.3, -0.01))
 
 
-def test_collapse_rule_reads_only_the_last_three_steps() -> None:
-    assert collapsed([0.4, 0.5, 0.04, 0.05, 0.05])  # mean 0.0467 < 0.05
-    assert not collapsed([0.0, 0.0, 0.0, 0.1, 0.05, 0.01])  # mean 0.0533: "did not learn" early is not collapse
+def collapsed_reference(rewards: list[float | None]) -> bool:
+    """The rule spelled out: drop None; the last 3 average < 0.05; some earlier 3-step run averaged >= 0.10."""
+    known = [r for r in rewards if r is not None]
+    if len(known) <= 3:
+        return False
+    last = known[-3:]
+    if sum(last) / 3 >= 0.05:
+        return False
+    earlier = known[:-3]
+    w = min(3, len(earlier))
+    best = 0.0
+    for i in range(len(earlier) - w + 1):
+        best = max(best, sum(earlier[i : i + w]) / w)
+    return best >= 0.10
+
+
+def test_collapse_rule_needs_a_fall_to_the_floor() -> None:
+    assert collapsed([0.4, 0.5, 0.04, 0.05, 0.05])  # fell from 0.45 to 0.0467
+    assert not collapsed([0.0, 0.0, 0.0, 0.1, 0.05, 0.01])  # mean 0.0533: not at the floor
     assert not collapsed([0.3, 0.3, 0.3])  # reward that never moved is not a collapse
-    assert collapsed([0.0])  # one step: its own value
-    assert collapsed([0.5, None, 0.0, 0.0, None, 0.1]) is True  # None skipped: mean of 0, 0, 0.1 = 0.033
+    assert not collapsed([0.0])  # one step: no earlier window, no fall
+    assert collapsed([0.5, None, 0.0, 0.0, None, 0.1]) is True  # None skipped: 0.5, then mean of 0, 0, 0.1 = 0.033
     assert not collapsed([])
+    # the first dose runs (ood_rate 0.25 / 0.5, 8 steps): the first fell, the second started at the floor
+    assert collapsed([0.125, 0.203, 0.109, 0.156, 0.156, 0.016, 0.016, 0.000])
+    assert not collapsed([0.047, 0.062, 0.000, 0.031, 0.016, 0.000, 0.016, 0.000])  # did not learn: no collapse
+    rng = random.Random(7)
+    for _ in range(3000):
+        n = rng.randrange(0, 10)
+        xs: list[float | None] = [
+            None if rng.random() < 0.1 else rng.choice([0.0, 0.03, 0.06, 0.1, 0.12, 0.5]) for _ in range(n)
+        ]
+        assert collapsed(xs) == collapsed_reference(xs), xs
 
 
 def test_reward_auc_is_the_normalised_trapezoid() -> None:
