@@ -120,3 +120,18 @@ def test_cli_json_names_the_verdict(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = json.loads(capsys.readouterr().out)
     assert code in (0, 1)
     assert "spikes_in_valid" in [f["kind"] for f in out["findings"]]
+
+
+def test_report_plots_the_void_shares_and_min_log_probs_only_when_logged(tmp_path: Path) -> None:
+    from tirl.diagnostics.report import write_report
+
+    with_keys, without = tmp_path / "with", tmp_path / "without"
+    for run, rows in ((with_keys, _with_attribution(tirl_log(n=60, inject="void_leak", at=SPIKES), 0.7)),
+                      (without, tirl_log(n=60, inject="void_leak", at=SPIKES))):  # fmt: skip
+        run.mkdir()
+        write_jsonl(run / "metrics.jsonl", rows)
+    page = write_report(with_keys).read_text(encoding="utf-8")
+    for title in ("void rows&#x27; share: of the tokens vs of the spikes", "lowest generator log-prob: void vs valid rows"):
+        assert f'<img alt="{title}" src="data:image/png;base64,' in page, title
+    assert "spikes_in_void" in page
+    assert "lowest generator log-prob" not in write_report(without).read_text(encoding="utf-8")
