@@ -96,23 +96,26 @@ class AttributionStats:
         m = mask > 0
         v = void.to(torch.bool)[:, None].expand_as(m) & m
         dual_bound = math.inf if dual_clip is None else dual_clip
+        hits = torch.stack([m, m & (gen_lp < LOWPROB_LOGPROB), m & (ratio > RATIO_OUTLIER), m & (ratio > dual_bound)])
+        w = torch.where(m, weight, torch.zeros_like(weight)).double()
+        inf = torch.full_like(gen_lp, math.inf)
+        folded = torch.cat(
+            [
+                hits.flatten(1).sum(dim=1).double(),  # tokens, lowprob, outliers, dual
+                (hits & v).flatten(1).sum(dim=1).double(),  # the same in void rows
+                torch.stack([w.sum(), (w * v).sum()]),
+                torch.stack([torch.where(v, gen_lp, inf).min(), torch.where(m & ~v, gen_lp, inf).min()]).double(),
+            ]
+        ).tolist()  # one read-back for the whole micro-batch
         self.rows += float(void.numel())
         self.void_rows += float(void.sum().item())
-        for name, hit in (
-            ("tokens", m),
-            ("lowprob", m & (gen_lp < LOWPROB_LOGPROB)),
-            ("outliers", m & (ratio > RATIO_OUTLIER)),
-            ("dual", m & (ratio > dual_bound)),
-        ):
-            setattr(self, name, getattr(self, name) + float(hit.sum().item()))
-            setattr(self, "void_" + name, getattr(self, "void_" + name) + float((hit & v).sum().item()))
-        w = torch.where(m, weight, torch.zeros_like(weight))
-        self.grad += float(w.sum().item())
-        self.void_grad += float(w[v].sum().item())
-        if bool(v.any()):
-            self.min_lp_void = min(self.min_lp_void, float(gen_lp[v].min().item()))
-        if bool((m & ~v).any()):
-            self.min_lp_valid = min(self.min_lp_valid, float(gen_lp[m & ~v].min().item()))
+        for k, name in enumerate(("tokens", "lowprob", "outliers", "dual")):
+            setattr(self, name, getattr(self, name) + folded[k])
+            setattr(self, "void_" + name, getattr(self, "void_" + name) + folded[4 + k])
+        self.grad += folded[8]
+        self.void_grad += folded[9]
+        self.min_lp_void = min(self.min_lp_void, folded[10])
+        self.min_lp_valid = min(self.min_lp_valid, folded[11])
 
     def absorb(self, part: AttributionStats) -> None:
         """Fold in another micro-batch's statistics."""
