@@ -131,7 +131,8 @@ def test_report_plots_the_void_shares_and_min_log_probs_only_when_logged(tmp_pat
         run.mkdir()
         write_jsonl(run / "metrics.jsonl", rows)
     page = write_report(with_keys).read_text(encoding="utf-8")
-    for title in ("void rows&#x27; share: of the tokens vs of the spikes", "lowest generator log-prob: void vs valid rows"):
+    titles = ("void rows&#x27; share: of the tokens vs of the spikes", "lowest generator log-prob: void vs valid rows")
+    for title in titles:
         assert f'<img alt="{title}" src="data:image/png;base64,' in page, title
     assert "spikes_in_void" in page
     assert "lowest generator log-prob" not in write_report(without).read_text(encoding="utf-8")

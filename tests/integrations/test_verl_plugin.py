@@ -155,7 +155,9 @@ def test_the_patch_logs_the_generator_side_attribution_before_the_rows_leave() -
     void = [False, True, False, True, True, False]
     tokens = [sum(m) for m in mask]
     assert stats["void/share_trajectories"] == 0.5
-    assert stats["void/share_tokens"] == pytest.approx(sum(t for t, v in zip(tokens, void, strict=True) if v) / sum(tokens))
+    assert stats["void/share_tokens"] == pytest.approx(
+        sum(t for t, v in zip(tokens, void, strict=True) if v) / sum(tokens)
+    )
     assert "void/share_lowprob_tokens" not in stats  # no rollout_log_probs: no generator log-prob keys
     lp = torch.full(batch.batch["responses"].shape, -0.5)
     lp[1, 0], lp[0, 0], lp[3, 0] = -7.0, -6.0, -9.0  # rows 1 and 3 void, row 0 valid; all on sampled tokens

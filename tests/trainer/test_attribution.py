@@ -90,7 +90,7 @@ def test_fold_equals_the_per_token_loop_on_hand_built_rows(agg: str, dual: float
 
 
 def test_shares_with_no_such_token_are_none_not_zero() -> None:
-    void, mask, gen, ratio, tis, adv = _hand_rows()
+    _, mask, gen, ratio, tis, adv = _hand_rows()
     ratio = torch.ones_like(ratio)  # the first mini-batch: no outlier anywhere
     gen = gen.clamp(min=-1.0)  # no low-probability token
     stats = AttributionStats()
@@ -121,7 +121,7 @@ def test_swapping_void_and_valid_moves_every_share_to_its_complement() -> None:
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean"])
 def test_grad_weight_is_autograds_dl_dlogp(agg: str) -> None:
     """|dL/dlogp| from autograd, times the loss's normaliser, is the weight the share sums."""
-    void, mask, gen, ratio, tis, adv = _hand_rows()
+    _, mask, _, ratio, tis, adv = _hand_rows()
     old = torch.zeros_like(ratio)
     lp = torch.log(ratio).clone().requires_grad_(True)  # so that exp(lp - old) is the hand-built ratio
     cfg = LossConfig(loss_agg=agg, dual_clip=3.0)

@@ -48,7 +48,11 @@ class SpikeAttribution:
 
 def _step_spike(log: MetricsLog, i: int) -> float | None:
     """The spike share of step ``i``: the mean of its ratio/gradient shares, else its low-prob share."""
-    values = [s[i] for name in RATIO_SHARES if (s := log.get(name)) is not None and s[i] is not None]
+    values: list[float] = []
+    for name in RATIO_SHARES:
+        v = (log.get(name) or [None] * len(log))[i]
+        if v is not None:
+            values.append(v)
     if values:
         return statistics.fmean(values)
     low = log.get(FALLBACK_SHARE)
@@ -56,8 +60,8 @@ def _step_spike(log: MetricsLog, i: int) -> float | None:
 
 
 def _mean(log: MetricsLog, name: str, idx: list[int]) -> float | None:
-    s = log.get(name)
-    vals = [s[i] for i in idx if s is not None and s[i] is not None]
+    s = log.get(name) or [None] * len(log)
+    vals = [v for v in (s[i] for i in idx) if v is not None]
     return round(statistics.fmean(vals), 4) if vals else None
 
 
@@ -66,13 +70,16 @@ def attribute_spikes(log: MetricsLog, spike_idx: list[int], th: AttributionThres
     tokens = log.get("void_share_tokens")
     if tokens is None:
         return None
-    used = [
-        i for i in sorted(set(spike_idx)) if tokens[i] is not None and _step_spike(log, i) is not None
-    ]
-    if len(used) < th.min_steps:
+    pairs: list[tuple[int, float, float]] = []  # (index, token share, spike share) of the usable spike steps
+    for i in sorted(set(spike_idx)):
+        tok, spk = tokens[i], _step_spike(log, i)
+        if tok is not None and spk is not None:
+            pairs.append((i, tok, spk))
+    if len(pairs) < th.min_steps:
         return None
-    base = statistics.fmean(float(tokens[i]) for i in used)  # type: ignore[arg-type]
-    spike = statistics.fmean(float(_step_spike(log, i)) for i in used)  # type: ignore[arg-type]
+    used = [i for i, _, _ in pairs]
+    base = statistics.fmean(t for _, t, _ in pairs)
+    spike = statistics.fmean(s for _, _, s in pairs)
     evidence: dict[str, Any] = {
         "spike_steps": len(used),
         "void_token_share": round(base, 4),

@@ -151,9 +151,11 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
 
 
 def _attribution_plots(log: MetricsLog, xs: list[float], marks: list[float]) -> str:
-    """Where the spikes sit (``void/*``, :mod:`tirl.trainer.attribution`): the void rows' share of the tokens
-    against their share of the spikes, and the lowest generator log-prob in void vs valid rows. Empty when the
-    log has no attribution keys; a null share (no such token that step) is a gap, not 0."""
+    """Where the spikes sit (``void/*``, :mod:`tirl.trainer.attribution`): two plots, or "" without the keys.
+
+    The void rows' share of the tokens against their share of the spikes, and the lowest generator log-prob in
+    void vs valid rows; a null share (no such token that step) is a gap, not 0.
+    """
     if log.get("void_share_tokens") is None:
         return ""
     names = [("tokens", "void_share_tokens"), ("low-prob tokens", "void_share_lowprob"),

@@ -39,8 +39,9 @@ Verdicts (``SEVERITY`` lists them from most to least severe):
   own; spikes before the onset keep their verdicts.
 
 * ``spikes_in_void`` / ``spikes_in_valid`` (tirl's attribution, beyond the seed): on the steps with an
-  IS-ratio spike or a grad-norm spike (the ``is_max`` rule on the log grad norm), whether the void rows hold clearly more of the spikes than of the tokens (the filter helps) or no
-  more, with most spikes in valid rows (it cannot); :mod:`tirl.diagnostics.attribution` has the rule.
+  IS-ratio spike or a grad-norm spike (the ``is_max`` rule on the log grad norm), whether the void rows
+  hold clearly more of the spikes than of the tokens (the filter helps) or no more, with most spikes in
+  valid rows (it cannot); :mod:`tirl.diagnostics.attribution` has the rule.
 
 For the seed's verdicts a grad-norm bump is evidence, never a trigger: without an IS-ratio spike it
 is ordinary noise. IS-ratio spikes with neither a length spike nor a filter

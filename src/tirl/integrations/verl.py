@@ -42,7 +42,8 @@ leave: ``void/share_trajectories``, ``void/share_tokens`` (of the ``response_mas
 batch holds verl's ``rollout_log_probs`` (``actor_rollout_ref.rollout.calculate_log_probs=True``),
 ``void/share_lowprob_tokens``, ``void/min_logprob_void`` and ``void/min_logprob_valid``. The ratio and
 gradient shares need the actor's update and are not logged from here; ``tirl diagnose training`` then reads
-the low-prob share as the spike share.
+the low-prob share as the spike share. A share with no such token in the batch is left out (verl's loggers
+take numbers only).
 
 Not covered: ``mask`` mode (zeroing ``response_mask`` of void rows keeps them
 in the group statistics, which is what this function exists to avoid),
@@ -103,7 +104,8 @@ class VoidDropStats(FilterStats):
 
     def metrics(self) -> dict[str, float]:
         """``filter/*`` metrics for verl's logger (tirl's names, as in its own training log)."""
-        return {**FilterStats.metrics(self), "filter/trimmed_trajectories": float(self.trimmed), **self.attribution}
+        known = {k: v for k, v in self.attribution.items() if v is not None}  # a null share: absent for verl's logger
+        return {**FilterStats.metrics(self), "filter/trimmed_trajectories": float(self.trimmed), **known}
 
 
 GENERATOR_KEYS = ("void/share_trajectories", "void/share_tokens")

@@ -192,8 +192,10 @@ class AttributionRows:
 def withheld_rows(
     groups: list[Group], withheld: list[list[Trajectory]], trained: int, estimator: str, std_normalize: bool
 ) -> AttributionRows:
-    """The :class:`AttributionRows` of a step: ``trained`` rows in the loss, and each group's withheld void rows
-    with the advantage its group's statistics would give them with every void row back in (``off``)."""
+    """The :class:`AttributionRows` of a step: ``trained`` rows in the loss, and each group's withheld void rows.
+
+    A withheld row's advantage is the one its group's statistics give it with every void row back in (``off``).
+    """
     rows: list[Trajectory] = []
     advs: list[Tensor] = []
     for group, back in zip(groups, withheld, strict=True):
