@@ -14,9 +14,9 @@ Every update logs (one prefix, ``void/``; a share is None when the step has no s
 * ``void/share_grad_norm``: the void rows' share of the policy-gradient *weight*
   ``sum |dL/dlogp_t|`` (:func:`grad_weights`: ``|A| * r * tis`` on the tokens whose PPO branch passes a
   gradient, divided by the row's token count under ``seq_mean``). It is the loss-gradient share, not the share
-  of the parameter-gradient norm: per-row parameter norms need one backward per row (measured on the main job:
-  the update's backward is about two thirds of its time, so per-row norms would add roughly that again for
-  every row; this costs a few elementwise operations). The KL term is not attributed.
+  of the parameter-gradient norm: per-row parameter norms need one backward per row, and on the main job's
+  model 8 rows of 400 tokens took 3.6x the batched forward+backward that way (docs/training.md); this costs a
+  few elementwise operations. The KL term is not attributed.
 * ``void/min_logprob_void`` / ``void/min_logprob_valid``: the lowest generator log-prob of a sampled token in
   void / valid rows (None when the step has no such row).
 
