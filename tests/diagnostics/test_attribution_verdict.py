@@ -72,6 +72,14 @@ def test_spikes_in_valid_rows_say_the_filter_cannot_help(tmp_path: Path) -> None
     assert "learning rate" in CHECK_FIRST[f.kind] and "mismatch" in CHECK_FIRST[f.kind]
 
 
+def test_a_seed_verdict_at_a_spike_step_carries_that_steps_shares(tmp_path: Path) -> None:
+    """The seed's void_leak infers a void turn in the loss; the attribution keys say where the spike sat."""
+    diag = _diagnose(tmp_path, _with_attribution(tirl_log(n=60, inject="void_leak", at=SPIKES), 0.01))
+    leaks = [f for f in diag.findings if f.kind == "void_leak"]
+    assert [f.step for f in leaks] == list(SPIKES)
+    assert all(f.evidence["void_spike_share"] == 0.01 and f.evidence["void_token_share"] > 0.04 for f in leaks)
+
+
 def test_spikes_in_proportion_to_tokens_give_no_attribution_verdict(tmp_path: Path) -> None:
     rows = _with_attribution(tirl_log(n=60, inject="void_leak", at=SPIKES), 0.09)  # 1.5 x 0.06, below the margin
     assert _attribution(_diagnose(tmp_path, rows)) == []

@@ -59,6 +59,19 @@ def _step_spike(log: MetricsLog, i: int) -> float | None:
     return low[i] if low is not None else None
 
 
+def step_shares(log: MetricsLog, i: int) -> dict[str, float | None]:
+    """Step ``i``'s void token share and spike share, for the evidence of a seed verdict at that step ({}: none).
+
+    A ``void_leak`` says a void turn went into the loss; where the log measures it, these say whether the
+    step's spikes really sat in void rows.
+    """
+    tokens = log.get("void_share_tokens")
+    if tokens is None or tokens[i] is None:
+        return {}
+    spike = _step_spike(log, i)
+    return {"void_token_share": round(tokens[i], 4), "void_spike_share": None if spike is None else round(spike, 4)}
+
+
 def _mean(log: MetricsLog, name: str, idx: list[int]) -> float | None:
     s = log.get(name) or [None] * len(log)
     vals = [v for v in (s[i] for i in idx) if v is not None]

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.diagnostics.adapters import MetricsLog
-from tirl.diagnostics.attribution import attribute_spikes
+from tirl.diagnostics.attribution import attribute_spikes, step_shares
 from tirl.diagnostics.drift import find_drift
 from tirl.diagnostics.robust import Baseline, baseline, log_values
 from tirl.diagnostics.thresholds import TrainingThresholds
@@ -297,7 +297,7 @@ def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> list[Finding]:
             continue
         drop_now, drop_ev = sig.dropped(i)
         longest, len_ev = sig.len_spike(i)
-        evidence = {**ev, **len_ev, **drop_ev, **sig.grad_evidence(i)}
+        evidence = {**ev, **len_ev, **drop_ev, **sig.grad_evidence(i), **step_shares(log, i)}
         if drop_now:
             out.append(Finding("late_filter", step, (step,), evidence))
         elif longest or longest is None:
