@@ -65,11 +65,11 @@ def step_shares(log: MetricsLog, i: int) -> dict[str, float | None]:
     A ``void_leak`` says a void turn went into the loss; where the log measures it, these say whether the
     step's spikes really sat in void rows.
     """
-    tokens = log.get("void_share_tokens")
-    if tokens is None or tokens[i] is None:
+    tok = (log.get("void_share_tokens") or [None] * len(log))[i]
+    if tok is None:
         return {}
     spike = _step_spike(log, i)
-    return {"void_token_share": round(tokens[i], 4), "void_spike_share": None if spike is None else round(spike, 4)}
+    return {"void_token_share": round(tok, 4), "void_spike_share": None if spike is None else round(spike, 4)}
 
 
 def _mean(log: MetricsLog, name: str, idx: list[int]) -> float | None:
