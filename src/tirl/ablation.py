@@ -15,7 +15,7 @@ ablation measures exactly what a user's run would do. From each run's
   first and of the last :data:`EDGE_STEPS` logged steps, fewer when the run is
   shorter than twice that, so the two windows never share a step);
 * the training reward per step (``reward/mean``), for the collapse rule
-  (:data:`tirl.ablation_stats.COLLAPSE_RULE`: the last-3-step mean < 0.05 after an earlier one ≥ 0.10 — no "before" figure)
+  (:data:`tirl.ablation_stats.COLLAPSE_RULE`: last-3-step mean < 0.05 after an earlier one ≥ 0.10, no "before")
   and the area under the reward curve;
 * the attribution figures when the run logs them (every ``void/share_*`` key, averaged over steps).
 

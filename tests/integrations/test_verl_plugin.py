@@ -192,3 +192,26 @@ def test_without_uid_no_group_rule_applies() -> None:
     tok = _tokenizer()
     kept, stats = drop_void_trajectories(_batch(tok, uids=None), tok, divisible_by=2)
     assert kept.non_tensor_batch["row"].tolist() == [0, 2] and (stats.trimmed, stats.thin) == (1, 0)
+
+
+def test_the_patch_logs_the_generator_side_attribution_before_the_rows_leave() -> None:
+    """verl has no per-row spike keys; the patch logs tirl's void/* generator-side shares, by a plain loop."""
+    tok = _tokenizer()
+    batch = _batch(tok)
+    stats = drop_void_trajectories(batch, tok)[1].metrics()
+    mask = batch.batch["response_mask"].tolist()
+    void = [False, True, False, True, True, False]
+    tokens = [sum(m) for m in mask]
+    assert stats["void/share_trajectories"] == 0.5
+    assert stats["void/share_tokens"] == pytest.approx(
+        sum(t for t, v in zip(tokens, void, strict=True) if v) / sum(tokens)
+    )
+    assert "void/share_lowprob_tokens" not in stats  # no rollout_log_probs: no generator log-prob keys
+    lp = torch.full(batch.batch["responses"].shape, -0.5)
+    lp[1, 0], lp[0, 0], lp[3, 0] = -7.0, -6.0, -9.0  # rows 1 and 3 void, row 0 valid; all on sampled tokens
+    lp[2, -1] = -20.0  # right padding (mask 0): never counted
+    batch.batch["rollout_log_probs"] = lp
+    stats = drop_void_trajectories(batch, tok)[1].metrics()
+    assert stats["void/share_lowprob_tokens"] == pytest.approx(2 / 3)
+    assert stats["void/min_logprob_void"] == -9.0 and stats["void/min_logprob_valid"] == -6.0
+    assert "void/share_ratio_outliers" not in stats and "void/share_grad_norm" not in stats

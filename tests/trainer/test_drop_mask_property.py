@@ -108,7 +108,7 @@ def test_update_receives_exactly_the_kept_rows_and_their_group_advantages(
     )
     seen: list[tuple[list, torch.Tensor]] = []
 
-    def capture(trajs, adv, *, seed):
+    def capture(trajs, adv, *, seed, **kw):
         seen.append((list(trajs), adv.clone()))
         return UpdateStats()
 

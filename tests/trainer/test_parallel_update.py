@@ -131,10 +131,12 @@ def test_every_token_statistic_has_one_fold() -> None:
     # absorb (micro-batches) and merge_stats (ranks) fold exactly these fields; a new one must be classified
     import dataclasses
 
+    from tirl.trainer.attribution import MINS, SUMS, AttributionStats
     from tirl.trainer.update import TOKEN_MAXES, TOKEN_MINS, TOKEN_SUMS, UpdateStats
 
-    per_step = {"losses", "grad_norms", "skipped", "steps"}
+    per_step = {"losses", "grad_norms", "skipped", "steps", "attr"}  # attr: rank 0's, folded by its own absorb
     token_fields = [f.name for f in dataclasses.fields(UpdateStats) if f.name not in per_step]
     groups = [*TOKEN_SUMS, *TOKEN_MINS, *TOKEN_MAXES]
     assert sorted(groups) == sorted(token_fields)
     assert len(set(groups)) == len(groups)
+    assert sorted([*SUMS, *MINS]) == sorted(f.name for f in dataclasses.fields(AttributionStats))

@@ -34,9 +34,9 @@ async def test_penalize_trains_only_the_void_turn_and_keeps_it_out_of_the_groups
     seen: list[tuple[list, torch.Tensor]] = []
     real_update = trainer.updater.update
 
-    def update_spy(trajs, adv, *, seed):
+    def update_spy(trajs, adv, *, seed, **kw):
         seen.append((list(trajs), adv.clone()))
-        return real_update(trajs, adv, seed=seed)
+        return real_update(trajs, adv, seed=seed, **kw)
 
     trainer.updater.update = update_spy
     rows = await trainer.run()

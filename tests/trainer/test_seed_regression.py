@@ -38,9 +38,9 @@ async def test_garbage_third_turn_is_absent_from_advantage_inputs(make_trainer, 
     updated: list[str] = []
     real_update = trainer.updater.update
 
-    def update_spy(trajs, adv, *, seed):
+    def update_spy(trajs, adv, *, seed, **kw):
         updated.extend(t.id for t in trajs)
-        return real_update(trajs, adv, seed=seed)
+        return real_update(trajs, adv, seed=seed, **kw)
 
     trainer.updater.update = update_spy
     col = await trainer.collect(1)

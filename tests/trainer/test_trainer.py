@@ -13,10 +13,10 @@ async def test_step_drops_void_before_advantages_and_logs_required_metrics(make_
     seen = {}
     real_update = trainer.updater.update
 
-    def spy(trajs, adv, *, seed):
+    def spy(trajs, adv, *, seed, **kw):
         seen["ids"] = [t.id for t in trajs]
         seen["adv"] = adv.clone()
-        return real_update(trajs, adv, seed=seed)
+        return real_update(trajs, adv, seed=seed, **kw)
 
     trainer.updater.update = spy
     rows = await trainer.run()
@@ -50,10 +50,10 @@ async def test_mask_mode_keeps_void_in_group_statistics_with_zero_loss(make_trai
     seen = {}
     real_update = trainer.updater.update
 
-    def spy(trajs, adv, *, seed):
+    def spy(trajs, adv, *, seed, **kw):
         seen["trajs"] = trajs
         seen["adv"] = adv.clone()
-        return real_update(trajs, adv, seed=seed)
+        return real_update(trajs, adv, seed=seed, **kw)
 
     trainer.updater.update = spy
     metrics, _ = await trainer.train_step(1)

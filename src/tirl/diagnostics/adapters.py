@@ -6,6 +6,8 @@ Every format is mapped onto one set of *canonical* series (``is_max``,
 the whole adapter: add a framework by adding its names.
 
 * ``tirl``: the trainer's own keys (``train/is_ratio_max``, ``filter/valid_trajectories``…).
+* ``tirl``, ``verl``, ``simpletir``: the attribution keys ``void/share_*`` and ``void/min_logprob_*`` where the
+  log has them (tirl writes all; tirl's verl patch the generator side; :mod:`tirl.diagnostics.attribution`).
 * ``verl``: ``actor/grad_norm``, ``rollout_corr/rollout_is_max`` (``mismatch/rollout_is_max`` in
   v0.6.0), ``response_length/max``, ``actor/entropy`` (``actor/entropy_loss`` in older releases),
   ``num_turns/mean``… (verl has no void filter, so valid/void counts are unknown).
@@ -63,8 +65,21 @@ FORMATS: tuple[str, ...] = ("auto", "tirl", "verl", "simpletir", "trl", "skyrl")
 
 STEP_KEYS: tuple[str, ...] = ("step", "_step", "Step", "training/global_step", "global_step", "trainer/global_step")
 
+# The attribution keys (tirl.trainer.attribution): tirl writes them all; tirl's verl patch writes the generator
+# side (trajectories, tokens, low-prob tokens, min log-probs), verl itself none.
+_ATTRIBUTION: dict[str, tuple[str, ...]] = {
+    "void_share_trajs": ("void/share_trajectories",),
+    "void_share_tokens": ("void/share_tokens",),
+    "void_share_lowprob": ("void/share_lowprob_tokens",),
+    "void_share_outliers": ("void/share_ratio_outliers",),
+    "void_share_dual": ("void/share_ratio_dual_clip",),
+    "void_share_grad": ("void/share_grad_norm",),
+    "min_lp_void": ("void/min_logprob_void",),
+    "min_lp_valid": ("void/min_logprob_valid",),
+}
 # canonical name -> the keys that carry it in each format, first present wins
 _TIRL: dict[str, tuple[str, ...]] = {
+    **_ATTRIBUTION,
     "trajectories": ("rollout/trajectories",),
     "valid": ("filter/valid_trajectories",),
     "void": ("filter/void_trajectories",),
@@ -100,6 +115,7 @@ _VERL: dict[str, tuple[str, ...]] = {
     "turns_mean": ("num_turns/mean", "env/num_turns/mean"),
     "reward": ("critic/score/mean",),
     "step_s": ("timing_s/step",),
+    **_ATTRIBUTION,
 }
 # SimpleTIR (recipe/simpletir/simpletir_ray_trainer.py): ``env/void_turn_ratio`` is the share of trajectories
 # with a void turn. ``batch/effective_batch_size`` counts prompt *groups* kept by rejection sampling, not
@@ -236,6 +252,9 @@ _DOMAIN: dict[str, tuple[float, float]] = {
     "mean_len": (0.0, _HUGE),
     "turns_mean": (0.0, _HUGE),
     "step_s": (0.0, _HUGE),
+    **{name: (0.0, 1.0) for name in _ATTRIBUTION if name.startswith("void_share")},
+    "min_lp_void": (-_HUGE, 0.0),
+    "min_lp_valid": (-_HUGE, 0.0),
 }
 # Upper extremes whose +inf is the worst spike there can be (an overflowed ratio or gradient), never "missing":
 # they read as the largest float, so the log-scale rules see the biggest jump a log can hold.

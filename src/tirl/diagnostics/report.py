@@ -70,8 +70,9 @@ def _figure(
     marks: list[float] | None = None,
     xlabel: str = "step",
     ylim: tuple[float, float] | None = None,
+    dots: bool = False,
 ) -> str | None:
-    """One line plot as a base64 PNG; ``None`` when no series has a value."""
+    """One line plot as a base64 PNG; ``None`` when no series has a value (``dots``: always mark the points)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,7 +85,7 @@ def _figure(
     for name, xs, ys in usable:
         # a missing value (a skipped step, a gap between collects) breaks the line instead of bridging it
         vals = [math.nan if b is None or (logy and b <= 0) else b for b in ys]
-        ax.plot(xs, vals, label=name, linewidth=1.2, marker="." if len(xs) <= 40 else None)
+        ax.plot(xs, vals, label=name, linewidth=1.2, marker="." if dots or len(xs) <= 40 else None)
     for m in marks or []:
         ax.axvline(m, color="red", alpha=0.5, linestyle="--", linewidth=1)
     if logy:
@@ -131,6 +132,7 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
         ("learning rate (warm-up)", [("lr", xs, _raw(log, "train/lr"))], False),
     ]
     imgs = "".join(_img(t, _figure(t, ser, logy=logy, marks=marks)) for t, ser, logy in plots)
+    imgs += _attribution_plots(log, xs, marks)
     rows = "".join(
         f"<tr><td>{html.escape(f.kind)}<br><small>{html.escape(SUMMARY[f.kind])}</small></td>"
         f"<td>{html.escape(', '.join(map(str, f.steps[:8])) + (' …' if len(f.steps) > 8 else ''))}</td>"
@@ -147,6 +149,26 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
         f"<h2>Training: {_verdict(diag.verdict)}</h2><p>{len(log)} steps, {log.format} format. "
         f"Red dashed lines mark findings.</p>{table}<div class='plots'>{imgs}</div>"
     )
+
+
+def _attribution_plots(log: MetricsLog, xs: list[float], marks: list[float]) -> str:
+    """Where the spikes sit (``void/*``, :mod:`tirl.trainer.attribution`): two plots, or "" without the keys.
+
+    The void rows' share of the tokens against their share of the spikes, and the lowest generator log-prob in
+    void vs valid rows; a null share (no such token that step) is a gap, not 0.
+    """
+    if log.get("void_share_tokens") is None:
+        return ""
+    names = [("tokens", "void_share_tokens"), ("low-prob tokens", "void_share_lowprob"),
+             ("ratio > 2", "void_share_outliers"), ("ratio > dual clip", "void_share_dual"),
+             ("gradient weight", "void_share_grad")]  # fmt: skip
+    title = "void rows' share: of the tokens vs of the spikes"
+    shares = _figure(title, [(n, xs, log.get(k) or [None] * len(xs)) for n, k in names], marks=marks,
+                     ylim=(-0.02, 1.02), dots=True)  # fmt: skip
+    low = "lowest generator log-prob: void vs valid rows"
+    lows = [("void rows", xs, log.get("min_lp_void") or [None] * len(xs)),
+            ("valid rows", xs, log.get("min_lp_valid") or [None] * len(xs))]  # fmt: skip
+    return _img(title, shares) + _img(low, _figure(low, lows, marks=marks, dots=True))
 
 
 def _raw(log: MetricsLog, key: str) -> list[float | None]:

@@ -1,7 +1,8 @@
 """The tuning of every diagnostic verdict rule, in one place.
 
 Each rule is described in its own module, which names these fields:
-:mod:`tirl.diagnostics.training` (the void-turn symptoms), :mod:`tirl.diagnostics.drift`
+:mod:`tirl.diagnostics.training` (the void-turn symptoms), :mod:`tirl.diagnostics.attribution` (where the
+spikes sit), :mod:`tirl.diagnostics.drift`
 (void drift) and :mod:`tirl.diagnostics.pipeline` (the bottleneck stage). The defaults
 were checked on seeded synthetic logs and traces (``tests/diagnostics/measure_rates.py``,
 ``docs/diagnostics.md``); a caller passes its own instance to ``diagnose_training``,
@@ -30,6 +31,21 @@ class DriftThresholds:
 
 
 @dataclass(frozen=True, slots=True)
+class AttributionThresholds:
+    """Tuning of the spike-attribution verdicts (:mod:`tirl.diagnostics.attribution`).
+
+    ``spikes_in_void``: the void rows' mean share of the spikes is at least ``margin`` above *and* ``lift``
+    times their mean share of the tokens; ``spikes_in_valid``: at most their token share, with at least
+    ``valid_majority`` of the spikes in valid rows; both need ``min_steps`` spike steps with the keys.
+    """
+
+    min_steps: int = 2
+    margin: float = 0.15
+    lift: float = 1.5
+    valid_majority: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
 class TrainingThresholds:
     """Tuning of the symptom rules (defaults were checked on seeded noisy logs in the tests)."""
 
@@ -44,6 +60,7 @@ class TrainingThresholds:
     drop_z: float = 4.0
     inactive_steps: int = 25
     drift: DriftThresholds = field(default_factory=DriftThresholds)
+    attribution: AttributionThresholds = field(default_factory=AttributionThresholds)
 
 
 @dataclass(frozen=True, slots=True)

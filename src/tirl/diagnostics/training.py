@@ -38,7 +38,12 @@ Verdicts (``SEVERITY`` lists them from most to least severe):
   (listed in its evidence), not a ``late_filter`` or ``void_leak`` of its
   own; spikes before the onset keep their verdicts.
 
-A grad-norm bump is evidence, never a trigger: without an IS-ratio spike it
+* ``spikes_in_void`` / ``spikes_in_valid`` (tirl's attribution, beyond the seed): on the steps with an
+  IS-ratio spike or a grad-norm spike (the ``is_max`` rule on the log grad norm), whether the void rows
+  hold clearly more of the spikes than of the tokens (the filter helps) or no more, with most spikes in
+  valid rows (it cannot); :mod:`tirl.diagnostics.attribution` has the rule.
+
+For the seed's verdicts a grad-norm bump is evidence, never a trigger: without an IS-ratio spike it
 is ordinary noise. IS-ratio spikes with neither a length spike nor a filter
 drop match no row of the table and are not reported. Missing values are
 skipped (a skipped step logs nulls).
@@ -54,11 +59,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.diagnostics.adapters import MetricsLog
+from tirl.diagnostics.attribution import attribute_spikes, step_shares
 from tirl.diagnostics.drift import find_drift
 from tirl.diagnostics.robust import Baseline, baseline, log_values
 from tirl.diagnostics.thresholds import TrainingThresholds
 
-SEVERITY: tuple[str, ...] = ("void_leak", "void_drift", "late_filter", "detector_inactive", "empty_batch")
+SEVERITY: tuple[str, ...] = (
+    "void_leak", "void_drift", "late_filter", "detector_inactive", "empty_batch", "spikes_in_void", "spikes_in_valid",
+)  # fmt: skip
 
 # The seed's "check this first" column.
 CHECK_FIRST: dict[str, str] = {
@@ -74,6 +82,11 @@ CHECK_FIRST: dict[str, str] = {
     "empty_batch": "resampling (filter.max_resample_rounds) and the logged minimum valid count — resample, "
     "do not loosen the rule; when `failed` equals `trajectories`, no episode ran at all: the env or its set-up "
     "failed (each trajectory's `error`), not the filter",
+    "spikes_in_void": "the seed's disease: void turns carry the ratio/gradient spikes, so the void filter helps "
+    "(filter.mode=drop or mask, or penalize against void drift); compare the modes with `tirl ablate`",
+    "spikes_in_valid": "not the void filter (the spikes sit in valid turns, it cannot remove them): the learning "
+    "rate and warm-up (algo.lr, algo.warmup_steps), the generator/trainer mismatch (train/gen_logprob_gap_max, "
+    "generation.dtype, algo.tis_cap) and the length cap (generation.max_total_tokens)",
 }
 SUMMARY: dict[str, str] = {
     "void_leak": "IS-ratio spike with the longest trajectory, valid count not reduced",
@@ -81,6 +94,8 @@ SUMMARY: dict[str, str] = {
     "void_drift": "the void share rose over many steps and stayed up",
     "detector_inactive": "valid count never changes, void count always 0",
     "empty_batch": "no valid trajectory in the step",
+    "spikes_in_void": "on the spike steps, void rows hold clearly more of the spikes than of the tokens",
+    "spikes_in_valid": "on the spike steps, most spikes sit in valid rows (void rows hold no more than their share)",
 }
 
 
@@ -261,6 +276,18 @@ class _Signals:
         return {"grad_norm": _r(g[i]) if g else None, "grad_norm_z": _r(self.grad.z(i), 2)}
 
 
+def _attribution_finding(log: MetricsLog, th: TrainingThresholds) -> Finding | None:
+    """The ``spikes_in_void`` / ``spikes_in_valid`` finding over the run's spike steps (or None)."""
+    if log.get("void_share_tokens") is None:
+        return None
+    sig = _Signals(log, th)
+    spikes = [i for i in range(len(log)) if sig.is_spike(i)[0] or sig._extreme(sig.grad, i, 1.0)]
+    found = attribute_spikes(log, spikes, th.attribution)
+    if found is None:
+        return None
+    return Finding(found.kind, found.steps[0], found.steps, found.evidence)
+
+
 def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> list[Finding]:
     sig = _Signals(log, th)
     out: list[Finding] = []
@@ -270,7 +297,7 @@ def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> list[Finding]:
             continue
         drop_now, drop_ev = sig.dropped(i)
         longest, len_ev = sig.len_spike(i)
-        evidence = {**ev, **len_ev, **drop_ev, **sig.grad_evidence(i)}
+        evidence = {**ev, **len_ev, **drop_ev, **sig.grad_evidence(i), **step_shares(log, i)}
         if drop_now:
             out.append(Finding("late_filter", step, (step,), evidence))
         elif longest or longest is None:
@@ -423,5 +450,7 @@ def diagnose_training(log: MetricsLog, thresholds: TrainingThresholds | None = N
     th = thresholds or TrainingThresholds()
     drift, spikes = _drift_finding(log, th, _spike_findings(log, th))
     findings = spikes + _empty_batch_findings(log) + _inactive_findings(log, th) + ([drift] if drift else [])
+    attribution = _attribution_finding(log, th)
+    findings += [attribution] if attribution is not None else []
     findings.sort(key=lambda f: (f.steps[0] if f.steps else -1, SEVERITY.index(f.kind)))
     return TrainingDiagnosis(path=log.path, format=log.format, steps=len(log), findings=tuple(findings), run=log.run)

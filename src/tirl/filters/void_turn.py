@@ -136,6 +136,7 @@ class FilterResult:
     stats: FilterStats
     removed: list[Trajectory] = field(default_factory=list)
     penalized: list[Trajectory] = field(default_factory=list)  # removed void ones the mode trains down
+    withheld: list[list[Trajectory]] = field(default_factory=list)  # per input group: the void ones the mode removed
 
     def learnable(self, min_usable: int) -> list[Group]:
         """The groups with at least ``min_usable`` usable trajectories, in order."""
@@ -166,8 +167,10 @@ class VoidTurnFilter:
         usable: list[int] = []
         removed: list[Trajectory] = []
         penalized: list[Trajectory] = []
+        withheld: list[list[Trajectory]] = []
         for group in groups:
             kept: list[Trajectory] = []
+            withheld.append([])
             n_usable = 0
             for traj in group.trajectories:
                 stats.trajectories += 1
@@ -187,6 +190,7 @@ class VoidTurnFilter:
                 stats.void_ids.append(traj.id)
                 if not rule.keep:
                     removed.append(traj)
+                    withheld[-1].append(traj)
                     if rule.penalize:
                         penalized.append(traj)
                     continue
@@ -202,7 +206,9 @@ class VoidTurnFilter:
             usable.append(n_usable)
         stats.empty_groups = sum(1 for n in usable if n == 0)
         stats.min_valid_per_group = min(usable) if usable else 0
-        return FilterResult(groups=out, usable=usable, stats=stats, removed=removed, penalized=penalized)
+        return FilterResult(
+            groups=out, usable=usable, stats=stats, removed=removed, penalized=penalized, withheld=withheld
+        )
 
 
 def rules_from_config(config: FilterConfig, env: EnvConfig | None = None) -> ParseRules:

@@ -45,6 +45,16 @@ Nothing left (every row void, or fewer usable rows than ``divisible_by``): the f
 the batch, never an empty ``DataProto`` (verl fails on one far from the cause). Skip the step and
 generate again, as tirl's trainer resamples; ``stats.kept`` is 0.
 
+Attribution: verl writes no per-row keys that say where the spikes sit (``actor/pg_clipfrac``,
+``actor/ppo_kl`` and ``actor/grad_norm`` are batch totals), so :meth:`VoidDropStats.metrics` adds tirl's
+generator-side ``void/*`` keys (:mod:`tirl.trainer.attribution`), computed on the batch *before* the void rows
+leave: ``void/share_trajectories``, ``void/share_tokens`` (of the ``response_mask`` tokens) and, when the
+batch holds verl's ``rollout_log_probs`` (``actor_rollout_ref.rollout.calculate_log_probs=True``),
+``void/share_lowprob_tokens``, ``void/min_logprob_void`` and ``void/min_logprob_valid``. The ratio and
+gradient shares need the actor's update and are not logged from here; ``tirl diagnose training`` then reads
+the low-prob share as the spike share. A share with no such token in the batch is left out (verl's loggers
+take numbers only).
+
 Not covered: ``mask`` mode (zeroing ``response_mask`` of void rows keeps them
 in the group statistics, which is what this function exists to avoid),
 tool calls kept only as structured data (the decoded text is judged), and
@@ -63,9 +73,12 @@ import torch
 
 from tirl.filters.void_turn import FilterStats
 from tirl.parsing import DEFAULT_RULES, ParseRules, judge_message
+from tirl.trainer.attribution import AttributionStats
 from tirl.types import Message, Role
 
-__all__ = ["VerlBatch", "VoidDropStats", "assistant_turns", "drop_void_trajectories", "void_rows"]
+__all__ = [
+    "VerlBatch", "VoidDropStats", "assistant_turns", "drop_void_trajectories", "generator_attribution", "void_rows",
+]  # fmt: skip
 
 
 class VerlBatch(Protocol):
@@ -94,6 +107,7 @@ class VoidDropStats(FilterStats):
     trimmed: int = 0
     thin: int = 0
     void_rows: list[int] = field(default_factory=list)
+    attribution: dict[str, float | None] = field(default_factory=dict)  # generator-side void/* (module doc)
 
     @property
     def kept(self) -> int:
@@ -102,11 +116,29 @@ class VoidDropStats(FilterStats):
 
     def metrics(self) -> dict[str, float]:
         """``filter/*`` metrics for verl's logger (tirl's names, as in its own training log)."""
+        known = {k: v for k, v in self.attribution.items() if v is not None}  # a null share: absent for verl's logger
         return {
             **FilterStats.metrics(self),
             "filter/thin_group_trajectories": float(self.thin),
             "filter/trimmed_trajectories": float(self.trimmed),
+            **known,
         }
+
+
+GENERATOR_KEYS = ("void/share_trajectories", "void/share_tokens")
+LOGPROB_KEYS = ("void/share_lowprob_tokens", "void/min_logprob_void", "void/min_logprob_valid")
+
+
+def generator_attribution(batch: VerlBatch, void: list[bool]) -> dict[str, float | None]:
+    """The generator-side ``void/*`` metrics of ``batch`` (all rows, before any leaves); see the module doc."""
+    mask = _response_mask(batch).float()  # [B, R]
+    has_lp = "rollout_log_probs" in batch.batch.keys()  # noqa: SIM118 (TensorDict refuses `in` without .keys())
+    gen = batch.batch["rollout_log_probs"].float() if has_lp else torch.zeros_like(mask)
+    stats = AttributionStats()
+    zeros = torch.zeros_like(mask)
+    stats.add(torch.tensor(void, dtype=torch.bool), mask, gen, zeros, zeros, None)
+    metrics = stats.metrics()
+    return {k: metrics.get(k) for k in (*GENERATOR_KEYS, *(LOGPROB_KEYS if has_lp else ()))}
 
 
 def assistant_turns(token_ids: list[int], mask: list[int]) -> list[list[int]]:
@@ -201,6 +233,7 @@ def drop_void_trajectories(
         empty_groups=sum(1 for c in counts if c == 0),
         min_valid_per_group=min(counts) if counts else 0,
         void_rows=[i for i in range(n) if void[i]],
+        attribution=generator_attribution(batch, void),
     )
     kept = sorted(i for rows in members.values() for i in rows)
     if not kept:

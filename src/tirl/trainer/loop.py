@@ -76,6 +76,7 @@ class Collected:
     min_usable: int = 0
     rollout_s: float = 0.0
     penalized: list[Trajectory] = field(default_factory=list)  # filter.mode=penalize: removed void ones
+    withheld: list[list[Trajectory]] = field(default_factory=list)  # per group: void ones drop/penalize removed
 
 
 class StepSource(Protocol):
@@ -117,11 +118,13 @@ def drop_stale(col: Collected, version: int, max_staleness: int) -> tuple[Collec
     def fresh(t: Trajectory) -> bool:
         return trajectory_lag(t, version) <= max_staleness
 
-    kept: list[Group] = [g for g in col.groups if all(fresh(t) for t in g.trajectories)]
+    ok = [all(fresh(t) for t in g.trajectories) for g in col.groups]
+    kept: list[Group] = [g for g, f in zip(col.groups, ok, strict=True) if f]
+    withheld = [[t for t in w if fresh(t)] for w, f in zip(col.withheld, ok, strict=False) if f]
     stale = sum(1 for g in col.groups for t in g.trajectories if not fresh(t))
     penalized = [t for t in col.penalized if fresh(t)]
     stale += len(col.penalized) - len(penalized)
-    out = dataclasses.replace(col, groups=kept, penalized=penalized)
+    out = dataclasses.replace(col, groups=kept, penalized=penalized, withheld=withheld)
     return out, stale, len(col.groups) - len(kept)
 
 

@@ -63,6 +63,7 @@ from tirl.envs.base import Task
 from tirl.errors import SetupError
 from tirl.filters import FilterStats, VoidTurnFilter
 from tirl.rollout.base import RolloutRequest, RolloutStrategy
+from tirl.trainer.attribution import withheld_rows
 from tirl.trainer.checkpoint import Checkpoint, ResumePoint, resume_point, save_checkpoint
 from tirl.trainer.failfast import failed_error, summarize_failures
 from tirl.trainer.learner import Learner
@@ -193,15 +194,17 @@ class Trainer:
         sampled: list[Trajectory] = []
         stats = FilterStats()
         penalized: list[Trajectory] = []
+        withheld: list[list[Trajectory]] = [[] for _ in tasks]  # void ones drop/penalize removed (attribution)
         resampled = resampled_groups = rounds = 0
         for attempt in range(fc.max_resample_rounds + 1):
             groups = await self._collect_groups(tasks, need, step, attempt)
             res = self.filter.apply(groups)
             stats.add(res.stats)
             penalized.extend(res.penalized)
-            for i, group, n in zip(need, res.groups, res.usable, strict=True):
+            for i, group, n, back in zip(need, res.groups, res.usable, res.withheld, strict=True):
                 kept[i].extend(group.trajectories)
                 usable[i] += n
+                withheld[i].extend(back)
             fresh = [t for g in groups for t in g.trajectories]
             sampled.extend(fresh)
             if attempt:
@@ -211,9 +214,8 @@ class Trainer:
             need = [i for i in range(len(tasks)) if usable[i] < fc.min_valid_per_group]
             if not need or (attempt == 0 and fresh and all(t.failed for t in fresh)):
                 break  # every trajectory failed: the same cause would fail a resample (tirl.trainer.failfast)
-        final = [
-            Group(id=tasks[i].id, trajectories=k) for i, k in enumerate(kept) if usable[i] >= fc.min_valid_per_group
-        ]
+        chosen = [i for i in range(len(tasks)) if usable[i] >= fc.min_valid_per_group]
+        final = [Group(id=tasks[i].id, trajectories=kept[i]) for i in chosen]
         stats.empty_groups = sum(1 for n in usable if n == 0)
         stats.min_valid_per_group = min(usable) if usable else 0
         return Collected(
@@ -227,6 +229,7 @@ class Trainer:
             min_usable=stats.min_valid_per_group,
             rollout_s=time.perf_counter() - t0,
             penalized=penalized,
+            withheld=[withheld[i] for i in chosen],
         )
 
     # ------------------------------------------------------------------- update
@@ -261,6 +264,10 @@ class Trainer:
             }
         )
         trajs, adv = self.advantages(col.groups)
+        attribution = withheld_rows(
+            col.groups, col.withheld or [[] for _ in col.groups], len(trajs), self.cfg.algo.advantage,
+            self.cfg.algo.std_normalize,
+        )  # fmt: skip
         if col.penalized and self.cfg.filter.void_penalty > 0:  # after the group statistics, never in them
             rows, row_adv = penalty_rows(col.penalized, self.cfg.filter.void_penalty)
             trajs, adv = [*trajs, *rows], torch.cat([adv, row_adv])
@@ -288,7 +295,8 @@ class Trainer:
             return metrics, col.sampled
         t1 = time.perf_counter()
         # the update is CPU/GPU-bound; run it off the event loop so a strategy's background tasks keep going
-        stats = await asyncio.to_thread(self.updater.update, trajs, adv, seed=self.cfg.trainer.seed * 1_000_003 + step)
+        seed = self.cfg.trainer.seed * 1_000_003 + step
+        stats = await asyncio.to_thread(self.updater.update, trajs, adv, seed=seed, attribution=attribution)
         if stats.steps:
             self.policy_version += 1
             if self.on_update is not None:  # a weight sync (vLLM, HTTP) blocks for seconds: off the event loop

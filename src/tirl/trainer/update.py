@@ -43,6 +43,10 @@ Gradient sync: the updater is given a :class:`GradSync` strategy. :class:`LocalS
 process; :class:`tirl.distributed.ddp.DDPSync` makes the rank compute its share of each mini-batch and sums
 the gradients over the ranks with torch DDP. The updater calls only the strategy's public methods.
 
+Attribution (:mod:`tirl.trainer.attribution`): each micro-batch also folds its rows' ``void/*`` counts (void
+rows' share of tokens, low-probability tokens, ratio outliers, gradient weight) from the tensors it already has;
+the void rows ``drop``/``penalize`` took out are scored without a gradient at their mini-batch's weights.
+
 Not covered: learning-rate schedules other than linear warm-up, mixed precision loss scaling (fp16), top-p
 renormalisation in the trainer's log-probs.
 """
@@ -64,6 +68,7 @@ from torch import Tensor
 from tirl.algorithms.losses import LossConfig, policy_loss, tis_weights
 from tirl.config import AlgoConfig
 from tirl.models.memory import autocast, check_master_weights, release_free_memory, update_mode
+from tirl.trainer.attribution import AttributionRows, AttributionStats, WithheldScorer, grad_weights, row_tensors
 from tirl.trainer.batching import TrainBatch, collate, split_microbatches, split_minibatches
 from tirl.trainer.logprobs import target_logprobs
 from tirl.trainer.parallel import MicroPool, auto_workers
@@ -171,6 +176,7 @@ class UpdateStats:
     grad_norms: list[float] = field(default_factory=list)
     skipped: int = 0
     steps: int = 0
+    attr: AttributionStats = field(default_factory=AttributionStats)  # void/* (tirl.trainer.attribution)
 
     def add_tokens(self, mask: Tensor, ratio: Tensor, ent: Tensor, tis: Tensor, gap: Tensor, out: Any) -> None:
         """Fold one micro-batch in (all tensors ``[B, T]``, read where ``mask`` is 1)."""
@@ -192,6 +198,7 @@ class UpdateStats:
 
     def absorb(self, part: UpdateStats) -> None:
         """Fold in the token statistics of one micro-batch (a fresh :class:`UpdateStats` given ``add_tokens``)."""
+        self.attr.absorb(part.attr)
         if part.tokens == 0:
             return
         for k in TOKEN_SUMS:
@@ -221,6 +228,7 @@ class UpdateStats:
             "train/skipped_updates": self.skipped,
             "train/optimizer_steps": self.steps,
             "train/loss_tokens": n,
+            **self.attr.metrics(),
         }
 
 
@@ -366,6 +374,7 @@ class PolicyUpdater:
         self.loss_cfg = loss_config(self.algo)
         self.pool = MicroPool(self._worker_count())
         self._train_model: Any = self.model  # what training forwards go through (set by sync.attach)
+        self._attributed = 0  # rows [0, _attributed) of the update are attributed (tirl.trainer.attribution)
 
     def close(self) -> None:
         """Stop (and join) the micro-batch worker threads; a later :meth:`update` starts them again."""
@@ -377,7 +386,9 @@ class PolicyUpdater:
             return 1
         return max(1, self.workers) if self.workers is not None else auto_workers(self.model)
 
-    def update(self, trajs: list[Trajectory], advantages: Tensor, *, seed: int) -> UpdateStats:
+    def update(
+        self, trajs: list[Trajectory], advantages: Tensor, *, seed: int, attribution: AttributionRows | None = None
+    ) -> UpdateStats:
         """All epochs and mini-batches of one step; ``advantages``: Tensor  # [N].
 
         The old log-probs of the first mini-batch's rows are read off that
@@ -385,12 +396,17 @@ class PolicyUpdater:
         they are exactly the old log-probs); only the other rows get a separate
         no-grad scoring pass before the first optimiser step. The whole update runs inside the sync
         strategy's :meth:`~GradSync.step`; the returned statistics are merged over every process.
+        ``attribution``: the rows the ``void/*`` metrics cover (:mod:`tirl.trainer.attribution`; None: every
+        row of ``trajs``); they are rank 0's alone.
         """
         with self.sync.step(trajs, advantages, seed):
             self._train_model = self.sync.attach(self.model)
-            return self.sync.merge(self._update(trajs, advantages, seed))
+            self._attributed = -1 if self.sync.rank else len(trajs)
+            if attribution is not None and attribution.attributed is not None and not self.sync.rank:
+                self._attributed = attribution.attributed
+            return self.sync.merge(self._update(trajs, advantages, seed, attribution or AttributionRows()))
 
-    def _update(self, trajs: list[Trajectory], advantages: Tensor, seed: int) -> UpdateStats:
+    def _update(self, trajs: list[Trajectory], advantages: Tensor, seed: int, rows: AttributionRows) -> UpdateStats:
         stats = UpdateStats()
         # algo.micro_batch_tokens bounds the padded tokens in flight: the pool's workers share it
         budget = self.algo.micro_batch_tokens
@@ -410,12 +426,23 @@ class PolicyUpdater:
             if self._use_ref()
             else None
         )
+        withheld = None
+        if rows.withheld and not self.sync.rank:  # drop/penalize: the void rows the filter took out
+
+            def score(part: list[Trajectory]) -> list[Tensor]:
+                return score_logprobs(
+                    self.model, part, self.pad_id, micro_tokens, self.temperature, self.precision, self.pool
+                )
+
+            withheld = WithheldScorer(rows, plan, seed, self.sync.world_size, score)
         lengths = [len(t.token_ids) for t in trajs]
         for e, epoch in enumerate(plan):
-            for k, rows in enumerate(epoch):
-                self._minibatch(trajs, advantages, rows, lengths, old, ref, stats, micro_tokens)
+            for k, mb in enumerate(epoch):
+                if withheld is not None:  # at the weights this mini-batch's rows see
+                    withheld.attribute(e, k, self.loss_cfg, self.algo.tis_cap, stats.attr)
+                self._minibatch(trajs, advantages, mb, lengths, old, ref, stats, micro_tokens)
                 if e == 0 and k == 0:  # skipped or empty first mini-batch: weights unchanged, score what is missing
-                    self._score_into(old, trajs, [i for i in rows if old[i] is None], micro_tokens)
+                    self._score_into(old, trajs, [i for i in mb if old[i] is None], micro_tokens)
         release_free_memory()  # and the activations' pages before the next rollout
         return stats
 
@@ -488,7 +515,22 @@ class PolicyUpdater:
             grads = torch.autograd.grad(out.loss * scale, params, allow_unused=True)
         part = UpdateStats()
         part.add_tokens(batch.mask, out.ratio, ent, tis, old_lp - batch.gen_logprobs, out)
+        self._attribute(part.attr, [trajs[i] for i in micro], micro, batch, out.ratio, tis)
         return _MicroResult(finite=True, loss=float(out.loss.item()), scale=scale, grads=grads, stats=part)
+
+    def _attribute(
+        self, into: AttributionStats, picked: list[Trajectory], micro: list[int], batch: Any, ratio: Tensor, tis: Tensor
+    ) -> None:
+        """Fold this micro-batch's attributed rows (index below ``_attributed``) into ``into``, whatever their mask."""
+        keep = [j for j, i in enumerate(micro) if i < self._attributed]
+        if not keep:
+            return
+        void, mask, _ = row_tensors([picked[j] for j in keep], ratio.shape[1])
+        sel = torch.tensor(keep, device=ratio.device)
+        r, w = ratio.index_select(0, sel), tis.index_select(0, sel)
+        mask = mask.to(ratio.device)
+        weight = grad_weights(r, batch.advantages.index_select(0, sel), w, mask, self.loss_cfg)
+        into.add(void.to(ratio.device), mask, batch.gen_logprobs.index_select(0, sel), r, weight, self.algo.dual_clip)
 
     def _minibatch(
         self,
