@@ -41,7 +41,6 @@ is repeatable up to thread scheduling under K > 0).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -50,6 +49,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -143,31 +143,55 @@ def read_stale_run(run_dir: Path, k: int, seed: int, wall_s: float) -> StaleRun:
     )
 
 
-def run_all(ks: Sequence[int], seeds: Sequence[int], out: Path, sets: dict[str, Any]) -> list[StaleRun]:
-    """Every (seed, K) run under ``out``, seed by seed; a finished run directory is read, not rerun."""
-    runs: list[StaleRun] = []
-    for seed in seeds:
-        before: Path | None = None
-        for k in ks:
-            run_dir = out / f"k{k}-seed{seed}"
-            wall_file = run_dir / "bench_wall.json"
-            if not ((run_dir / "summary.json").exists() and wall_file.exists()):
-                run_dir.mkdir(parents=True, exist_ok=True)
-                if before is not None:  # same policy, same held-out tasks, greedy: the before-eval is shared
-                    (run_dir / "eval_before.json").write_bytes(before.read_bytes())
-                wall = _train(run_dir, overrides(k, seed, sets["steps"], sets["eval_size"], sets["extra"]))
-                wall_file.write_text(json.dumps({"wall_s": wall}), encoding="utf-8")
-            wall = float(json.loads(wall_file.read_text(encoding="utf-8"))["wall_s"])
-            before = before or run_dir / "eval_before.json"
-            run = read_stale_run(run_dir, k, seed, wall)
-            runs.append(run)
-            print(
-                f"K={k} seed {seed}: {run.accuracy_before:.3f} -> {run.accuracy_after:.3f}  lag {run.step_lag_mean:.2f}"
-                f"  loop {run.loop_s:.0f} s  wall {run.wall_s:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-    return runs
+def _one(run_dir: Path, k: int, seed: int, sets: dict[str, Any], before: Path | None, failed: set[int]) -> StaleRun:
+    """One (K, seed) run into ``run_dir`` (read instead when it already finished).
+
+    ``failed``: the seeds whose first run failed (a run waiting for that seed's before-evaluation gives up).
+    """
+    wall_file = run_dir / "bench_wall.json"
+    if not ((run_dir / "summary.json").exists() and wall_file.exists()):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if before is not None:  # same policy, same held-out tasks, greedy: the before-eval is shared
+            while not before.exists():  # the seed's K = 0 run writes it first thing (atomically)
+                if seed in failed:
+                    raise RuntimeError(f"seed {seed}: its first run failed, so {run_dir} has no before-evaluation")
+                time.sleep(2)
+            (run_dir / "eval_before.json").write_bytes(before.read_bytes())
+        wall = _train(run_dir, overrides(k, seed, sets["steps"], sets["eval_size"], sets["extra"]))
+        wall_file.write_text(json.dumps({"wall_s": wall}), encoding="utf-8")
+    run = read_stale_run(run_dir, k, seed, float(json.loads(wall_file.read_text(encoding="utf-8"))["wall_s"]))
+    print(
+        f"K={k} seed {seed}: {run.accuracy_before:.3f} -> {run.accuracy_after:.3f}  lag {run.step_lag_mean:.2f}"
+        f"  loop {run.loop_s:.0f} s  wall {run.wall_s:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return run
+
+
+def run_all(
+    ks: Sequence[int], seeds: Sequence[int], out: Path, sets: dict[str, Any], parallel: int = 1
+) -> list[StaleRun]:
+    """Every (seed, K) run under ``out``; a finished run directory is read, not rerun.
+
+    ``parallel`` runs at a time (1: one after the other, seed by seed). The K = 0 runs are queued first;
+    a K > 0 run waits for its seed's before-evaluation (``k0-seed<s>/eval_before.json``) and copies it.
+    """
+    jobs = [(k, seed) for k in ks for seed in seeds] if parallel > 1 else [(k, s) for s in seeds for k in ks]
+    first = min(ks)
+    failed: set[int] = set()
+
+    def job(k: int, seed: int) -> StaleRun:
+        before = None if k == first else out / f"k{first}-seed{seed}" / "eval_before.json"
+        try:
+            return _one(out / f"k{k}-seed{seed}", k, seed, sets, before, failed)
+        except Exception:
+            failed.add(seed)
+            raise
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        runs = list(pool.map(lambda ks_: job(*ks_), jobs))
+    return sorted(runs, key=lambda r: (r.seed, r.k))
 
 
 def summarize(runs: Sequence[StaleRun]) -> dict[str, Any]:
@@ -227,12 +251,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="trainer.steps (default: tirl train's, 25)")
     p.add_argument("--eval-size", type=int, default=None, help="env.eval_size (default: tirl train's, 200)")
     p.add_argument("--out", default=None, help="keep the run directories here (and reuse finished ones)")
+    p.add_argument("--parallel", type=int, default=1, help="runs at a time (default 1: timings comparable)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="another override for every run")
     a = p.parse_args(argv)
     try:
         ks = parse_ks(a.ks)
     except ValueError as exc:
         p.error(str(exc))
+    if a.parallel < 1:
+        p.error(f"--parallel {a.parallel}: use at least 1")
     if a.seeds < 1:
         p.error(f"--seeds {a.seeds}: use at least 1")
     if a.steps is not None and a.steps < 1:
@@ -242,10 +269,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sets = {"steps": a.steps, "eval_size": a.eval_size, "extra": list(a.set)}
     try:
         if a.out:
-            runs = run_all(ks, range(a.seeds), Path(a.out), sets)
+            runs = run_all(ks, range(a.seeds), Path(a.out), sets, a.parallel)
         else:
             with tempfile.TemporaryDirectory(prefix="bench_staleness_") as tmp:
-                runs = run_all(ks, range(a.seeds), Path(tmp), sets)
+                runs = run_all(ks, range(a.seeds), Path(tmp), sets, a.parallel)
     except (RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
