@@ -51,7 +51,7 @@ def test_overrides_pair_the_seeds_and_set_k() -> None:
 
 
 def _run(b: ModuleType, k: int, seed: int, acc: float, loop_s: float = 10.0) -> object:
-    return b.StaleRun(k=k, seed=seed, accuracy_before=0.4, accuracy_after=acc, turns_mean=4.0, steps=5,
+    return b.StaleRun(k=k, seed=seed, accuracy_before=0.4, accuracy_after=acc, turns_mean=4.0, reward_auc=0.5, steps=5,
                       step_lag_mean=0.8 * k, loop_s=loop_s, wall_s=60.0)  # fmt: skip
 
 
@@ -105,6 +105,7 @@ def test_a_real_tiny_run_reports_both_ks(tmp_path: Path) -> None:
         assert 0.0 <= row["accuracy_after"]["0"] <= 1.0 and row["steps_per_s"] > 0
         assert row["accuracy_before"]["0"] == res["by_k"]["0"]["accuracy_before"]["0"]  # one shared before-eval
         assert row["step_lag_mean"] <= int(k)  # the gate's bound: lag <= K
+        assert 0.0 <= row["reward_auc_mean"] <= 1.0
     assert res["by_k"]["0"]["diff_vs_k0"] == {"0": 0.0}
     config = json.loads((out / "k1-seed0" / "config.json").read_text())
     assert config["rollout"]["max_staleness"] == 1 and config["trainer"]["seed"] == 0 and config["env"]["seed"] == 0
