@@ -198,7 +198,12 @@ def _staleness_plot(results: list[Result]) -> bytes | None:
 def _staleness_figures() -> tuple[Figure, ...]:
     out = [Figure("K = 0: held-out accuracy after training (mean over seeds)",
                   _reads("by_k", "0", "accuracy_after_mean"), "", "", 3)]  # fmt: skip
+
+    def auc_drop(k: str) -> Callable[[Result], float | None]:
+        return lambda r: ratio(num(r, "by_k", k, "reward_auc_mean"), num(r, "by_k", "0", "reward_auc_mean"))
+
     for k in ("1", "2", "4"):
+        out.append(Figure(f"K = {k}: training-reward area ÷ K = 0's (learning speed)", auc_drop(k), "×", "", 3))
         out += [
             Figure(f"K = {k}: accuracy − K = 0's (mean paired difference)", _reads("by_k", k, "diff_vs_k0_mean"),
                    "", "", 3),

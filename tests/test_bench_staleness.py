@@ -80,6 +80,7 @@ def test_plot_is_a_png_and_needs_by_k() -> None:
     bench_ = next(x for x in t.BENCHMARKS if x.name == "staleness")
     read = {f.name: f.read(b.summarize(runs)) for f in bench_.figures}
     assert read["K = 4: accuracy − K = 0's (mean paired difference)"] == pytest.approx(-0.2)
+    assert read["K = 4: training-reward area ÷ K = 0's (learning speed)"] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(
