@@ -171,6 +171,48 @@ def _async_plot(results: list[Result]) -> bytes | None:
     return _png(fig)
 
 
+def _staleness_plot(results: list[Result]) -> bytes | None:
+    """Held-out accuracy after training against the staleness bound K: each seed's run, the mean per run."""
+    if not all(isinstance(at(r, "by_k"), dict) and at(r, "by_k") for r in results):
+        return None
+    fig, ax = _figure()
+    for i, r in enumerate(results):
+        ks = sorted(r["by_k"], key=int)
+        for k in ks:
+            seeds = r["by_k"][k]["accuracy_after"]
+            ax.scatter([int(k)] * len(seeds), list(seeds.values()), color="C0", s=14, alpha=0.5,
+                       label="one seed" if i == 0 and k == ks[0] else None)  # fmt: skip
+        ax.plot([int(k) for k in ks], [r["by_k"][k]["accuracy_after_mean"] for k in ks], "o-", color="C1",
+                alpha=0.7, label="mean over the seeds" if i == 0 else None)  # fmt: skip
+    before = [v for r in results for v in at(r, "by_k", "0", "accuracy_before").values()]
+    if before:
+        ax.axhline(sum(before) / len(before), color="C3", ls=":", label="before training (mean)")
+    ax.set_xticks(sorted({int(k) for r in results for k in r["by_k"]}))
+    ax.set_xlabel("max staleness K (rollout.max_staleness; 0 = on-policy)")
+    ax.set_ylabel("held-out accuracy after training")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7, loc="lower left")
+    return _png(fig)
+
+
+def _staleness_figures() -> tuple[Figure, ...]:
+    out = [Figure("K = 0: held-out accuracy after training (mean over seeds)",
+                  _reads("by_k", "0", "accuracy_after_mean"), "", "", 3)]  # fmt: skip
+
+    def auc_drop(k: str) -> Callable[[Result], float | None]:
+        return lambda r: ratio(num(r, "by_k", k, "reward_auc_mean"), num(r, "by_k", "0", "reward_auc_mean"))
+
+    for k in ("1", "2", "4"):
+        out.append(Figure(f"K = {k}: training-reward area ÷ K = 0's (learning speed)", auc_drop(k), "×", "", 3))
+        out += [
+            Figure(f"K = {k}: accuracy − K = 0's (mean paired difference)", _reads("by_k", k, "diff_vs_k0_mean"),
+                   "", "", 3),
+            Figure(f"K = {k}: steps per second ÷ K = 0's (this machine, generator and update on one CPU)",
+                   _reads("by_k", k, "speed_vs_k0"), "×"),
+        ]  # fmt: skip
+    return tuple(out)
+
+
 BENCHMARKS: tuple[Bench, ...] = (
     Bench(
         "trainer_vs_trl",
@@ -311,6 +353,101 @@ BENCHMARKS: tuple[Bench, ...] = (
             Figure("best staleness bound K", lambda r: num(r, "async", "max_staleness"), "", "", 0),
         ),
         plot=_async_plot,
+    ),
+    Bench(
+        "staleness",
+        "bench_staleness.py",
+        "The learning cost of bounded staleness: `tirl train` with its defaults (the main job) at "
+        "`rollout.max_staleness` K = 0, 1, 2, 4, three paired seeds each (seed s sets trainer.seed and env.seed), "
+        "each a real `tirl train` subprocess; held-out accuracy after training and the paired difference against "
+        "K = 0 (`--quick`: 1 seed, K = 0 and 1, 1 step of 2 x 2 episodes, 2 held-out tasks).",
+        ("--seeds", "3"),
+        (
+            "--seeds",
+            "1",
+            "--ks",
+            "0,1",
+            "--steps",
+            "1",
+            "--eval-size",
+            "2",
+            "--set",
+            "trainer.prompts_per_step=2",
+            "--set",
+            "algo.group_size=2",
+        ),
+        _staleness_figures(),
+        plot=_staleness_plot,
+        timeout_s=7200.0,
+    ),
+    Bench(
+        "sampling",
+        "bench_sampling.py",
+        "tirl's in-process sampler (`HFGenerator`) against transformers' `model.generate` on the main job's "
+        "model, prompts, batch and lengths (same threads), and against the FLOP bound (FLOPs per token ÷ the "
+        "measured FLOP/s of the decode step's matmuls); `fixed`: every row generates `--max-new` tokens.",
+        (),
+        (
+            "--repeats",
+            "1",
+            "--turn1",
+            "8",
+            "--later",
+            "4",
+            "--max-new",
+            "16",
+            "--episodes",
+            "4",
+            "--workers",
+            "2",
+            "--turns",
+            "2",
+        ),
+        (
+            Figure(
+                "turn1 (64 rows), fixed: tirl ÷ `generate` (tokens/s)",
+                _reads("scenarios", "turn1", "fixed", "tirl_over_generate", "median"),
+                "×",
+            ),
+            Figure(
+                "turn1, EOS ends rows: tirl ÷ `generate`",
+                _reads("scenarios", "turn1", "eos", "tirl_over_generate", "median"),
+                "×",
+            ),
+            Figure(
+                "later (16 rows, 1-4 tool turns), fixed: tirl ÷ `generate`",
+                _reads("scenarios", "later", "fixed", "tirl_over_generate", "median"),
+                "×",
+            ),
+            Figure(
+                "turn1, fixed: tirl tokens/s",
+                _reads("scenarios", "turn1", "fixed", "tirl_tokens_per_s", "median"),
+                "tok/s",
+                "",
+                0,
+            ),
+            Figure(
+                "turn1: tirl ÷ FLOP bound",
+                _reads("scenarios", "turn1", "bound", "tirl_fixed_over_bound", "median"),
+                "",
+                "",
+                3,
+            ),
+            Figure(
+                "later: tirl ÷ FLOP bound",
+                _reads("scenarios", "later", "bound", "tirl_fixed_over_bound", "median"),
+                "",
+                "",
+                3,
+            ),
+            Figure(
+                "episodes: share of the generator's CPU in prefill",
+                _reads("episodes", "cpu_share", "prefill"),
+                "",
+                "",
+                2,
+            ),
+        ),
     ),
     Bench(
         "generation",

@@ -20,8 +20,10 @@ What it does, for each benchmark in ``bench_table.BENCHMARKS`` (or those named w
    the runs, its range (min-max) and its target, then one row per run (start
    time, load before and after, wall time, quiet or noisy), the command that
    re-derives it, and the commit, date and machine (cores, CPU model, Python,
-   torch) in the page's head. Where a curve says more than a number (the
-   staleness curve of asynchronous RL) a PNG goes to ``img/`` beside the page.
+   torch) in the page's head. Where a curve says more than a number (steps per
+   hour against the staleness bound K from ``bench_async``, held-out accuracy
+   against K from ``bench_staleness``: the speed and what it costs) a PNG goes
+   to ``img/`` beside the page.
    The page and the images are written atomically (``tirl.fileio``).
 
 ``--quick`` runs every benchmark at its smallest sizes: a check that the

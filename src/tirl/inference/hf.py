@@ -126,10 +126,20 @@ class _PreallocLayer(DynamicLayer):
         self.is_initialized = True
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices`` (the buffers shrink to them)."""
+        """Keep the rows ``indices`` (the buffers shrink to them); only the filled positions are copied.
+
+        Copying the whole buffer (``index_select`` on it) moved ``capacity / length`` times the bytes:
+        a batch's buffers hold its prompt width plus :data:`CACHE_CHUNK` positions, most of them not yet
+        written when rows finish.
+        """
         if self.is_initialized:
-            self._k, self._v = self._k.index_select(0, indices), self._v.index_select(0, indices)
-            self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+            n = self.length
+            k = self._k.new_empty((indices.numel(), *self._k.shape[1:]))
+            v = self._v.new_empty((indices.numel(), *self._v.shape[1:]))
+            torch.index_select(self._k[:, :, :n], 0, indices, out=k[:, :, :n])
+            torch.index_select(self._v[:, :, :n], 0, indices, out=v[:, :, :n])
+            self._k, self._v = k, v
+            self.keys, self.values = k[:, :, :n], v[:, :, :n]
 
 
 class _PreallocCache(DynamicCache):
