@@ -90,6 +90,9 @@ def _config(args: argparse.Namespace) -> TirlConfig:
 def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
     """The ``[env]`` and ``[filter]`` of a run directory's ``config.json`` (None: not a run directory).
 
+    A model directory also has a ``config.json`` (the model's, from transformers) but neither section, so it
+    reads as None and the evaluation keeps the default env, with no note.
+
     Only what defines the tasks and the action rule: the run's generator, server or devices are not reused.
     """
     if not (run_dir / "config.json").is_file():
@@ -97,7 +100,8 @@ def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
     from tirl.commands.train import read_saved_config
 
     saved = read_saved_config(run_dir)
-    return {k: saved[k] for k in ("env", "filter") if isinstance(saved.get(k), dict)}
+    sections = {k: saved[k] for k in ("env", "filter") if isinstance(saved.get(k), dict)}
+    return sections or None  # a model directory's config.json (transformers') has neither: not a run
 
 
 async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
