@@ -6,8 +6,7 @@ size: ``tirl sft --env swe-lite --init src/tirl/assets/tiny-tir`` run twice as a
 demonstrations through the real swe-lite env, sandbox and pytest judge; 2 steps; one greedy held-out
 episode), and every file of the two checkpoints but the card (it holds the wall time) compared byte for
 byte. About 5 min on the 2-core machine at load 16-18 (60 s of it CPU): each run imports torch and builds
-demonstrations through
-the real sandbox.
+demonstrations through the real sandbox.
 """
 
 from __future__ import annotations
