@@ -555,7 +555,7 @@ def resolve_config(
         notes += [moved.note] if moved.note else []
         _place(data, moved.key, moved.value, f"override {item!r}")
         sources[moved.key] = "--set"
-    env_name, preset = env_preset(data, sources)  # the env's own defaults, under the file and --set
+    env_name, preset = env_preset(data, sources, EnvConfig.name)  # the env's own defaults, under file and --set
     for key, value in preset.items():
         _place(data, key, value, f"env {env_name} preset")
         sources[key] = f"env {env_name}"

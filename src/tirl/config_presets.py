@@ -34,17 +34,15 @@ ENV_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def env_preset(data: dict[str, Any], sources: dict[str, str]) -> tuple[str, dict[str, Any]]:
+def env_preset(data: dict[str, Any], sources: dict[str, str], default_env: str) -> tuple[str, dict[str, Any]]:
     """The env that ``data`` names and its preset keys that ``sources`` does not set yet.
 
     ``data`` is the config tree before it is built (TOML file, overrides, a saved config whose leaves are
-    wrapped values with ``.value``); ``sources`` holds every dotted key something set. The env defaults to
-    :class:`~tirl.config.EnvConfig`'s ``name``.
+    wrapped values with ``.value``); ``sources`` holds every dotted key something set; ``default_env`` is
+    the env when ``data`` names none (``EnvConfig.name``).
     """
-    from tirl.config import EnvConfig
-
     section = data.get("env")
-    name = section.get("name", EnvConfig.name) if isinstance(section, dict) else EnvConfig.name
+    name = section.get("name", default_env) if isinstance(section, dict) else default_env
     name = getattr(name, "value", name)  # a saved config's leaf
     if not isinstance(name, str):
         return str(name), {}
