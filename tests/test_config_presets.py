@@ -76,3 +76,17 @@ def test_config_show_env_prints_each_preset_value_with_its_source(
     (run / "config.json").write_text(json.dumps(config_to_dict(load_config(None, ["env.name=swe-lite"]))))
     resumed = run_cli(capsys, "config", "show", "--resume", run)
     assert resumed.code == 0 and "difficulty = 2  # saved" in resumed.out
+
+
+def test_tirl_sft_demonstrates_swe_lite_with_the_turns_and_caps_tirl_train_uses() -> None:
+    import argparse
+
+    from tirl.commands.sft import _config, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    sft = _config(parser.parse_args(["--out", "unused", "--env", "swe-lite"]))
+    train = load_config(None, ["env.name=swe-lite"])
+    assert (sft.max_turns, sft.max_new_tokens, sft.max_total_tokens) == (
+        train.env.max_turns, train.generation.max_new_tokens, train.generation.max_total_tokens,
+    )  # fmt: skip
