@@ -14,8 +14,9 @@ dataclass default < env preset < file < ``--set``. ``tirl config show`` prints s
 warm start (:data:`tirl.models.loading.BUILTIN_MODELS`).
 
 Covered: ``swe-lite`` — the bug-fixing curriculum (``env.difficulty=2``, 1,934 tasks) with the turns and
-token caps its expert episodes need, and the RL settings chosen on its validation draw (docs/training.md,
-"The SWE job"). ``tir-chain`` is the dataclass defaults themselves. Not covered: presets for a registered
+token caps its expert episodes need (``tirl sft --env swe-lite`` reads the same three). ``tir-chain`` is the
+dataclass defaults themselves. Not covered: RL settings for swe-lite (steps, group, prompts, learning rate:
+none has been chosen on its validation draw yet, docs/training.md "The SWE job"); presets for a registered
 user env (give a ``--config`` file instead).
 """
 
@@ -28,8 +29,8 @@ ENV_PRESETS: dict[str, dict[str, Any]] = {
     "swe-lite": {
         "env.difficulty": 2,  # the curriculum (1,934 tasks); 1 is the 33 hand-planted bugs
         "env.max_turns": 10,  # expert episodes take 5-8 turns
-        "generation.max_new_tokens": 384,  # the longest expert turn is 210 characters
-        "generation.max_total_tokens": 6144,  # an expert episode is ~1,100 characters (max 1,503)
+        "generation.max_new_tokens": 384,  # the longest expert turn is ~210 characters
+        "generation.max_total_tokens": 6144,  # expert episodes: median 1,125 characters, max 1,941 (1,315 tasks)
     },
 }
 
