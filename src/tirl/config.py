@@ -490,7 +490,7 @@ class ResolvedConfig:
     """A config with where each set key came from and the notes on foreign names it translated."""
 
     config: TirlConfig
-    sources: dict[str, str]  # dotted key -> "file" | "--set" | "saved" (keys not here are defaults)
+    sources: dict[str, str]  # dotted key -> "file" | "--set" | "saved" | "env NAME" (not here: defaults)
     notes: list[str]  # one line per TRL/verl name or value read as tirl's (tirl.config_aliases)
 
 
@@ -537,6 +537,7 @@ def resolve_config(
 ) -> ResolvedConfig:
     """:func:`load_config`, plus each key's source and the notes on TRL/verl names it translated."""
     from tirl.config_aliases import translate
+    from tirl.config_presets import env_preset
 
     if path is not None and base is not None:
         raise ConfigError("a saved config and --config were both given — a resumed run keeps its own config")
@@ -562,6 +563,10 @@ def resolve_config(
         notes += [moved.note] if moved.note else []
         _place(data, moved.key, moved.value, f"override {item!r}")
         sources[moved.key] = "--set"
+    env_name, preset = env_preset(data, sources, EnvConfig.name)  # the env's own defaults, under file and --set
+    for key, value in preset.items():
+        _place(data, key, value, f"env {env_name} preset")
+        sources[key] = f"env {env_name}"
     return ResolvedConfig(_build(TirlConfig, data, ""), sources, notes)
 
 

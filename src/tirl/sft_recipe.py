@@ -32,6 +32,7 @@ import torch
 from tirl.config import EnvConfig, FilterConfig, SandboxConfig
 from tirl.envs.base import Task
 from tirl.envs.registry import env_factory
+from tirl.errors import InputError
 from tirl.fileio import atomic_write, check_output, check_output_dir, refuse_overwrite
 from tirl.filters import rules_from_config
 from tirl.inference.base import SamplingParams
@@ -143,12 +144,42 @@ def sft_tasks(cfg: SFTConfig, n: int, seed: int, *, held_out: bool = False) -> l
     return generate_tasks(n, difficulty=cfg.difficulty, seed=seed)
 
 
-def _model(options: SFTRunOptions, cfg: SFTConfig) -> tuple[Any, Any]:
-    """``options.init``'s model and tokenizer, or a fresh tiny model of ``options.spec``."""
+def load_sft_model(options: SFTRunOptions, cfg: SFTConfig) -> tuple[Any, Any]:
+    """``options.init``'s model and tokenizer, or a fresh tiny model of ``options.spec``, fit to the episodes.
+
+    The context is raised to ``cfg.max_total_tokens`` when shorter (:func:`fit_context`): the generator caps
+    an episode at the model's ``max_position_embeddings``, and swe-lite's run past tiny-tir's 1,024.
+    """
     if options.init:
         policy = load_policy(options.init)
-        return policy.model, policy.tokenizer
-    return build_tiny_model(options.spec, seed=cfg.seed)
+        model, tokenizer = policy.model, policy.tokenizer
+    else:
+        model, tokenizer = build_tiny_model(options.spec, seed=cfg.seed)
+    where = f"--init {options.init}" if options.init else "the fresh tiny model"
+    if fit_context(model, tokenizer, cfg.max_total_tokens, where=where):
+        cfg.log(f"context raised to {cfg.max_total_tokens} positions (the episodes' token cap)")
+    return model, tokenizer
+
+
+def fit_context(model: Any, tokenizer: Any, positions: int, *, where: str) -> bool:
+    """Give ``model`` at least ``positions`` positions; whether it changed anything.
+
+    Only for plain rotary positions (``rope_type`` default): they are computed, not learned, so no weight
+    changes and the new positions are what the training then teaches. A model with a learned position table
+    or a scaled rotary type (its behaviour depends on the length) is an :class:`InputError` naming ``where``.
+    """
+    have = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+    if have >= positions:
+        return False
+    rope = getattr(model.config, "rope_parameters", None) or {}
+    kind = rope.get("rope_type") if isinstance(rope, dict) else None
+    if kind != "default":
+        raise InputError(where, None, f"has {have} positions, fewer than the {positions} tokens of an episode, "
+                         f"and its positions are not plain rotary (rope_type {kind}), so tirl cannot extend them",
+                         "start from a model with enough positions (max_position_embeddings)")  # fmt: skip
+    model.config.max_position_embeddings = positions
+    tokenizer.model_max_length = positions
+    return True
 
 
 async def _demonstrations(cfg: SFTConfig, chat: ChatFormat, parts: SFTParts) -> list[Trajectory]:
@@ -205,7 +236,7 @@ def run_sft(cfg: SFTConfig, options: SFTRunOptions) -> SFTResult:
         check_output(options.demos_out)
     refuse_overwrite(out, [options.init], option="--out")  # the starting checkpoint is an input
     torch.set_num_threads(max(1, options.threads))
-    model, tokenizer = _model(options, cfg)
+    model, tokenizer = load_sft_model(options, cfg)
     chat = chat_format_for(tokenizer)
     cfg.log(f"model: {count_parameters(model):,} parameters")
     loop = asyncio.new_event_loop()
@@ -258,5 +289,5 @@ def _train(
     return result
 
 
-__all__ = ["SFTParts", "SFTRunOptions", "demo_env", "run_sft", "sft_parts", "sft_rules", "sft_runner", "sft_tasks",
-           "write_demonstrations"]  # fmt: skip
+__all__ = ["SFTParts", "SFTRunOptions", "demo_env", "fit_context", "load_sft_model", "run_sft", "sft_parts",
+           "sft_rules", "sft_runner", "sft_tasks", "write_demonstrations"]  # fmt: skip

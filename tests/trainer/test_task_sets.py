@@ -7,6 +7,8 @@ import pytest
 from tirl.config import load_config
 from tirl.trainer.wiring import TaskSets
 
+SMALL = ["env.name=swe-lite", "env.difficulty=1"]  # the 33 hand-planted bugs (swe-lite's preset is the curriculum)
+
 
 def test_tir_math_eval_set_is_200_distinct_and_disjoint_from_training() -> None:
     sets = TaskSets(load_config(None, ["env.name=tir-math"]))
@@ -16,7 +18,7 @@ def test_tir_math_eval_set_is_200_distinct_and_disjoint_from_training() -> None:
 
 
 def test_small_task_space_is_split_instead_of_exhausted() -> None:
-    sets = TaskSets(load_config(None, ["env.name=swe-lite"]))
+    sets = TaskSets(load_config(None, SMALL))
     eval_prompts = {t.prompt for t in sets.eval_tasks}
     assert 0 < len(eval_prompts) == len(sets.eval_tasks) < 200
     train = sets.train(3, 8)
@@ -25,14 +27,14 @@ def test_small_task_space_is_split_instead_of_exhausted() -> None:
 
 
 def test_pool_draw_is_without_replacement_and_covers_every_task_once_per_epoch() -> None:
-    sets = TaskSets(load_config(None, ["env.name=swe-lite"]))
+    sets = TaskSets(load_config(None, SMALL))
     assert sets._pool is not None
     size = len(sets._pool)
     assert size >= 8
     for step in range(12):  # a step never repeats a task while n <= the pool (random.choices did)
         drawn = [t.id for t in sets.train(step, 8)]
         assert len(set(drawn)) == 8, drawn
-        assert drawn == [t.id for t in TaskSets(load_config(None, ["env.name=swe-lite"])).train(step, 8)]
+        assert drawn == [t.id for t in TaskSets(load_config(None, SMALL)).train(step, 8)]
     epoch0 = [sets.train(step, 1)[0].id for step in range(size)]  # n=1: steps 0..size-1 are epoch 0
     assert sorted(epoch0) == sorted(t.id for t in sets._pool)
     epoch1 = [sets.train(step, 1)[0].id for step in range(size, 2 * size)]
@@ -51,7 +53,7 @@ def test_eval_split_picks_the_validation_set_and_refuses_an_empty_one() -> None:
     assert sets.split("validation") is sets.validation_tasks and sets.split("heldout") is sets.eval_tasks
     assert not {t.prompt for t in sets.validation_tasks} & {t.prompt for t in sets.eval_tasks}
     with pytest.raises(ConfigError, match=r"env\.eval_split=validation is empty"):
-        TaskSets(load_config(None, ["env.name=swe-lite", "env.eval_split=validation"]))
+        TaskSets(load_config(None, [*SMALL, "env.eval_split=validation"]))
     with pytest.raises(ConfigError, match=r"env\.eval_split"):
         load_config(None, ["env.eval_split=test"])
 
@@ -59,7 +61,8 @@ def test_eval_split_picks_the_validation_set_and_refuses_an_empty_one() -> None:
 def test_tirl_eval_on_an_empty_validation_split_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
     from tirl.cli import main
 
-    assert main(["eval", "--env", "swe-lite", "--split", "validation", "--set", "trainer.threads=1"]) == 2
+    assert main(["eval", "--env", "swe-lite", "--split", "validation", "--set", "env.difficulty=1",
+                 "--set", "trainer.threads=1"]) == 2  # fmt: skip
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert err == [
         "error: --split=validation is empty for env swe-lite with this task source (a task file or a small task "

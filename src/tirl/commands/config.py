@@ -2,7 +2,8 @@
 
 ``tirl config show [--config FILE.toml] [--set KEY=VALUE ...] [--resume RUN_DIR]`` prints the config a
 ``tirl train`` with the same arguments would run, as TOML that ``--config`` reads back, each value followed by
-its source (``default``, ``file``, ``--set``, or ``saved`` for a run's own ``config.json``). Unset optional
+its source (``default``, ``file``, ``--set``, ``saved`` for a run's own ``config.json``, or ``env NAME`` for a
+default of the env's own job, :mod:`tirl.config_presets`; ``--env NAME`` is ``--set env.name=NAME``). Unset optional
 keys (TOML has no null) are printed as comments. Notes on TRL/verl names go to stderr, as in ``tirl train``.
 
 ``tirl config aliases`` lists every TRL and verl name tirl accepts and what it becomes
@@ -27,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="print the resolved config as TOML, each value with its source")
     show.add_argument("--config", metavar="FILE.toml", help="a TOML config file")
     show.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[])
+    show.add_argument("--env", metavar="NAME", help="environment name (env.name), as tirl train --env")
     show.add_argument("--resume", metavar="RUN_DIR", help="start from a run's saved config.json")
     sub.add_parser("aliases", help="the TRL and verl names tirl accepts, and the tirl key each becomes")
 
@@ -66,7 +68,8 @@ def _show(args: argparse.Namespace) -> int:
     base = read_saved_config(Path(args.resume)) if args.resume else None
     for note in read_saved_notes(Path(args.resume)) if args.resume else []:
         print(f"note: {note} (saved with the run)", file=sys.stderr)
-    resolved = resolve_config(args.config, args.overrides, base)
+    shortcut = [f"env.name={args.env}"] if args.env else []  # after --set, as tirl train's shortcuts
+    resolved = resolve_config(args.config, [*args.overrides, *shortcut], base)
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
     sys.stdout.write(render_toml(resolved))

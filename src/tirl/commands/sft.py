@@ -85,14 +85,17 @@ def _config(args: argparse.Namespace) -> SFTConfig:
         raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
     stop = args.stop_at_accuracy if args.stop_at_accuracy is not None and args.stop_at_accuracy >= 0 else None
     same = ("steps", "batch_size", "lr", "train_tasks", "difficulty", "seed", "eval_every", "eval_tasks", "env")
-    if args.env == "swe-lite":  # 5-8 shell turns with tool output: longer episodes and turns
+    if args.env == "swe-lite":  # 5-8 shell turns with tool output: the turns and caps tirl train uses for it
+        from tirl.config_presets import ENV_PRESETS
+
+        preset = ENV_PRESETS["swe-lite"]
         return SFTConfig(
             **{name: getattr(args, name) for name in same},
             stop_at_accuracy=stop,
             copy_steps=max(0, args.copy_steps),
-            max_turns=10,
-            max_new_tokens=384,
-            max_total_tokens=6144,
+            max_turns=preset["env.max_turns"],
+            max_new_tokens=preset["generation.max_new_tokens"],
+            max_total_tokens=preset["generation.max_total_tokens"],
             log=lambda line: print(line, flush=True),
         )
     return SFTConfig(

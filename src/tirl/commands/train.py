@@ -43,7 +43,7 @@ from tirl.errors import InputError, TirlError
 from tirl.fileio import check_output_dir, write_text
 from tirl.jsonl import read_json
 from tirl.models.precision import check_training_precision
-from tirl.trainer.preflight import answer_format_warning, preflight, run_label
+from tirl.trainer.preflight import answer_format_warning, context_warning, preflight, run_label
 from tirl.trainer.run_lock import LOCK_NAME, hold_run_dir
 
 
@@ -199,9 +199,9 @@ def _write_notes(run_dir: Path, notes: list[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tirl train``."""
     cfg, run_dir, created = resolve(args)  # config errors come before the heavy imports below (~1 s, not ~15 s)
-    warning = answer_format_warning(cfg)
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    for warning in (answer_format_warning(cfg), context_warning(cfg)):
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output

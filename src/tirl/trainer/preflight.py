@@ -142,3 +142,28 @@ def answer_format_warning(cfg: TirlConfig) -> str | None:
             f"so those turns are void — use --set filter.action_rule={fmt.rule}"
         )
     return None
+
+
+def context_warning(cfg: TirlConfig) -> str | None:
+    """A warning when ``generation.max_total_tokens`` exceeds the model's positions (the generator stops there).
+
+    Reads the model directory's ``config.json`` (``model.path``, else the env's built-in model); a directory
+    it cannot read gives no warning (loading the model reports it with its fix).
+    """
+    import json
+
+    from tirl.models.loading import builtin_model_path
+
+    path = Path(cfg.model.path).expanduser() if cfg.model.path else builtin_model_path(cfg.env.name)
+    try:
+        positions = json.loads((path / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    cap = cfg.generation.max_total_tokens
+    if not isinstance(positions, int) or positions >= cap:
+        return None
+    return (
+        f"generation.max_total_tokens={cap} exceeds the {positions} positions of the model at {path}: the "
+        f"generator ends every episode at {positions} tokens (overlong) — give a model with more positions, "
+        f"or --set generation.max_total_tokens={positions}"
+    )
