@@ -4,14 +4,12 @@
 >>> (cfg.algo.clip_high, cfg.trainer.steps)
 (0.3, 5)
 
-Every section validates itself in ``__post_init__`` and raises
-:class:`~tirl.errors.ConfigError` naming the key, the bad value and the fix.
-Unknown keys are errors (with the closest valid key suggested), never
-silently ignored. Numbers are refused at parse time when they are not finite
-(``algo.lr=inf``, ``nan``, ``1e999``) or overflow (integers beyond 64 bits); a TOML file that is not
-UTF-8, nests too deeply or holds an over-long integer is one ConfigError. Every numeric key has a range
-(:data:`tirl.config_ranges.RANGES`, quoted in docs/configuration.md), checked at the end of its section's
-``__post_init__``: ``trainer.threads=100000`` is refused with the range, not run.
+Every section validates itself in ``__post_init__`` and raises :class:`~tirl.errors.ConfigError` naming the key, the
+bad value and the fix. Unknown keys are errors (with the closest valid key suggested), never silently ignored.
+Numbers are refused at parse time when they are not finite (``algo.lr=inf``, ``nan``, ``1e999``) or overflow
+(integers beyond 64 bits); a TOML file that is not UTF-8, nests too deeply or holds an over-long integer is one
+ConfigError. Every numeric key has a range (:data:`tirl.config_ranges.RANGES`, quoted in docs/configuration.md),
+checked at the end of its section's ``__post_init__``: ``trainer.threads=100000`` is refused with the range.
 """
 
 from __future__ import annotations
@@ -60,12 +58,8 @@ class ModelConfig:
         _check(self.generator != "openai" or bool(self.base_url), "model.base_url", self.base_url,
                "generator=openai needs a server, e.g. --base-url http://127.0.0.1:8000/v1")  # fmt: skip
         device = self.device.strip().lower()
-        _check(
-            device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit()),
-            "model.device",
-            self.device,
-            "use cpu, cuda, cuda:N or auto (cuda when a GPU is visible, else cpu)",
-        )
+        known = device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())
+        _check(known, "model.device", self.device, "use cpu, cuda, cuda:N or auto (a visible GPU, else cpu)")
         if device == "auto":  # torch only here: the other devices need no import to validate
             import torch
 
