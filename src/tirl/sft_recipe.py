@@ -182,7 +182,10 @@ async def _demonstrations(cfg: SFTConfig, chat: ChatFormat, parts: SFTParts) -> 
     from tirl.envs.tasks.swe_experts import curriculum_expert_solution
 
     tasks = sft_tasks(cfg, cfg.train_tasks, sft_task_seed(cfg.seed))
-    solutions = {"tir-chain": chain_expert_solution, "swe-lite": curriculum_expert_solution}
+    solutions: dict[str, Callable[[Task], list[str]]] = {
+        "tir-chain": chain_expert_solution,
+        "swe-lite": curriculum_expert_solution,
+    }
     solution = solutions.get(cfg.env, expert_solution)
     if cfg.tools:  # the same turns, each python fence written as a Hermes tool call
         solution = _as_tool_call_solution(solution)
