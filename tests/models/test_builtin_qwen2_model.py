@@ -154,3 +154,19 @@ def test_the_full_rebuild_is_byte_identical_to_the_shipped_checkpoint(tmp_path: 
     _rebuild(tmp_path / "full")
     for name in SHIPPED_FILES:
         assert sha256(tmp_path / "full" / name) == sha256(ASSET / name), name
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--tools"], "--arch qwen2"),  # the character model's template has no tools
+        (["--tools", "--env", "swe-lite", "--arch", "qwen2"], "--env swe-lite"),
+        (["--arch", "qwen2", "--vocab", "100"], "--vocab 100"),
+        (["--arch", "qwen2", "--corpus", "web"], "--corpus"),
+    ],
+)
+def test_bad_sft_model_flags_are_one_error_line(tmp_path: Path, args: list[str], named: str) -> None:
+    proc = tirl_in_process("sft", "--out", str(tmp_path / "m"), *args)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert named in lines[0] and not (tmp_path / "m").exists()
