@@ -7,6 +7,12 @@ The shipped checkpoint is rebuilt with::
 and the chain-task checkpoint (``tiny-chain``, started from ``tiny-tir``) with
 ``tirl sft --env tir-chain --init src/tirl/assets/tiny-tir --out src/tirl/assets/tiny-chain --seed 0 --threads 1``.
 
+``--tools`` offers the env's python tool in every prompt and writes each expert code turn as a Hermes
+``<tool_call>`` block (as ``tirl train --set env.tools=true`` runs episodes); it needs a model whose template
+renders tools: ``--arch qwen2|llama`` (a fresh model with a byte-level BPE tokenizer, as ``tirl model init`` makes
+it: ``--vocab``, ``--corpus``, ``--split-digits``) or ``--init DIR``. The shipped ``qwen2-chain`` is rebuilt by
+:data:`tirl.models.loading.QWEN2_CHAIN_SFT_COMMAND` (two stages).
+
 ``--env swe-lite`` demonstrates the swe-lite curriculum (training split; the stop-early accuracy is measured
 on its validation split) through the real swe-lite env and judge; ``--demos-out FILE`` also writes the
 demonstrations (trajectory JSONL with token ids and loss masks) before training.

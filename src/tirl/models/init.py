@@ -9,7 +9,9 @@ What it writes (the standard Hugging Face layout, loadable by ``AutoConfig``,
 * ``tokenizer.json`` / ``tokenizer_config.json`` / ``chat_template.jinja`` —
   a byte-level BPE tokenizer trained here with ``tokenizers`` on a built-in
   corpus (:func:`builtin_corpus`: generated English, arithmetic, Python and
-  tool-call text; deterministic), with the ChatML specials ``<|endoftext|>``,
+  tool-call text; deterministic; ``corpus="tasks"``: tirl's task generators and
+  expert episodes, :mod:`tirl.models.corpus`; ``split_digits``: Qwen2's
+  pre-tokenizer, one token per digit), with the ChatML specials ``<|endoftext|>``,
   ``<|im_start|>``, ``<|im_end|>`` and the tool markers as added tokens, and
   tirl's chat template (:mod:`tirl.models.template`).
 
