@@ -5,7 +5,8 @@ template renders the tool definitions and tool calls in the Hermes convention an
 back (same text, same ids); text round-trips through its tokenizer with one token per digit; a one-step
 ``tirl train --model ... --set env.tools=true`` runs and its rollouts call the python tool; the rebuild
 command (:data:`tirl.models.loading.QWEN2_CHAIN_SFT_COMMAND`) at a quick size writes the shipped tokenizer,
-template and config files byte for byte, and the same weights twice.
+template and config files byte for byte, and the same weights twice; ``tirl model init`` with the same flags
+trains the same vocabulary and merges.
 
 Not covered by the default suite: the full rebuild of the shipped weights (about 30 min on 2 busy cores);
 ``TIRL_REBUILD_ASSETS=1`` runs it and compares every file's bytes with the shipped ones.
@@ -115,6 +116,17 @@ def test_one_training_step_with_tools_runs_and_calls_the_python_tool(tmp_path: P
     trajs = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
     calls = [c for t in trajs for m in t["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
     assert calls and all(c["function"]["name"] == "python" for c in calls[:1]), trajs[0]["messages"]
+
+
+def test_model_init_with_the_same_flags_makes_the_shipped_tokenizer(tmp_path: Path) -> None:
+    """``tirl model init --corpus tasks --split-digits`` and ``tirl sft --arch qwen2`` train the same BPE."""
+    flags = "--vocab 2048 --corpus tasks --split-digits --layers 4 --hidden 128 --heads 4".split()
+    proc = tirl_in_process("model", "init", "--arch", "qwen2", *flags, "--out", str(tmp_path / "m"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made, shipped = (json.loads((d / "tokenizer.json").read_text())["model"] for d in (tmp_path / "m", ASSET))
+    assert made["vocab"] == shipped["vocab"] and made["merges"] == shipped["merges"]
+    assert (tmp_path / "m" / "chat_template.jinja").read_bytes() == (ASSET / "chat_template.jinja").read_bytes()
+    assert "vocabulary 1727 (embedding rows 2048)" in proc.stdout
 
 
 def _rebuild(out: Path, *quick: str) -> None:
