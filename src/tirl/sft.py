@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -70,6 +71,7 @@ class ScriptedSolutions:
     max_turns: int = 4
     max_total_tokens: int = 1024
     rules: ParseRules = field(default_factory=ParseRules)  # the env's action rule (labels the turn records)
+    tools: tuple[dict[str, Any], ...] = ()  # tool definitions rendered into the prompt (``env.tools = true``)
 
     async def __call__(self, env: Env, task: Task, initial: list[Message], traj: Trajectory) -> None:
         """Play ``solution(task)`` as sampled ids through the agent loop."""
@@ -80,6 +82,7 @@ class ScriptedSolutions:
             max_turns=self.max_turns,
             max_total_tokens=self.max_total_tokens,
             rules=self.rules,
+            tools=self.tools,
         )
         await loop(env, task, initial, traj)
 
@@ -94,15 +97,22 @@ async def build_demonstrations(
     max_total_tokens: int = 1024,
     concurrency: int = 16,
     rules: ParseRules | None = None,
+    tools: Sequence[dict[str, Any]] = (),
 ) -> list[Trajectory]:
     """One trajectory per task whose scripted solution the env judges correct (others are skipped).
 
     ``rules``: the action rule the env factory's envs judge with (default: :class:`~tirl.parsing.ParseRules`).
+    ``tools``: tool definitions for the prompt, as ``tirl train`` renders them with ``env.tools = true``.
     """
     from tirl.rollout.strategies import make_strategy
 
     runner = ScriptedSolutions(
-        chat, solution, max_turns=max_turns, max_total_tokens=max_total_tokens, rules=rules or ParseRules()
+        chat,
+        solution,
+        max_turns=max_turns,
+        max_total_tokens=max_total_tokens,
+        rules=rules or ParseRules(),
+        tools=tuple(tools),
     )
     cfg = RolloutConfig(run_workers=concurrency, run_queue_size=concurrency)
     strategy = make_strategy(cfg, env_factory, runner)
@@ -117,7 +127,7 @@ _COPY_WORDS = ("Compute", "What is", "Find", "Sum", "Copy", "Take", "x =", "Eval
 _COPY_OPS = ("+", "-", "*", "%", " mod ", ",", " to ", "**", "/")
 
 
-def copy_curriculum(n: int, chat: ChatFormat, *, seed: int = 0) -> list[Trajectory]:
+def copy_curriculum(n: int, chat: ChatFormat, *, seed: int = 0, tools: bool = False) -> list[Trajectory]:
     r"""Short synthetic episodes whose assistant turn copies numbers from the user turn.
 
     A dense, cheap signal for the one skill the demonstrations need and a
@@ -125,8 +135,9 @@ def copy_curriculum(n: int, chat: ChatFormat, *, seed: int = 0) -> list[Trajecto
     context (induction). Each is ``user: "<word> <a><op><b>."`` then an
     assistant turn ``print(<a><op><b>)`` or ``\boxed{<a>}`` or the bare
     numbers, in the same chat format as the demonstrations; loss mask 1 on the
-    assistant turn only.
+    assistant turn only. ``tools``: the ``print`` reply is a Hermes ``python`` tool call instead of a fence.
     """
+    from tirl.models.corpus import as_tool_calls
     from tirl.types import Message, Role
 
     rng = random.Random(f"copy/{seed}")
@@ -138,6 +149,8 @@ def copy_curriculum(n: int, chat: ChatFormat, *, seed: int = 0) -> list[Trajecto
         expr = f"{a}{op}{b}"
         kind = rng.randrange(3)
         reply = f"```python\nprint({expr})\n```" if kind == 0 else (f"\\boxed{{{a}}}" if kind == 1 else expr)
+        if tools:
+            reply = as_tool_calls(reply)
         prompt = chat.prompt_ids([Message(role=Role.USER, content=f"{rng.choice(_COPY_WORDS)} {expr}.")])
         turn = chat.assistant_ids(reply)
         traj = Trajectory(id=f"copy-{i}", messages=[])
@@ -294,6 +307,11 @@ def write_card(out: Path, cfg: SFTConfig, result: SFTResult, command: str) -> No
         f"- demonstrations: {result.demonstrations} ("
         + (f"tir-math difficulty {cfg.difficulty}" if cfg.env == "tir-math" else cfg.env)
         + ", expert solutions run through the real env)",
+        *(
+            ["- tools: the python tool offered in every prompt; calls written as Hermes <tool_call> blocks"]
+            if cfg.tools
+            else []
+        ),
         f"- steps: {result.steps}, batch {cfg.batch_size}, lr {cfg.lr}, final loss {result.final_loss:.4f}",
         f"- held-out accuracy (temperature 1) by step: {', '.join(f'{s}: {a:.3f}' for s, a in result.evals)}",
         f"- held-out greedy accuracy after training: {result.greedy_accuracy}",

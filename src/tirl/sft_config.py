@@ -32,6 +32,7 @@ class SFTConfig:
     copy_batch_size: int = 64
     max_turns: int = 4
     env: str = "tir-math"  # task family of the demonstrations: tir-math | tir-chain
+    tools: bool = False  # demonstrate with the env's tools offered and Hermes tool calls (``env.tools = true``)
     max_new_tokens: int = 96
     max_total_tokens: int = 512
     log: Callable[[str], None] = field(default=print, repr=False)

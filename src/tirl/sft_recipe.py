@@ -23,6 +23,7 @@ sandbox, and a GPU (the model stays on the CPU).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,10 @@ from tirl.filters import rules_from_config
 from tirl.inference.base import SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.models.chat_format import ChatFormat, chat_format_for
+from tirl.models.init import ModelSpec, build_model, spec_tokenizer
 from tirl.models.loading import load_policy
 from tirl.models.tiny import TinyModelSpec, build_tiny_model, count_parameters, save_policy
+from tirl.models.toolcalls import tools_for_env
 from tirl.parsing import ParseRules
 from tirl.rollout.agent_loop import AgentLoop
 from tirl.rollout.base import EnvFactory
@@ -68,8 +71,9 @@ class SFTRunOptions:
     """Where the checkpoint goes and what the run starts from (the parts of ``tirl sft`` not in SFTConfig)."""
 
     out: Path
-    init: str | None = None  # a model directory to start from; None: a fresh tiny model of ``spec``
+    init: str | None = None  # a model directory to start from; None: a fresh model (``bpe`` or ``spec``)
     spec: TinyModelSpec = field(default_factory=TinyModelSpec)
+    bpe: ModelSpec | None = None  # set: a fresh Qwen2/Llama with a BPE tokenizer (``tirl model init``'s) instead
     threads: int = 2  # torch CPU threads
     sandbox: str = "auto"  # sandbox.backend: auto | bwrap | process
     command: str = "tirl sft"  # how to rebuild the checkpoint, written into its card
@@ -98,6 +102,11 @@ def sft_rules(cfg: SFTConfig) -> ParseRules:
     return rules_from_config(FilterConfig(), EnvConfig(name=cfg.env))
 
 
+def sft_tools(cfg: SFTConfig) -> tuple[dict[str, Any], ...]:
+    """The tool definitions every SFT prompt renders: the env's tools with ``cfg.tools``, else none."""
+    return tools_for_env(cfg.env) if cfg.tools else ()
+
+
 def sft_runner(
     generator: Any, chat: ChatFormat, cfg: SFTConfig, rules: ParseRules, *, temperature: float, seed: int | None
 ) -> AgentLoop:
@@ -110,6 +119,7 @@ def sft_runner(
         max_total_tokens=cfg.max_total_tokens,
         rules=rules,
         seed=seed,
+        tools=sft_tools(cfg),
     )
 
 
@@ -145,14 +155,17 @@ def sft_tasks(cfg: SFTConfig, n: int, seed: int, *, held_out: bool = False) -> l
 
 
 def load_sft_model(options: SFTRunOptions, cfg: SFTConfig) -> tuple[Any, Any]:
-    """``options.init``'s model and tokenizer, or a fresh tiny model of ``options.spec``, fit to the episodes.
+    """``options.init``'s model, a fresh BPE model of ``options.bpe`` or a tiny one of ``spec``, fit to the episodes.
 
     The context is raised to ``cfg.max_total_tokens`` when shorter (:func:`fit_context`): the generator caps
     an episode at the model's ``max_position_embeddings``, and swe-lite's run past tiny-tir's 1,024.
     """
     if options.init:
-        policy = load_policy(options.init)
+        policy = load_policy(options.init, need_tools=cfg.tools)
         model, tokenizer = policy.model, policy.tokenizer
+    elif options.bpe is not None:  # a fresh BPE model (--arch qwen2|llama)
+        tokenizer = spec_tokenizer(options.bpe)
+        model = build_model(options.bpe, tokenizer)
     else:
         model, tokenizer = build_tiny_model(options.spec, seed=cfg.seed)
     where = f"--init {options.init}" if options.init else "the fresh tiny model"
@@ -182,6 +195,16 @@ def fit_context(model: Any, tokenizer: Any, positions: int, *, where: str) -> bo
     return True
 
 
+def _as_tool_call_solution(fenced: Callable[[Task], list[str]]) -> Callable[[Task], list[str]]:
+    """The expert ``fenced`` with every python fence of its turns written as a Hermes tool call."""
+    from tirl.models.corpus import as_tool_calls
+
+    def solution(task: Task) -> list[str]:
+        return [as_tool_calls(turn) for turn in fenced(task)]
+
+    return solution
+
+
 async def _demonstrations(cfg: SFTConfig, chat: ChatFormat, parts: SFTParts) -> list[Trajectory]:
     """The expert's episodes on the training tasks, through the real env (only the correct ones)."""
     from tirl.envs.tasks.chain_gen import chain_expert_solution
@@ -189,8 +212,13 @@ async def _demonstrations(cfg: SFTConfig, chat: ChatFormat, parts: SFTParts) -> 
     from tirl.envs.tasks.swe_experts import curriculum_expert_solution
 
     tasks = sft_tasks(cfg, cfg.train_tasks, sft_task_seed(cfg.seed))
-    solutions = {"tir-chain": chain_expert_solution, "swe-lite": curriculum_expert_solution}
+    solutions: dict[str, Callable[[Task], list[str]]] = {
+        "tir-chain": chain_expert_solution,
+        "swe-lite": curriculum_expert_solution,
+    }
     solution = solutions.get(cfg.env, expert_solution)
+    if cfg.tools:  # the same turns, each python fence written as a Hermes tool call
+        solution = _as_tool_call_solution(solution)
     demos = await build_demonstrations(
         tasks,
         solution,
@@ -199,6 +227,7 @@ async def _demonstrations(cfg: SFTConfig, chat: ChatFormat, parts: SFTParts) -> 
         max_turns=cfg.max_turns,
         max_total_tokens=cfg.max_total_tokens,
         rules=parts.rules,
+        tools=sft_tools(cfg),
     )
     if demos:
         lengths = sorted(len(t.token_ids) for t in demos)
@@ -216,7 +245,7 @@ def _copy_warmup(model: Any, tokenizer: Any, chat: ChatFormat, cfg: SFTConfig) -
     copy_cfg = replace(
         cfg, steps=cfg.copy_steps, batch_size=cfg.copy_batch_size, decay_steps=cfg.copy_steps, stop_at_accuracy=None
     )
-    copies = copy_curriculum(cfg.copy_steps * cfg.copy_batch_size, chat, seed=cfg.seed)
+    copies = copy_curriculum(cfg.copy_steps * cfg.copy_batch_size, chat, seed=cfg.seed, tools=cfg.tools)
     cfg.log(f"copy curriculum: {cfg.copy_steps} steps of {cfg.copy_batch_size}")
     train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))
 
@@ -290,4 +319,4 @@ def _train(
 
 
 __all__ = ["SFTParts", "SFTRunOptions", "demo_env", "fit_context", "load_sft_model", "run_sft", "sft_parts",
-           "sft_rules", "sft_runner", "sft_tasks", "write_demonstrations"]  # fmt: skip
+           "sft_rules", "sft_runner", "sft_tasks", "sft_tools", "write_demonstrations"]  # fmt: skip

@@ -1,6 +1,7 @@
 """``tirl model``: make a small model (``init``), check a model directory (``check``), merge a LoRA adapter (``merge``).
 
-``tirl model init --arch qwen2|llama --out DIR [--layers N --hidden N --vocab N --heads N --seed N]``
+``tirl model init --arch qwen2|llama --out DIR [--layers N --hidden N --vocab N --heads N --seed N]
+[--corpus builtin|tasks] [--split-digits]``
 writes a model, a byte-level BPE tokenizer and tirl's chat template with tool
 calls (see :mod:`tirl.models.init`); with no size flags the model is tiny.
 The directory is written whole or not at all; an existing non-empty ``DIR``
@@ -23,6 +24,7 @@ import argparse
 import time
 
 from tirl.cli import elapsed
+from tirl.models.corpus import CORPORA
 from tirl.models.init import ARCHS, ModelSpec
 
 
@@ -38,6 +40,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     init.add_argument("--vocab", type=int, default=d.vocab, help=f"vocabulary size (default {d.vocab})")
     init.add_argument("--heads", type=int, default=0, help="attention heads (default: hidden/64, hidden/16 under 256)")
     init.add_argument("--seed", type=int, default=d.seed, help="seed of the weights (default 0)")
+    init.add_argument(
+        "--corpus",
+        choices=CORPORA,
+        default=d.corpus,
+        help="tokenizer training text: builtin (generic prose, arithmetic, code) or tasks (tirl's task "
+        "generators and expert episodes, tool calls included) (default builtin)",
+    )
+    init.add_argument(
+        "--split-digits", action="store_true", help="pre-tokenize as Qwen2 does: each digit its own token"
+    )
     check = sub.add_parser("check", help="load a model directory and report its tokenizer, template and tools")
     check.add_argument("path", help="a local Hugging Face model directory")
     check.add_argument("--tools", action="store_true", help="also require a template with tool support")
@@ -50,8 +62,9 @@ def _init(args: argparse.Namespace) -> int:
     from tirl.models.init import init_model
 
     spec = ModelSpec(
-        arch=args.arch, layers=args.layers, hidden=args.hidden, vocab=args.vocab, heads=args.heads, seed=args.seed
-    )
+        arch=args.arch, layers=args.layers, hidden=args.hidden, vocab=args.vocab, heads=args.heads, seed=args.seed,
+        corpus=args.corpus, split_digits=args.split_digits,
+    )  # fmt: skip
     spec.check()
     t0 = time.perf_counter()
     path = init_model(spec, args.out)

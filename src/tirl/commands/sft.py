@@ -7,6 +7,12 @@ The shipped checkpoint is rebuilt with::
 and the chain-task checkpoint (``tiny-chain``, started from ``tiny-tir``) with
 ``tirl sft --env tir-chain --init src/tirl/assets/tiny-tir --out src/tirl/assets/tiny-chain --seed 0 --threads 1``.
 
+``--tools`` offers the env's python tool in every prompt and writes each expert code turn as a Hermes
+``<tool_call>`` block (as ``tirl train --set env.tools=true`` runs episodes); it needs a model whose template
+renders tools: ``--arch qwen2|llama`` (a fresh model with a byte-level BPE tokenizer, as ``tirl model init`` makes
+it: ``--vocab``, ``--corpus``, ``--split-digits``) or ``--init DIR``. The shipped ``qwen2-chain`` is rebuilt by
+:data:`tirl.models.loading.QWEN2_CHAIN_SFT_COMMAND` (two stages).
+
 ``--env swe-lite`` demonstrates the swe-lite curriculum (training split; the stop-early accuracy is measured
 on its validation split) through the real swe-lite env and judge; ``--demos-out FILE`` also writes the
 demonstrations (trajectory JSONL with token ids and loss masks) before training.
@@ -23,6 +29,8 @@ import sys
 from pathlib import Path
 
 from tirl.errors import ConfigError
+from tirl.models.corpus import CORPORA
+from tirl.models.init import ARCHS, ModelSpec
 from tirl.models.tiny import TinyModelSpec
 from tirl.sft_config import SFTConfig
 
@@ -55,6 +63,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also write the demonstrations to this trajectory JSONL (token ids and loss masks included)",
     )
     parser.add_argument("--init", default=None, help="start from this model directory instead of a fresh tiny model")
+    parser.add_argument(
+        "--tools",
+        action="store_true",
+        help="offer the env's python tool in every prompt and demonstrate Hermes <tool_call> blocks, as "
+        "`tirl train --set env.tools=true` runs them (needs a model with a tool template: --arch qwen2|llama or "
+        "--init DIR)",
+    )
+    parser.add_argument(
+        "--arch",
+        choices=("tiny", *ARCHS),
+        default="tiny",
+        help="a fresh model: tiny (Llama over the character tokenizer) or, as `tirl model init` makes it, a "
+        "Qwen2/Llama with a byte-level BPE tokenizer and the ChatML/Hermes template",
+    )
+    parser.add_argument("--vocab", type=int, default=2048, help="BPE vocabulary of a fresh --arch qwen2|llama model")
+    parser.add_argument(
+        "--corpus", choices=CORPORA, default="builtin", help="BPE training text of a fresh --arch qwen2|llama model"
+    )
+    parser.add_argument(
+        "--split-digits", action="store_true", help="BPE: Qwen2's pre-tokenizer (each digit its own token)"
+    )
     for name, text in _SFT_OPTIONS:  # options named after SFTConfig fields, with their defaults and types
         default = getattr(d, name)
         parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default, help=text)
@@ -83,6 +112,10 @@ def _config(args: argparse.Namespace) -> SFTConfig:
         raise ConfigError("--steps, --batch-size, --train-tasks, --eval-tasks and --eval-every must be >= 1")
     if not 1 <= args.difficulty <= 5:
         raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
+    if args.tools and args.env == "swe-lite":
+        raise ConfigError("--tools with --env swe-lite is not supported: its experts write bash fences; drop --tools")
+    if args.tools and args.arch == "tiny" and not args.init:
+        raise ConfigError("--tools needs a model with a tool template: add --arch qwen2 (or --init DIR)")
     stop = args.stop_at_accuracy if args.stop_at_accuracy is not None and args.stop_at_accuracy >= 0 else None
     same = ("steps", "batch_size", "lr", "train_tasks", "difficulty", "seed", "eval_every", "eval_tasks", "env")
     if args.env == "swe-lite":  # 5-8 shell turns with tool output: the turns and caps tirl train uses for it
@@ -93,6 +126,7 @@ def _config(args: argparse.Namespace) -> SFTConfig:
             **{name: getattr(args, name) for name in same},
             stop_at_accuracy=stop,
             copy_steps=max(0, args.copy_steps),
+            tools=args.tools,
             max_turns=preset["env.max_turns"],
             max_new_tokens=preset["generation.max_new_tokens"],
             max_total_tokens=preset["generation.max_total_tokens"],
@@ -102,9 +136,22 @@ def _config(args: argparse.Namespace) -> SFTConfig:
         **{name: getattr(args, name) for name in same},
         stop_at_accuracy=stop,
         copy_steps=max(0, args.copy_steps),
+        tools=args.tools,
         max_turns=6 if args.env == "tir-chain" else SFTConfig.max_turns,
         log=lambda line: print(line, flush=True),
     )
+
+
+def _bpe_spec(args: argparse.Namespace) -> ModelSpec | None:
+    """The fresh BPE model of ``--arch qwen2|llama`` (checked: a bad size is one error line), else None."""
+    if args.arch == "tiny" or args.init:
+        return None
+    spec = ModelSpec(
+        arch=args.arch, layers=args.layers, hidden=args.hidden, vocab=args.vocab, heads=args.heads, seed=args.seed,
+        corpus=args.corpus, split_digits=args.split_digits,
+    )  # fmt: skip
+    spec.check()
+    return spec
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     command = "tirl sft " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "tirl sft"
     options = SFTRunOptions(
         out=Path(args.out), init=args.init, spec=spec, threads=args.threads, sandbox=args.sandbox, command=command,
-        demos_out=Path(args.demos_out) if args.demos_out else None,
+        demos_out=Path(args.demos_out) if args.demos_out else None, bpe=_bpe_spec(args),
     )  # fmt: skip
     run_sft(cfg, options)
     return 0

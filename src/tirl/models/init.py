@@ -9,7 +9,9 @@ What it writes (the standard Hugging Face layout, loadable by ``AutoConfig``,
 * ``tokenizer.json`` / ``tokenizer_config.json`` / ``chat_template.jinja`` —
   a byte-level BPE tokenizer trained here with ``tokenizers`` on a built-in
   corpus (:func:`builtin_corpus`: generated English, arithmetic, Python and
-  tool-call text; deterministic), with the ChatML specials ``<|endoftext|>``,
+  tool-call text; deterministic; ``corpus="tasks"``: tirl's task generators and
+  expert episodes, :mod:`tirl.models.corpus`; ``split_digits``: Qwen2's
+  pre-tokenizer, one token per digit), with the ChatML specials ``<|endoftext|>``,
   ``<|im_start|>``, ``<|im_end|>`` and the tool markers as added tokens, and
   tirl's chat template (:mod:`tirl.models.template`).
 
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # torch, tokenizers and transformers load in the builders: `t
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from tirl.errors import ConfigError, OutputError
+from tirl.models.corpus import CORPORA, corpus_lines
 from tirl.models.template import ADDED_TOKENS, CHAT_TEMPLATE, EOS, EOT, SPECIAL_TOKENS
 
 ARCHS = ("qwen2", "llama")
@@ -55,11 +58,15 @@ class ModelSpec:
     heads: int = 0
     max_positions: int = 2048
     seed: int = 0
+    corpus: str = "builtin"  # the tokenizer's training text: builtin | tasks (tirl.models.corpus)
+    split_digits: bool = False  # pre-tokenize as Qwen2 does: every digit its own token (no merged numbers)
 
     def check(self) -> None:
         """Raise :class:`ConfigError` naming the flag that is out of range."""
         if self.arch not in ARCHS:
             raise ConfigError(f"--arch {self.arch!r} is not supported: use one of {', '.join(ARCHS)}")
+        if self.corpus not in CORPORA:
+            raise ConfigError(f"--corpus {self.corpus!r} is not supported: use one of {', '.join(CORPORA)}")
         if not 1 <= self.layers <= 128:
             raise ConfigError(f"--layers {self.layers} is out of range: use 1 to 128")
         if not 16 <= self.hidden <= 16384:
@@ -116,13 +123,35 @@ def builtin_corpus(lines: int = 6000, seed: int = 0) -> list[str]:
     return out
 
 
-def build_tokenizer(vocab: int = 1024, *, max_length: int = 2048, seed: int = 0) -> PreTrainedTokenizerFast:
-    """Train the byte-level BPE tokenizer on :func:`builtin_corpus` (same ids on every call)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+# Qwen2's pre-tokenizer pattern: contractions, letter runs, ONE digit, punctuation runs, newlines, spaces.
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+    r"\s+(?!\S)|\s+"
+)
+
+
+def build_tokenizer(
+    vocab: int = 1024, *, max_length: int = 2048, seed: int = 0, corpus: str = "builtin", split_digits: bool = False
+) -> PreTrainedTokenizerFast:
+    """Train the byte-level BPE tokenizer on the named corpus (same ids on every call).
+
+    ``split_digits``: Qwen2's pre-tokenizer (NFC, :data:`QWEN2_SPLIT`, byte level), so no merge spans two
+    digits; else GPT-2's byte-level regex (digit runs may merge).
+    """
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if split_digits:
+        core.normalizer = normalizers.NFC()
+        core.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab - len(ADDED_TOKENS),
@@ -131,7 +160,7 @@ def build_tokenizer(vocab: int = 1024, *, max_length: int = 2048, seed: int = 0)
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    core.train_from_iterator(builtin_corpus(seed=seed), trainer=trainer)
+    core.train_from_iterator(corpus_lines(corpus, seed=seed), trainer=trainer)
     core.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core,
@@ -142,6 +171,13 @@ def build_tokenizer(vocab: int = 1024, *, max_length: int = 2048, seed: int = 0)
     )
     tok.chat_template = CHAT_TEMPLATE
     return tok
+
+
+def spec_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerFast:
+    """:func:`build_tokenizer` with ``spec``'s vocabulary, length, seed, corpus and digit split."""
+    return build_tokenizer(
+        spec.vocab, max_length=spec.max_positions, seed=spec.seed, corpus=spec.corpus, split_digits=spec.split_digits
+    )
 
 
 def build_model(spec: ModelSpec, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
@@ -188,7 +224,7 @@ def init_model(spec: ModelSpec, out: str | Path) -> Path:
     spec.check()
     path = Path(out).expanduser()
     check_out(path)
-    tokenizer = build_tokenizer(spec.vocab, max_length=spec.max_positions, seed=spec.seed)
+    tokenizer = spec_tokenizer(spec)
     model = build_model(spec, tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:

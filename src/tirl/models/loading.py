@@ -40,6 +40,17 @@ CHAIN_SFT_COMMAND = (
     "tirl sft --env tir-chain --init src/tirl/assets/tiny-tir --out src/tirl/assets/tiny-chain --seed 0 "
     "--threads 1 --copy-steps 0 --train-tasks 1500 --lr 1e-3 --eval-every 10 --stop-at-accuracy 0.2"
 )
+# The shipped Qwen2 model with a BPE tokenizer and Hermes tool calls: 375 SFT steps from scratch on tir-chain
+# with tools (lr 3e-3, after a copy curriculum), then 50 steps more at lr 1e-3.
+QWEN2_CHAIN_DIR = "qwen2-chain"
+QWEN2_CHAIN_STAGE1 = "runs/qwen2-chain-sft1"
+QWEN2_CHAIN_SFT_COMMAND = (
+    "tirl sft --env tir-chain --tools --arch qwen2 --vocab 2048 --corpus tasks --split-digits --layers 4 "
+    f"--hidden 128 --heads 4 --out {QWEN2_CHAIN_STAGE1} --seed 0 --threads 1 --copy-steps 150 --train-tasks 1000 "
+    "--steps 375 --eval-every 25 --stop-at-accuracy 0.2 && "
+    f"tirl sft --env tir-chain --tools --init {QWEN2_CHAIN_STAGE1} --out src/tirl/assets/qwen2-chain --seed 0 "
+    "--threads 1 --copy-steps 0 --train-tasks 1000 --lr 1e-3 --steps 50 --eval-every 10 --stop-at-accuracy 0.2"
+)
 # env name -> (asset directory, rebuild command) of the built-in model for that env; others use tiny-tir
 BUILTIN_MODELS: dict[str, tuple[str, str]] = {"tir-chain": ("tiny-chain", CHAIN_SFT_COMMAND)}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

@@ -103,6 +103,18 @@ def parse_tool_calls(text: str, *, id_prefix: str = "call") -> ParsedTurn:
     return ParsedTurn(content="\n".join(p for p in pieces if p), tool_calls=tuple(calls))
 
 
+def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
+    r"""The Hermes block tirl's chat template renders for one call (what :func:`parse_tool_calls` reads back).
+
+    >>> tool_call_text("python", {"code": "print(2)"})
+    '<tool_call>\n{"name": "python", "arguments": {"code": "print(2)"}}\n</tool_call>'
+    """
+    body = (
+        f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {json.dumps(arguments, ensure_ascii=False)}}}'
+    )
+    return f"{TOOL_CALL_OPEN}\n{body}\n{TOOL_CALL_CLOSE}"
+
+
 def function_tool(name: str, description: str, **arguments: str) -> dict[str, Any]:
     """An OpenAI function definition whose ``arguments`` (name -> description) are strings, all required."""
     properties = {arg: {"type": "string", "description": text} for arg, text in arguments.items()}
