@@ -44,8 +44,8 @@ def test_generator_is_deterministic_and_every_chain_stops_after_2_to_4_calls() -
 
 
 def test_sft_and_evaluation_draws_differ() -> None:
+    from tirl.envs.seeds import eval_seed
     from tirl.sft import sft_eval_seed, sft_task_seed
-    from tirl.trainer.wiring import eval_seed
 
     draws = [{t.prompt for t in generate_chain_tasks(200, seed=s)} for s in (eval_seed(0), eval_seed(1))]
     draws += [{t.prompt for t in generate_chain_tasks(200, seed=s)} for s in (sft_task_seed(0), sft_eval_seed(0))]

@@ -19,6 +19,7 @@ from tirl.config import EnvConfig, TirlConfig
 from tirl.envs import check_env
 from tirl.envs.base import Task
 from tirl.envs.registry import load_tasks
+from tirl.envs.seeds import eval_seed, validation_seed
 from tirl.envs.swe_lite import SweLiteEnv, expert_solution
 from tirl.envs.tasks.swe_curriculum import (
     POOL_PROGRAMS,
@@ -33,7 +34,7 @@ from tirl.envs.tasks.swe_experts import curriculum_expert_solution, fix_command,
 from tirl.envs.tasks.swe_templates import BUG_KINDS
 from tirl.sandbox.base import Sandbox
 from tirl.testing import play
-from tirl.trainer.wiring import eval_seed, train_seed, validation_seed
+from tirl.trainer.wiring import train_seed
 from tirl.types import Role, TerminationReason
 
 

@@ -6,8 +6,9 @@ import pytest
 
 from tirl.config import load_config
 from tirl.envs.registry import load_tasks
+from tirl.envs.seeds import eval_seed
 from tirl.sft import demonstration_prompts
-from tirl.trainer.wiring import TaskSets, eval_seed
+from tirl.trainer.wiring import TaskSets
 
 
 @pytest.mark.parametrize("env", ["tir-math", "tir-chain"])

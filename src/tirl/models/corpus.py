@@ -3,7 +3,7 @@ r"""Tokenizer training text made from tirl's own tasks and expert episodes (``ti
 :func:`task_corpus` is deterministic for a seed and needs no sandbox and no
 download. It holds, in this order:
 
-* :func:`tirl.models.init.builtin_corpus` (prose, arithmetic, Python, JSON tool calls);
+* :func:`builtin_corpus` (prose, arithmetic, Python, JSON tool calls);
 * for each tir-math difficulty 1-5: the generated prompts and their expert turns
   (:func:`tirl.envs.tasks.math_gen.expert_solution`), fenced and as Hermes tool calls;
 * tir-chain expert episodes rendered with tirl's chat template and the python
@@ -28,6 +28,7 @@ prompts and the built-in prose — so the merges stop near 1,700 tokens (the shi
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any
 
@@ -37,6 +38,33 @@ CORPORA = ("builtin", "tasks")
 CORPUS_SEED = 300_000
 _MARKERS = re.compile("|".join(re.escape(t) for t in sorted((*SPECIAL_TOKENS, *ADDED_TOKENS), key=len, reverse=True)))
 _FENCE = re.compile(r"```python\n(.*?)\n```", re.DOTALL)
+
+
+_WORDS = (
+    "the model writes code and reads the output before it answers compute sum product value result number "
+    "first then check print answer tool call function python run list sort count total each step user "
+    "assistant system question solve find how many what is divide multiply add subtract remainder square"
+).split()
+
+
+def builtin_corpus(lines: int = 6000, seed: int = 0) -> list[str]:
+    """Deterministic training text for the tokenizer: prose, arithmetic, Python, JSON tool calls."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    for i in range(lines):
+        a, b = rng.randint(0, 9999), rng.randint(1, 999)
+        kind = i % 5
+        if kind == 0:
+            out.append(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(6, 16))).capitalize() + ".")
+        elif kind == 1:
+            out.append(f"What is {a} + {b}? The answer is \\boxed{{{a + b}}}.")
+        elif kind == 2:
+            out.append(f"```python\nx = {a}\ny = {b}\nprint(x * y, x // y, x % y)\n```")
+        elif kind == 3:
+            out.append(f'<tool_call>\n{{"name": "python", "arguments": {{"code": "print({a} - {b})"}}}}\n</tool_call>')
+        else:
+            out.append(f"```output\n{a * b}\n```\nSo the result is {a * b}. def f(n):\n    return n + {b}\n")
+    return out
 
 
 def without_markers(text: str) -> list[str]:
@@ -128,8 +156,6 @@ def _swe_lines(seed: int, n: int) -> list[str]:
 
 def task_corpus(seed: int = 0, *, size: int = 6000) -> list[str]:
     """Deterministic tokenizer text from tirl's task generators and expert episodes (see the module docstring)."""
-    from tirl.models.init import builtin_corpus
-
     base = CORPUS_SEED + 10 * seed
     return [
         *builtin_corpus(lines=size // 2, seed=seed),
@@ -143,6 +169,4 @@ def corpus_lines(name: str, seed: int = 0) -> list[str]:
     """The lines of the named corpus (:data:`CORPORA`)."""
     if name == "tasks":
         return task_corpus(seed)
-    from tirl.models.init import builtin_corpus
-
     return builtin_corpus(seed=seed)

@@ -30,7 +30,6 @@ user data.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -94,33 +93,6 @@ class ModelSpec:
     def intermediate(self) -> int:
         """MLP width: about 8/3 of ``hidden``, rounded up to a multiple of 32."""
         return -(-self.hidden * 8 // 3 // 32) * 32
-
-
-_WORDS = (
-    "the model writes code and reads the output before it answers compute sum product value result number "
-    "first then check print answer tool call function python run list sort count total each step user "
-    "assistant system question solve find how many what is divide multiply add subtract remainder square"
-).split()
-
-
-def builtin_corpus(lines: int = 6000, seed: int = 0) -> list[str]:
-    """Deterministic training text for the tokenizer: prose, arithmetic, Python, JSON tool calls."""
-    rng = random.Random(seed)
-    out: list[str] = []
-    for i in range(lines):
-        a, b = rng.randint(0, 9999), rng.randint(1, 999)
-        kind = i % 5
-        if kind == 0:
-            out.append(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(6, 16))).capitalize() + ".")
-        elif kind == 1:
-            out.append(f"What is {a} + {b}? The answer is \\boxed{{{a + b}}}.")
-        elif kind == 2:
-            out.append(f"```python\nx = {a}\ny = {b}\nprint(x * y, x // y, x % y)\n```")
-        elif kind == 3:
-            out.append(f'<tool_call>\n{{"name": "python", "arguments": {{"code": "print({a} - {b})"}}}}\n</tool_call>')
-        else:
-            out.append(f"```output\n{a * b}\n```\nSo the result is {a * b}. def f(n):\n    return n + {b}\n")
-    return out
 
 
 # Qwen2's pre-tokenizer pattern: contractions, letter runs, ONE digit, punctuation runs, newlines, spaces.

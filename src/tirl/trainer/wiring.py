@@ -11,7 +11,7 @@ trace) — one rollout path for both. The recipe that uses these parts is
 :mod:`tirl.trainer.run`.
 
 Task sets: the evaluation (held-out) set is ``env.eval_size`` tasks generated
-from the evaluation seed (``EVAL_SEED_OFFSET + env.seed``), leaving out every
+from the evaluation seed (``tirl.envs.seeds.EVAL_SEED_OFFSET + env.seed``), leaving out every
 prompt of the built-in checkpoint's SFT demonstrations
 (:func:`tirl.sft.demonstration_prompts`); the validation set, for tuning, is
 as many tasks from ``VALIDATION_SEED_OFFSET + env.seed``, leaving out those
@@ -41,15 +41,12 @@ from typing import Any
 
 from tirl.config import TirlConfig
 from tirl.envs.base import Task
+from tirl.envs.seeds import eval_seed, validation_seed
 from tirl.errors import ConfigError, SetupError
 from tirl.filters import rules_from_config
 from tirl.inference.base import AdapterSyncing, BusyMetered, Generator, SamplingParams, Versioned, WeightSyncing
 from tirl.rollout.base import EnvFactory, RolloutStrategy
 from tirl.rollout.evaluation import EvalReport, eval_rollout_config, evaluate_policy
-
-EVAL_SEED_OFFSET = 1_000_000_007
-VALIDATION_SEED_OFFSET = 2_000_000_011
-
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +54,6 @@ log = logging.getLogger(__name__)
 def train_seed(env_seed: int, step: int) -> int:
     """The task-generation seed of training step ``step``."""
     return env_seed * 1_000_003 + step
-
-
-def eval_seed(env_seed: int) -> int:
-    """The task-generation seed of the held-out evaluation set."""
-    return EVAL_SEED_OFFSET + env_seed
-
-
-def validation_seed(env_seed: int) -> int:
-    """The task-generation seed of the validation set (what tuning looks at)."""
-    return VALIDATION_SEED_OFFSET + env_seed
 
 
 def _draw_excluding(env: Any, n: int, seed: int, excluded: frozenset[str] | set[str]) -> list[Task]:

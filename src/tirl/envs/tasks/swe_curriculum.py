@@ -293,7 +293,7 @@ def generate_curriculum(
 
 def split_for_seed(seed: int, env_seed: int = 0) -> Split:
     """The split the trainer means by a generation seed: its held-out and validation seeds, else ``train``."""
-    from tirl.trainer.wiring import eval_seed, validation_seed
+    from tirl.envs.seeds import eval_seed, validation_seed
 
     if seed == eval_seed(env_seed):
         return "heldout"
