@@ -29,6 +29,16 @@ What it does, for each benchmark in ``bench_table.BENCHMARKS`` (or those named w
 ``--quick`` runs every benchmark at its smallest sizes: a check that the
 benchmarks and this page work, not a result (the page says so in its head).
 
+**Keeping sections.** Each section says when, at which commit and by which
+command it was measured. ``--keep`` rewrites the page with the benchmarks
+measured now and keeps, verbatim, the sections of the existing page for the
+others (so ``--only NAME --keep`` re-measures one benchmark without losing
+the rest; a kept section from a page older than these lines gets its date
+and commit from that page's head). Without ``--keep`` the page holds only
+this run's benchmarks. A benchmark may fix its own number of runs
+(:attr:`bench_table.Bench.runs`: ``staleness``, whose seeds are its
+repeats); its section says why.
+
 Not covered: the GPU check (``gpu_check.sh``, it needs a GPU), ``bench_memory``
 (it needs a model directory) and ``bench_pipeline --real``; a benchmark's
 own noise beyond the load gate (thermal state, other users' I/O).
@@ -42,6 +52,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -200,9 +211,15 @@ def figure_rows(fig: Figure, runs: Sequence[Run]) -> str:
         f"{len(values)} of {len(runs)} |"  # fmt: skip
 
 
-def section(bench: Bench, runs: Sequence[Run], quick: bool, image: str | None) -> list[str]:
+def section(bench: Bench, runs: Sequence[Run], args: argparse.Namespace, image: str | None, m: Machine) -> list[str]:
     """A benchmark's section of the page."""
-    lines = [f"## {bench.name}", "", bench.what, "", f"Command (each run): `{shown(bench, quick)}`", ""]
+    quick = args.quick
+    when = min(r.started for r in runs)
+    lines = [f"## {bench.name}", "", f"Measured {when:%Y-%m-%d %H:%M} UTC, commit `{m.commit}`, by "
+             f"`python benchmarks/run_all.py{_flags(args)}`.", "", bench.what, ""]  # fmt: skip
+    if bench.runs and not quick:
+        lines += [f"{bench.runs[0]} run(s) whatever `--repeats` says: {bench.runs[1]}", ""]
+    lines += [f"Command (each run): `{shown(bench, quick)}`", ""]
     lines += ["| figure | median | range over the runs | target | runs |", "|---|---|---|---|---|"]
     lines += [figure_rows(f, runs) for f in bench.figures]
     lines += ["", "| run | started (UTC) | 1-min load before → after | wall s | gate |", "|---|---|---|---|---|"]
@@ -215,8 +232,38 @@ def section(bench: Bench, runs: Sequence[Run], quick: bool, image: str | None) -
     return [*lines, ""]
 
 
-def page(done: Sequence[tuple[Bench, list[Run], str | None]], args: argparse.Namespace, m: Machine, took: float) -> str:
-    """The whole results page."""
+MEASURED = re.compile(r"^Measured \d{4}-\d\d-\d\d \d\d:\d\d UTC, commit `")
+WRITTEN = re.compile(r"^Written by `.*` on (\d{4}-\d\d-\d\d \d\d:\d\d) UTC .*commit `([^`]+)`")
+
+
+def kept_sections(text: str) -> dict[str, str]:
+    """The sections of an existing page by benchmark name, each with its ``Measured …`` line.
+
+    A section written before sections carried that line gets it from the page's ``Written by`` head.
+    """
+    head, *parts = re.split(r"^## ", text, flags=re.M)
+    written = next((w for line in head.splitlines() if (w := WRITTEN.match(line))), None)
+    out = {}
+    for part in parts:
+        name, _, body = part.partition("\n")
+        name = name.strip()
+        if name not in NAMES:
+            continue
+        body = body.strip("\n")
+        if not MEASURED.match(body) and written is not None:
+            body = f"Measured {written[1]} UTC, commit `{written[2]}` (kept from an earlier page).\n\n{body}"
+        out[name] = f"## {name}\n\n{body}\n"
+    return out
+
+
+def page(
+    done: Sequence[tuple[Bench, list[Run], str | None]],
+    args: argparse.Namespace,
+    m: Machine,
+    took: float,
+    kept: dict[str, str] | None = None,
+) -> str:
+    """The whole results page: this run's sections and the ``kept`` ones, in :data:`BENCHMARKS` order."""
     now = datetime.datetime.now(datetime.UTC)
     noisy = sum(r.noisy for _, runs, _ in done for r in runs)
     head = [
@@ -229,7 +276,8 @@ def page(done: Sequence[tuple[Bench, list[Run], str | None]], args: argparse.Nam
         "",
         f"Machine: {m.cores} cores ({m.usable_cores} usable), {m.cpu}; {m.python}; torch {m.torch}.",
         "",
-        f"Each benchmark ran {args.repeats} times in a row. Each run started only when the 1-minute load "
+        f"Each benchmark ran {args.repeats} times in a row (unless its section says otherwise). Each run started "
+        "only when the 1-minute load "
         f"average was at most {args.max_load:g}"
         + (f"; {noisy} run(s) started above it (`--allow-noisy`) and are marked **noisy**." if noisy else "."),
         "A figure is the median over the runs, with its range; a reader re-derives it by running the command "
@@ -239,14 +287,19 @@ def page(done: Sequence[tuple[Bench, list[Run], str | None]], args: argparse.Nam
     if args.quick:
         head += ["**Quick mode: every benchmark at its smallest size. These figures check that the benchmarks "
                  "and this page work; they are not results.**", ""]  # fmt: skip
-    body = [line for bench, runs, image in done for line in section(bench, runs, args.quick, image)]
-    return "\n".join(head + body)
+    if kept:
+        head += [f"Sections kept from an earlier page (`--keep`): {', '.join(f'`{n}`' for n in kept)}; each says "
+                 "its own date and commit.", ""]  # fmt: skip
+    new = {bench.name: "\n".join(section(bench, runs, args, image, m)) for bench, runs, image in done}
+    body = [new.get(name) or (kept or {})[name] for name in NAMES if name in new or name in (kept or {})]
+    return "\n".join(head) + "\n" + "\n".join(body)
 
 
 def _flags(args: argparse.Namespace) -> str:
     parts = [" --quick"] if args.quick else []
     parts += [f" --repeats {args.repeats}", f" --max-load {args.max_load:g}"]
     parts += [f" --only {n}" for n in args.only or []]
+    parts += [" --keep"] if args.keep else []
     return "".join(parts) + (" --allow-noisy" if args.allow_noisy else "")
 
 
@@ -261,9 +314,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--wait-s", type=float, default=600.0, help="how long to wait for the load to fall before a run")
     p.add_argument("--allow-noisy", action="store_true", help="run above --max-load and mark those runs noisy")
     p.add_argument("--only", action="append", choices=NAMES, help="run this benchmark only (repeatable)")
+    p.add_argument("--keep", action="store_true", help="keep the existing page's sections of the other benchmarks")
     p.add_argument("--loadavg-file", default="/proc/loadavg", help=argparse.SUPPRESS)  # tests: a stubbed load
     args = p.parse_args(argv)
-    if args.repeats < (1 if args.quick else 3):
+    fixed = {b.name for b in BENCHMARKS if b.runs}
+    if args.repeats < (1 if args.quick else 3) and not (args.only and set(args.only) <= fixed):
         p.error(f"--repeats {args.repeats}: use at least {1 if args.quick else 3} (a range needs 3 runs)")
     if args.max_load < 0 or args.wait_s < 0:
         p.error("--max-load and --wait-s must be >= 0")
@@ -275,13 +330,19 @@ def measure(benches: Sequence[Bench], args: argparse.Namespace, gate: Gate) -> l
     done = []
     for bench in benches:
         runs = []
-        for i in range(1, args.repeats + 1):
+        n = repeats_of(bench, args)
+        for i in range(1, n + 1):
             run = run_once(bench, args.quick, gate, i)
-            print(f"{bench.name} run {i}/{args.repeats}: {run.wall_s:.1f} s, load {run.load_before:.2f} → "
+            print(f"{bench.name} run {i}/{n}: {run.wall_s:.1f} s, load {run.load_before:.2f} → "
                   f"{run.load_after:.2f}{' (noisy)' if run.noisy else ''}", file=sys.stderr, flush=True)  # fmt: skip
             runs.append(run)
         done.append((bench, runs))
     return done
+
+
+def repeats_of(bench: Bench, args: argparse.Namespace) -> int:
+    """How many times ``bench`` runs: its own fixed count (:attr:`Bench.runs`), else ``--repeats``."""
+    return bench.runs[0] if bench.runs and not args.quick else args.repeats
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -297,6 +358,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     benches = [b for b in BENCHMARKS if not args.only or b.name in args.only]
     try:
+        kept = kept_sections(out.read_text(encoding="utf-8")) if args.keep and out.is_file() else {}
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: --keep: cannot read {args.out}: {one_line(str(exc))} — fix the page or drop --keep",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    for bench in benches:
+        kept.pop(bench.name, None)
+    try:
         measured = measure(benches, args, gate)
     except (Refused, Failed) as exc:
         print(f"error: {exc} (the page was not written)", file=sys.stderr)
@@ -308,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if png and name:
             write_bytes(out.parent / "img" / name, png)
         done.append((bench, runs, name))
-    write_text(out, page(done, args, machine(), time.monotonic() - t0))
+    write_text(out, page(done, args, machine(), time.monotonic() - t0, kept))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

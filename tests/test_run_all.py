@@ -148,3 +148,72 @@ def test_bad_input_is_one_error_line_exit_2(args: list[str], needle: str, tmp_pa
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
     assert needle in lines[0] and not proc.stdout
+
+
+def test_keep_replaces_the_remeasured_section_and_keeps_the_others_with_their_provenance(tmp_path: Path) -> None:
+    out = tmp_path / "results.md"
+    old = (
+        "# Measured results\n\nWritten by `python benchmarks/run_all.py --repeats 3` on 2026-11-30 10:00 UTC "
+        "(3.0 min), commit `abc1234`.\n\n## filter\n\nthe old filter table\n\n## async\n\nthe old async table\n\n"
+        "## nosuchbench\n\ndropped\n"
+    )
+    out.write_text(old)
+    loadavg = str(load(tmp_path, 0.1))
+    proc = run("--quick", "--only", "async", "--keep", "--out", str(out), "--loadavg-file", loadavg)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    names = re.findall(r"^## (\S+)$", text, flags=re.M)
+    assert names == ["filter", "async"]  # BENCHMARKS order; an unknown section is not kept
+    filt, asy = re.split(r"^## ", text, flags=re.M)[1:]
+    assert filt.splitlines()[2] == "Measured 2026-11-30 10:00 UTC, commit `abc1234` (kept from an earlier page)."
+    assert "the old filter table" in filt and "the old async table" not in text and "dropped" not in text
+    assert re.match(r"Measured \d{4}-\d\d-\d\d \d\d:\d\d UTC, commit `[0-9a-f]{7,}", asy.splitlines()[2])
+    assert "Sections kept from an earlier page (`--keep`): `filter`" in text
+    # a second --keep run keeps the new async section's own line, not the page head's
+    proc = run("--quick", "--only", "filter", "--keep", "--out", str(out), "--loadavg-file", loadavg,
+               "--wait-s", "0")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    again = re.split(r"^## ", out.read_text(), flags=re.M)[1:]
+    assert again[1].splitlines()[2] == asy.splitlines()[2] and "the old filter table" not in again[0]
+
+
+def test_without_keep_the_page_holds_only_this_run(tmp_path: Path) -> None:
+    out = tmp_path / "results.md"
+    out.write_text("# old\n\nWritten by `x` on 2026-11-30 10:00 UTC (1 min), commit `abc1234`.\n\n## filter\n\nold\n")
+    proc = run("--quick", "--only", "async", "--out", str(out), "--loadavg-file", str(load(tmp_path, 0.1)))
+    assert proc.returncode == 0, proc.stderr
+    assert re.findall(r"^## (\S+)$", out.read_text(), flags=re.M) == ["async"]
+
+
+def test_a_benchmark_with_fixed_runs_runs_that_often_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ra = module()
+    fixed = ra.dataclasses.replace(
+        next(b for b in ra.BENCHMARKS if b.name == "async"),
+        args=("--tasks", "4", "--steps", "4"),
+        runs=(1, "its seeds are its repeats"),
+    )
+    monkeypatch.setattr(ra, "BENCHMARKS", (fixed,))
+    out = tmp_path / "results.md"
+    argv = ["--only", "async", "--repeats", "1", "--out", str(out), "--loadavg-file", str(load(tmp_path, 0.0))]
+    assert ra.main(argv) == 0
+    text = out.read_text()
+    assert "1 run(s) whatever `--repeats` says: its seeds are its repeats" in text
+    assert re.findall(r"^\| (\d) \| \d{4}-", text, flags=re.M) == ["1"]
+    # --repeats below 3 is still refused for a benchmark without a fixed count
+    with pytest.raises(SystemExit) as exc:
+        ra.parse(["--only", "filter", "--repeats", "1"])
+    assert exc.value.code == 2
+
+
+def test_the_staleness_figures_read_the_per_seed_spread() -> None:
+    ra = module()
+    bench = next(b for b in ra.BENCHMARKS if b.name == "staleness")
+    k1 = {"diff_vs_k0": {"0": -0.02, "1": 0.01, "2": 0.005}, "diff_vs_k0_mean": -0.0017}
+    result = {"by_k": {"0": {"accuracy_after_mean": 0.9, "diff_vs_k0": {"0": 0.0, "1": 0.0}}, "1": k1}}
+    read = {f.name: f.read(result) for f in bench.figures}
+    assert read["K = 1: smallest paired difference over the seeds"] == pytest.approx(-0.02)
+    assert read["K = 1: largest paired difference over the seeds"] == pytest.approx(0.01)
+    assert read["K = 2: smallest paired difference over the seeds"] is None
+    assert bench.runs is not None and bench.runs[0] == 1
