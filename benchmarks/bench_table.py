@@ -393,7 +393,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         ),
         _staleness_figures(),
         plot=_staleness_plot,
-        timeout_s=7200.0,
+        timeout_s=14400.0,  # 12 main jobs one after the other: ~45 min idle, up to 4 h on a loaded machine
         runs=(
             1,
             "one run holds the three paired seeds, which are its repeats: the range column of a one-run figure is "
