@@ -3,6 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest-xdist workers for `make test` (2: the reference machine's cores; `make test PYTEST_WORKERS=0` runs in one process)
+PYTEST_WORKERS ?= 2
 APT_PKGS := bubblewrap chromium
 
 .PHONY: install run test lint typecheck pytest clean sysdeps test-verl install-vllm gpu-check
@@ -41,7 +43,7 @@ typecheck: install
 	$(BIN)/mypy
 
 pytest: install
-	TIRL_REQUIRE_PARTS=1 $(BIN)/python -m pytest -q -ra
+	TIRL_REQUIRE_PARTS=1 $(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: install lint typecheck pytest
 

@@ -20,6 +20,11 @@ the process (:data:`LIBRARY_DAEMONS`: tqdm's monitor, huggingface_hub's
 telemetry worker, the OpenTelemetry exporters that verifiers and wandb start);
 tirl's own math-verify worker (``tirl.answers``, a process-lifetime pool) is
 stopped first, as the process's exit would.
+Parallel runs: ``make test`` runs pytest with ``-n 2`` (pytest-xdist, one
+worker per core). xdist sets ``COLUMNS=80`` and ``LINES=24`` in its workers;
+this module removes them there, so a test sees what a user's pipe gives (the
+CLI's piped width, see ``tirl.diagnostics.render``), as in a one-process run.
+Each worker checks its own leftovers.
 Not covered: OS threads without a Python ``Thread`` (torch's intra-op pools,
 Ray's gRPC threads: process-lifetime pools of a fixed size) and processes that
 detach from the test process (``ray start`` daemons; the Ray cluster fixture
@@ -56,6 +61,10 @@ INSTALLED_PARTS: dict[str, re.Pattern[str]] = {
     "skyrl-gym (make install: the integrations extra)": re.compile(r"could not import 'skyrl_gym'"),
 }
 REQUIRE_VARS = ("TIRL_REQUIRE_PARTS", "CI")  # make test sets the first, CI services the second
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # xdist's terminal size, not the user's (see the module docstring)
+    for _var in ("COLUMNS", "LINES"):
+        os.environ.pop(_var, None)
 
 
 def asst(text: str | None, **kw: object) -> Message:

@@ -24,20 +24,20 @@ QUICK = ["sft", "--env", "swe-lite", "--init", "src/tirl/assets/tiny-tir", "--se
          "--eval-tasks", "1", "--eval-every", "100"]  # fmt: skip
 
 
-def _build(out: Path) -> None:
+def _build_both(a: Path, b: Path) -> None:
+    """The two builds side by side (one thread each: the machine's two cores), each its own process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}  # workspaces and cache where the real command puts them
-    done = subprocess.run(
-        [sys.executable, "-m", "tirl.cli", *QUICK, "--out", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "demonstrations: 4 of 4 tasks" in done.stdout  # the real judge passed every expert episode
+    procs = [subprocess.Popen([sys.executable, "-m", "tirl.cli", *QUICK, "--out", str(out)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for out in (a, b)]  # fmt: skip
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == 0, stderr[-2000:]
+        assert "demonstrations: 4 of 4 tasks" in stdout  # the real judge passed every expert episode
 
 
 @pytest.mark.slow
 def test_the_swe_recipe_rebuilds_byte_identically(tmp_path: Path) -> None:
-    _build(tmp_path / "a")
-    _build(tmp_path / "b")
+    _build_both(tmp_path / "a", tmp_path / "b")
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert "model.safetensors" in names and names == sorted(p.name for p in (tmp_path / "b").iterdir())
     for name in names:
