@@ -27,7 +27,7 @@ from tirl.rollout.base import RolloutRequest  # noqa: E402
 from tirl.rollout.strategies import make_strategy  # noqa: E402
 from tirl.types import Message, Role, TerminationReason, Trajectory  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray cluster at a time (~/.ray/auth_token)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one multi-node Ray cluster at a time per session
 
 
 @pytest.fixture(scope="module", params=["no-token", "token"])

@@ -32,7 +32,7 @@ from tests.tiny_run import save_tiny_model  # noqa: E402
 
 from tirl.trainer.logging import read_metrics  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray cluster at a time (~/.ray/auth_token)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one multi-node Ray cluster at a time per session
 
 
 @pytest.fixture(scope="module")
