@@ -2,7 +2,8 @@
 
 Paths: ``tirl --help``, ``tirl X --help`` for every subcommand X (read from the timed tree's ``tirl.cli``), and
 three input errors that must come before torch loads: a typo'd env name (``tirl train --env nosuch``), an unknown config
-key (``--set algo.nosuch=1``) and tools the built-in model cannot render (``--set env.tools=true``). Each is
+key (``--set algo.nosuch=1``) and tools the built-in model cannot render (``--env tir-math --set env.tools=true``).
+Each is
 run ``--runs`` times as ``python -m tirl.cli ...`` (interpreter start included); the median and the range
 are printed with the load average, and whether torch or transformers were imported (they must not be:
 the target is < 2 s on an idle core, where importing torch and transformers alone takes 15-50 s on a
@@ -27,7 +28,7 @@ HEAVY = ("torch", "transformers", "numpy")
 ERRORS: dict[str, list[str]] = {
     "train --env nosuch": ["train", "--env", "nosuch"],
     "train --set algo.nosuch=1": ["train", "--set", "algo.nosuch=1"],
-    "train --set env.tools=true": ["train", "--set", "env.tools=true"],
+    "train --env tir-math --set env.tools=true": ["train", "--env", "tir-math", "--set", "env.tools=true"],
 }
 PROBE = (
     "import json, sys\n"

@@ -63,7 +63,7 @@ def test_help_pages_load_no_torch(argv: list[str], tmp_path: Path) -> None:
         (["eval", "--env", "nosuch"], "unknown environment 'nosuch'"),
         (["train", "--set", "algo.nosuch=1"], "algo.nosuch"),
         (["train", "--set", "trainer.tolerate_failed_steps=-1"], "trainer.tolerate_failed_steps"),
-        (["train", "--set", "env.tools=true"], "env.tools=false"),
+        (["train", "--env", "tir-math", "--set", "env.tools=true"], "env.tools=false"),
     ],
 )
 def test_input_errors_come_before_torch_loads(argv: list[str], says: str, tmp_path: Path) -> None:

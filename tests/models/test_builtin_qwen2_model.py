@@ -105,11 +105,18 @@ def test_tokens_round_trip_and_every_digit_is_one_token(text: str) -> None:
     assert all(not (len(p.strip()) > 1 and any(c.isdigit() for c in p)) for p in pieces), pieces
 
 
+def test_tools_on_tir_chain_default_to_this_model_and_plain_tir_chain_to_tiny_chain() -> None:
+    assert builtin_model_path("tir-chain", tools=True) == ASSET
+    assert builtin_model_path("tir-chain").name == "tiny-chain" and builtin_model_path("tir-math").name == "tiny-tir"
+    assert builtin_model_path("tir-math", tools=True).name == "tiny-tir"  # no tool-calling warm start for it
+
+
 def test_one_training_step_with_tools_runs_and_calls_the_python_tool(tmp_path: Path) -> None:
-    """A real ``tirl train`` step with the real sandbox (about 20-40 s on 2 busy cores)."""
+    """A real ``tirl train`` step with the real sandbox, no ``--model``: env.tools=true on tir-chain loads this
+    model (before: tiny-chain, whose format has no tools, refused the run). About 20-40 s on 2 busy cores."""
     run = tmp_path / "run"
     small = ["--set", "trainer.prompts_per_step=2", "--set", "algo.group_size=2", "--set", "env.eval_size=4"]
-    args = ["train", "--model", str(ASSET), "--env", "tir-chain", "--set", "env.tools=true", "--steps", "1"]
+    args = ["train", "--env", "tir-chain", "--set", "env.tools=true", "--steps", "1"]
     proc = tirl_in_process(*args, "--no-progress", "--run-dir", str(run), *small)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

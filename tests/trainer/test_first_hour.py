@@ -99,11 +99,12 @@ def test_evaluation_progress_prints_start_count_and_end_when_piped(capsys: pytes
 
 # ------------------------------------------------------------------- preflight
 def test_tools_the_built_in_model_cannot_render_are_refused_with_the_set_that_fixes_it() -> None:
-    with pytest.raises(ConfigError) as err:
-        check_tools(load_config(None, ["env.tools=true"]))
+    with pytest.raises(ConfigError) as err:  # tir-math's built-in model (tiny-tir) has no tool template
+        check_tools(load_config(None, ["env.name=tir-math", "env.tools=true"]))
     assert "built-in model's chat format has no tool support" in str(err.value)
     assert "--set env.tools=false" in str(err.value)
     check_tools(load_config(None, []))  # no tools offered: nothing to check
+    check_tools(load_config(None, ["env.tools=true"]))  # tir-chain with tools: its built-in qwen2-chain has them
 
 
 def test_a_verifiers_tool_env_with_the_built_in_model_fails_before_the_model_loads(

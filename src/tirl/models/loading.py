@@ -27,6 +27,17 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from tirl.errors import InputError, SetupError
+from tirl.models.builtin import (  # noqa: F401  (re-exported: the shipped models' names and rebuild commands)
+    BUILTIN_MODELS,
+    BUILTIN_SFT_COMMAND,
+    BUILTIN_TOOL_MODELS,
+    CHAIN_SFT_COMMAND,
+    QWEN2_CHAIN_DIR,
+    QWEN2_CHAIN_SFT_COMMAND,
+    QWEN2_CHAIN_STAGE1,
+    builtin_entry,
+    builtin_model_path,
+)
 from tirl.models.chat_format import ChatFormat, chat_format_for
 from tirl.models.memory import adapter_base, is_adapter_dir, load_adapter_dir
 from tirl.models.safe_template import TemplateLimitError
@@ -35,36 +46,12 @@ from tirl.models.vet import check_entries, read_json_file, safetensors_header, v
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-BUILTIN_SFT_COMMAND = "tirl sft --out src/tirl/assets/tiny-tir --seed 0 --threads 1"
-CHAIN_SFT_COMMAND = (
-    "tirl sft --env tir-chain --init src/tirl/assets/tiny-tir --out src/tirl/assets/tiny-chain --seed 0 "
-    "--threads 1 --copy-steps 0 --train-tasks 1500 --lr 1e-3 --eval-every 10 --stop-at-accuracy 0.2"
-)
-# The shipped Qwen2 model with a BPE tokenizer and Hermes tool calls: 375 SFT steps from scratch on tir-chain
-# with tools (lr 3e-3, after a copy curriculum), then 50 steps more at lr 1e-3.
-QWEN2_CHAIN_DIR = "qwen2-chain"
-QWEN2_CHAIN_STAGE1 = "runs/qwen2-chain-sft1"
-QWEN2_CHAIN_SFT_COMMAND = (
-    "tirl sft --env tir-chain --tools --arch qwen2 --vocab 2048 --corpus tasks --split-digits --layers 4 "
-    f"--hidden 128 --heads 4 --out {QWEN2_CHAIN_STAGE1} --seed 0 --threads 1 --copy-steps 150 --train-tasks 1000 "
-    "--steps 375 --eval-every 25 --stop-at-accuracy 0.2 && "
-    f"tirl sft --env tir-chain --tools --init {QWEN2_CHAIN_STAGE1} --out src/tirl/assets/qwen2-chain --seed 0 "
-    "--threads 1 --copy-steps 0 --train-tasks 1000 --lr 1e-3 --steps 50 --eval-every 10 --stop-at-accuracy 0.2"
-)
-# env name -> (asset directory, rebuild command) of the built-in model for that env; others use tiny-tir
-BUILTIN_MODELS: dict[str, tuple[str, str]] = {"tir-chain": ("tiny-chain", CHAIN_SFT_COMMAND)}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 _TEMPLATE_FIX = (
     "add a chat template: save chat_template.jinja next to the tokenizer (e.g. the one `tirl model init "
     "--out DIR` writes: tirl's ChatML template with Hermes tool calls), or set tokenizer.chat_template and "
     "save_pretrained"
 )
-
-
-def builtin_model_path(env: str | None = None) -> Path:
-    """The shipped warm-started tiny model for ``env``: ``tirl/assets/tiny-chain`` for tir-chain, else tiny-tir."""
-    name = BUILTIN_MODELS[env][0] if env in BUILTIN_MODELS else "tiny-tir"
-    return Path(__file__).resolve().parent.parent / "assets" / name
 
 
 @dataclass(slots=True)
@@ -171,14 +158,15 @@ def load_policy(
     ``threads`` sets ``torch.set_num_threads`` (process-wide) when given. ``need_tools``: the episodes
     render tool definitions and parse tool calls, so the checkpoint's template must support them.
     A LoRA adapter directory loads over its base model, merged (``train_adapter=True``: kept trainable).
-    ``env``: with ``path=None``, load that env's built-in model (:func:`builtin_model_path`).
+    ``env``: with ``path=None``, load that env's built-in model (:func:`builtin_model_path`; with
+    ``need_tools``, the env's tool-calling one where it has one).
     """
     if threads is not None:
         torch.set_num_threads(max(1, threads))
     if path is None:
-        p = builtin_model_path(env)
+        p = builtin_model_path(env, tools=need_tools)
         if not (p / "config.json").is_file():
-            command = BUILTIN_MODELS[env][1] if env in BUILTIN_MODELS else BUILTIN_SFT_COMMAND
+            command = builtin_entry(env, tools=need_tools)[1]
             raise SetupError(f"the built-in model is missing at {p} — rebuild it with `{command}`")
     else:
         p = Path(path).expanduser()

@@ -83,7 +83,7 @@ def load_training_policy(cfg: TirlConfig, model_path: str | None, device: str) -
         device=device,
         dtype=cfg.model.dtype,
         threads=cfg.trainer.threads,
-        env=cfg.env.name,  # no path: the env's built-in model (tiny-chain for tir-chain)
+        env=cfg.env.name,  # no path: the env's built-in model (tiny-chain for tir-chain, qwen2-chain with tools)
         need_tools=cfg.env.tools,  # a template that renders tools, tool calls and tool results
         train_adapter=cfg.algo.lora_rank > 0,  # resuming a LoRA run: keep its adapter trainable
     )
@@ -97,7 +97,8 @@ def load_reference(cfg: TirlConfig, device: str) -> Any:
         return None
     from tirl.models.loading import load_policy
 
-    ref = load_policy(cfg.model.path, device=device, dtype=cfg.model.dtype, env=cfg.env.name).model
+    ref = load_policy(cfg.model.path, device=device, dtype=cfg.model.dtype, env=cfg.env.name,
+                      need_tools=cfg.env.tools).model  # fmt: skip
     ref.requires_grad_(False)
     return ref
 

@@ -65,9 +65,13 @@ def _tool_fix(cfg: TirlConfig) -> str:
     return "or --set env.offer_tools=false (the model is not told the env's tools; it calls them by name)"
 
 
-def model_tool_problem(path: str | None) -> str | None:
-    """Why the model at ``path`` (None: the built-in one) cannot render tool definitions; None when it can."""
+def model_tool_problem(path: str | None, env: str | None = None) -> str | None:
+    """Why the model at ``path`` (None: ``env``'s built-in one) cannot render tool definitions; None when it can."""
     if path is None:
+        from tirl.models.builtin import BUILTIN_TOOL_MODELS
+
+        if env in BUILTIN_TOOL_MODELS:
+            return None  # the env's tool-calling warm start (qwen2-chain: a Hermes tool template)
         return "the built-in model's chat format has no tool support (its prompts carry no tool definitions)"
     p = Path(path).expanduser()
     if not (p / "config.json").is_file() and not (p / "tokenizer_config.json").is_file():
@@ -99,7 +103,7 @@ def check_tools(cfg: TirlConfig, model_path: str | None = None) -> None:
     tools = offered_tools(cfg)
     if not tools:
         return
-    problem = model_tool_problem(model_path if model_path is not None else cfg.model.path)
+    problem = model_tool_problem(model_path if model_path is not None else cfg.model.path, cfg.env.name)
     if problem is None:
         return
     raise ConfigError(
@@ -152,9 +156,9 @@ def context_warning(cfg: TirlConfig) -> str | None:
     """
     import json
 
-    from tirl.models.loading import builtin_model_path
+    from tirl.models.builtin import builtin_model_path
 
-    path = Path(cfg.model.path).expanduser() if cfg.model.path else builtin_model_path(cfg.env.name)
+    path = Path(cfg.model.path).expanduser() if cfg.model.path else builtin_model_path(cfg.env.name, cfg.env.tools)
     try:
         positions = json.loads((path / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
     except (OSError, ValueError, AttributeError):
