@@ -85,7 +85,8 @@ async def test_export_round_trip_gives_the_native_rewards(sandbox: Sandbox, shar
                 runs.append(play(lambda make=make, task=task: make(task), task, script))
     results = await asyncio.gather(*runs)
     rewards = [r.reward for r in results]
-    assert rewards == [1.0] * 3 + [0.0] * 3 + [1.0] * 3, [(r.reason, r.error, r.info.get("eval_output")) for r in results]
+    why = [(r.reason, r.error, r.info.get("eval_output")) for r in results]
+    assert rewards == [1.0] * 3 + [0.0] * 3 + [1.0] * 3, why
     for k in range(0, len(results), 3):  # per script: the three routes saw the same chat and the same turn count
         chats = [[(m.role, m.content) for m in r.messages[:2]] for r in results[k : k + 3]]
         assert chats[0] == chats[1] == chats[2] and results[k].steps == results[k + 2].steps
@@ -120,8 +121,8 @@ async def test_hidden_tests_stay_out_of_the_workspace_and_a_forged_verdict_score
     seen = look.observation[0].content or ""
     assert "END" in seen and secret not in seen and "test_hidden" not in seen.replace(f"{hidden}/test_hidden.py", "")
     forge = ("cat > conftest.py <<'EOF'\nimport pytest\n@pytest.hookimpl(hookwrapper=True)\n"
-             "def pytest_runtest_makereport(item, call):\n    out = yield\n    out.get_result().outcome = 'passed'\nEOF\n"
-             "echo '5 passed in 0.01s'\nsubmit")  # fmt: skip
+             "def pytest_runtest_makereport(item, call):\n    out = yield\n"
+             "    out.get_result().outcome = 'passed'\nEOF\necho '5 passed in 0.01s'\nsubmit")  # fmt: skip
     result = await env.step(_bash(forge))
     assert result.terminated
     verdict = await env.evaluate()
@@ -174,7 +175,17 @@ def test_an_unknown_env_class_lists_tirl_classes_too(tmp_path: Path) -> None:
 
 
 def test_cli_bad_rows_and_outputs_are_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The export refuses a used directory and a bad swe-lite JSONL, before writing anything."""
+    """The export refuses a used directory and a bad swe-lite JSONL, before writing anything; ``tirl eval`` a bad
+    SkyRL row (about 8 s: the model loads before the tasks are read)."""
+    (tmp_path / "repo").mkdir()
+    row = tmp_path / "skyrl.jsonl"
+    row.write_text(json.dumps(_row(repo="repo", hidden_tests="nope")) + "\n")
+    assert main(["eval", "--env", "skyrl-gym", "--set", f"env.tasks_file={row}", "--n", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    says = rf"error: {row}:1: extra_info.hidden_tests '.*nope' is not a directory — give"
+    assert len(err) == 1 and re.match(says, err[0]), err
+    row.unlink()
+    (tmp_path / "repo").rmdir()
     used = tmp_path / "used"
     used.mkdir()
     (used / "keep.txt").write_text("mine")
@@ -217,3 +228,27 @@ async def test_the_docs_walkthrough_runs_as_written(sandbox: Sandbox, shared_tmp
     assert results == [1.0, 0.0] * 4
     assert "x + x + 1" in (shared_tmp / "repos" / "calc" / "calc" / "__init__.py").read_text()  # never written
 
+
+@pytest.mark.slow
+def test_one_training_step_on_exported_rows_through_skyrl_gym(shared_tmp: Path) -> None:
+    """``tirl train --env skyrl-gym`` on an exported file: the trained rows ran in swe-lite and were judged.
+
+    About 8-15 s (6 CPU-s) at load ~5: the built-in tiny model, 2 prompts x 2, 24 new tokens; its turns are
+    void (it was not trained on swe-lite), so this checks the wiring, not learning.
+    """
+    _export(shared_tmp / "x", "--n", "6")
+    run_dir = shared_tmp / "run"
+    tiny = ["trainer.prompts_per_step=2", "algo.group_size=2", "filter.mode=off", "generation.max_new_tokens=24",
+            "generation.max_total_tokens=600", "env.eval_size=2", "trainer.threads=1",
+            "trainer.eval_before_after=false", "env.max_turns=3",
+            f"env.tasks_file={shared_tmp / 'x' / 'skyrl.jsonl'}"]  # fmt: skip
+    args = ["train", "--env", "skyrl-gym", "--steps", "1", "--run-dir", str(run_dir), "--no-progress"]
+    assert main([*args, *(a for kv in tiny for a in ("--set", kv))]) == 0
+    trained = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+    rows = (shared_tmp / "x" / "skyrl.jsonl").read_text().splitlines()
+    held_out = {json.loads(line)["prompt"][0]["content"] for line in rows[:2]}  # the first env.eval_size rows
+    assert len(trained) == 4
+    for t in trained:
+        evaluation = t["info"]["eval"]
+        assert evaluation["env_class"] == "swe-lite" and evaluation["tests_total"] == 3  # the judge ran
+        assert t["messages"][0]["role"] == "system" and t["messages"][1]["content"] not in held_out

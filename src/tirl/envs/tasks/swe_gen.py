@@ -17,7 +17,9 @@ run by the judge (:mod:`tirl.envs.scorer`), whose verdict the agent's code
 cannot forge; a ``test_command`` runs with bash in the workspace (after
 ``hidden_tests`` is copied there under its own name) and its verdict is only as
 trustworthy as the command. ``id`` is optional. Relative paths are relative to
-the JSONL file.
+the JSONL file. ``hidden_tests`` inside ``repo`` (or ``repo`` inside it) is refused: the
+workspace is a copy of the repository. :func:`repo_fields` makes these checks (SkyRL-style
+rows reuse them: :mod:`tirl.integrations.skyrl_swe`).
 """
 
 from __future__ import annotations
@@ -177,7 +179,9 @@ class RepoFields:
         return {"repo": str(self.repo), "test_command": self.test_command, "hidden_tests": hidden}
 
 
-def repo_fields(obj: dict[str, Any], path: str | Path, line: int | None, *, prefix: str = "", at: str = "") -> RepoFields:
+def repo_fields(
+    obj: dict[str, Any], path: str | Path, line: int | None, *, prefix: str = "", at: str = ""
+) -> RepoFields:
     """Check ``repo``, ``hidden_tests`` and ``test_command`` of one task object (paths relative to ``path``).
 
     ``prefix`` names where the fields sit in the row (``"extra_info."`` for a SkyRL-style row) and ``at``
@@ -213,9 +217,10 @@ def repo_fields(obj: dict[str, Any], path: str | Path, line: int | None, *, pref
     if obj.get("hidden_tests") is not None:
         hidden = directory("hidden_tests", "a directory of pytest files")
         if hidden == repo or repo in hidden.parents or hidden in repo.parents:
-            raise InputError(*where, f"{at}{prefix}hidden_tests {str(hidden)!r} is inside {prefix}repo {str(repo)!r} "
-                             "(or holds it): the workspace is a copy of the repository, so the agent would read "
-                             "the hidden tests", "move the hidden tests to a directory outside the repository")  # fmt: skip
+            where_repo = f"{prefix}repo {str(repo)!r}"
+            raise InputError(*where, f"{at}{prefix}hidden_tests {str(hidden)!r} is inside {where_repo} (or holds "
+                             "it): the workspace is a copy of the repository, so the agent would read the hidden "
+                             "tests", "move the hidden tests to a directory outside the repository")  # fmt: skip
     return RepoFields(repo, hidden, command)
 
 
