@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -252,3 +253,28 @@ def test_one_training_step_on_exported_rows_through_skyrl_gym(shared_tmp: Path) 
         evaluation = t["info"]["eval"]
         assert evaluation["env_class"] == "swe-lite" and evaluation["tests_total"] == 3  # the judge ran
         assert t["messages"][0]["role"] == "system" and t["messages"][1]["content"] not in held_out
+
+
+def test_parquet_rows_and_no_skyrl_gym_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SkyRL's parquet works the same (errors say ``row N:``); swe-lite rows never import skyrl-gym."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    monkeypatch.setitem(sys.modules, "skyrl_gym", None)  # `import skyrl_gym` now raises ImportError
+    _export(tmp_path / "x", "--n", "2")
+    rows = [json.loads(line) for line in (tmp_path / "x" / "skyrl.jsonl").read_text().splitlines()]
+    for row in rows:
+        del row["reward_spec"]  # optional; with test_command added below, "hidden_tests" would refuse it
+    path = tmp_path / "x" / "skyrl.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    tasks = load_tasks(EnvConfig(name="skyrl-gym", tasks_file=str(path)), 10)
+    assert [t.id for t in tasks] == [r["extra_info"]["instance_id"] for r in rows]
+    assert Path(tasks[0].data["repo"]) == (tmp_path / "x" / rows[0]["extra_info"]["repo"]).resolve()
+    rows[0]["extra_info"]["test_command"] = "python3 -m pytest -q"  # row 2's struct gets test_command: null
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    commands = [t.data["test_command"] for t in load_tasks(EnvConfig(name="skyrl-gym", tasks_file=str(path)), 10)]
+    assert commands == ["python3 -m pytest -q", None]
+    rows[1]["extra_info"]["repo"] = "nowhere"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    with pytest.raises(InputError, match=r"skyrl.parquet: row 2: extra_info.repo '.*nowhere' is not a directory"):
+        load_tasks(EnvConfig(name="skyrl-gym", tasks_file=str(path)), 10)

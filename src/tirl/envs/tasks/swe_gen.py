@@ -212,7 +212,9 @@ def repo_fields(
 
     repo = directory("repo", "a checkout of the repository (tirl clones nothing)")
     # without a test_command the hidden tests go to the judge (tirl.envs.scorer), which the agent cannot forge
-    command = text("test_command") if "test_command" in obj or "hidden_tests" not in obj else None
+    # null is absent (a parquet struct column holds every row's keys, null where a row has none)
+    judged = obj.get("hidden_tests") is not None and obj.get("test_command") is None
+    command = None if judged else text("test_command")
     hidden = None
     if obj.get("hidden_tests") is not None:
         hidden = directory("hidden_tests", "a directory of pytest files")
