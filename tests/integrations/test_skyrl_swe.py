@@ -232,7 +232,7 @@ async def test_the_docs_walkthrough_runs_as_written(sandbox: Sandbox, shared_tmp
 
 @pytest.mark.slow
 def test_one_training_step_on_exported_rows_through_skyrl_gym(shared_tmp: Path) -> None:
-    """``tirl train --env skyrl-gym`` on an exported file: the trained rows ran in swe-lite and were judged.
+    """``tirl train --env skyrl-gym:swe-lite`` on an exported file: the trained rows ran in swe-lite and were judged.
 
     About 8-15 s (6 CPU-s) at load ~5: the built-in tiny model, 2 prompts x 2, 24 new tokens; its turns are
     void (it was not trained on swe-lite), so this checks the wiring, not learning.
@@ -243,7 +243,7 @@ def test_one_training_step_on_exported_rows_through_skyrl_gym(shared_tmp: Path) 
             "generation.max_total_tokens=600", "env.eval_size=2", "trainer.threads=1",
             "trainer.eval_before_after=false", "env.max_turns=3",
             f"env.tasks_file={shared_tmp / 'x' / 'skyrl.jsonl'}"]  # fmt: skip
-    args = ["train", "--env", "skyrl-gym", "--steps", "1", "--run-dir", str(run_dir), "--no-progress"]
+    args = ["train", "--env", "skyrl-gym:swe-lite", "--steps", "1", "--run-dir", str(run_dir), "--no-progress"]
     assert main([*args, *(a for kv in tiny for a in ("--set", kv))]) == 0
     trained = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
     rows = (shared_tmp / "x" / "skyrl.jsonl").read_text().splitlines()
@@ -278,3 +278,14 @@ def test_parquet_rows_and_no_skyrl_gym_installed(tmp_path: Path, monkeypatch: py
     pq.write_table(pa.Table.from_pylist(rows), path)
     with pytest.raises(InputError, match=r"skyrl.parquet: row 2: extra_info.repo '.*nowhere' is not a directory"):
         load_tasks(EnvConfig(name="skyrl-gym", tasks_file=str(path)), 10)
+
+
+def test_forcing_swe_lite_applies_its_turn_and_token_caps() -> None:
+    """``--env skyrl-gym:swe-lite`` gets swe-lite's preset (10 turns, 384/6144 tokens); plain skyrl-gym does not."""
+    from tirl.config import resolve_config
+
+    forced = resolve_config(None, ["env.name=skyrl-gym:swe-lite"])
+    cfg = forced.config
+    assert (cfg.env.max_turns, cfg.generation.max_new_tokens, cfg.generation.max_total_tokens) == (10, 384, 6144)
+    assert forced.sources["env.max_turns"] == "env skyrl-gym:swe-lite" and cfg.env.difficulty == 1
+    assert resolve_config(None, ["env.name=skyrl-gym"]).config.env.max_turns == 6

@@ -3,7 +3,7 @@
 ``tirl tasks export --env swe-lite --out DIR`` writes swe-lite tasks into the
 new directory ``DIR`` (:func:`tirl.integrations.skyrl_swe.export_tasks`):
 ``skyrl.jsonl`` (SkyRL-style rows, ``env_class: "swe-lite"``, for ``--env
-skyrl-gym``), ``swe-lite.jsonl`` (the same tasks in swe-lite's own JSONL,
+skyrl-gym:swe-lite`` or ``--env skyrl-gym``), ``swe-lite.jsonl`` (the same tasks in swe-lite's own JSONL,
 for ``--env swe-lite``) and each generated task's ``repos/<id>/`` and
 ``hidden/<id>/``. The tasks are the curriculum's (``env.difficulty=2``, the
 swe-lite preset: ``--split`` and ``--seed`` pick them as
@@ -65,6 +65,6 @@ def run(args: argparse.Namespace) -> int:
         tasks = generate_swe_tasks(args.n, seed=args.seed)
     done = export_tasks(tasks, args.out)
     print(f"wrote {done.tasks} swe-lite tasks to {done.out}/", file=sys.stderr)
-    print(f"  SkyRL-style rows: tirl train --env skyrl-gym --set env.tasks_file={done.skyrl_file}")
+    print(f"  SkyRL-style rows: tirl train --env skyrl-gym:swe-lite --set env.tasks_file={done.skyrl_file}")
     print(f"  swe-lite JSONL:   tirl train --env swe-lite --set env.tasks_file={done.swe_file}")
     return 0
