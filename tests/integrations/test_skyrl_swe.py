@@ -194,6 +194,7 @@ def test_cli_bad_rows_and_outputs_are_one_error_line(tmp_path: Path, capsys: pyt
     bad.write_text(json.dumps({"repo": "nowhere", "prompt": "p", "hidden_tests": "h"}) + "\n")
     cases = [
         (["--out", str(used)], f"error: {used}: exists and is not an empty directory"),
+        (["--out", str(bad / "x")], f"error: {bad / 'x'}: {bad} is a file, not a directory"),
         (["--out", str(tmp_path / "new"), "--set", f"env.tasks_file={bad}"], f"error: {bad}:1: repo '"),
         (["--out", str(tmp_path / "new"), "--set", "env.difficulty=1", "--split", "heldout"], "error: --split needs"),
     ]

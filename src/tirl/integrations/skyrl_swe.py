@@ -52,6 +52,7 @@ from tirl.envs.base import Task
 from tirl.envs.tasks.files import TaskFileSpec, row_messages
 from tirl.envs.tasks.swe_gen import KIND, RepoFields, repo_fields
 from tirl.errors import InputError, OutputError
+from tirl.fileio import check_output_dir
 from tirl.types import Role
 
 __all__ = ["DATA_SOURCE", "ENV_CLASS", "METHODS", "Exported", "export_tasks", "swe_row_task"]
@@ -182,8 +183,8 @@ def export_tasks(tasks: Sequence[Task], out: str | Path) -> Exported:
     ``out`` must not exist, or be an empty directory: nothing is overwritten. The directory is built beside
     ``out`` and renamed into place, so an interrupted export leaves no partial ``out``.
     """
-    target = Path(out)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    target = check_output_dir(out)  # a file in the way is refused with its name
+    if target.is_dir() and any(target.iterdir()):
         raise OutputError(str(target), None, "exists and is not an empty directory",
                           "give a new directory (an export never overwrites)")  # fmt: skip
     if not tasks:
