@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tirl.cli import main
-from tirl.config import EnvConfig, FilterConfig, SandboxConfig
+from tirl.config import EnvConfig, FilterConfig, RolloutConfig, SandboxConfig
 from tirl.envs import check_env, env_factory, load_tasks
 from tirl.envs.swe_lite import expert_solution
 from tirl.envs.tasks.swe_curriculum import generate_curriculum
@@ -37,6 +37,7 @@ from tirl.testing.scripted import play
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBMIT = "```bash\nsubmit\n```"
+PIPELINE = RolloutConfig(strategy="pipeline", retries=0)  # Initializer -> Agent Runner -> Evaluator, as in training
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ async def test_export_round_trip_gives_the_native_rewards(sandbox: Sandbox, shar
             if script is None:
                 continue
             for task, make in ((original, gen_factory), (native_tasks[i], native), (skyrl_tasks[i], skyrl)):
-                runs.append(play(lambda make=make, task=task: make(task), task, script))
+                runs.append(play(lambda make=make, task=task: make(task), task, script, config=PIPELINE))
     results = await asyncio.gather(*runs)
     rewards = [r.reward for r in results]
     why = [(r.reason, r.error, r.info.get("eval_output")) for r in results]
@@ -91,6 +92,7 @@ async def test_export_round_trip_gives_the_native_rewards(sandbox: Sandbox, shar
     for k in range(0, len(results), 3):  # per script: the three routes saw the same chat and the same turn count
         chats = [[(m.role, m.content) for m in r.messages[:2]] for r in results[k : k + 3]]
         assert chats[0] == chats[1] == chats[2] and results[k].steps == results[k + 2].steps
+        assert len({(r.info["tests_passed"], r.info["tests_total"]) for r in results[k : k + 3]}) == 1
     assert results[2].info["env_class"] == "swe-lite" and results[2].info["tests_total"] >= 3  # judged
 
 
