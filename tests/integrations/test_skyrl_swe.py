@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from tirl.cli import main
 from tirl.config import EnvConfig, FilterConfig, RolloutConfig, SandboxConfig
@@ -292,3 +294,34 @@ def test_forcing_swe_lite_applies_its_turn_and_token_caps() -> None:
     assert (cfg.env.max_turns, cfg.generation.max_new_tokens, cfg.generation.max_total_tokens) == (10, 384, 6144)
     assert forced.sources["env.max_turns"] == "env skyrl-gym:swe-lite" and cfg.env.difficulty == 1
     assert resolve_config(None, ["env.name=skyrl-gym"]).config.env.max_turns == 6
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.sampled_from(["repo", "hidden", ".", ""]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+_FIELDS = st.fixed_dictionaries(
+    {"repo": st.just("repo") | _JSON},
+    optional={"hidden_tests": st.just("hidden") | _JSON, "test_command": st.just("true") | _JSON, "instance_id": _JSON},
+)
+_SPEC = st.none() | st.fixed_dictionaries({"method": st.sampled_from([None, "hidden_tests", "test_command"])}) | _JSON
+
+
+@settings(max_examples=int(os.environ.get("TIRL_FUZZ_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(extra=_FIELDS | _JSON, spec=_SPEC, row_id=_JSON)
+def test_fuzzed_swe_rows_load_or_name_the_row(tmp_path: Path, extra: Any, spec: Any, row_id: Any) -> None:
+    """Any JSON in a swe-lite row's extra_info, reward_spec and id: a task, or an InputError naming file:1."""
+    (tmp_path / "repo").mkdir(exist_ok=True)
+    (tmp_path / "hidden").mkdir(exist_ok=True)
+    path = tmp_path / "f.jsonl"
+    row = {"prompt": "fix", "env_class": "swe-lite", "extra_info": extra, "reward_spec": spec, "id": row_id}
+    path.write_text(json.dumps(row) + "\n")
+    try:
+        (task,) = load_tasks(EnvConfig(name="skyrl-gym", tasks_file=str(path)), 10)
+    except InputError as exc:
+        assert str(exc).startswith(f"{path}:1: ") and "\n" not in str(exc)
+    else:
+        event("loaded")
+        assert task.data["repo"] == str((tmp_path / "repo").resolve()) and task.kind == "swe-lite"
