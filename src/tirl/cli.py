@@ -55,6 +55,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("model", "make a small random-weight model (init) or check a model directory (check)"),
     "config": ("config", "print the resolved config with each value's source, or the TRL/verl names tirl reads"),
     "ablate": ("ablate", "the same job under each void-filter mode x seeds: table, plots, one JSON line"),
+    "tasks": ("tasks", "write an env's tasks as files: SkyRL-style rows and swe-lite JSONL with their repositories"),
 }
 
 

@@ -14,7 +14,8 @@ dataclass default < env preset < file < ``--set``. ``tirl config show`` prints s
 warm start (:data:`tirl.models.loading.BUILTIN_MODELS`).
 
 Covered: ``swe-lite`` — the bug-fixing curriculum (``env.difficulty=2``, 1,934 tasks) with the turns and
-token caps its expert episodes need (``tirl sft --env swe-lite`` reads the same three). ``tir-chain`` is the
+token caps its expert episodes need (``tirl sft --env swe-lite`` reads the same three); ``skyrl-gym:swe-lite``
+(SkyRL-style swe-lite rows) — the same turns and caps. ``tir-chain`` is the
 dataclass defaults themselves. Not covered: RL settings for swe-lite (steps, group, prompts, learning rate:
 none has been chosen on its validation draw yet, docs/training.md "The SWE job"); presets for a registered
 user env (give a ``--config`` file instead).
@@ -33,6 +34,9 @@ ENV_PRESETS: dict[str, dict[str, Any]] = {
         "generation.max_total_tokens": 6144,  # expert episodes: median 1,125 characters, max 1,941 (1,315 tasks)
     },
 }
+# SkyRL-style swe-lite rows with the class forced (tirl.integrations.skyrl_swe): swe-lite's episode caps; the
+# tasks come from the file, so no difficulty
+ENV_PRESETS["skyrl-gym:swe-lite"] = {k: v for k, v in ENV_PRESETS["swe-lite"].items() if k != "env.difficulty"}
 
 
 def env_preset(data: dict[str, Any], sources: dict[str, str], default_env: str) -> tuple[str, dict[str, Any]]:

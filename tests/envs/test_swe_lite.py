@@ -245,6 +245,18 @@ def test_malformed_swe_jsonl(tmp_path: Path, row: dict[str, str], needle: str) -
     assert info.value.line == 2 and needle in str(info.value)
 
 
+def test_hidden_tests_inside_the_repository_are_refused(tmp_path: Path) -> None:
+    """Before: accepted, and the workspace (a copy of the repository) held the hidden tests for the agent to read."""
+    (tmp_path / "calc" / "hidden").mkdir(parents=True)
+    p = tmp_path / "swe.jsonl"
+    p.write_text(json.dumps({"repo": "calc", "prompt": "p", "hidden_tests": "calc/hidden"}) + "\n")
+    with pytest.raises(InputError, match=r"swe.jsonl:1: hidden_tests '.*' is inside repo .* — move the hidden tests"):
+        load_swe_tasks(p)
+    p.write_text(json.dumps({"repo": "calc", "prompt": "p", "hidden_tests": "."}) + "\n")  # the repo inside them
+    with pytest.raises(InputError, match="is inside repo"):
+        load_swe_tasks(p)
+
+
 def test_parse_pytest_summary() -> None:
     assert parse_pytest_summary("x\n3 passed in 0.01s") == {"passed": 3, "failed": 0, "errors": 0, "skipped": 0}
     assert parse_pytest_summary("1 failed, 1 passed, 2 errors in 1.0s")["errors"] == 2  # type: ignore[index]

@@ -10,7 +10,12 @@ As in SkyRL's own dataset, every field except ``prompt`` and ``env_class`` is
 handed to the environment as its ``extras``, with ``max_turns`` set to
 ``env.max_turns`` (SkyRL sets it from its generator's ``max_turns``).
 ``skyrl-gym:NAME`` uses environment ``NAME`` for every row and ignores
-``env_class``. The held-out evaluation tasks are split from the file by the
+``env_class``. A row whose ``env_class`` is ``swe-lite`` (tirl's own env class,
+looked up before skyrl-gym's registry, which has no SWE env) is read by
+:func:`tirl.integrations.skyrl_swe.swe_row_task` and its episode runs in
+tirl's :class:`~tirl.envs.swe_lite.SweLiteEnv` on the run's sandbox (real
+workspace, hidden tests judged by :mod:`tirl.envs.scorer`); such rows need
+no skyrl-gym installed. The held-out evaluation tasks are split from the file by the
 trainer (:class:`tirl.trainer.wiring.TaskSets`: the first ``env.eval_size``,
 or the first half of a small file).
 
@@ -37,6 +42,10 @@ An episode (:class:`SkyRLGymEnv`):
   rewrites the model's text, so the tokens trained on would not be the tokens
   sampled (token-in/token-out).
 
+A ``swe-lite`` row's episode is :class:`~tirl.envs.swe_lite.SweLiteEnv`'s
+(the bullets above are skyrl-gym's): ``SkyRLGymEnv`` forwards ``reset``,
+``step``, ``evaluate`` and ``close`` to it unchanged.
+
 Not covered: skyrl-gym's ``get_metrics``/``aggregate_metrics`` (not logged),
 tool groups that need network services (search, a SQL database) unless the
 user provides them, per-env ``env_config`` beyond a plain mapping, and
@@ -52,12 +61,25 @@ from pathlib import Path
 from typing import Any
 
 from tirl.config import EnvConfig
-from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, StepResult, Task, check_evaluable, check_step
+from tirl.envs.base import (
+    Env,
+    EnvError,
+    EpisodeOverError,
+    EvalResult,
+    StepResult,
+    Task,
+    check_evaluable,
+    check_step,
+)
+from tirl.envs.tasks.files import TaskRow
 from tirl.errors import ConfigError, InputError, SetupError
 from tirl.parsing import ACTION_RULES, DEFAULT_RULES, ActionKind, ParseRules, judge_message
 from tirl.types import Message, Role, TerminationReason
 
-__all__ = ["RULES_BY_CLASS", "SkyRLGymEnv", "action_rules", "forced_class", "task_source"]
+__all__ = ["RULES_BY_CLASS", "TIRL_CLASSES", "SkyRLGymEnv", "action_rules", "forced_class", "task_source"]
+
+#: tirl's own env classes a SkyRL-style row may name (resolved before skyrl-gym's registry).
+TIRL_CLASSES = ("swe-lite",)
 
 #: The action rule of each known skyrl-gym env class (a name of :data:`tirl.parsing.ACTION_RULES`).
 RULES_BY_CLASS: dict[str, str] = {
@@ -66,6 +88,7 @@ RULES_BY_CLASS: dict[str, str] = {
     "text2sql": "sql",
     "search": "search",
     "aime": "tir",
+    "swe-lite": "tir",  # tirl's swe-lite: fenced bash/python blocks act, as with --env swe-lite
 }
 _ROLES = {"user": Role.USER, "tool": Role.TOOL, "system": Role.SYSTEM, "assistant": Role.ASSISTANT}
 _KIND = "skyrl-gym"
@@ -90,13 +113,15 @@ def forced_class(name: str) -> str | None:
 
 
 def _check_class(env_class: Any, where: tuple[str, int | None, str]) -> str:
-    registry = _skyrl().registry
+    if env_class in TIRL_CLASSES:  # tirl's own: no skyrl-gym needed
+        return str(env_class)
     if env_class is None:
         raise InputError(where[0], where[1], f"{where[2]}the row has no env_class field",
                          'add "env_class": NAME to each row (SkyRL\'s dataset format), or force one env for every '
                          "row with env.name=skyrl-gym:NAME")  # fmt: skip
+    registry = _skyrl().registry
     if not isinstance(env_class, str) or env_class not in registry:
-        known = ", ".join(sorted(registry))
+        known = ", ".join(sorted([*registry, *TIRL_CLASSES]))
         raise InputError(where[0], where[1], f"{where[2]}env_class {env_class!r} is not a registered skyrl-gym env",
                          f"use one of {known}, or register yours with skyrl_gym.register")  # fmt: skip
     return env_class
@@ -104,33 +129,57 @@ def _check_class(env_class: Any, where: tuple[str, int | None, str]) -> str:
 
 def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
     """The first ``n`` rows of ``env.tasks_file`` as tasks (``seed`` unused: a file has one order)."""
-    from tirl.envs.tasks.files import TaskFileSpec, iter_records, read_task_rows
+    from tirl.envs.tasks.files import TaskFileSpec, iter_records, read_task_row
 
     forced = forced_class(config.name)
-    if forced is not None and forced not in _skyrl().registry:  # the name, not the task file, is wrong
-        known = ", ".join(sorted(_skyrl().registry))
+    if forced is not None and forced not in TIRL_CLASSES and forced not in _skyrl().registry:  # the name is wrong
+        known = ", ".join(sorted([*_skyrl().registry, *TIRL_CLASSES]))
         raise ConfigError(f"env.name={config.name}: {forced!r} is not a registered skyrl-gym env — use one of {known}")
     if not config.tasks_file:
         raise ConfigError(f"env.name={config.name} needs a task file in SkyRL's format — set env.tasks_file=PATH")
     path = Path(config.tasks_file)
     spec = TaskFileSpec(prompt_key=config.prompt_key, answer_key=config.answer_key)
-    rows = read_task_rows(path, spec, n=n)  # validates prompt and ground truth, names file/row on errors
     parquet = path.suffix.lower() in (".parquet", ".pq")
     tasks: list[Task] = []
-    for row, (number, record) in zip(rows, iter_records(path), strict=False):
+    first: dict[str, int] = {}
+    for number, record in iter_records(path):
+        if len(tasks) >= n:
+            break
         where = (str(path), None, f"row {number}: ") if parquet else (str(path), number, "")
+        if not isinstance(record, dict):
+            raise InputError(where[0], where[1], f"{where[2]}expected an object, got {type(record).__name__}",
+                             "write one object per row")  # fmt: skip
         env_class = _check_class(forced or record.get("env_class"), where)
-        extras = {k: v for k, v in record.items() if k not in (config.prompt_key, "env_class")}
-        try:
-            json.dumps(extras)
-        except (TypeError, ValueError):
-            raise InputError(where[0], where[1], f"{where[2]}the row's fields are not plain JSON values",
-                             "write strings, numbers, lists and objects") from None  # fmt: skip
-        task = row.to_task(_KIND)
-        data = {**task.data, "env_class": env_class, "extras": extras}
-        tasks.append(Task(id=task.id, prompt=task.prompt, answer=task.answer, kind=_KIND, data=data,
-                          messages=task.messages))  # fmt: skip
+        if env_class in TIRL_CLASSES:
+            from tirl.integrations.skyrl_swe import swe_row_task
+
+            task = swe_row_task(record, spec, path, number)
+        else:
+            task = _gym_task(read_task_row(record, spec, path, number), record, env_class, config, where)
+        if task.id in first:
+            raise InputError(where[0], where[1], f"{where[2]}duplicate id {task.id!r} (first on row {first[task.id]})",
+                             "give each task its own id")  # fmt: skip
+        first[task.id] = number
+        tasks.append(task)
+    if not tasks:
+        raise InputError(str(path), None, "no tasks in the file",
+                         'add rows like {"prompt": [{"role": "user", "content": "..."}], "env_class": "gsm8k", '
+                         '"reward_spec": {"method": "rule", "ground_truth": "42"}}')  # fmt: skip
     return tasks
+
+
+def _gym_task(row: TaskRow, record: dict[str, Any], env_class: str, config: EnvConfig,
+              where: tuple[str, int | None, str]) -> Task:  # fmt: skip
+    """The task of a row for a skyrl-gym env: every field but the prompt and env_class goes to its ``extras``."""
+    extras = {k: v for k, v in record.items() if k not in (config.prompt_key, "env_class")}
+    try:
+        json.dumps(extras)
+    except (TypeError, ValueError):
+        raise InputError(where[0], where[1], f"{where[2]}the row's fields are not plain JSON values",
+                         "write strings, numbers, lists and objects") from None  # fmt: skip
+    task = row.to_task(_KIND)
+    data = {**task.data, "env_class": env_class, "extras": extras}
+    return Task(id=task.id, prompt=task.prompt, answer=task.answer, kind=_KIND, data=data, messages=task.messages)
 
 
 def action_rules(config: EnvConfig) -> ParseRules | None:
@@ -178,7 +227,9 @@ class SkyRLGymEnv:
         max_turns: int = 4,
         rules: ParseRules = DEFAULT_RULES,
         env_config: dict[str, Any] | None = None,
-        **_: Any,  # sandbox, sandbox_config: skyrl-gym envs run their own tools
+        sandbox: Any = None,  # skyrl-gym envs run their own tools; tirl's swe-lite rows run on this sandbox
+        sandbox_config: Any = None,
+        **_: Any,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -186,6 +237,8 @@ class SkyRLGymEnv:
         self.max_turns = max_turns
         self.rules = rules
         self.env_config = dict(env_config or {})
+        self._sandbox = (sandbox, sandbox_config)
+        self._tirl: Env | None = None  # the tirl env of a row whose env_class is tirl's own (swe-lite)
         self.step_rewards: list[float] = []
         self.answer: str | None = None
         self.env_class: str | None = None
@@ -197,6 +250,8 @@ class SkyRLGymEnv:
     @property
     def turns(self) -> int:
         """Assistant turns taken so far."""
+        if self._tirl is not None:
+            return int(getattr(self._tirl, "turns", 0))
         return len(self.step_rewards) + (1 if self._reason is TerminationReason.VOID else 0)
 
     def _make(self, env_class: str, extras: dict[str, Any]) -> Any:
@@ -211,6 +266,8 @@ class SkyRLGymEnv:
         env_class = self.variant or task.data.get("env_class")
         if not isinstance(env_class, str):
             raise EnvError(f"task {task.id!r} names no skyrl-gym env_class — use skyrl-gym:NAME or a SkyRL task file")
+        if env_class in TIRL_CLASSES:
+            return await self._reset_tirl(task, env_class, seed)
         extras = copy.deepcopy(task.data.get("extras") or {})
         extras["max_turns"] = self.max_turns
         if task.answer is not None:
@@ -221,6 +278,16 @@ class SkyRLGymEnv:
         chat, _ = await asyncio.to_thread(self._env.init, prompt)
         return [_message(item, env_class) for item in chat]
 
+    async def _reset_tirl(self, task: Task, env_class: str, seed: int | None) -> list[Message]:
+        """Start the episode in tirl's own env (``swe-lite``: :class:`~tirl.envs.swe_lite.SweLiteEnv`)."""
+        from tirl.envs.swe_lite import SweLiteEnv
+
+        self._task, self.env_class = task, env_class
+        sandbox, sandbox_config = self._sandbox
+        self._tirl = SweLiteEnv(sandbox=sandbox, sandbox_config=sandbox_config, max_turns=self.max_turns,
+                                rules=self.rules)  # fmt: skip
+        return await self._tirl.reset(task, seed=seed)
+
     def _end(self, reason: TerminationReason, obs: list[Message], reward: float, info: dict[str, Any]) -> StepResult:
         self._reason = reason
         info["reason"] = reason.value
@@ -229,6 +296,8 @@ class SkyRLGymEnv:
 
     async def step(self, action: Message) -> StepResult:
         """Judge the turn by the run's rule; pass a non-void turn to skyrl-gym's ``step`` (in a thread)."""
+        if self._tirl is not None:
+            return await self._tirl.step(action)
         check_step(action, started=self._env is not None, ended=self._reason is not None, closed=self._closed)
         verdict = judge_message(action, self.rules)
         info: dict[str, Any] = {"turn": self.turns + 1, "action": verdict.kind.value, "env_class": self.env_class}
@@ -258,6 +327,10 @@ class SkyRLGymEnv:
 
     async def evaluate(self) -> EvalResult:
         """The sum of the step rewards; ``correct`` when a step scored >= 1.0; the per-turn rewards in ``info``."""
+        if self._tirl is not None:
+            result = await self._tirl.evaluate()
+            result.info.setdefault("env_class", self.env_class)
+            return result
         task = check_evaluable(self._task, self._closed)
         rewards = list(self.step_rewards)
         info = {
@@ -275,5 +348,7 @@ class SkyRLGymEnv:
         if self._closed:
             return
         self._closed = True
+        if self._tirl is not None:
+            await self._tirl.close()
         if self._env is not None:
             await asyncio.to_thread(self._env.close)

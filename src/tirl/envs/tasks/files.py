@@ -46,7 +46,9 @@ __all__ = [
     "TaskRow",
     "iter_records",
     "load_tasks_file",
+    "read_task_row",
     "read_task_rows",
+    "row_messages",
     "uses_chat_format",
 ]
 
@@ -184,13 +186,26 @@ def _answer(record: dict[str, Any], spec: TaskFileSpec, path: Path, row: int) ->
                      "add it there, or point env.answer_key at the field that holds it (a dotted path)")  # fmt: skip
 
 
-def _row(record: dict[str, Any], spec: TaskFileSpec, path: Path, row: int) -> TaskRow:
+def row_messages(record: dict[str, Any], spec: TaskFileSpec, path: Path, row: int) -> tuple[Message, ...]:
+    """The chat prompt of one row (at ``spec.prompt_key``), checked like :func:`read_task_rows` checks it."""
     file, line, at = _where(path, row)
     found, prompt = _get(record, spec.prompt_key)
     if not found:
         raise InputError(file, line, f"{at}missing the prompt field {spec.prompt_key!r}",
                          "add a chat prompt there, or point env.prompt_key at the field that holds it")  # fmt: skip
-    messages = _messages(prompt, spec.prompt_key, path, row)
+    return _messages(prompt, spec.prompt_key, path, row)
+
+
+def read_task_row(record: Any, spec: TaskFileSpec, path: Path, row: int) -> TaskRow:
+    """One row of a task file (``row`` 1-based: the line for JSONL), checked like :func:`read_task_rows`."""
+    if not isinstance(record, dict):
+        file, line, at = _where(path, row)
+        raise InputError(file, line, f"{at}expected an object, got {_kind(record)}", "write one object per row")
+    return _row(record, spec, path, row)
+
+
+def _row(record: dict[str, Any], spec: TaskFileSpec, path: Path, row: int) -> TaskRow:
+    messages = row_messages(record, spec, path, row)
     answer = _answer(record, spec, path, row)
     extra = record.get("extra_info")
     extra_info = dict(extra) if isinstance(extra, dict) else {}
@@ -217,10 +232,7 @@ def read_task_rows(path: str | Path, spec: TaskFileSpec | None = None, *, n: int
     rows: list[TaskRow] = []
     seen: dict[str, int] = {}
     for number, record in iter_records(p):
-        if not isinstance(record, dict):
-            file, line, at = _where(p, number)
-            raise InputError(file, line, f"{at}expected an object, got {_kind(record)}", "write one object per row")
-        task = _row(record, spec, p, number)
+        task = read_task_row(record, spec, p, number)
         if task.id in seen:
             file, line, at = _where(p, number)
             raise InputError(file, line, f"{at}duplicate id {task.id!r} (first on row {seen[task.id]})",

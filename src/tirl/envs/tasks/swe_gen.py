@@ -17,7 +17,9 @@ run by the judge (:mod:`tirl.envs.scorer`), whose verdict the agent's code
 cannot forge; a ``test_command`` runs with bash in the workspace (after
 ``hidden_tests`` is copied there under its own name) and its verdict is only as
 trustworthy as the command. ``id`` is optional. Relative paths are relative to
-the JSONL file.
+the JSONL file. ``hidden_tests`` inside ``repo`` (or ``repo`` inside it) is refused: the
+workspace is a copy of the repository. :func:`repo_fields` makes these checks (SkyRL-style
+rows reuse them: :mod:`tirl.integrations.skyrl_swe`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import functools
 import random
 import sys
 import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -162,29 +165,75 @@ def generate_swe_tasks(n: int, *, seed: int = 0, kinds: tuple[str, ...] | None =
     return tasks
 
 
+@dataclass(frozen=True, slots=True)
+class RepoFields:
+    """A user repository task's checked paths and command (``hidden_tests`` alone: judged by the scorer)."""
+
+    repo: Path
+    hidden_tests: Path | None
+    test_command: str | None
+
+    def data(self) -> dict[str, Any]:
+        """The swe-lite ``Task.data`` of these fields (what :func:`tirl.envs.workspace.materialise` reads)."""
+        hidden = None if self.hidden_tests is None else str(self.hidden_tests)
+        return {"repo": str(self.repo), "test_command": self.test_command, "hidden_tests": hidden}
+
+
+def repo_fields(
+    obj: dict[str, Any], path: str | Path, line: int | None, *, prefix: str = "", at: str = ""
+) -> RepoFields:
+    """Check ``repo``, ``hidden_tests`` and ``test_command`` of one task object (paths relative to ``path``).
+
+    ``prefix`` names where the fields sit in the row (``"extra_info."`` for a SkyRL-style row) and ``at``
+    prefixes the problem (``"row 3: "`` for parquet); every problem is an :class:`InputError` naming the
+    file, the line and the field. Refused besides a missing or wrong field: hidden tests inside the
+    repository (or the repository inside them), since the workspace is a copy of the whole repository and
+    the agent would read them.
+    """
+    base = Path(path).parent
+    where = (str(path), line)
+
+    def text(key: str) -> str:
+        if key not in obj:
+            fix = f'add "{key}": ... to this object' if not prefix else f'add "{key}": ... to the row\'s {prefix[:-1]}'
+            raise InputError(*where, f"{at}missing the field {prefix + key!r}", fix)
+        value = obj[key]
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(*where, f"{at}field {prefix + key!r} must be a non-empty string, got {value!r}",
+                             f"set {prefix + key!r} to a non-empty string")  # fmt: skip
+        return value
+
+    def directory(key: str, what: str) -> Path:
+        found = base / text(key)
+        if not found.is_dir():
+            raise InputError(*where, f"{at}{prefix + key} {str(found)!r} is not a directory",
+                             f"give an existing local path to {what} (relative to the file, or absolute)")  # fmt: skip
+        return found.resolve()
+
+    repo = directory("repo", "a checkout of the repository (tirl clones nothing)")
+    # without a test_command the hidden tests go to the judge (tirl.envs.scorer), which the agent cannot forge
+    # null is absent (a parquet struct column holds every row's keys, null where a row has none)
+    judged = obj.get("hidden_tests") is not None and obj.get("test_command") is None
+    command = None if judged else text("test_command")
+    hidden = None
+    if obj.get("hidden_tests") is not None:
+        hidden = directory("hidden_tests", "a directory of pytest files")
+        if hidden == repo or repo in hidden.parents or hidden in repo.parents:
+            where_repo = f"{prefix}repo {str(repo)!r}"
+            raise InputError(*where, f"{at}{prefix}hidden_tests {str(hidden)!r} is inside {where_repo} (or holds "
+                             "it): the workspace is a copy of the repository, so the agent would read the hidden "
+                             "tests", "move the hidden tests to a directory outside the repository")  # fmt: skip
+    return RepoFields(repo, hidden, command)
+
+
 def load_swe_tasks(path: str | Path) -> list[Task]:
     """Load a JSONL of local repositories (see the module docstring); errors name the file and line."""
-    base = Path(path).parent
     tasks: list[Task] = []
     for lineno, obj in read_jsonl(path):
-        repo = base / require_str(obj, "repo", path, lineno)
-        if not repo.is_dir():
-            raise InputError(str(path), lineno, f"repo {str(repo)!r} is not a directory", "give an existing local path")
+        fields = repo_fields(obj, path, lineno)
         prompt = require_str(obj, "prompt", path, lineno)
-        # without a test_command the hidden tests go to the judge (tirl.envs.scorer), which the agent cannot forge
-        command = None
-        if "test_command" in obj or "hidden_tests" not in obj:
-            command = require_str(obj, "test_command", path, lineno)
-        hidden = None
-        if obj.get("hidden_tests") is not None:
-            hidden = base / require_str(obj, "hidden_tests", path, lineno)
-            if not hidden.is_dir():
-                raise InputError(
-                    str(path), lineno, f"hidden_tests {str(hidden)!r} is not a directory", "give an existing local path"
-                )
         task_id = str(obj.get("id", f"{Path(path).stem}-{lineno}"))
-        data = {"repo": str(repo.resolve()), "test_command": command, "hidden_tests": hidden and str(hidden.resolve())}
-        tasks.append(Task(id=task_id, prompt=prompt, kind=KIND, data=data))
+        tasks.append(Task(id=task_id, prompt=prompt, kind=KIND, data=fields.data()))
     if not tasks:
         raise InputError(
             str(path), None, "no tasks in the file", 'add lines like {"repo": ..., "prompt": ..., "test_command": ...}'
