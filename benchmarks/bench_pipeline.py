@@ -38,9 +38,11 @@ same episodes. The entries (:data:`ENTRIES`):
   per-stage caps; it has no barrier and no bound on live envs;
 * ``pipeline``: the whole request streams through the three stage pools.
 
-Real mode (``--real``, :mod:`pipeline_real`): the strategies on the
-``swe-lite`` env with the tiny policy and the agent loop of
-``tirl.rollout.agent_loop``.
+Real mode (``--real``, :mod:`pipeline_real`): the strategies on the SWE
+job's env and tasks (``tirl train --env swe-lite``'s preset: the curriculum,
+10 turns, 384 tokens per turn), a real policy (``--model``, default the
+built-in one) and the agent loop of ``tirl.rollout.agent_loop``: per entry
+trajectories/s, the generator's busy fraction, peak live envs and peak RSS.
 
     python benchmarks/bench_pipeline.py            # table, and the load average before the run
     python benchmarks/bench_pipeline.py --json     # {"headline": {...}, "memory": {NAME: {ENTRY: {...}}},
@@ -544,11 +546,11 @@ def main() -> int:
     ap.add_argument("--lag-ms", type=float, default=5.0, help="late wake-ups forgiven per operation (0 = off)")
     ap.add_argument("--trace-dir", default="", help="write one pipeline-trace JSONL per workload and strategy here")
     ap.add_argument("--virtual", action="store_true", help="exact discrete-event run on a virtual clock (no sleeping)")
-    ap.add_argument("--real", action="store_true", help="swe-lite with the tiny policy instead of the simulation")
-    ap.add_argument("--real-tasks", type=int, default=8, help="--real: swe-lite tasks")
+    ap.add_argument("--real", action="store_true", help="the SWE job's env and tasks instead of the simulation")
+    ap.add_argument("--real-tasks", type=int, default=16, help="--real: swe-lite curriculum tasks")
     ap.add_argument("--real-group", type=int, default=4, help="--real: samples per task")
-    ap.add_argument("--real-max-turns", type=int, default=4, help="--real: turns per episode")
-    ap.add_argument("--real-max-new", type=int, default=32, help="--real: sampled tokens per turn")
+    ap.add_argument("--real-max-turns", type=int, default=0, help="--real: turns per episode (0: the preset's 10)")
+    ap.add_argument("--real-max-new", type=int, default=0, help="--real: tokens per turn (0: the preset's 384)")
     ap.add_argument("--real-batch-window", type=float, default=0.5, help="--real: HFGenerator batching window (s)")
     ap.add_argument("--real-run-workers", type=int, default=16, help="--real: Agent Runner workers (and B)")
     ap.add_argument("--model", default="", help="--real: a local HF model directory (default: the built-in one)")
