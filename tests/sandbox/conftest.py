@@ -8,6 +8,7 @@ bwrap cases are skipped, with the reason, only when bubblewrap cannot run here a
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
 import signal
 import tempfile
@@ -122,11 +123,27 @@ class Runner:
             self.uids |= getattr(sb, "uids", set())
 
 
-def host_mounts() -> list[str]:
-    """The host's mount table, less swe-lite workspaces (tmpfs ``tirl-workspace``, mounted on purpose as root,
-    possibly by another test running at the same time)."""
+#: where pytest puts every session's temp directories (read before any test moves ``tempfile.tempdir``)
+PYTEST_ROOT = Path(tempfile.gettempdir()).resolve() / f"pytest-of-{getpass.getuser()}"
+
+
+def host_mounts(own: Path | None = None) -> list[str]:
+    """The host's mount table, less what other tests mount on purpose at the same time.
+
+    Left out: swe-lite workspaces (tmpfs ``tirl-workspace``, mounted as root) and any mount point inside
+    another test's pytest temp directory (``/tmp/pytest-of-USER/...``, but not inside ``own``, this test's
+    own ``tmp_path``): a parallel worker or a second test session mounts a small tmpfs there (the full-disk
+    tests). A mount anywhere else, or inside ``own``, still counts.
+    """
     lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    return [line for line in lines if " - tmpfs tirl-workspace " not in line]
+
+    def others(line: str) -> bool:
+        fields = line.split()
+        point = Path(fields[4]) if len(fields) > 4 else Path("/")
+        mine = own is not None and point.is_relative_to(own)
+        return point.is_relative_to(PYTEST_ROOT) and not mine
+
+    return [line for line in lines if " - tmpfs tirl-workspace " not in line and not others(line)]
 
 
 @pytest.fixture
@@ -135,12 +152,12 @@ def host_audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Call
     root = tmp_path / "hosttmp"
     root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
-    mounts = host_mounts()
+    mounts = host_mounts(tmp_path)
     yield lambda: None
     try:
         assert settled(marked_pids) == [], "an attack process outlived its execution"
         assert os.listdir(root) == [], f"temporary directories left behind: {os.listdir(root)}"
-        assert host_mounts() == mounts, "the host's mounts changed"
+        assert host_mounts(tmp_path) == mounts, "the host's mounts changed"
     finally:
         kill_marked()
 
