@@ -156,6 +156,13 @@ class ActionKind(StrEnum):
     VOID = "void"
 
 
+# Module constants: an enum member looked up on its class costs ~80 ns, a global ~7 ns (judging is a hot path).
+_ANSWER, _CODE, _TAG_ACTION, _TOOL_CALL, _VOID = (
+    ActionKind.ANSWER, ActionKind.CODE, ActionKind.TAG, ActionKind.TOOL_CALL, ActionKind.VOID
+)  # fmt: skip
+_ASSISTANT = Role.ASSISTANT
+
+
 @dataclass(slots=True)
 class CodeBlock:
     """One closed fenced block (any language). Treat as read-only (not frozen: judging is a hot path)."""
@@ -187,7 +194,7 @@ class TurnVerdict:
     @property
     def is_void(self) -> bool:
         """A turn with neither executable code, a final answer nor a well-formed tool call."""
-        return self.kind is ActionKind.VOID
+        return self.kind is _VOID
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,24 +243,25 @@ def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | 
     scanner decides (a property test checks the two agree).
     """
     i = text.find("`")
-    if i < 0 or text[i : i + 3] != "```" or text[i + 3 : i + 4] == "`" or (i and text[i - 1] != "\n"):
+    if i < 0 or (i and text[i - 1] != "\n"):
         return None
     eol = text.find("\n", i)
     if eol < 0:
         return None
+    head = text[i:eol]  # the opening fence line
+    if head[:3] != "```" or "`" in head[3:]:  # a longer run, or a backtick in the info string
+        return None
     j = text.find("`", eol)
     if j < 0 or text[j - 1] != "\n" or text[j : j + 3] != "```":
-        return None
-    info = text[i + 3 : eol]
-    if "`" in info:
         return None
     end = text.find("\n", j)
     if end < 0:
         end = len(text)
-    if text[j + 3 : end].strip() or text.find("`", end) >= 0:
+    if (end != j + 3 and text[j + 3 : end].strip()) or text.find("`", end) >= 0:
         return None
-    info = info.strip()
-    lang = info.split(None, 1)[0] if info else ""
+    lang = head[3:].strip()
+    if not lang.isalnum():  # alphanumeric: one word, no whitespace to split at (the common case)
+        lang = lang.split(None, 1)[0] if lang else ""
     return [CodeBlock(lang, text[eol + 1 : j], i, end)], [(i, end)]
 
 
@@ -459,12 +467,12 @@ def tool_calls_well_formed(calls: Sequence[ToolCall]) -> bool:
 
 def judge_text(text: str | None, rules: ParseRules = DEFAULT_RULES) -> TurnVerdict:
     """Judge assistant text alone (no tool calls)."""
-    return judge_message(Message(role=Role.ASSISTANT, content=text), rules)
+    return judge_content(text, (), rules)
 
 
 def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVerdict:
     """Judge one assistant message. Non-assistant messages are never scanned (raises ``ValueError``)."""
-    if message.role is not Role.ASSISTANT:
+    if message.role is not _ASSISTANT:
         raise ValueError(f"only assistant messages are judged, got role {message.role.value!r}")
     return judge_content(message.content, message.tool_calls, rules)
 
@@ -472,33 +480,35 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
 def judge_content(
     content: str | None, tool_calls: tuple[ToolCall, ...] = (), rules: ParseRules = DEFAULT_RULES
 ) -> TurnVerdict:
-    """Judge an assistant turn from its parts: :func:`judge_message` without building a :class:`Message`."""
+    """Judge an assistant turn from its parts: :func:`judge_message` without building a :class:`Message`.
+
+    The hot path of the void filter: one-character ``in`` tests (a ``memchr`` each) decide which scans run at all.
+    """
     text = content or ""
     answer: str | None = None
     code: tuple[CodeBlock, ...] = ()
     regions: list[tuple[int, int]] = []
-    maybe_answer = "\\" in text or "<" in text or bool(rules.answer_markers)  # cheap screens before real work
-    tildes = "~" in text and "~~~" in text
-    if tildes or "`" in text:
-        fast = None if tildes else _single_block(text)
+    if "~" in text and "~~~" in text:
+        blocks, regions = _scan_fences_general(text)
+        code = _executable(blocks, rules)
+    elif "`" in text:
+        fast = _single_block(text)
         blocks, regions = fast if fast is not None else _scan_fences_general(text)
         code = _executable(blocks, rules)
-        if maybe_answer:
-            answer = _final_answer(text, regions, rules)
-    elif maybe_answer:
-        answer = _final_answer(text, [], rules)
-    tags = _tag_actions(text, regions, rules) if rules.action_tags and "<" in text and answer is None else ()
+    if "\\" in text or "<" in text or rules.answer_markers:  # no answer form can match without one of these
+        answer = _final_answer(text, regions, rules)
+    tags = _tag_actions(text, regions, rules) if answer is None and rules.action_tags and "<" in text else ()
     calls_ok = bool(tool_calls) and tool_calls_well_formed(tool_calls)
     if answer is not None:
-        kind = ActionKind.ANSWER
+        kind = _ANSWER
     elif code:
-        kind = ActionKind.CODE
+        kind = _CODE
     elif tags:
-        kind = ActionKind.TAG
+        kind = _TAG_ACTION
     elif calls_ok:
-        kind = ActionKind.TOOL_CALL
+        kind = _TOOL_CALL
     else:
-        kind = ActionKind.VOID
+        kind = _VOID
     return TurnVerdict(kind, code, answer, tool_calls if calls_ok else (), tags)
 
 
@@ -507,10 +517,10 @@ def judge_messages(messages: Sequence[Message], rules: ParseRules = DEFAULT_RULE
     verdicts: list[TurnVerdict] = []
     void_turns: list[int] = []
     for m in messages:
-        if m.role is not Role.ASSISTANT:
+        if m.role is not _ASSISTANT:
             continue
-        v = judge_message(m, rules)
-        if v.kind is ActionKind.VOID:
+        v = judge_content(m.content, m.tool_calls, rules)
+        if v.kind is _VOID:
             void_turns.append(len(verdicts))
         verdicts.append(v)
     return TrajectoryVerdict(void=bool(void_turns), void_turns=tuple(void_turns), turns=tuple(verdicts))
