@@ -485,18 +485,8 @@ def judge_content(
     The hot path of the void filter: one-character ``in`` tests (a ``memchr`` each) decide which scans run at all.
     """
     text = content or ""
-    answer: str | None = None
-    code: tuple[CodeBlock, ...] = ()
-    regions: list[tuple[int, int]] = []
-    if "~" in text and "~~~" in text:
-        blocks, regions = _scan_fences_general(text)
-        code = _executable(blocks, rules)
-    elif "`" in text:
-        fast = _single_block(text)
-        blocks, regions = fast if fast is not None else _scan_fences_general(text)
-        code = _executable(blocks, rules)
-    if "\\" in text or "<" in text or rules.answer_markers:  # no answer form can match without one of these
-        answer = _final_answer(text, regions, rules)
+    code, regions = _code(text, rules)
+    answer = _final_answer(text, regions, rules) if _may_answer(text, rules) else None
     tags = _tag_actions(text, regions, rules) if answer is None and rules.action_tags and "<" in text else ()
     calls_ok = bool(tool_calls) and tool_calls_well_formed(tool_calls)
     if answer is not None:
@@ -510,6 +500,56 @@ def judge_content(
     else:
         kind = _VOID
     return TurnVerdict(kind, code, answer, tool_calls if calls_ok else (), tags)
+
+
+def _code(text: str, rules: ParseRules) -> tuple[tuple[CodeBlock, ...], list[tuple[int, int]]]:
+    """The executable blocks of ``text`` and its fenced regions (one-character screens first)."""
+    if "~" in text and "~~~" in text:
+        blocks, regions = _scan_fences_general(text)
+    elif "`" in text:
+        fast = _single_block(text)
+        blocks, regions = fast if fast is not None else _scan_fences_general(text)
+    else:
+        return (), []
+    return _executable(blocks, rules), regions
+
+
+def _may_answer(text: str, rules: ParseRules) -> bool:
+    """False when no answer form of ``rules`` can match: no backslash, no ``<`` and no answer markers."""
+    return "\\" in text or "<" in text or bool(rules.answer_markers)
+
+
+#: What :func:`turn_acts` returns for a turn whose answer it did not search: (text, fenced regions).
+Unsearched = tuple[str, list[tuple[int, int]]]
+
+
+def turn_acts(
+    content: str | None, tool_calls: tuple[ToolCall, ...], rules: ParseRules
+) -> tuple[bool, str | Unsearched | None]:
+    """Whether a turn acts (``not judge_content(...).is_void``), with the answer search skipped where code decides.
+
+    Returns ``(acts, answer)``. ``answer`` is the turn's answer as :func:`judge_content` gives it (a ``str``
+    or ``None``), except for a turn with executable code: its answer is not needed to know that it acts, so
+    it is left unsearched and ``answer`` is the ``(text, regions)`` tuple to hand to :func:`answer_of` if a
+    caller does need it (``tirl filter`` needs only the last answer of a void trajectory). Same helpers as
+    :func:`judge_content`; builds no :class:`TurnVerdict`. A property test checks that the two agree.
+    """
+    text = content or ""
+    code, regions = _code(text, rules)
+    if code:
+        return True, (text, regions)
+    answer = _final_answer(text, regions, rules) if _may_answer(text, rules) else None
+    if answer is not None:
+        return True, answer
+    if rules.action_tags and "<" in text and _tag_actions(text, regions, rules):
+        return True, None
+    return bool(tool_calls) and tool_calls_well_formed(tool_calls), None
+
+
+def answer_of(unsearched: Unsearched, rules: ParseRules) -> str | None:
+    """The answer of a turn that :func:`turn_acts` left unsearched (what :func:`judge_content` gives)."""
+    text, regions = unsearched
+    return _final_answer(text, regions, rules) if _may_answer(text, rules) else None
 
 
 def judge_messages(messages: Sequence[Message], rules: ParseRules = DEFAULT_RULES) -> TrajectoryVerdict:
