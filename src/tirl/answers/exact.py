@@ -82,6 +82,8 @@ def _decimal(s: str) -> Fraction | None:
 
 def parse_number(text: str) -> Fraction | None:
     r"""The exact value of a plain number written in ``text`` (see the module docstring), else ``None``."""
+    if text.isdigit() and text.isascii() and len(text) <= MAX_DIGITS + 1:  # a plain whole number: no regex needed
+        return Fraction(int(text))
     if _SPACED_DIGITS.search(text):
         return None  # "1 2" is not 12
     s = "".join(text.split())
