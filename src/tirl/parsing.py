@@ -236,11 +236,13 @@ def _fence_lines(text: str, ch: str) -> list[tuple[int, int, int, str, str]]:
 def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | None:
     """Fast path for the common turn: one backtick fence pair at line start, runs of exactly 3.
 
-    Only one-character searches are used (``str.find`` of one character is a
-    ``memchr``; a three-character search is several times slower). Returns
-    ``None`` whenever the text is not exactly that simple case — any other
-    backtick after the block, leading spaces, longer runs — so the general
-    scanner decides (a property test checks the two agree).
+    Mostly one-character searches (``str.find`` of one character is a
+    ``memchr``; a three-character search is several times slower). Covers an
+    opening fence with no backtick before it, closed by the next backtick's
+    line, with no backtick fence after the block (inline backticks may follow).
+    Returns ``None`` for anything else — leading spaces, longer runs, an
+    unclosed fence, a second fence — so the general scanner decides (a
+    property test checks the two agree).
     """
     i = text.find("`")
     if i < 0 or (i and text[i - 1] != "\n"):
@@ -257,7 +259,9 @@ def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | 
     end = text.find("\n", j)
     if end < 0:
         end = len(text)
-    if (end != j + 3 and text[j + 3 : end].strip()) or text.find("`", end) >= 0:
+    if end != j + 3 and text[j + 3 : end].strip():
+        return None
+    if text.find("`", end) >= 0 and text.find("```", end) >= 0:  # another fence may open after this block
         return None
     lang = head[3:].strip()
     if not lang.isalnum():  # alphanumeric: one word, no whitespace to split at (the common case)

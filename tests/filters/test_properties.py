@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tirl.parsing import ACTION_RULES, answer_of, judge_content, judge_messages, judge_text, turn_acts
+from tirl.parsing import ACTION_RULES, CodeBlock, answer_of, judge_content, judge_messages, judge_text, turn_acts
 from tirl.types import Message, Role, ToolCall
 
 pieces = st.sampled_from(
@@ -84,6 +84,18 @@ def test_fast_path_is_taken_and_agrees_on_typical_turns() -> None:
         assert fast == _scan_fences_general(text)
     for text in ["  ```python\nx\n```", "```python\nx\n````", "```python\nx\n", "```python ``` \nx\n```"]:
         assert _single_block(text) is None
+
+
+def test_fast_path_takes_inline_backticks_after_the_block_but_not_a_second_fence() -> None:
+    from tirl.parsing import _scan_fences_general, _single_block
+
+    for text in ["a\n```text\nout\n```\nLet me check `x`, ``y``.", "```py\nx\n```\n`", "```sh\nls\n```\nsee `x` here"]:
+        fast = _single_block(text)
+        assert fast is not None and fast == _scan_fences_general(text)
+    assert _single_block("```sh\nls\n```\nsee `x` here") == ([CodeBlock("sh", "ls\n", 0, 12)], [(0, 12)])
+    for text in ["```py\nx\n```\n`y`\n```bash\nls\n```", "```py\nx\n```\n```", "```py\nx\n```\n ```\nopen"]:
+        assert _single_block(text) is None  # another fence opens after the block: the general scanner pairs it
+        assert len(_scan_fences_general(text)[1]) == 2
 
 
 rule_pieces = st.sampled_from(["<sql>", "</sql>", "<search>", "</search>", "#### 4", "<solution>"])
