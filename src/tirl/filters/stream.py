@@ -327,9 +327,29 @@ def _checked_calls(m: dict[str, Any]) -> tuple[ToolCall, ...] | None:
     calls = m.get("tool_calls")
     if not calls:
         return ()
-    if type(calls) is not list or not _shallow(calls, 4):
+    if type(calls) is not list or not (_flat_calls(calls) or _shallow(calls, 4)):
         return None
     return tuple([ToolCall.from_dict(c) for c in calls])
+
+
+def _flat_calls(calls: list[Any]) -> bool:
+    """True when every call is an object whose values are scalars or objects of scalars (the OpenAI shape).
+
+    Such a list nests 3 levels deep, 6 counted from the document (within MAX_DEPTH); anything else is False
+    and :func:`_shallow` decides, so this is only a faster way to the same answer.
+    """
+    for call in calls:
+        if type(call) is not dict:
+            return False
+        for value in call.values():
+            kind = type(value)
+            if kind is list:
+                return False
+            if kind is dict:
+                for inner in value.values():
+                    if type(inner) is dict or type(inner) is list:
+                        return False
+    return True
 
 
 def _fields(
