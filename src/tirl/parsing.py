@@ -343,13 +343,21 @@ _BOXED = re.compile(r"\\boxed[ \t]*\{")
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.I | re.S)
 
 
-@functools.lru_cache(maxsize=64)
+_TAG_RES: dict[frozenset[str], re.Pattern[str]] = {frozenset({"answer"}): _TAG}
+
+
 def _tags_re(names: frozenset[str]) -> re.Pattern[str]:
-    """``<NAME>(body)</NAME>`` for any of ``names`` (the default ``answer`` is the precompiled :data:`_TAG`)."""
-    if names == frozenset({"answer"}):
-        return _TAG
-    alt = "|".join(sorted(re.escape(n) for n in names))
-    return re.compile(rf"<({alt})>(.*?)</\1>", re.I | re.S)
+    """``<NAME>(body)</NAME>`` for any of ``names`` (the default ``answer`` is the precompiled :data:`_TAG`).
+
+    Kept in a plain dict (a frozenset key costs an ``lru_cache`` a tuple per call; judging is a hot path).
+    """
+    pattern = _TAG_RES.get(names)
+    if pattern is None:
+        alt = "|".join(sorted(re.escape(n) for n in names))
+        pattern = re.compile(rf"<({alt})>(.*?)</\1>", re.I | re.S)
+        if len(_TAG_RES) < 64:  # rule sets are few; a program that makes more compiles the rest each time
+            _TAG_RES[names] = pattern
+    return pattern
 
 
 def _tag_bodies(pattern: re.Pattern[str], text: str) -> list[tuple[int, str, str]]:
@@ -389,17 +397,19 @@ def _closing_brace(text: str, j: int) -> int:
 def _boxed_contents(text: str) -> list[tuple[int, str]]:
     r"""(position, content) of each ``\boxed{...}`` with balanced braces, up to the first unbalanced one."""
     out: list[tuple[int, str]] = []
-    pos = 0
-    search = _BOXED.search
-    while True:
-        m = search(text, pos)
-        if m is None:
-            return out
+    find, match = text.find, _BOXED.match
+    k = find("\\boxed")  # a str search is faster than the regex's own scan for its prefix
+    while k >= 0:
+        m = match(text, k)
+        if m is None:  # "\boxed" not followed by "{"
+            k = find("\\boxed", k + 6)
+            continue
         end = _closing_brace(text, m.end())
         if end < 0:
             return out  # unbalanced: no answer here, and none after it can be delimited either
-        out.append((m.start(), text[m.end() : end]))
-        pos = end + 1
+        out.append((k, text[m.end() : end]))
+        k = find("\\boxed", end + 1)
+    return out
 
 
 def _is_real_answer(content: str, rules: ParseRules) -> bool:
