@@ -233,16 +233,17 @@ def _fence_lines(text: str, ch: str) -> list[tuple[int, int, int, str, str]]:
     return out
 
 
-def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | None:
-    """Fast path for the common turn: one backtick fence pair at line start, runs of exactly 3.
+def _single_fence(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | None:
+    """Fast path for the common turn: one backtick fence at line start, a run of exactly 3, closed or not.
 
     Mostly one-character searches (``str.find`` of one character is a
     ``memchr``; a three-character search is several times slower). Covers an
-    opening fence with no backtick before it, closed by the next backtick's
-    line, with no backtick fence after the block (inline backticks may follow).
-    Returns ``None`` for anything else — leading spaces, longer runs, an
-    unclosed fence, a second fence — so the general scanner decides (a
-    property test checks the two agree).
+    opening fence with no backtick before it that is either closed by the
+    next backtick's line, with no backtick fence after the block (inline
+    backticks may follow), or never closed (no backtick after it at all: a
+    fenced region to the end, no block). Returns ``None`` for anything else —
+    leading spaces, longer runs, a second fence — so the general scanner
+    decides (property tests check the two agree).
     """
     i = text.find("`")
     if i < 0 or (i and text[i - 1] != "\n"):
@@ -254,7 +255,9 @@ def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | 
     if head[:3] != "```" or "`" in head[3:]:  # a longer run, or a backtick in the info string
         return None
     j = text.find("`", eol)
-    if j < 0 or text[j - 1] != "\n" or text[j : j + 3] != "```":
+    if j < 0:
+        return [], [(i, len(text))]  # never closed: it runs to the end of the message
+    if text[j - 1] != "\n" or text[j : j + 3] != "```":
         return None
     end = text.find("\n", j)
     if end < 0:
@@ -269,17 +272,23 @@ def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | 
     return [CodeBlock(lang, text[eol + 1 : j], i, end)], [(i, end)]
 
 
+def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | None:
+    """:func:`_single_fence` for a closed block only (``None`` for an unclosed fence)."""
+    fast = _single_fence(text)
+    return fast if fast is None or fast[0] else None
+
+
 def scan_fences(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]]:
     """All closed fenced blocks and all fenced regions (closed, or unclosed and running to the end)."""
     if "~" not in text or "~~~" not in text:
-        fast = _single_block(text)
+        fast = _single_fence(text)
         if fast is not None:
             return fast
     return _scan_fences_general(text)
 
 
 def _scan_fences_general(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]]:
-    """The CommonMark fence pairing for any text (``_single_block`` is its fast path)."""
+    """The CommonMark fence pairing for any text (``_single_fence`` is its fast path)."""
     lines = _fence_lines(text, "`") if "```" in text else []
     if "~~~" in text:
         tildes = _fence_lines(text, "~")
@@ -521,7 +530,7 @@ def _code(text: str, rules: ParseRules) -> tuple[tuple[CodeBlock, ...], list[tup
     if "~" in text and "~~~" in text:
         blocks, regions = _scan_fences_general(text)
     elif "`" in text:
-        fast = _single_block(text)
+        fast = _single_fence(text)
         blocks, regions = fast if fast is not None else _scan_fences_general(text)
     else:
         return (), []

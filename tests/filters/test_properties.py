@@ -98,6 +98,27 @@ def test_fast_path_takes_inline_backticks_after_the_block_but_not_a_second_fence
         assert len(_scan_fences_general(text)[1]) == 2
 
 
+@settings(max_examples=600, deadline=None)
+@given(texts)
+@example("```python\nprint(1)\n")  # unclosed: a region to the end, no block
+@example("so\n```python\nprint(1)\nmore ` text")  # a later inline backtick: the general scanner decides
+@example("```python\nx\n```\n```bash\nopen")
+def test_single_fence_fast_path_agrees_with_general_scanner(text: str) -> None:
+    from tirl.parsing import _scan_fences_general, _single_fence
+
+    fast = _single_fence(text)
+    if fast is not None:
+        assert fast == _scan_fences_general(text)
+
+
+def test_single_fence_takes_an_unclosed_fence() -> None:
+    from tirl.parsing import _scan_fences_general, _single_fence
+
+    text = "so\n```python\nprint(1)\n"
+    assert _single_fence(text) == ([], [(3, len(text))]) == _scan_fences_general(text)
+    assert _single_fence("so\n```python\nprint(1)\n`") is None
+
+
 rule_pieces = st.sampled_from(["<sql>", "</sql>", "<search>", "</search>", "#### 4", "<solution>"])
 rule_texts = st.lists(st.one_of(pieces, rule_pieces, st.text(max_size=5)), max_size=30).map("".join)
 tool_calls = st.sampled_from(
