@@ -91,8 +91,8 @@ def parse_number(text: str) -> Fraction | None:
         d = int(den)
         if d == 0:
             return None
-        value = Fraction(int(num), d)
-        return -value if sign == "-" else value
+        ratio = Fraction(int(num), d)
+        return -ratio if sign == "-" else ratio
     if _SPACED_DIGITS.search(text):
         return None  # "1 2" is not 12
     s = "".join(text.split())
