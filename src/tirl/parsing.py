@@ -403,11 +403,14 @@ def _closing_brace(text: str, j: int) -> int:
         j = k + 1
 
 
-def _boxed_contents(text: str) -> list[tuple[int, str]]:
-    r"""(position, content) of each ``\boxed{...}`` with balanced braces, up to the first unbalanced one."""
+def _boxed_contents(text: str, first: int | None = None) -> list[tuple[int, str]]:
+    r"""(position, content) of each ``\boxed{...}`` with balanced braces, up to the first unbalanced one.
+
+    ``first``: where the first ``\boxed`` of ``text`` is, when the caller has already found it (-1: none).
+    """
     out: list[tuple[int, str]] = []
     find, match = text.find, _BOXED.match
-    k = find("\\boxed")  # a str search is faster than the regex's own scan for its prefix
+    k = find("\\boxed") if first is None else first  # a str search is faster than the regex's scan for its prefix
     while k >= 0:
         m = match(text, k)
         if m is None:  # "\boxed" not followed by "{"
@@ -440,16 +443,19 @@ def extract_final_answer(text: str, rules: ParseRules = DEFAULT_RULES) -> str | 
 
 
 def _final_answer(text: str, regions: list[tuple[int, int]], rules: ParseRules) -> str | None:
-    has_box = rules.boxed and "\\" in text and "\\boxed" in text
+    box_at = text.find("\\boxed") if rules.boxed and "\\" in text else -1
+    has_box = box_at >= 0
     tag_re = _tags_re(rules.answer_tag_names) if rules.answer_tags and "<" in text else None
     has_tag = tag_re is not None and tag_re.search(text) is not None
     markers = [mk for mk in rules.answer_markers if mk in text] if rules.answer_markers else []
     if not (has_box or has_tag or markers):
         return None
-    text = _outside(text, regions)
+    if regions:
+        text = _outside(text, regions)
+        box_at = text.find("\\boxed")  # a \boxed inside a fenced region is gone
     best_pos, best = -1, None
     if has_box:
-        for pos, content in _boxed_contents(text):
+        for pos, content in _boxed_contents(text, box_at):
             if pos > best_pos and _is_real_answer(content, rules):
                 best_pos, best = pos, content
     if has_tag and tag_re is not None:
