@@ -445,7 +445,8 @@ def extract_final_answer(text: str, rules: ParseRules = DEFAULT_RULES) -> str | 
 def _final_answer(text: str, regions: list[tuple[int, int]], rules: ParseRules) -> str | None:
     box_at = text.find("\\boxed") if rules.boxed and "\\" in text else -1
     has_box = box_at >= 0
-    tag_re = _tags_re(rules.answer_tag_names) if rules.answer_tags and "<" in text else None
+    # A tag needs its closing "</": one-character screens (a memchr each) before the regex scans the text.
+    tag_re = _tags_re(rules.answer_tag_names) if rules.answer_tags and "<" in text and "/" in text else None
     has_tag = tag_re is not None and tag_re.search(text) is not None
     markers = [mk for mk in rules.answer_markers if mk in text] if rules.answer_markers else []
     if not (has_box or has_tag or markers):
