@@ -61,7 +61,7 @@ import orjson
 
 from tirl.filters import stream
 from tirl.filters.forked import usable_cpus
-from tirl.parsing import DEFAULT_RULES, ActionKind, TurnVerdict, judge_message
+from tirl.parsing import DEFAULT_RULES, judge_message
 from tirl.types import Message, Role, ToolCall
 
 WORDS = (
@@ -211,10 +211,9 @@ def bench_phases(src: Path, repeats: int = 2) -> dict[str, float]:
     """Where the judging CPU of ``tirl filter --workers 1`` goes, in this process (best of ``repeats``).
 
     Differences of runs of :func:`tirl.filters.stream.judge_range` over the whole file with one part stubbed out
-    (the void-but-correct audit, then also the judge): ``audit``, ``judge`` (``judge_content``) and the rest
+    (the void-but-correct audit, then also the judge): ``audit``, ``judge`` (``turn_acts``) and the rest
     (slicing, orjson decoding, field checks, verdict lines). Start-up and writing are not in these figures.
     """
-    turn = TurnVerdict(ActionKind.CODE)
 
     def best() -> float:
         times = []
@@ -228,7 +227,7 @@ def bench_phases(src: Path, repeats: int = 2) -> dict[str, float]:
     full = best()
     with mock.patch.object(stream, "answers_match", lambda a, b: False):
         no_audit = best()
-        with mock.patch.object(stream, "judge_content", lambda c, t, r: turn):
+        with mock.patch.object(stream, "turn_acts", lambda c, t, r: (True, None)):
             rest = best()
     return {"judging": round(full, 3), "audit": round(full - no_audit, 3), "judge": round(no_audit - rest, 3),
             "decode_and_rest": round(rest, 3)}  # fmt: skip
@@ -364,7 +363,7 @@ def _print_cli(cli: dict[str, Any], repeats: int) -> None:
     print(f"  decoding every line alone (CPU s, best of 3): json.loads {dec['json.loads']:.3f}, "
           f"orjson.loads {dec['orjson.loads']:.3f}")  # fmt: skip
     ph = cli["phases_cpu_s"]
-    print(f"  judging CPU s with --workers 1, in-process: {ph['judging']:.3f} = judge_content {ph['judge']:.3f} + "
+    print(f"  judging CPU s with --workers 1, in-process: {ph['judging']:.3f} = turn_acts {ph['judge']:.3f} + "
           f"void-but-correct audit {ph['audit']:.3f} + decoding and the rest {ph['decode_and_rest']:.3f}")  # fmt: skip
 
 

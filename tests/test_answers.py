@@ -62,6 +62,30 @@ def test_parse_number_equals_the_fraction_reference(text: str) -> None:
     assert parse_number(text) == Fraction(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0", 0), ("007", 7), ("42", 42), ("9" * 201, int("9" * 201)), ("9" * 202, None), ("\u00b2", None),
+     ("\u0661\u0662", 12), ("4\u00b2", None), ("1 2", None)],
+)  # fmt: skip
+def test_whole_number_fast_path_agrees_with_the_general_reader(text: str, value: int | None) -> None:
+    """A plain ASCII whole number skips the regexes; a sign sends the same digits through the general reader."""
+    assert parse_number(text) == parse_number("+" + text) == value
+
+
+@given(st.sampled_from(["", "-", "+"]), st.integers(0, 10**30), st.integers(0, 10**30), st.integers(0, 3))
+@settings(max_examples=300, deadline=None)
+def test_plain_fraction_fast_path_agrees_with_the_general_reader(sign: str, num: int, den: int, zeros: int) -> None:
+    r"""``\frac{a}{b}`` (ASCII digits) skips the recursion; a space inside sends it through the general reader."""
+    a, b = "0" * zeros + str(num), str(den)
+    fast, general = parse_number(f"{sign}\\frac{{{a}}}{{{b}}}"), parse_number(f"{sign}\\frac{{ {a}}}{{{b}}}")
+    assert fast == general == (None if den == 0 else (-1 if sign == "-" else 1) * Fraction(num, den))
+
+
+@pytest.mark.parametrize("text", ["\\frac{" + "9" * 202 + "}{1}", "\\frac{1}{" + "9" * 202 + "}", "\\frac{\u0661}{2}"])
+def test_plain_fraction_fast_path_leaves_the_rest_to_the_general_reader(text: str) -> None:
+    assert parse_number(text) == parse_number(text.replace("{", "{ ", 1))
+
+
 @given(st.integers(min_value=-(10**20), max_value=10**20), st.integers(min_value=1, max_value=10**9))
 @settings(max_examples=200, deadline=None)
 def test_fractions_and_thousands_against_a_reference_loop(num: int, den: int) -> None:

@@ -156,6 +156,13 @@ class ActionKind(StrEnum):
     VOID = "void"
 
 
+# Module constants: an enum member looked up on its class costs ~80 ns, a global ~7 ns (judging is a hot path).
+_ANSWER, _CODE, _TAG_ACTION, _TOOL_CALL, _VOID = (
+    ActionKind.ANSWER, ActionKind.CODE, ActionKind.TAG, ActionKind.TOOL_CALL, ActionKind.VOID
+)  # fmt: skip
+_ASSISTANT = Role.ASSISTANT
+
+
 @dataclass(slots=True)
 class CodeBlock:
     """One closed fenced block (any language). Treat as read-only (not frozen: judging is a hot path)."""
@@ -187,7 +194,7 @@ class TurnVerdict:
     @property
     def is_void(self) -> bool:
         """A turn with neither executable code, a final answer nor a well-formed tool call."""
-        return self.kind is ActionKind.VOID
+        return self.kind is _VOID
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,48 +233,62 @@ def _fence_lines(text: str, ch: str) -> list[tuple[int, int, int, str, str]]:
     return out
 
 
-def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | None:
-    """Fast path for the common turn: one backtick fence pair at line start, runs of exactly 3.
+def _single_fence(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | None:
+    """Fast path for the common turn: one backtick fence at line start, a run of exactly 3, closed or not.
 
-    Only one-character searches are used (``str.find`` of one character is a
-    ``memchr``; a three-character search is several times slower). Returns
-    ``None`` whenever the text is not exactly that simple case — any other
-    backtick after the block, leading spaces, longer runs — so the general
-    scanner decides (a property test checks the two agree).
+    Mostly one-character searches (``str.find`` of one character is a
+    ``memchr``; a three-character search is several times slower). Covers an
+    opening fence with no backtick before it that is either closed by the
+    next backtick's line, with no backtick fence after the block (inline
+    backticks may follow), or never closed (no backtick after it at all: a
+    fenced region to the end, no block). Returns ``None`` for anything else —
+    leading spaces, longer runs, a second fence — so the general scanner
+    decides (property tests check the two agree).
     """
     i = text.find("`")
-    if i < 0 or text[i : i + 3] != "```" or text[i + 3 : i + 4] == "`" or (i and text[i - 1] != "\n"):
+    if i < 0 or (i and text[i - 1] != "\n"):
         return None
     eol = text.find("\n", i)
     if eol < 0:
         return None
-    j = text.find("`", eol)
-    if j < 0 or text[j - 1] != "\n" or text[j : j + 3] != "```":
+    head = text[i:eol]  # the opening fence line
+    if head[:3] != "```" or "`" in head[3:]:  # a longer run, or a backtick in the info string
         return None
-    info = text[i + 3 : eol]
-    if "`" in info:
+    j = text.find("`", eol)
+    if j < 0:
+        return [], [(i, len(text))]  # never closed: it runs to the end of the message
+    if text[j - 1] != "\n" or text[j : j + 3] != "```":
         return None
     end = text.find("\n", j)
     if end < 0:
         end = len(text)
-    if text[j + 3 : end].strip() or text.find("`", end) >= 0:
+    if end != j + 3 and text[j + 3 : end].strip():
         return None
-    info = info.strip()
-    lang = info.split(None, 1)[0] if info else ""
+    if text.find("`", end) >= 0 and text.find("```", end) >= 0:  # another fence may open after this block
+        return None
+    lang = head[3:].strip()
+    if not lang.isalnum():  # alphanumeric: one word, no whitespace to split at (the common case)
+        lang = lang.split(None, 1)[0] if lang else ""
     return [CodeBlock(lang, text[eol + 1 : j], i, end)], [(i, end)]
+
+
+def _single_block(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]] | None:
+    """:func:`_single_fence` for a closed block only (``None`` for an unclosed fence)."""
+    fast = _single_fence(text)
+    return fast if fast is None or fast[0] else None
 
 
 def scan_fences(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]]:
     """All closed fenced blocks and all fenced regions (closed, or unclosed and running to the end)."""
     if "~" not in text or "~~~" not in text:
-        fast = _single_block(text)
+        fast = _single_fence(text)
         if fast is not None:
             return fast
     return _scan_fences_general(text)
 
 
 def _scan_fences_general(text: str) -> tuple[list[CodeBlock], list[tuple[int, int]]]:
-    """The CommonMark fence pairing for any text (``_single_block`` is its fast path)."""
+    """The CommonMark fence pairing for any text (``_single_fence`` is its fast path)."""
     lines = _fence_lines(text, "`") if "```" in text else []
     if "~~~" in text:
         tildes = _fence_lines(text, "~")
@@ -331,13 +352,21 @@ _BOXED = re.compile(r"\\boxed[ \t]*\{")
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.I | re.S)
 
 
-@functools.lru_cache(maxsize=64)
+_TAG_RES: dict[frozenset[str], re.Pattern[str]] = {frozenset({"answer"}): _TAG}
+
+
 def _tags_re(names: frozenset[str]) -> re.Pattern[str]:
-    """``<NAME>(body)</NAME>`` for any of ``names`` (the default ``answer`` is the precompiled :data:`_TAG`)."""
-    if names == frozenset({"answer"}):
-        return _TAG
-    alt = "|".join(sorted(re.escape(n) for n in names))
-    return re.compile(rf"<({alt})>(.*?)</\1>", re.I | re.S)
+    """``<NAME>(body)</NAME>`` for any of ``names`` (the default ``answer`` is the precompiled :data:`_TAG`).
+
+    Kept in a plain dict (a frozenset key costs an ``lru_cache`` a tuple per call; judging is a hot path).
+    """
+    pattern = _TAG_RES.get(names)
+    if pattern is None:
+        alt = "|".join(sorted(re.escape(n) for n in names))
+        pattern = re.compile(rf"<({alt})>(.*?)</\1>", re.I | re.S)
+        if len(_TAG_RES) < 64:  # rule sets are few; a program that makes more compiles the rest each time
+            _TAG_RES[names] = pattern
+    return pattern
 
 
 def _tag_bodies(pattern: re.Pattern[str], text: str) -> list[tuple[int, str, str]]:
@@ -374,20 +403,25 @@ def _closing_brace(text: str, j: int) -> int:
         j = k + 1
 
 
-def _boxed_contents(text: str) -> list[tuple[int, str]]:
-    r"""(position, content) of each ``\boxed{...}`` with balanced braces, up to the first unbalanced one."""
+def _boxed_contents(text: str, first: int | None = None) -> list[tuple[int, str]]:
+    r"""(position, content) of each ``\boxed{...}`` with balanced braces, up to the first unbalanced one.
+
+    ``first``: where the first ``\boxed`` of ``text`` is, when the caller has already found it (-1: none).
+    """
     out: list[tuple[int, str]] = []
-    pos = 0
-    search = _BOXED.search
-    while True:
-        m = search(text, pos)
-        if m is None:
-            return out
+    find, match = text.find, _BOXED.match
+    k = find("\\boxed") if first is None else first  # a str search is faster than the regex's scan for its prefix
+    while k >= 0:
+        m = match(text, k)
+        if m is None:  # "\boxed" not followed by "{"
+            k = find("\\boxed", k + 6)
+            continue
         end = _closing_brace(text, m.end())
         if end < 0:
             return out  # unbalanced: no answer here, and none after it can be delimited either
-        out.append((m.start(), text[m.end() : end]))
-        pos = end + 1
+        out.append((k, text[m.end() : end]))
+        k = find("\\boxed", end + 1)
+    return out
 
 
 def _is_real_answer(content: str, rules: ParseRules) -> bool:
@@ -409,16 +443,20 @@ def extract_final_answer(text: str, rules: ParseRules = DEFAULT_RULES) -> str | 
 
 
 def _final_answer(text: str, regions: list[tuple[int, int]], rules: ParseRules) -> str | None:
-    has_box = rules.boxed and "\\" in text and "\\boxed" in text
-    tag_re = _tags_re(rules.answer_tag_names) if rules.answer_tags and "<" in text else None
+    box_at = text.find("\\boxed") if rules.boxed and "\\" in text else -1
+    has_box = box_at >= 0
+    # A tag needs its closing "</": one-character screens (a memchr each) before the regex scans the text.
+    tag_re = _tags_re(rules.answer_tag_names) if rules.answer_tags and "<" in text and "/" in text else None
     has_tag = tag_re is not None and tag_re.search(text) is not None
     markers = [mk for mk in rules.answer_markers if mk in text] if rules.answer_markers else []
     if not (has_box or has_tag or markers):
         return None
-    text = _outside(text, regions)
+    if regions:
+        text = _outside(text, regions)
+        box_at = text.find("\\boxed")  # a \boxed inside a fenced region is gone
     best_pos, best = -1, None
     if has_box:
-        for pos, content in _boxed_contents(text):
+        for pos, content in _boxed_contents(text, box_at):
             if pos > best_pos and _is_real_answer(content, rules):
                 best_pos, best = pos, content
     if has_tag and tag_re is not None:
@@ -459,12 +497,12 @@ def tool_calls_well_formed(calls: Sequence[ToolCall]) -> bool:
 
 def judge_text(text: str | None, rules: ParseRules = DEFAULT_RULES) -> TurnVerdict:
     """Judge assistant text alone (no tool calls)."""
-    return judge_message(Message(role=Role.ASSISTANT, content=text), rules)
+    return judge_content(text, (), rules)
 
 
 def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVerdict:
     """Judge one assistant message. Non-assistant messages are never scanned (raises ``ValueError``)."""
-    if message.role is not Role.ASSISTANT:
+    if message.role is not _ASSISTANT:
         raise ValueError(f"only assistant messages are judged, got role {message.role.value!r}")
     return judge_content(message.content, message.tool_calls, rules)
 
@@ -472,34 +510,76 @@ def judge_message(message: Message, rules: ParseRules = DEFAULT_RULES) -> TurnVe
 def judge_content(
     content: str | None, tool_calls: tuple[ToolCall, ...] = (), rules: ParseRules = DEFAULT_RULES
 ) -> TurnVerdict:
-    """Judge an assistant turn from its parts: :func:`judge_message` without building a :class:`Message`."""
+    """Judge an assistant turn from its parts: :func:`judge_message` without building a :class:`Message`.
+
+    The hot path of the void filter: one-character ``in`` tests (a ``memchr`` each) decide which scans run at all.
+    """
     text = content or ""
-    answer: str | None = None
-    code: tuple[CodeBlock, ...] = ()
-    regions: list[tuple[int, int]] = []
-    maybe_answer = "\\" in text or "<" in text or bool(rules.answer_markers)  # cheap screens before real work
-    tildes = "~" in text and "~~~" in text
-    if tildes or "`" in text:
-        fast = None if tildes else _single_block(text)
-        blocks, regions = fast if fast is not None else _scan_fences_general(text)
-        code = _executable(blocks, rules)
-        if maybe_answer:
-            answer = _final_answer(text, regions, rules)
-    elif maybe_answer:
-        answer = _final_answer(text, [], rules)
-    tags = _tag_actions(text, regions, rules) if rules.action_tags and "<" in text and answer is None else ()
+    code, regions = _code(text, rules)
+    answer = _final_answer(text, regions, rules) if _may_answer(text, rules) else None
+    tags = _tag_actions(text, regions, rules) if answer is None and rules.action_tags and "<" in text else ()
     calls_ok = bool(tool_calls) and tool_calls_well_formed(tool_calls)
     if answer is not None:
-        kind = ActionKind.ANSWER
+        kind = _ANSWER
     elif code:
-        kind = ActionKind.CODE
+        kind = _CODE
     elif tags:
-        kind = ActionKind.TAG
+        kind = _TAG_ACTION
     elif calls_ok:
-        kind = ActionKind.TOOL_CALL
+        kind = _TOOL_CALL
     else:
-        kind = ActionKind.VOID
+        kind = _VOID
     return TurnVerdict(kind, code, answer, tool_calls if calls_ok else (), tags)
+
+
+def _code(text: str, rules: ParseRules) -> tuple[tuple[CodeBlock, ...], list[tuple[int, int]]]:
+    """The executable blocks of ``text`` and its fenced regions (one-character screens first)."""
+    if "~" in text and "~~~" in text:
+        blocks, regions = _scan_fences_general(text)
+    elif "`" in text:
+        fast = _single_fence(text)
+        blocks, regions = fast if fast is not None else _scan_fences_general(text)
+    else:
+        return (), []
+    return _executable(blocks, rules), regions
+
+
+def _may_answer(text: str, rules: ParseRules) -> bool:
+    """False when no answer form of ``rules`` can match: no backslash, no ``<`` and no answer markers."""
+    return "\\" in text or "<" in text or bool(rules.answer_markers)
+
+
+#: What :func:`turn_acts` returns for a turn whose answer it did not search: (text, fenced regions).
+Unsearched = tuple[str, list[tuple[int, int]]]
+
+
+def turn_acts(
+    content: str | None, tool_calls: tuple[ToolCall, ...], rules: ParseRules
+) -> tuple[bool, str | Unsearched | None]:
+    """Whether a turn acts (``not judge_content(...).is_void``), with the answer search skipped where code decides.
+
+    Returns ``(acts, answer)``. ``answer`` is the turn's answer as :func:`judge_content` gives it (a ``str``
+    or ``None``), except for a turn with executable code: its answer is not needed to know that it acts, so
+    it is left unsearched and ``answer`` is the ``(text, regions)`` tuple to hand to :func:`answer_of` if a
+    caller does need it (``tirl filter`` needs only the last answer of a void trajectory). Same helpers as
+    :func:`judge_content`; builds no :class:`TurnVerdict`. A property test checks that the two agree.
+    """
+    text = content or ""
+    code, regions = _code(text, rules)
+    if code:
+        return True, (text, regions)
+    answer = _final_answer(text, regions, rules) if _may_answer(text, rules) else None
+    if answer is not None:
+        return True, answer
+    if rules.action_tags and "<" in text and _tag_actions(text, regions, rules):
+        return True, None
+    return bool(tool_calls) and tool_calls_well_formed(tool_calls), None
+
+
+def answer_of(unsearched: Unsearched, rules: ParseRules) -> str | None:
+    """The answer of a turn that :func:`turn_acts` left unsearched (what :func:`judge_content` gives)."""
+    text, regions = unsearched
+    return _final_answer(text, regions, rules) if _may_answer(text, rules) else None
 
 
 def judge_messages(messages: Sequence[Message], rules: ParseRules = DEFAULT_RULES) -> TrajectoryVerdict:
@@ -507,10 +587,10 @@ def judge_messages(messages: Sequence[Message], rules: ParseRules = DEFAULT_RULE
     verdicts: list[TurnVerdict] = []
     void_turns: list[int] = []
     for m in messages:
-        if m.role is not Role.ASSISTANT:
+        if m.role is not _ASSISTANT:
             continue
-        v = judge_message(m, rules)
-        if v.kind is ActionKind.VOID:
+        v = judge_content(m.content, m.tool_calls, rules)
+        if v.kind is _VOID:
             void_turns.append(len(verdicts))
         verdicts.append(v)
     return TrajectoryVerdict(void=bool(void_turns), void_turns=tuple(void_turns), turns=tuple(verdicts))

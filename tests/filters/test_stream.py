@@ -294,3 +294,18 @@ def test_an_unreadable_input_gives_the_reference_error(tmp_path: Path, kind: str
     with pytest.raises(InputError) as fast, judge_file(path, DEFAULT_RULES):
         pass
     assert str(fast.value) == str(ref.value) and str(path) in str(fast.value)
+
+
+def test_flat_calls_is_a_faster_way_to_the_same_depth_answer() -> None:
+    """``_flat_calls`` may say True only where the full depth check (``_shallow``) says True."""
+    from tirl.filters.stream import _flat_calls, _shallow
+
+    flat = [{"id": "c1", "type": "function", "function": {"name": "python", "arguments": '{"a": 1}'}}]
+    assert _flat_calls(flat) and _shallow(flat, 4)
+    assert _flat_calls([{"name": "f", "arguments": {"x": 1}}])  # arguments already decoded, one level
+    for odd in ([{"function": {"arguments": {"x": [1]}}}], [{"a": [1]}], [[1]], ["x"]):
+        assert not _flat_calls(odd)  # left to the full check
+    deep: object = 1
+    for _ in range(70):
+        deep = {"x": deep}
+    assert not _flat_calls([{"function": deep}]) and not _shallow([{"function": deep}], 4)

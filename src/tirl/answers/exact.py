@@ -34,6 +34,7 @@ _DIGIT_RUN = re.compile(rf"\d{{{MAX_DIGITS + 1},}}")
 _EXP_LITERAL = re.compile(r"[eE][-+]?(\d+)|\^\{?\s*[-+]?(\d+)")
 _REPEATING = re.compile(r"([-+]?)(\d*)\.(\d*)\\overline\{(\d+)\}")
 _SPACED_DIGITS = re.compile(r"\d\s+\d")
+_PLAIN_FRAC = re.compile(rf"([-+]?)\\frac\{{([0-9]{{1,{MAX_DIGITS + 1}}})\}}\{{([0-9]{{1,{MAX_DIGITS + 1}}})\}}")
 _BRACED_POWER = re.compile(r"\^\s*\{")
 _BARE_TOWER = re.compile(r"\^\s*[-+]?\d+\s*\^|\^\s*\([^)]*\^")
 _BIG_FACTORIAL = re.compile(r"\d{4,}\s*!|\}\s*!")
@@ -82,6 +83,16 @@ def _decimal(s: str) -> Fraction | None:
 
 def parse_number(text: str) -> Fraction | None:
     r"""The exact value of a plain number written in ``text`` (see the module docstring), else ``None``."""
+    if text.isdigit() and text.isascii() and len(text) <= MAX_DIGITS + 1:  # a plain whole number: no regex needed
+        return Fraction(int(text))
+    m = _PLAIN_FRAC.fullmatch(text)
+    if m is not None:  # \frac{12}{34}: the value the general reader below builds, without its recursion
+        sign, num, den = m.groups()
+        d = int(den)
+        if d == 0:
+            return None
+        ratio = Fraction(int(num), d)
+        return -ratio if sign == "-" else ratio
     if _SPACED_DIGITS.search(text):
         return None  # "1 2" is not 12
     s = "".join(text.split())

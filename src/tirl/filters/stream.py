@@ -5,8 +5,11 @@ one read for a pipe), slices each line straight out of it, and judges it on
 one of two paths:
 
 * **the fast path** decodes the line with ``orjson`` and judges straight from
-  the decoded dicts (:func:`tirl.parsing.judge_content`), building no
-  :class:`~tirl.types.Trajectory` or :class:`~tirl.types.Message`. It takes
+  the decoded dicts (:func:`tirl.parsing.turn_acts`, the rule of
+  :func:`~tirl.parsing.judge_content` without its verdict object), building no
+  :class:`~tirl.types.Trajectory` or :class:`~tirl.types.Message`; the last
+  answer of a trajectory is searched only when the audit uses it (a void
+  trajectory with an ``answer``), from the last turn back. It takes
   only lines it can vouch for: a line that is a JSON object once ASCII
   whitespace is stripped, that ``orjson`` decodes, whose fields have the
   common types (``id`` and ``answer`` a string, an integer or absent; every
@@ -61,7 +64,7 @@ from tirl.answers import answers_match
 from tirl.filters.forked import map_forked, usable_cpus
 from tirl.filters.void_turn import judge_trajectory
 from tirl.jsonl import JSONProblem, check_depth, jsonl_line, open_input, read_trajectory_lines, to_trajectory
-from tirl.parsing import ActionKind, ParseRules, judge_content
+from tirl.parsing import ParseRules, Unsearched, answer_of, turn_acts
 from tirl.types import TerminationReason, ToolCall
 
 __all__ = ["PARALLEL_BYTES", "FilePart", "JudgedFile", "judge_file", "judge_range", "reference_part"]
@@ -274,8 +277,7 @@ def _fast_verdict(obj: Any, number: int, rules: ParseRules) -> Verdict | None:
         if (kind is dict or kind is list) and value is not messages and not _shallow(value, 2):
             return None
     void_turns: list[int] = []
-    final = None
-    turns = 0
+    answers: list[str | Unsearched | None] = []  # per assistant turn; the last answer is read only when needed
     for m in messages:
         if type(m) is not dict:
             return None
@@ -292,15 +294,23 @@ def _fast_verdict(obj: Any, number: int, rules: ParseRules) -> Verdict | None:
         if calls is None:
             return None
         if role == "assistant":
-            verdict = judge_content(content, calls, rules)
-            if verdict.kind is ActionKind.VOID:
-                void_turns.append(turns)
-            if verdict.answer is not None:
-                final = verdict.answer
-            turns += 1
+            acts, answer = turn_acts(content, calls, rules)
+            if not acts:
+                void_turns.append(len(answers))
+            answers.append(answer)
         elif type(role) is not str or role not in _OTHER_ROLES:
             return None
-    return _fields(obj, number, void_turns, final, turns)
+    return _fields(obj, number, void_turns, answers, rules)
+
+
+def _last_answer(answers: list[str | Unsearched | None], rules: ParseRules) -> str | None:
+    """The last answer of a trajectory's assistant turns, searching the turns left unsearched from the end."""
+    for answer in reversed(answers):
+        if type(answer) is tuple:
+            answer = answer_of(answer, rules)
+        if answer is not None:
+            return answer  # type: ignore[return-value]
+    return None
 
 
 def _checked_calls(m: dict[str, Any]) -> tuple[ToolCall, ...] | None:
@@ -317,13 +327,38 @@ def _checked_calls(m: dict[str, Any]) -> tuple[ToolCall, ...] | None:
     calls = m.get("tool_calls")
     if not calls:
         return ()
-    if type(calls) is not list or not _shallow(calls, 4):
+    if type(calls) is not list or not (_flat_calls(calls) or _shallow(calls, 4)):
         return None
     return tuple([ToolCall.from_dict(c) for c in calls])
 
 
-def _fields(obj: dict[str, Any], number: int, void_turns: list[int], final: str | None, turns: int) -> Verdict | None:
-    """The top-level fields the verdict uses, when their decoded value is exact (else None: reference path)."""
+def _flat_calls(calls: list[Any]) -> bool:
+    """True when every call is an object whose values are scalars or objects of scalars (the OpenAI shape).
+
+    Such a list nests 3 levels deep, 6 counted from the document (within MAX_DEPTH); anything else is False
+    and :func:`_shallow` decides, so this is only a faster way to the same answer.
+    """
+    for call in calls:
+        if type(call) is not dict:
+            return False
+        for value in call.values():
+            kind = type(value)
+            if kind is list:
+                return False
+            if kind is dict:
+                for inner in value.values():
+                    if type(inner) is dict or type(inner) is list:
+                        return False
+    return True
+
+
+def _fields(
+    obj: dict[str, Any], number: int, void_turns: list[int], answers: list[str | Unsearched | None], rules: ParseRules
+) -> Verdict | None:
+    """The top-level fields the verdict uses, when their decoded value is exact (else None: reference path).
+
+    The last final answer is searched only where the verdict uses it: a void trajectory that has an ``answer``.
+    """
     reward = obj.get("reward")
     if reward is not None and type(reward) is not float and type(reward) is not int and type(reward) is not bool:
         return None
@@ -331,7 +366,7 @@ def _fields(obj: dict[str, Any], number: int, void_turns: list[int], final: str 
     if term is not None and type(term) is not str:
         return None
     if term == _VOID and not void_turns:
-        void_turns = [max(turns - 1, 0)]  # the environment ended the episode as void (judge_trajectory)
+        void_turns = [max(len(answers) - 1, 0)]  # the environment ended the episode as void (judge_trajectory)
     tid = obj.get("id", _ABSENT)
     if tid is _ABSENT:
         tid = f"line-{number}"
@@ -344,6 +379,7 @@ def _fields(obj: dict[str, Any], number: int, void_turns: list[int], final: str 
         if type(answer) is not int:
             return None
         answer = str(answer)
+    final = _last_answer(answers, rules) if void_turns and answer is not None else None
     return tid, void_turns, final, answer
 
 
