@@ -27,7 +27,9 @@ from tirl.rollout.base import RolloutRequest  # noqa: E402
 from tirl.rollout.strategies import make_strategy  # noqa: E402
 from tirl.types import Message, Role, TerminationReason, Trajectory  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one multi-node Ray cluster at a time per session
+# one multi-node Ray cluster at a time per session; a cluster start and two Ray Train ranks took over 300 s at load
+# 12-21 (two other test runs beside make test), 54 s at load 5
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"), pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module", params=["no-token", "token"])
