@@ -532,3 +532,38 @@ async def test_a_limit_the_wire_cannot_carry_is_an_error_result_and_the_pool_goe
     for r in (negative, long_key):
         assert r.exit_code is None and r.error is not None and "cannot send" in r.error, r
     assert after.stdout == "2\n" and after.error is None, after
+
+
+@pytest.mark.parametrize("where", ["start", "replace", "session"])
+async def test_a_server_that_finishes_starting_after_close_is_stopped_not_leaked(
+    host_audit: object, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``close()`` while a server is still starting (the first run's start, a dead server's replacement, a new
+    session): the server that comes up afterwards is stopped, and the run says the pool is closed.
+
+    Before: the late server was never in the list that ``close()`` stopped, so its bubblewrap process and
+    Python servers lived as long as the host process (seen at the end of a ``make test`` worker at load 12-21).
+    """
+    pool = _pool(size=1)
+    if where == "replace":
+        assert (await pool.run("print(1)")).ok
+        pool._workers[0].kill()  # dead: the next run replaces it
+    real_spawn = pool._spawn
+    gate, spawning, late = asyncio.Event(), asyncio.Event(), []
+
+    async def slow_spawn(kind: str = "pool") -> object:
+        worker = await real_spawn(kind)
+        late.append(worker)
+        spawning.set()
+        await gate.wait()
+        return worker
+
+    monkeypatch.setattr(pool, "_spawn", slow_spawn)
+    run = asyncio.ensure_future(pool.run("print(2)", session="s" if where == "session" else None))
+    await asyncio.wait_for(spawning.wait(), 60)
+    await pool.close()
+    gate.set()
+    result = await asyncio.wait_for(run, 60)
+    assert not result.ok and "closed" in (result.error or ""), result
+    assert late and all(not w.alive for w in late)  # type: ignore[attr-defined]
+    assert settled(lambda: pids_of_uids(pool.uids)) == []

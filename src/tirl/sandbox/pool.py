@@ -121,6 +121,10 @@ class ServerNotReady(Exception):
     """The server did not announce itself ready in time (stopped, stuck in cleanup, or gone)."""
 
 
+class PoolClosed(Exception):
+    """The pool was closed while a server was starting (that server is stopped) or before :meth:`WarmPool.start`."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Call:
     """One encoded request (:mod:`tirl.sandbox._wire`) and what its answer is checked against."""
@@ -373,15 +377,33 @@ class WarmPool(Sandbox):
             self._workers, self._sessions, self._idle, self._start_lock = [], {}, None, None
         self._loop = loop
 
+    async def _spawn_open(self, kind: str = "pool") -> _Worker:
+        """A new server, unless :meth:`close` ran while it started: then it is stopped and PoolClosed raised.
+
+        ``close`` stops only the servers it sees; one that comes up after it would outlive the pool.
+        """
+        worker = await self._spawn(kind)
+        if self._closed:
+            await worker.stop()
+            raise PoolClosed
+        return worker
+
     async def start(self) -> None:
-        """Start the servers now (``run`` does it on first use)."""
+        """Start the servers now (``run`` does it on first use); :class:`PoolClosed` after :meth:`close`."""
         self._check_loop()
+        if self._closed:
+            raise PoolClosed
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
             if self._idle is not None:
                 return
-            self._workers = list(await asyncio.gather(*(self._spawn() for _ in range(self.size))))
+            started = await asyncio.gather(*(self._spawn_open() for _ in range(self.size)), return_exceptions=True)
+            failed = [w for w in started if isinstance(w, BaseException)]
+            if failed:
+                await asyncio.gather(*(w.stop() for w in started if isinstance(w, _Worker)))
+                raise failed[0]
+            self._workers = [w for w in started if isinstance(w, _Worker)]
             idle: asyncio.Queue[_Worker] = asyncio.Queue()
             for w in self._workers:
                 idle.put_nowait(w)
@@ -418,21 +440,25 @@ class WarmPool(Sandbox):
             return ExecResult("", "", None, error=f"cannot send this run to the pool: {exc}")
         call = _Call(body, nonce, timeout, keep, memory)
         self._check_loop()
-        if session is not None:
-            return await self._run_session(session, call)
-        await self.start()
-        assert self._idle is not None
-        worker = await self._idle.get()
         try:
-            if not worker.alive:  # died, or killed by a cancelled call: replace it before use
-                worker = await self._replace(worker)
+            if session is not None:
+                return await self._run_session(session, call)
+            await self.start()
+            idle = self._idle
+            assert idle is not None
+            worker = await idle.get()
             try:
-                return await self._call(worker, call, first_try=True)
-            except ServerNotReady:  # the last run left it stopped, stuck or gone: not this run's fault
-                worker = await self._replace(worker)
-                return await self._call(worker, call)
-        finally:
-            self._idle.put_nowait(worker)  # a dead one is replaced by the next run that takes it
+                if not worker.alive:  # died, or killed by a cancelled call: replace it before use
+                    worker = await self._replace(worker)
+                try:
+                    return await self._call(worker, call, first_try=True)
+                except ServerNotReady:  # the last run left it stopped, stuck or gone: not this run's fault
+                    worker = await self._replace(worker)
+                    return await self._call(worker, call)
+            finally:
+                idle.put_nowait(worker)  # a dead one is replaced by the next run that takes it
+        except PoolClosed:  # close() ran while this run waited for a server
+            return ExecResult("", "", None, error="the sandbox pool is closed")
 
     async def _run_session(self, session: str, call: _Call) -> ExecResult:
         worker = self._sessions.get(session)
@@ -442,7 +468,7 @@ class WarmPool(Sandbox):
         if worker is None:
             if len(self._sessions) >= MAX_SESSIONS:
                 return ExecResult("", "", None, error=f"more than {MAX_SESSIONS} open sessions; end some first")
-            worker = await self._spawn("session")
+            worker = await self._spawn_open("session")
             self._sessions[session] = worker
         async with worker.lock:
             result = await self._call(worker, call)
@@ -488,7 +514,7 @@ class WarmPool(Sandbox):
 
     async def _replace(self, worker: _Worker) -> _Worker:
         await worker.stop()
-        fresh = await self._spawn()
+        fresh = await self._spawn_open()
         self._workers = [fresh if w is worker else w for w in self._workers]
         return fresh
 
