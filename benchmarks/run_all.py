@@ -35,7 +35,10 @@ measured now and keeps, verbatim, the sections of the existing page for the
 others (so ``--only NAME --keep`` re-measures one benchmark without losing
 the rest; a kept section from a page older than these lines gets its date
 and commit from that page's head). Without ``--keep`` the page holds only
-this run's benchmarks. A benchmark may fix its own number of runs
+this run's benchmarks. ``--bench-arg NAME=ARG`` appends ARG to one benchmark's command line (the
+page shows it): ``staleness=--out=DIR`` keeps the staleness runs in DIR, and
+a later run with the same argument reads the finished ones instead of
+re-running them (``bench_staleness.py``'s own rule). A benchmark may fix its own number of runs
 (:attr:`bench_table.Bench.runs`: ``staleness``, whose seeds are its
 repeats); its section says why.
 
@@ -300,6 +303,7 @@ def _flags(args: argparse.Namespace) -> str:
     parts += [f" --repeats {args.repeats}", f" --max-load {args.max_load:g}"]
     parts += [f" --only {n}" for n in args.only or []]
     parts += [" --keep"] if args.keep else []
+    parts += [f" --bench-arg {a}" for a in args.bench_arg]
     return "".join(parts) + (" --allow-noisy" if args.allow_noisy else "")
 
 
@@ -315,8 +319,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--allow-noisy", action="store_true", help="run above --max-load and mark those runs noisy")
     p.add_argument("--only", action="append", choices=NAMES, help="run this benchmark only (repeatable)")
     p.add_argument("--keep", action="store_true", help="keep the existing page's sections of the other benchmarks")
+    p.add_argument("--bench-arg", action="append", default=[], metavar="NAME=ARG",
+                   help="append ARG to benchmark NAME's command line (repeatable; the page shows the command), "
+                   "e.g. staleness=--out=DIR to keep its runs and read finished ones")  # fmt: skip
     p.add_argument("--loadavg-file", default="/proc/loadavg", help=argparse.SUPPRESS)  # tests: a stubbed load
     args = p.parse_args(argv)
+    for item in args.bench_arg:
+        name, sep, arg = item.partition("=")
+        if not sep or name not in NAMES or not arg:
+            p.error(f"--bench-arg {item!r}: use NAME=ARG with NAME one of {', '.join(NAMES)}")
     fixed = {b.name for b in BENCHMARKS if b.runs}
     if args.repeats < (1 if args.quick else 3) and not (args.only and set(args.only) <= fixed):
         p.error(f"--repeats {args.repeats}: use at least {1 if args.quick else 3} (a range needs 3 runs)")
@@ -340,6 +351,12 @@ def measure(benches: Sequence[Bench], args: argparse.Namespace, gate: Gate) -> l
     return done
 
 
+def with_args(bench: Bench, bench_args: Sequence[str]) -> Bench:
+    """``bench`` with the ``--bench-arg NAME=ARG`` values for its name appended to both its command lines."""
+    extra = tuple(arg for name, _, arg in (a.partition("=") for a in bench_args) if name == bench.name)
+    return dataclasses.replace(bench, args=bench.args + extra, quick_args=bench.quick_args + extra) if extra else bench
+
+
 def repeats_of(bench: Bench, args: argparse.Namespace) -> int:
     """How many times ``bench`` runs: its own fixed count (:attr:`Bench.runs`), else ``--repeats``."""
     return bench.runs[0] if bench.runs and not args.quick else args.repeats
@@ -356,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TirlError, OSError, ValueError, IndexError) as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 2
-    benches = [b for b in BENCHMARKS if not args.only or b.name in args.only]
+    benches = [with_args(b, args.bench_arg) for b in BENCHMARKS if not args.only or b.name in args.only]
     try:
         kept = kept_sections(out.read_text(encoding="utf-8")) if args.keep and out.is_file() else {}
     except (OSError, UnicodeDecodeError) as exc:

@@ -217,3 +217,16 @@ def test_the_staleness_figures_read_the_per_seed_spread() -> None:
     assert read["K = 1: largest paired difference over the seeds"] == pytest.approx(0.01)
     assert read["K = 2: smallest paired difference over the seeds"] is None
     assert bench.runs is not None and bench.runs[0] == 1
+
+
+def test_bench_arg_reaches_the_named_benchmark_and_the_page_shows_it(tmp_path: Path) -> None:
+    out = tmp_path / "results.md"
+    trace = tmp_path / "traces"
+    proc = run("--quick", "--only", "pipeline", "--bench-arg", f"pipeline=--trace-dir={trace}", "--out", str(out),
+               "--loadavg-file", str(load(tmp_path, 0.1)))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert any(trace.iterdir())  # the benchmark got the argument
+    assert f"--trace-dir={trace}`" in out.read_text()  # the command on the page carries it
+    assert f"--bench-arg pipeline=--trace-dir={trace}" in out.read_text()
+    bad = run("--bench-arg", "nosuch=--x", "--loadavg-file", str(load(tmp_path, 0.1)))
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "NAME=ARG" in bad.stderr
