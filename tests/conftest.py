@@ -126,6 +126,7 @@ LIBRARY_DAEMONS = re.compile(
 )
 GRACE_S = float(os.environ.get("TIRL_LEFTOVER_GRACE_S", "10"))  # seconds for stopping threads to finish
 _APPEARED_IN: dict[int, str] = {}  # thread ident -> the test during which it appeared
+_PROC_APPEARED_IN: dict[int, str] = {}  # direct child pid -> the test during which it appeared
 
 
 def _threads() -> dict[int, str]:
@@ -158,20 +159,39 @@ def _children() -> dict[int, str]:
     return out
 
 
+def _direct_children() -> set[int]:
+    """This process's direct children, from ``/proc/self/task/*/children`` (cheap: no walk of ``/proc``)."""
+    out: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children", encoding="ascii") as f:
+                out.update(int(pid) for pid in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def leftovers(threads_before: dict[int, str], children_before: dict[int, str]) -> list[str]:
     """Threads and child processes that were not there before (library daemons excepted), one line each."""
     lines = [f"thread {name!r} (appeared in {_APPEARED_IN.get(ident, 'a fixture or the session set-up')})"
              for ident, name in _threads().items()
              if ident not in threads_before and not LIBRARY_DAEMONS.search(name)]  # fmt: skip
-    lines += [f"process {pid}: {cmd}" for pid, cmd in _children().items() if pid not in children_before]
+    lines += [f"process {pid} (appeared in {_PROC_APPEARED_IN.get(pid, 'a fixture or a child process')}): {cmd}"
+              for pid, cmd in _children().items() if pid not in children_before]  # fmt: skip
     return lines
 
 
 def _note_new_threads(item: pytest.Item) -> Generator[None, Any, None]:
-    before = set(_threads())
+    before, children = set(_threads()), _direct_children()
     yield
     for ident in _threads().keys() - before:
         _APPEARED_IN.setdefault(ident, item.nodeid)
+    for pid in _direct_children() - children:
+        _PROC_APPEARED_IN.setdefault(pid, item.nodeid)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -64,7 +64,7 @@ def test_a_thread_left_running_fails_the_session_and_names_its_test(tmp_path: Pa
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="child processes are read from /proc")
-def test_a_child_process_left_running_fails_the_session(tmp_path: Path) -> None:
+def test_a_child_process_left_running_fails_the_session_and_names_its_test(tmp_path: Path) -> None:
     proc = _session(tmp_path, PROCESS)
     assert proc.returncode == 1, proc.stdout
-    assert "process " in proc.stdout and "sleep 30" in proc.stdout
+    assert "(appeared in test_case.py::test_leaks_a_process): sleep 30" in " ".join(proc.stdout.split())
