@@ -567,3 +567,42 @@ async def test_a_server_that_finishes_starting_after_close_is_stopped_not_leaked
     assert not result.ok and "closed" in (result.error or ""), result
     assert late and all(not w.alive for w in late)  # type: ignore[attr-defined]
     assert settled(lambda: pids_of_uids(pool.uids)) == []
+
+
+async def test_a_run_cancelled_while_its_server_starts_leaves_no_server(
+    host_audit: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a cancel during the server's start (its first run on a loaded machine) left the launched
+    bubblewrap and Python servers running, untracked (named by the leftover check after a load run:
+    test_a_cancelled_run_does_not_confuse_the_next_one at load up to 26)."""
+    import tirl.sandbox.pool as pool_mod
+
+    pool = _pool(size=1)
+    started = asyncio.Event()
+    real_to_thread = asyncio.to_thread
+
+    async def slow_to_thread(fn: object, *args: object) -> object:
+        if getattr(fn, "__name__", "") == "read_info":
+            started.set()
+            await asyncio.sleep(30)  # the start takes long: the cancel lands here
+        return await real_to_thread(fn, *args)  # type: ignore[arg-type]
+
+    launched: list[subprocess.Popen[bytes]] = []
+    real_popen = pool_mod.subprocess.Popen
+
+    def recording_popen(*args: object, **kw: object) -> subprocess.Popen[bytes]:
+        proc = real_popen(*args, **kw)  # type: ignore[call-overload]
+        launched.append(proc)
+        return proc  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(pool_mod.asyncio, "to_thread", slow_to_thread)
+    monkeypatch.setattr(pool_mod.subprocess, "Popen", recording_popen)
+    run = asyncio.ensure_future(pool.run("print(1)"))
+    await asyncio.wait_for(started.wait(), 60)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    monkeypatch.undo()
+    assert len(launched) == 1 and launched[0].poll() is not None  # the server's bwrap was killed and reaped
+    await pool.close()
+    assert settled(lambda: pids_of_uids(pool.uids)) == []

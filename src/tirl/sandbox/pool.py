@@ -363,10 +363,15 @@ class WarmPool(Sandbox):
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise
+        worker = _Worker(proc, start.uid if start else None, tmp, start)
         if start is not None:
             start.started()
-            await asyncio.to_thread(start.read_info)
-        return _Worker(proc, start.uid if start else None, tmp, start)
+            try:
+                await asyncio.to_thread(start.read_info)
+            except BaseException:  # cancelled (or failed) while it started: nothing else would stop it
+                worker.kill()
+                raise
+        return worker
 
     def _check_loop(self) -> None:
         """Servers belong to the event loop that started them; a new loop gets new servers."""
