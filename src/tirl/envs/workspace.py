@@ -65,7 +65,8 @@ class Template:
     cached: bool  # True when this call found it already materialised (or it is a user path)
 
 
-def _write_tree(root: Path, files: dict[str, str]) -> None:
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    """Write generated task files (relative path -> text) under ``root``; ValueError for a path that escapes it."""
     for rel, text in files.items():
         target = (root / rel).resolve()
         if root.resolve() not in target.parents:
@@ -88,8 +89,8 @@ def materialise(task: Task, cache_dir: Path) -> Template:
     if not (final / "done").exists():
         cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = cache_dir / f".{key}.{uuid.uuid4().hex}"
-        _write_tree(tmp / "repo", files)
-        _write_tree(tmp / "hidden", hidden_files)
+        write_tree(tmp / "repo", files)
+        write_tree(tmp / "hidden", hidden_files)
         (tmp / "done").write_text("", encoding="utf-8")
         try:
             os.rename(tmp, final)

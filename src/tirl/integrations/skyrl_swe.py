@@ -51,6 +51,7 @@ from typing import Any
 from tirl.envs.base import Task
 from tirl.envs.tasks.files import TaskFileSpec, row_messages
 from tirl.envs.tasks.swe_gen import KIND, RepoFields, repo_fields
+from tirl.envs.workspace import write_tree
 from tirl.errors import InputError, OutputError
 from tirl.fileio import check_output_dir
 from tirl.types import Role
@@ -130,15 +131,6 @@ class Exported:
     tasks: int
 
 
-def _write_tree(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        target = (root / rel).resolve()
-        if root.resolve() not in target.parents:
-            raise ValueError(f"task file path {rel!r} escapes the repository")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-
-
 def _dir_name(task_id: str, used: set[str]) -> str:
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", task_id).strip("._") or "task"
     base, i = name, 1
@@ -158,8 +150,8 @@ def _task_paths(task: Task, root: Path, used: set[str]) -> tuple[str, str | None
     if not isinstance(files, dict) or not isinstance(hidden_files, dict):
         raise ValueError(f"swe-lite task {task.id!r} has neither data['repo'] nor data['files']")
     name = _dir_name(task.id, used)
-    _write_tree(root / "repos" / name, files)
-    _write_tree(root / "hidden" / name, hidden_files)
+    write_tree(root / "repos" / name, files)
+    write_tree(root / "hidden" / name, hidden_files)
     return f"repos/{name}", f"hidden/{name}", None
 
 
