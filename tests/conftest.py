@@ -24,7 +24,9 @@ Parallel runs: ``make test`` runs pytest with ``-n 2`` (pytest-xdist, one
 worker per core). xdist sets ``COLUMNS=80`` and ``LINES=24`` in its workers;
 this module removes them there, so a test sees what a user's pipe gives (the
 CLI's piped width, see ``tirl.diagnostics.render``), as in a one-process run.
-Each worker checks its own leftovers.
+Each worker checks its own leftovers. ``make test`` schedules whole modules (``--dist loadfile``, see
+:func:`pytest_xdist_make_scheduler`), so a module-scoped fixture (a served model, a trained run directory) is
+built once, not once per worker, and the long modules go first (:func:`pytest_collection_modifyitems`).
 Not covered: OS threads without a Python ``Thread`` (torch's intra-op pools,
 Ray's gRPC threads: process-lifetime pools of a fixed size) and processes that
 detach from the test process (``ray start`` daemons; the Ray cluster fixture
@@ -104,6 +106,47 @@ def _fail_if_part_missing(report: Any) -> None:
         report.outcome = "failed"
         setting = f"{var}={os.environ[var]}"
         report.longrepr = f"{setting}: {part} is missing, and make install provides it; the test would skip: {reason}"
+
+
+#: Modules that run on one xdist worker together: each starts its own local Ray cluster, and two at once on two
+#: cores starve each other past their timeouts.
+SAME_WORKER = {"tests/distributed/test_ray_cluster.py": "ray", "tests/distributed/test_ray_ranks.py": "ray"}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile``: one work unit per module, except :data:`SAME_WORKER`'s groups (one unit each).
+
+    Not ``--dist loadgroup`` with ``xdist_group`` marks: pytest-xdist 3.8 tags a grouped test by rewriting
+    ``item._nodeid``, which pytest 9.2 no longer reads, so the marks are silently ignored.
+    """
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SAME_WORKER.get(path, path)
+
+    return ModuleScheduling(config, log)
+
+
+def _unit_of(item: pytest.Item) -> str:
+    path = item.nodeid.split("::", 1)[0]
+    return SAME_WORKER.get(path, path)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Collect the :data:`SAME_WORKER` groups first, then modules with a ``slow`` test, then the rest (each in
+    its collection order): with ``--no-loadscope-reorder`` the workers take the long units first, so the run
+    does not end with one worker on a long module while the other idles."""
+    slow_units = {_unit_of(item) for item in items if item.get_closest_marker("slow") is not None}
+
+    def rank(item: pytest.Item) -> int:
+        unit = _unit_of(item)
+        return 0 if unit in SAME_WORKER.values() else (1 if unit in slow_units else 2)
+
+    items.sort(key=rank)
 
 
 @pytest.hookimpl(hookwrapper=True)
