@@ -43,7 +43,7 @@ typecheck: install
 	$(BIN)/mypy
 
 pytest: install
-	TIRL_REQUIRE_PARTS=1 $(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	TIRL_REQUIRE_PARTS=1 $(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist load
 
 test: install lint typecheck pytest
 

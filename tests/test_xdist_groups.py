@@ -1,9 +1,11 @@
-"""``make test``'s xdist scheduling (tests/conftest.py): whole modules per worker, the Ray modules together, long first.
+"""``make test``'s xdist scheduling (tests/conftest.py): single tests, but a module with a module-scoped fixture whole.
 
-Each case runs a real pytest-xdist session (``-n 2 --dist loadfile --no-loadscope-reorder``, as ``make test``)
-in a subprocess, with this repository's conftest copied beside small test files: a module-scoped fixture is set
-up once (not once per worker); the two Ray modules of ``SAME_WORKER`` run on one worker; a module with a
-``slow`` test is collected before the others. About 5-15 s: two xdist workers start and import the conftest.
+Each case runs a real pytest-xdist session (``-n 2 --dist load``, as ``make test``) in a subprocess, with this
+repository's conftest copied beside small test files: a module-scoped fixture is set up once (not once per
+worker) while plain tests still go to both workers; the two Ray modules of ``SAME_WORKER`` run on one worker and
+are collected first; a module-scoped fixture defined outside its module (which the scheduler's source scan cannot
+see) is refused with one error naming the module. About 5-15 s each: two xdist workers start and import the
+conftest.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
-XDIST = ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
+XDIST = ["-n", "2", "--dist", "load"]
 
 LOGGING = """
 import os
@@ -31,7 +33,9 @@ def note(what):
     with LOG.open("a") as f:
         f.write(what + " " + os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
 """
-SHARED = LOGGING + """
+SHARED = (
+    LOGGING
+    + """
 
 @pytest.fixture(scope="module")
 def built():
@@ -43,24 +47,25 @@ def built():
 def test_uses_the_module_fixture(built, i):
     assert built == 1
 """
-PLAIN = LOGGING + """
+)
+PLAIN = (
+    LOGGING
+    + """
 
 @pytest.mark.parametrize("i", range(4))
 def test_plain(i):
     note("plain")
 """
-RAY = LOGGING + """
+)
+RAY = (
+    LOGGING
+    + """
 
 @pytest.mark.parametrize("i", range(3))
 def test_ray(i):
     note("ray")
 """
-SLOW = LOGGING + """
-
-@pytest.mark.slow
-def test_slow():
-    note("slow")
-"""
+)
 
 
 def _session(tmp_path: Path, files: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
@@ -86,12 +91,20 @@ def test_a_module_fixture_is_built_once_and_the_ray_modules_share_a_worker(tmp_p
     assert [ln for ln in lines if ln.startswith("built ")] in (["built gw0"], ["built gw1"]), lines
     ray_workers = {ln.split()[1] for ln in lines if ln.startswith("ray ")}
     assert len([ln for ln in lines if ln.startswith("ray ")]) == 6 and len(ray_workers) == 1, lines
-    assert {ln.split()[1] for ln in lines} == {"gw0", "gw1"}, lines  # both workers took modules
+    assert {ln.split()[1] for ln in lines if ln.startswith("plain ")} == {"gw0", "gw1"}, lines
 
 
-def test_the_ray_modules_then_modules_with_a_slow_test_run_first(tmp_path: Path) -> None:
-    files = {"tests/test_a_plain.py": PLAIN, "tests/test_z_slow.py": SLOW}
-    files["tests/distributed/test_ray_ranks.py"] = RAY
+def test_the_ray_modules_are_collected_first(tmp_path: Path) -> None:
+    files = {"tests/test_a_plain.py": PLAIN, "tests/distributed/test_ray_ranks.py": RAY}
     proc, lines = _session(tmp_path, files, "-p", "no:randomly")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert [ln.split()[0] for ln in lines] == ["ray"] * 3 + ["slow"] + ["plain"] * 4, lines
+    assert [ln.split()[0] for ln in lines] == ["ray"] * 3 + ["plain"] * 4, lines
+
+
+def test_a_module_fixture_from_a_conftest_is_refused_naming_the_module(tmp_path: Path) -> None:
+    fixture = 'import pytest\n\n\n@pytest.fixture(scope="module")\ndef built():\n    return 1\n'
+    files = {"tests/sub/conftest.py": fixture, "tests/sub/test_uses_it.py": "def test_it(built):\n    assert built\n"}
+    proc, lines = _session(tmp_path, files, *XDIST)
+    assert proc.returncode != 0 and lines == [], proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "tests/sub/test_uses_it.py: uses a module-scoped fixture defined outside it" in out, out
