@@ -95,7 +95,7 @@ def test_a_module_fixture_is_built_once_and_the_ray_modules_share_a_worker(tmp_p
 
 
 def test_the_ray_modules_are_collected_first(tmp_path: Path) -> None:
-    files = {"tests/test_a_plain.py": PLAIN, "tests/distributed/test_ray_ranks.py": RAY}
+    files = {"tests/a/test_plain.py": PLAIN, "tests/distributed/test_ray_ranks.py": RAY}  # "a" sorts first
     proc, lines = _session(tmp_path, files, "-p", "no:randomly")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [ln.split()[0] for ln in lines] == ["ray"] * 3 + ["plain"] * 4, lines
