@@ -94,6 +94,8 @@ class _PreallocLayer(DynamicLayer):
     holds the same values. A batch that outgrows ``capacity`` gets a buffer twice as large.
     """
 
+    is_initialized: bool  # the stock layer's flag (set by its __init__), which this class sets and reads
+
     def __init__(self, capacity: int) -> None:
         super().__init__()
         self.capacity = capacity
