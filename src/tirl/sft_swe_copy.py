@@ -35,6 +35,8 @@ from __future__ import annotations
 import functools
 import random
 
+from tirl.envs.base import Task
+from tirl.envs.observation import NO_OUTPUT
 from tirl.envs.tasks.swe_curriculum import _SUFFIXES, _SYLLABLES, Program, bug_of, program_task, programs
 from tirl.envs.tasks.swe_experts import bash_turn, fix_command
 from tirl.envs.tasks.swe_templates import TEMPLATES
@@ -118,26 +120,22 @@ def cat_output(lines: list[str]) -> str:
     return "\n".join(f"{i + 1:6d}\t{text}" for i, text in enumerate(lines))
 
 
-def copy_episode(r: random.Random) -> list[tuple[str, str | None]]:
-    """One synthetic episode: ``[(assistant turn, tool output or None for the last turn), ...]`` and its prompt.
+def expert_turns(task: Task, way: int, *, check: bool, python: bool) -> list[tuple[str, str]]:
+    """The expert's turns up to its fix with the outputs the env shows: ``[(assistant turn, tool output), ...]``.
 
-    The first pair is ``(issue text, None)``: the user turn; then the assistant turns with their outputs.
+    ``way``: 0 ``cat -n``, 1 a bare ``grep -n`` then ``sed -n 'a,bp'``, 2 ``grep -n -A<k>`` (the expert's
+    three ways to locate); ``check``: run ``python3 check.py`` first (its call must return, not raise);
+    ``python``: the fix as the expert's ``python3`` rewrite instead of ``sed -i``. The fix's output is last.
     """
-    while True:
-        program = fresh_program(r)
-        fi = r.randrange(3)
-        site = r.choice(program.funcs[fi].sites)
-        task = program_task(program, fi, site)
-        if task is not None and " returns " in task.prompt:  # a raising call's traceback is not simulated
-            break
     bug = bug_of(task)
     module = str(task.data["module"])
     lines = _numbered(task.data["files"][module])
-    turns: list[tuple[str, str | None]] = [(task.prompt, None)]
-    if r.random() < 1 / 3:
+    turns: list[tuple[str, str]] = []
+    if check:
         got = task.prompt.split(" returns ", 1)[1].split(", but it should return ", 1)[0]
+        asserts = task.data["files"]["check.py"].split("\n")[2:]
+        fi = next(i for i, text in enumerate(asserts) if text.startswith(f"assert {bug.function}("))
         turns.append((bash_turn("python3 check.py"), check_traceback(task.data["files"]["check.py"], fi, got)))
-    way = r.randrange(3)
     last = bug.first_line + bug.length - 1
     if way == 0:
         turns.append((bash_turn(f"cat -n {module}"), cat_output(lines)))
@@ -148,37 +146,71 @@ def copy_episode(r: random.Random) -> list[tuple[str, str | None]]:
     else:
         shown = locate_output(lines, bug.function, bug.length - 1)
         turns.append((bash_turn(f'grep -n -A{bug.length - 1} "def {bug.function}(" {module}'), shown))
-    if r.random() < 0.5:  # a locate episode: stop at the locate turn (a bare grep: at its sed -n)
-        return [*turns[:-1], (turns[-1][0], None)]
-    python = r.random() < 0.25
-    return [*turns, (bash_turn(fix_command(bug, module, python=python)), None)]
+    turns.append((bash_turn(fix_command(bug, module, python=python)), "fixed" if python else NO_OUTPUT))
+    return turns
+
+
+def copy_episode(r: random.Random) -> tuple[Task, list[tuple[str, str]]]:
+    """One synthetic task and its episode: the expert's turns (:func:`expert_turns`) up to a copy turn.
+
+    Half end at the locate turn (a bare grep: at its ``sed -n``), half at the fix; the last pair's
+    output is not part of the episode.
+    """
+    while True:
+        program = fresh_program(r)
+        fi = r.randrange(3)
+        task = program_task(program, fi, r.choice(program.funcs[fi].sites))
+        if task is not None and " returns " in task.prompt:  # a raising call's traceback is not simulated
+            break
+    way = r.randrange(3)
+    turns = expert_turns(task, way, check=r.random() < 1 / 3, python=r.random() < 0.25)
+    if r.random() < 0.5:  # a locate episode
+        turns = turns[:-1]
+    return task, turns
+
+
+def episode_ids(chat: ChatFormat, issue: str, turns: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
+    """Token ids and loss mask of ``[system, user: issue]`` then the turns, as the agent loop writes them.
+
+    Every turn but the last is followed by its tool output; loss mask 1 on the assistant turns only.
+    """
+    from tirl.envs.observation import wrap_output
+    from tirl.envs.swe_lite import DEFAULT_SYSTEM_PROMPT
+
+    ids = chat.prompt_ids(
+        [Message(role=Role.SYSTEM, content=DEFAULT_SYSTEM_PROMPT), Message(role=Role.USER, content=issue)]
+    )
+    mask = [0] * len(ids)
+    for i, (turn, output) in enumerate(turns):
+        turn_ids = chat.assistant_ids(turn)
+        ids += turn_ids
+        mask += [1] * len(turn_ids)
+        if i < len(turns) - 1:
+            obs = chat.observation_ids([Message(role=Role.TOOL, content=wrap_output(output))], turn_ids)
+            ids += obs
+            mask += [0] * len(obs)
+    return ids, mask
 
 
 def swe_copy_curriculum(n: int, chat: ChatFormat, *, seed: int = 0) -> list[Trajectory]:
     """``n`` synthetic swe-lite copy episodes as token ids, loss mask 1 on the assistant turns (deterministic)."""
-    from tirl.envs.observation import wrap_output
-    from tirl.envs.swe_lite import DEFAULT_SYSTEM_PROMPT
-
     rng = random.Random(f"swe-copy/{seed}")
     out: list[Trajectory] = []
     for i in range(n):
-        (issue, _), *turns = copy_episode(rng)
-        ids = chat.prompt_ids(
-            [Message(role=Role.SYSTEM, content=DEFAULT_SYSTEM_PROMPT), Message(role=Role.USER, content=issue)]
-        )
-        mask = [0] * len(ids)
-        for turn, output in turns:
-            turn_ids = chat.assistant_ids(turn)
-            ids += turn_ids
-            mask += [1] * len(turn_ids)
-            if output is not None:
-                obs = chat.observation_ids([Message(role=Role.TOOL, content=wrap_output(output))], turn_ids)
-                ids += obs
-                mask += [0] * len(obs)
+        task, turns = copy_episode(rng)
         traj = Trajectory(id=f"swe-copy-{i}", messages=[])
-        traj.token_ids, traj.loss_mask, traj.logprobs = ids, mask, [0.0] * len(ids)
+        traj.token_ids, traj.loss_mask = episode_ids(chat, task.prompt, turns)
+        traj.logprobs = [0.0] * len(traj.token_ids)
         out.append(traj)
     return out
 
 
-__all__ = ["check_traceback", "copy_episode", "fresh_program", "pool_names", "swe_copy_curriculum"]
+__all__ = [
+    "check_traceback",
+    "copy_episode",
+    "episode_ids",
+    "expert_turns",
+    "fresh_program",
+    "pool_names",
+    "swe_copy_curriculum",
+]
