@@ -32,6 +32,7 @@ guess), the turns after the fix (check, submit) — the demonstrations teach tho
 
 from __future__ import annotations
 
+import ast
 import functools
 import random
 
@@ -96,10 +97,11 @@ def _numbered(text: str) -> list[str]:
 
 
 def check_traceback(check: str, fi: int, got: str) -> str:
-    """What ``python3 check.py`` prints when function ``fi``'s assert fails with value ``got``."""
+    """What ``python3 check.py`` prints when function ``fi``'s assert fails with value ``got`` (its ``str``)."""
     line = check.split("\n")[2 + fi]
-    call = line.rsplit(", ", 1)[1]
-    compared = line[len("assert ") : -len(call) - 2]
+    body = line[len("assert ") :]  # "<call> == <expected>, <call>"
+    cut = next(i for i in range(len(body)) if body[i:].startswith(" == ") and body.endswith(", " + body[:i]))
+    compared = body[: len(body) - cut - 2]
     return (
         f'Traceback (most recent call last):\n  File "/work/check.py", line {3 + fi}, in <module>\n'
         f"    {line}\n           {'^' * len(compared)}\nAssertionError: {got}\n[exit status 1]"
@@ -132,7 +134,8 @@ def expert_turns(task: Task, way: int, *, check: bool, python: bool) -> list[tup
     lines = _numbered(task.data["files"][module])
     turns: list[tuple[str, str]] = []
     if check:
-        got = task.prompt.split(" returns ", 1)[1].split(", but it should return ", 1)[0]
+        shown = task.prompt.split(" returns ", 1)[1].split(", but it should return ", 1)[0]
+        got = str(ast.literal_eval(shown))  # the prompt shows the repr, the AssertionError its str
         asserts = task.data["files"]["check.py"].split("\n")[2:]
         fi = next(i for i, text in enumerate(asserts) if text.startswith(f"assert {bug.function}("))
         turns.append((bash_turn("python3 check.py"), check_traceback(task.data["files"]["check.py"], fi, got)))
