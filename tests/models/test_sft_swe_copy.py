@@ -80,8 +80,8 @@ def test_simulated_outputs_equal_the_real_envs(chat: SimpleChatFormat) -> None:
     for task, (way, python) in picked:
         ids, mask = episode_ids(chat, task.prompt, expert_turns(task, way, check=True, python=python))
         demo = demos[task.id]
-        tok = chat.tokenizer
-        assert tok.decode(demo.token_ids[: len(ids)]) == tok.decode(ids), task.id  # prompt, turns and every tool output, token for token
+        assert chat.tokenizer.decode(demo.token_ids[: len(ids)]) == chat.tokenizer.decode(ids)  # readable diff
+        assert demo.token_ids[: len(ids)] == ids, task.id  # prompt, turns and every tool output, token for token
         assert demo.loss_mask[: len(ids)] == mask, task.id
 
 
@@ -102,7 +102,7 @@ def _run_fix(task, command: str, tmp: Path) -> str:  # type: ignore[no-untyped-d
 def test_every_target_copies_from_its_context(tmp_path: Path) -> None:
     rng = random.Random("test")
     kinds = {"locate": 0, "fix": 0}
-    for i in range(120):
+    for i in range(90):
         task, turns = copy_episode(rng)
         context, target = _context_and_target(task, turns)
         bug, module = bug_of(task), task.data["module"]
@@ -120,7 +120,7 @@ def test_every_target_copies_from_its_context(tmp_path: Path) -> None:
             shown = task.data["files"][module].split("\n")[bug.line - 1]
             assert shown in context
             assert _run_fix(task, target, tmp_path / str(i)) == "all checks passed\n"
-    assert kinds["locate"] > 20 and kinds["fix"] > 20
+    assert kinds["locate"] > 15 and kinds["fix"] > 15
 
 
 def test_no_pool_name_occurs() -> None:
@@ -145,7 +145,7 @@ def test_curriculum_ids_mask_and_determinism(chat: SimpleChatFormat) -> None:
         spans = re.findall(r"<\|assistant\|>(.*?<\|end\|>)", text, re.S)
         targets = "".join(tok.decode([i for i, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m]))
         assert targets == "".join(spans)  # the loss is on the assistant turns and nothing else
-        assert text.count("```bash") == len(spans)
+        assert text.split("<|user|>", 1)[1].count("```bash") == len(spans)  # one bash block per turn
 
 
 def test_tirl_sft_warms_up_on_the_swe_curriculum(chat: SimpleChatFormat) -> None:
