@@ -319,8 +319,8 @@ __all__ = [
     "Program",
     "bug_of",
     "generate_curriculum",
-    "program_task",
     "pools",
+    "program_task",
     "programs",
     "split_for_seed",
 ]
