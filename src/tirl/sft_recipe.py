@@ -239,14 +239,25 @@ async def _demonstrations(cfg: SFTConfig, chat: ChatFormat, parts: SFTParts) -> 
 
 
 def _copy_warmup(model: Any, tokenizer: Any, chat: ChatFormat, cfg: SFTConfig) -> None:
-    """The synthetic copy curriculum before the demonstrations (``copy_steps``)."""
+    """The synthetic copy curriculum before the demonstrations (``copy_steps``).
+
+    swe-lite: :func:`tirl.sft_swe_copy.swe_copy_curriculum` (expert episode prefixes on fresh names);
+    every other env: :func:`tirl.sft.copy_curriculum` (digits).
+    """
     if not cfg.copy_steps:
         return
     copy_cfg = replace(
         cfg, steps=cfg.copy_steps, batch_size=cfg.copy_batch_size, decay_steps=cfg.copy_steps, stop_at_accuracy=None
     )
-    copies = copy_curriculum(cfg.copy_steps * cfg.copy_batch_size, chat, seed=cfg.seed, tools=cfg.tools)
-    cfg.log(f"copy curriculum: {cfg.copy_steps} steps of {cfg.copy_batch_size}")
+    n = cfg.copy_steps * cfg.copy_batch_size
+    if cfg.env == "swe-lite":
+        from tirl.sft_swe_copy import swe_copy_curriculum
+
+        copies = swe_copy_curriculum(n, chat, seed=cfg.seed)
+    else:
+        copies = copy_curriculum(n, chat, seed=cfg.seed, tools=cfg.tools)
+    kind = "swe-lite copy curriculum" if cfg.env == "swe-lite" else "copy curriculum"
+    cfg.log(f"{kind}: {cfg.copy_steps} steps of {cfg.copy_batch_size}")
     train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))
 
 

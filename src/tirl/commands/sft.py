@@ -101,7 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--copy-steps",
         type=int,
         default=d.copy_steps,
-        help="steps of the synthetic copy curriculum before the demonstrations (0 = none)",
+        help="steps of the synthetic copy curriculum before the demonstrations (0 = none; swe-lite: expert episode "
+        "prefixes on fresh names, batch --batch-size; others: digits, batch 64)",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--sandbox", choices=("auto", "bwrap", "process"), default="auto", help="sandbox backend")
@@ -126,6 +127,7 @@ def _config(args: argparse.Namespace) -> SFTConfig:
             **{name: getattr(args, name) for name in same},
             stop_at_accuracy=stop,
             copy_steps=max(0, args.copy_steps),
+            copy_batch_size=args.batch_size,  # its copy episodes are ~700 tokens: the demonstrations' batch
             tools=args.tools,
             max_turns=preset["env.max_turns"],
             max_new_tokens=preset["generation.max_new_tokens"],

@@ -235,6 +235,15 @@ def _task(program: Program, fi: int, site: Site, ns: dict[str, Any]) -> Task | N
     )
 
 
+def program_task(program: Program, fi: int, site: Site) -> Task | None:
+    """The task of one bug site of any program (the pool's or one made elsewhere), or None when the checks miss it.
+
+    The same construction as the pool's tasks (:func:`pools`); :mod:`tirl.sft_swe_copy` makes its
+    synthetic programs with fresh names through it.
+    """
+    return _task(program, fi, site, _namespace(program.source(), program.package))
+
+
 def bug_of(task: Task) -> Bug:
     """The :class:`Bug` of a curriculum task (``ValueError`` for any other task)."""
     data = task.data.get("bug")
@@ -311,6 +320,7 @@ __all__ = [
     "bug_of",
     "generate_curriculum",
     "pools",
+    "program_task",
     "programs",
     "split_for_seed",
 ]

@@ -1,0 +1,219 @@
+r"""The swe-lite copy curriculum: short expert episodes on synthetic packages with fresh names.
+
+``tirl sft --env swe-lite --copy-steps N`` trains on these before the
+demonstrations (:func:`tirl.sft_recipe._copy_warmup` picks this curriculum
+for swe-lite, :func:`tirl.sft.copy_curriculum` for the others). The skill
+they drill is the one the demonstrations alone did not teach tiny-tir
+(docs/training.md, "The SWE job"): copying identifiers and numbers from the
+context into a command, not recalling them. Each episode is a generated
+package (:class:`~tirl.envs.tasks.swe_curriculum.Program`: three functions
+from the real templates, one bug planted and checked by
+:func:`~tirl.envs.tasks.swe_curriculum.program_task`) whose package and
+function names are **fresh**: syllable words with the curriculum's suffixes,
+never a name of the pool (any split), so a name can only be copied. The
+episode is a prefix of the expert's script in the swe-lite chat format (the
+env's system prompt, the issue text, ```` ```bash ```` turns, tool outputs
+as the env writes them), ending at one of two copy turns:
+
+* **locate** — from the issue text: ``grep -n "def <func>(" <pkg>/core.py``,
+  ``grep -n -A<k> …`` or ``cat -n <pkg>/core.py``;
+* **fix** — from the numbered lines a locate turn printed: ``sed -n 'a,bp'``
+  after a bare grep, then the ``sed -i '<line>s/<bug>/<fix>/'`` edit (or the
+  expert's small ``python3`` rewrite of the line).
+
+A third of the episodes first run ``python3 check.py`` and read its
+traceback. Loss mask 1 on the assistant turns only. The tool outputs are
+computed here, not run (a test compares them with the real env's); a
+traceback of a call that raises is not simulated, so such sites are skipped.
+
+Not covered: the detours of the expert script (pytest first, a wrong first
+guess), the turns after the fix (check, submit) — the demonstrations teach those.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import random
+
+from tirl.envs.base import Task
+from tirl.envs.observation import NO_OUTPUT
+from tirl.envs.tasks.swe_curriculum import _SUFFIXES, _SYLLABLES, Program, bug_of, program_task, programs
+from tirl.envs.tasks.swe_experts import bash_turn, fix_command
+from tirl.envs.tasks.swe_templates import TEMPLATES
+from tirl.models.chat_format import ChatFormat
+from tirl.types import Message, Role, Trajectory
+
+#: English-like stems no template uses, so that fresh names are not all syllable words.
+_STEMS = ("blend", "shift", "merge", "spread", "nudge", "twist", "crop", "grow", "mark", "pick", "sort_by",
+          "join", "wrap", "lift", "skim", "tilt", "bump", "fuse", "stack", "probe")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1)
+def pool_names() -> frozenset[str]:
+    """Every package and function name of the swe-lite pool (all splits): never used by the copy curriculum."""
+    names = {p.package for p in programs()} | {f.name for p in programs() for f in p.funcs}
+    names |= {name for _, stems in TEMPLATES for name in stems}
+    return frozenset(names)
+
+
+def _word(r: random.Random, lo: int, hi: int) -> str:
+    return "".join(r.choice(_SYLLABLES) for _ in range(r.randint(lo, hi)))
+
+
+def fresh_package(r: random.Random) -> str:
+    """A package name of 3-4 syllables that is no pool name."""
+    while True:
+        name = _word(r, 3, 4)
+        if name not in pool_names():
+            return name
+
+
+def fresh_function(r: random.Random, taken: set[str]) -> str:
+    """A function name in the pool's style (a stem and a suffix) that is no pool name and not in ``taken``."""
+    while True:
+        style = r.randrange(4)
+        stem = r.choice(_STEMS) if style == 0 else _word(r, 1, 3)
+        if style == 2:
+            stem = f"{stem}_{_word(r, 1, 2)}"
+        name = stem + r.choice(_SUFFIXES)
+        if style == 3:
+            name = "is_" + name
+        if name not in pool_names() and name not in taken and name.isidentifier():
+            taken.add(name)
+            return name
+
+
+def fresh_program(r: random.Random) -> Program:
+    """A package of three template functions under fresh names."""
+    taken: set[str] = set()
+    funcs = tuple(template(r, fresh_function(r, taken)) for template, _ in r.sample(TEMPLATES, 3))
+    return Program(-1, fresh_package(r), funcs, "train")
+
+
+def _numbered(text: str) -> list[str]:
+    """The module's lines as ``cat -n`` and ``grep -n`` count them (no line after the final newline)."""
+    return text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+
+
+def check_traceback(check: str, fi: int, got: str) -> str:
+    """What ``python3 check.py`` prints when function ``fi``'s assert fails with value ``got`` (its ``str``)."""
+    line = check.split("\n")[2 + fi]
+    body = line[len("assert ") :]  # "<call> == <expected>, <call>"
+    cut = next(i for i in range(len(body)) if body[i:].startswith(" == ") and body.endswith(", " + body[:i]))
+    compared = body[: len(body) - cut - 2]
+    return (
+        f'Traceback (most recent call last):\n  File "/work/check.py", line {3 + fi}, in <module>\n'
+        f"    {line}\n           {'^' * len(compared)}\nAssertionError: {got}\n[exit status 1]"
+    )
+
+
+def locate_output(lines: list[str], function: str, after: int | None) -> str:
+    """``grep -n [-A<after>] "def <function>(" FILE``'s output (one match)."""
+    first = next(i for i, text in enumerate(lines) if text.startswith(f"def {function}("))
+    out = [f"{first + 1}:{lines[first]}"]
+    for i in range(first + 1, min(len(lines), first + 1 + (after or 0))):
+        out.append(f"{i + 1}-{lines[i]}")
+    return "\n".join(out)
+
+
+def cat_output(lines: list[str]) -> str:
+    """``cat -n FILE``'s output."""
+    return "\n".join(f"{i + 1:6d}\t{text}" for i, text in enumerate(lines))
+
+
+def expert_turns(task: Task, way: int, *, check: bool, python: bool) -> list[tuple[str, str]]:
+    """The expert's turns up to its fix with the outputs the env shows: ``[(assistant turn, tool output), ...]``.
+
+    ``way``: 0 ``cat -n``, 1 a bare ``grep -n`` then ``sed -n 'a,bp'``, 2 ``grep -n -A<k>`` (the expert's
+    three ways to locate); ``check``: run ``python3 check.py`` first (its call must return, not raise);
+    ``python``: the fix as the expert's ``python3`` rewrite instead of ``sed -i``. The fix's output is last.
+    """
+    bug = bug_of(task)
+    module = str(task.data["module"])
+    lines = _numbered(task.data["files"][module])
+    turns: list[tuple[str, str]] = []
+    if check:
+        shown = task.prompt.split(" returns ", 1)[1].split(", but it should return ", 1)[0]
+        got = str(ast.literal_eval(shown))  # the prompt shows the repr, the AssertionError its str
+        asserts = task.data["files"]["check.py"].split("\n")[2:]
+        fi = next(i for i, text in enumerate(asserts) if text.startswith(f"assert {bug.function}("))
+        turns.append((bash_turn("python3 check.py"), check_traceback(task.data["files"]["check.py"], fi, got)))
+    last = bug.first_line + bug.length - 1
+    if way == 0:
+        turns.append((bash_turn(f"cat -n {module}"), cat_output(lines)))
+    elif way == 1:
+        turns.append((bash_turn(f'grep -n "def {bug.function}(" {module}'), locate_output(lines, bug.function, 0)))
+        sed_n = "\n".join(lines[bug.first_line - 1 : last])
+        turns.append((bash_turn(f"sed -n '{bug.first_line},{last}p' {module}"), sed_n))
+    else:
+        shown = locate_output(lines, bug.function, bug.length - 1)
+        turns.append((bash_turn(f'grep -n -A{bug.length - 1} "def {bug.function}(" {module}'), shown))
+    turns.append((bash_turn(fix_command(bug, module, python=python)), "fixed" if python else NO_OUTPUT))
+    return turns
+
+
+def copy_episode(r: random.Random) -> tuple[Task, list[tuple[str, str]]]:
+    """One synthetic task and its episode: the expert's turns (:func:`expert_turns`) up to a copy turn.
+
+    Half end at the locate turn (a bare grep: at its ``sed -n``), half at the fix; the last pair's
+    output is not part of the episode.
+    """
+    while True:
+        program = fresh_program(r)
+        fi = r.randrange(3)
+        task = program_task(program, fi, r.choice(program.funcs[fi].sites))
+        if task is not None and " returns " in task.prompt:  # a raising call's traceback is not simulated
+            break
+    way = r.randrange(3)
+    turns = expert_turns(task, way, check=r.random() < 1 / 3, python=r.random() < 0.25)
+    if r.random() < 0.5:  # a locate episode
+        turns = turns[:-1]
+    return task, turns
+
+
+def episode_ids(chat: ChatFormat, issue: str, turns: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
+    """Token ids and loss mask of ``[system, user: issue]`` then the turns, as the agent loop writes them.
+
+    Every turn but the last is followed by its tool output; loss mask 1 on the assistant turns only.
+    """
+    from tirl.envs.observation import wrap_output
+    from tirl.envs.swe_lite import DEFAULT_SYSTEM_PROMPT
+
+    ids = chat.prompt_ids(
+        [Message(role=Role.SYSTEM, content=DEFAULT_SYSTEM_PROMPT), Message(role=Role.USER, content=issue)]
+    )
+    mask = [0] * len(ids)
+    for i, (turn, output) in enumerate(turns):
+        turn_ids = chat.assistant_ids(turn)
+        ids += turn_ids
+        mask += [1] * len(turn_ids)
+        if i < len(turns) - 1:
+            obs = chat.observation_ids([Message(role=Role.TOOL, content=wrap_output(output))], turn_ids)
+            ids += obs
+            mask += [0] * len(obs)
+    return ids, mask
+
+
+def swe_copy_curriculum(n: int, chat: ChatFormat, *, seed: int = 0) -> list[Trajectory]:
+    """``n`` synthetic swe-lite copy episodes as token ids, loss mask 1 on the assistant turns (deterministic)."""
+    rng = random.Random(f"swe-copy/{seed}")
+    out: list[Trajectory] = []
+    for i in range(n):
+        task, turns = copy_episode(rng)
+        traj = Trajectory(id=f"swe-copy-{i}", messages=[])
+        traj.token_ids, traj.loss_mask = episode_ids(chat, task.prompt, turns)
+        traj.logprobs = [0.0] * len(traj.token_ids)
+        out.append(traj)
+    return out
+
+
+__all__ = [
+    "check_traceback",
+    "copy_episode",
+    "episode_ids",
+    "expert_turns",
+    "fresh_program",
+    "pool_names",
+    "swe_copy_curriculum",
+]

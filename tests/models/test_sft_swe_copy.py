@@ -1,0 +1,160 @@
+"""The swe-lite copy curriculum (:mod:`tirl.sft_swe_copy`) against plain references and the real env.
+
+* the simulated tool outputs and the rendered token ids equal a real demonstration's: pool tasks' expert
+  episodes run through the real swe-lite env, sandbox (bubblewrap where it works) and judge, prefix by prefix;
+* every target copies what its context shows: the locate turn's package and function names are in the issue
+  text, the fix's line number and buggy text in a tool output before it; the fix, run by real ``sed`` or
+  ``python3`` on the buggy module, gives back the correct module;
+* no package or function name of the pool (any split) occurs in an episode;
+* loss mask 1 exactly on the assistant turns; ``tirl sft --env swe-lite`` warms up on this curriculum.
+
+About 10 s: four real episodes through the sandbox, a few hundred synthetic ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tirl.config import SandboxConfig
+from tirl.envs.registry import env_factory
+from tirl.envs.tasks.swe_curriculum import bug_of, generate_curriculum, pools
+from tirl.envs.tasks.swe_experts import curriculum_expert_solution
+from tirl.models.chat_format import SimpleChatFormat
+from tirl.models.tiny import TinyModelSpec, build_tiny_model
+from tirl.sandbox import create_sandbox
+from tirl.sft import build_demonstrations
+from tirl.sft_config import SFTConfig
+from tirl.sft_swe_copy import copy_episode, episode_ids, expert_turns, pool_names, swe_copy_curriculum
+
+TINY = TinyModelSpec(hidden_size=16, layers=1, heads=1, kv_heads=1, intermediate_size=16)
+
+
+@pytest.fixture(scope="module")
+def chat() -> SimpleChatFormat:
+    return SimpleChatFormat(build_tiny_model(TINY)[1])
+
+
+def _way(task) -> tuple[int, bool] | None:  # type: ignore[no-untyped-def]
+    """(locate way, python fix) when the expert's script starts with :func:`expert_turns`' turns, else None."""
+    script = curriculum_expert_solution(task)
+    for way in (0, 1, 2):
+        for python in (False, True):
+            mine = [turn for turn, _ in expert_turns(task, way, check=True, python=python)]
+            if script[: len(mine)] == mine:
+                return way, python
+    return None
+
+
+def test_simulated_outputs_equal_the_real_envs(chat: SimpleChatFormat) -> None:
+    tasks = [t for t in generate_curriculum(60, seed=5) if " returns " in t.prompt]
+    picked: list = []  # type: ignore[type-arg]
+    for task in tasks:  # one task per locate way, and one python fix
+        way = _way(task)
+        if way is not None and (
+            way[0] not in {w for _, (w, _) in picked} or (way[1] and not any(p for _, (_, p) in picked))
+        ):
+            picked.append((task, way))
+    assert {w for _, (w, _) in picked} == {0, 1, 2} and any(p for _, (_, p) in picked)
+    root = Path(tempfile.mkdtemp(prefix="tirl-swe-copy-", dir="/tmp"))
+    os.chmod(root, 0o755)
+
+    async def make():  # type: ignore[no-untyped-def]
+        sandbox = create_sandbox(SandboxConfig(warm_pool=False, timeout_s=10.0), warn=False)
+        try:
+            factory = env_factory("swe-lite", sandbox=sandbox, max_turns=10, work_root=root, cache_dir=root / "cache")
+            return await build_demonstrations([t for t, _ in picked], curriculum_expert_solution, chat, factory,
+                                              max_turns=10, max_total_tokens=6144, concurrency=1)  # fmt: skip
+        finally:
+            await sandbox.close()
+
+    demos = {d.group: d for d in asyncio.run(make())}
+    assert len(demos) == len(picked)
+    for task, (way, python) in picked:
+        ids, mask = episode_ids(chat, task.prompt, expert_turns(task, way, check=True, python=python))
+        demo = demos[task.id]
+        assert chat.tokenizer.decode(demo.token_ids[: len(ids)]) == chat.tokenizer.decode(ids)  # readable diff
+        assert demo.token_ids[: len(ids)] == ids, task.id  # prompt, turns and every tool output, token for token
+        assert demo.loss_mask[: len(ids)] == mask, task.id
+
+
+def _context_and_target(task, turns):  # type: ignore[no-untyped-def]
+    return task.prompt + "".join(f"{t}\n{o}" for t, o in turns[:-1]), turns[-1][0]
+
+
+def _run_fix(task, command: str, tmp: Path) -> str:  # type: ignore[no-untyped-def]
+    """Write the task's workspace, run ``command`` and then ``python3 check.py`` there; the check's output."""
+    for name, text in task.data["files"].items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_text(text, encoding="utf-8")
+    body = command.removeprefix("```bash\n").removesuffix("\n```")
+    subprocess.run(["bash", "-c", body], cwd=tmp, check=True, capture_output=True, timeout=30)
+    return subprocess.run(["python3", "check.py"], cwd=tmp, capture_output=True, text=True, timeout=30).stdout
+
+
+def test_every_target_copies_from_its_context(tmp_path: Path) -> None:
+    rng = random.Random("test")
+    kinds = {"locate": 0, "fix": 0}
+    for i in range(90):
+        task, turns = copy_episode(rng)
+        context, target = _context_and_target(task, turns)
+        bug, module = bug_of(task), task.data["module"]
+        package = module.split("/")[0]
+        if "grep -n" in target or "cat -n" in target:  # locate: names copied from the issue text
+            kinds["locate"] += 1
+            assert f"`{package}`" in task.prompt and module in task.prompt and module in target
+            if "grep" in target:
+                assert f'"def {bug.function}("' in target and f"`{bug.function}(" in task.prompt
+        elif "sed -n" in target:  # the range starts at the line the grep printed
+            start = re.search(r"sed -n '(\d+),", target)
+            assert start and f"\n{start.group(1)}:def {bug.function}(" in context
+        else:  # the fix: its line is on screen, and real sed / python3 gives back the correct module
+            kinds["fix"] += 1
+            shown = task.data["files"][module].split("\n")[bug.line - 1]
+            assert shown in context
+            assert _run_fix(task, target, tmp_path / str(i)) == "all checks passed\n"
+    assert kinds["locate"] > 15 and kinds["fix"] > 15
+
+
+def test_no_pool_name_occurs() -> None:
+    names = pool_names()
+    assert len(names) > 300 and {t.data["program"] for t in pools()["validation"]} <= names
+    rng = random.Random("names")
+    for _ in range(200):
+        task, turns = copy_episode(rng)
+        text = task.prompt + "".join(t + o for t, o in turns) + "".join(task.data["files"].values())
+        text = text.replace("Traceback (most recent call last)", "")  # Python's words: "last" is a pool name
+        assert not set(re.findall(r"[A-Za-z_]\w*", text)) & names, task.prompt
+
+
+def test_curriculum_ids_mask_and_determinism(chat: SimpleChatFormat) -> None:
+    a = swe_copy_curriculum(30, chat, seed=3)
+    assert [t.token_ids for t in a] == [t.token_ids for t in swe_copy_curriculum(30, chat, seed=3)]
+    assert [t.token_ids for t in a] != [t.token_ids for t in swe_copy_curriculum(30, chat, seed=4)]
+    tok = chat.tokenizer
+    for traj in a:
+        assert len(traj.token_ids) == len(traj.loss_mask) < 2000
+        text = tok.decode(traj.token_ids)
+        spans = re.findall(r"<\|assistant\|>(.*?<\|end\|>)", text, re.S)
+        targets = "".join(tok.decode([i for i, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m]))
+        assert targets == "".join(spans)  # the loss is on the assistant turns and nothing else
+        assert text.split("<|user|>", 1)[1].count("```bash") == len(spans)  # one bash block per turn
+
+
+def test_tirl_sft_warms_up_on_the_swe_curriculum(chat: SimpleChatFormat) -> None:
+    from tirl.sft_recipe import _copy_warmup
+
+    model, tokenizer = build_tiny_model(TINY)
+    lines: list[str] = []
+    cfg = SFTConfig(env="swe-lite", copy_steps=1, copy_batch_size=2, log=lines.append)
+    before = [p.detach().clone() for p in model.parameters()]
+    _copy_warmup(model, tokenizer, chat, cfg)
+    assert lines[0] == "swe-lite copy curriculum: 1 steps of 2"
+    assert any((p != q).any() for p, q in zip(model.parameters(), before, strict=True))
