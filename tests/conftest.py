@@ -24,9 +24,10 @@ Parallel runs: ``make test`` runs pytest with ``-n 2`` (pytest-xdist, one
 worker per core). xdist sets ``COLUMNS=80`` and ``LINES=24`` in its workers;
 this module removes them there, so a test sees what a user's pipe gives (the
 CLI's piped width, see ``tirl.diagnostics.render``), as in a one-process run.
-Each worker checks its own leftovers. Tests go to the workers one at a time (``--dist load``); there are no
-``xdist_group`` marks: pytest-xdist 3.8 groups by rewriting ``item._nodeid``, which pytest 9.2 no longer reads,
-so ``--dist loadgroup`` ignores them silently (a module-scoped fixture can be built once per worker).
+Each worker checks its own leftovers. ``make test`` (``--dist load``) sends single tests to the workers, except
+that a module with a module-scoped fixture (a served model, a trained run directory) goes to one worker whole, so
+its fixture is built once, and the two Ray cluster modules go to one worker, first
+(:func:`pytest_xdist_make_scheduler`).
 Not covered: OS threads without a Python ``Thread`` (torch's intra-op pools,
 Ray's gRPC threads: process-lifetime pools of a fixed size) and processes that
 detach from the test process (``ray start`` daemons; the Ray cluster fixture
@@ -42,6 +43,7 @@ import sys
 import threading
 import time
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,6 +108,71 @@ def _fail_if_part_missing(report: Any) -> None:
         report.outcome = "failed"
         setting = f"{var}={os.environ[var]}"
         report.longrepr = f"{setting}: {part} is missing, and make install provides it; the test would skip: {reason}"
+
+
+#: Modules that run on one xdist worker together: each starts its own local Ray cluster, and two at once on two
+#: cores starve each other past their timeouts.
+SAME_WORKER = {"tests/distributed/test_ray_cluster.py": "ray", "tests/distributed/test_ray_ranks.py": "ray"}
+_TESTS = Path(__file__).resolve().parent
+_SHARED_FIXTURE = re.compile(r"@pytest\.fixture\([^)]*scope=\"(module|class|package)\"")
+_SHARED_SCOPES = frozenset({"module", "class", "package"})
+
+
+def modules_with_shared_fixtures(root: Path = _TESTS) -> frozenset[str]:
+    """Test modules (paths relative to the repository) that define a module-, class- or package-scoped fixture."""
+    return frozenset(
+        p.relative_to(root.parent).as_posix()
+        for p in root.rglob("test_*.py")
+        if _SHARED_FIXTURE.search(p.read_text(encoding="utf-8"))
+    )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist load``: each test is its own work unit, except that a module with a module-scoped fixture
+    is one unit (its fixture is built once, not once per worker) and :data:`SAME_WORKER`'s modules are one unit.
+
+    Not ``--dist loadgroup`` with ``xdist_group`` marks: pytest-xdist 3.8 tags a grouped test by rewriting
+    ``item._nodeid``, which pytest 9.2 no longer reads, so the marks are silently ignored. The controller does not
+    collect, so the modules are found by reading their source (:func:`modules_with_shared_fixtures`); each worker
+    checks the result against its collected items (:func:`pytest_collection_modifyitems`).
+    """
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    shared = modules_with_shared_fixtures(Path(str(config.rootpath)) / "tests")
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SAME_WORKER.get(path) or (path if path in shared else nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection order: the Ray unit first
+    return UnitScheduling(config, log)
+
+
+def _uses_a_shared_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope in _SHARED_SCOPES for ds in defs for d in ds)
+
+
+_UNSCHEDULED = pytest.StashKey[str]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Collect :data:`SAME_WORKER`'s modules first (their unit is the longest: a worker takes it at once), and
+    fail each test of a module whose module-scoped fixture the scheduler's source scan missed (one error naming
+    the module and the fix, at its set-up: :func:`pytest_runtest_setup`)."""
+    shared = modules_with_shared_fixtures(Path(str(config.rootpath)) / "tests")
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith("tests/") and path not in shared and _uses_a_shared_fixture(item):
+            item.stash[_UNSCHEDULED] = (
+                f"{path}: uses a module-scoped fixture defined outside it; define it in the module as "
+                '`@pytest.fixture(scope="module")` so that tests/conftest.py schedules the module as one unit'
+            )
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in SAME_WORKER)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -198,7 +265,10 @@ def _note_new_threads(item: pytest.Item) -> Generator[None, Any, None]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, Any, None]:
-    """Remember during which test's set-up (its fixtures) each new thread appeared, for the leftover report."""
+    """Fail a test that :func:`pytest_collection_modifyitems` found unschedulable, before its fixtures run;
+    remember during which test's set-up (its fixtures) each new thread appeared, for the leftover report."""
+    if _UNSCHEDULED in item.stash:
+        pytest.fail(item.stash[_UNSCHEDULED], pytrace=False)
     yield from _note_new_threads(item)
 
 

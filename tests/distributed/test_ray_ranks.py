@@ -34,7 +34,7 @@ from tirl.trainer.logging import read_metrics  # noqa: E402
 
 # one multi-node Ray cluster at a time per session; a cluster start and two Ray Train ranks took over 300 s at load
 # 12-21 (two other test runs beside make test), 54 s at load 5
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # one xdist worker: tests/conftest.py SAME_WORKER
 
 
 @pytest.fixture(scope="module")
