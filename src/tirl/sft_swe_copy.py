@@ -38,7 +38,7 @@ import random
 
 from tirl.envs.base import Task
 from tirl.envs.observation import NO_OUTPUT
-from tirl.envs.tasks.swe_curriculum import _SUFFIXES, _SYLLABLES, Program, bug_of, program_task, programs
+from tirl.envs.tasks.swe_curriculum import SUFFIXES, SYLLABLES, Program, bug_of, program_task, programs
 from tirl.envs.tasks.swe_experts import bash_turn, fix_command
 from tirl.envs.tasks.swe_templates import TEMPLATES
 from tirl.models.chat_format import ChatFormat
@@ -58,7 +58,7 @@ def pool_names() -> frozenset[str]:
 
 
 def _word(r: random.Random, lo: int, hi: int) -> str:
-    return "".join(r.choice(_SYLLABLES) for _ in range(r.randint(lo, hi)))
+    return "".join(r.choice(SYLLABLES) for _ in range(r.randint(lo, hi)))
 
 
 def fresh_package(r: random.Random) -> str:
@@ -76,7 +76,7 @@ def fresh_function(r: random.Random, taken: set[str]) -> str:
         stem = r.choice(_STEMS) if style == 0 else _word(r, 1, 3)
         if style == 2:
             stem = f"{stem}_{_word(r, 1, 2)}"
-        name = stem + r.choice(_SUFFIXES)
+        name = stem + r.choice(SUFFIXES)
         if style == 3:
             name = "is_" + name
         if name not in pool_names() and name not in taken and name.isidentifier():

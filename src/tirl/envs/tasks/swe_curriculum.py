@@ -49,8 +49,10 @@ FUNCS_PER_PROGRAM = 3
 Split = Literal["train", "heldout", "validation"]
 SPLITS: tuple[Split, ...] = ("train", "heldout", "validation")
 
-_SUFFIXES = ("", "_total", "_value", "_score", "_count", "_item", "_data", "_price", "_size", "_level")
-_SYLLABLES = ("ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "vu", "za", "bo", "de", "fi", "gu", "ha", "jo")
+#: Suffixes and syllables of the generated names (the copy curriculum, :mod:`tirl.sft_swe_copy`, draws fresh
+#: names from the same alphabet).
+SUFFIXES = ("", "_total", "_value", "_score", "_count", "_item", "_data", "_price", "_size", "_level")
+SYLLABLES = ("ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "vu", "za", "bo", "de", "fi", "gu", "ha", "jo")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,7 @@ class Bug:
 
 def _package_name(r: random.Random, taken: set[str]) -> str:
     while True:
-        name = "".join(r.choice(_SYLLABLES) for _ in range(3))
+        name = "".join(r.choice(SYLLABLES) for _ in range(3))
         if name not in taken:
             taken.add(name)
             return name
@@ -121,7 +123,7 @@ def programs() -> tuple[Program, ...]:
         r = random.Random(f"swe-curriculum/{i}")
         package = _package_name(r, taken)
         funcs = tuple(
-            template(r, r.choice(names) + r.choice(_SUFFIXES))
+            template(r, r.choice(names) + r.choice(SUFFIXES))
             for template, names in r.sample(TEMPLATES, FUNCS_PER_PROGRAM)
         )
         out.append(Program(i, package, funcs, _split_of(i)))
@@ -315,6 +317,8 @@ __all__ = [
     "KIND",
     "POOL_PROGRAMS",
     "SPLITS",
+    "SUFFIXES",
+    "SYLLABLES",
     "Bug",
     "Program",
     "bug_of",
