@@ -48,24 +48,23 @@ def test_uses_the_module_fixture(built, i):
     assert built == 1
 """
 )
-PLAIN = (
-    LOGGING
-    + """
 
-@pytest.mark.parametrize("i", range(4))
-def test_plain(i):
-    note("plain")
-"""
-)
-RAY = (
-    LOGGING
-    + """
 
-@pytest.mark.parametrize("i", range(3))
-def test_ray(i):
-    note("ray")
+def _noting(name: str, n: int) -> str:
+    """A test module of ``n`` tests that each note ``name`` and their worker."""
+    return (
+        LOGGING
+        + f"""
+
+@pytest.mark.parametrize("i", range({n}))
+def test_{name}(i):
+    note("{name}")
 """
-)
+    )
+
+
+PLAIN = _noting("plain", 4)
+RAY = _noting("ray", 3)
 
 
 def _session(tmp_path: Path, files: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:

@@ -6,25 +6,19 @@ stages of ``build_demonstrations`` and a tiny model's tokenizer. Four tasks (abo
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from tests.models.conftest import swe_demonstrations
 
-from tirl.config import SandboxConfig
-from tirl.envs.registry import env_factory
 from tirl.envs.tasks.swe_curriculum import generate_curriculum
 from tirl.envs.tasks.swe_experts import curriculum_expert_solution
 from tirl.jsonl import read_trajectories
 from tirl.models.chat_format import SimpleChatFormat
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
-from tirl.sandbox import create_sandbox
-from tirl.sft import build_demonstrations
 from tirl.sft_recipe import write_demonstrations
 from tirl.types import Role, TerminationReason
 
@@ -35,20 +29,7 @@ def swe_demos():  # type: ignore[no-untyped-def]
         build_tiny_model(TinyModelSpec(hidden_size=16, layers=1, heads=1, kv_heads=1, intermediate_size=16))[1]
     )
     tasks = generate_curriculum(4, seed=11)
-    root = Path(tempfile.mkdtemp(prefix="tirl-sft-swe-", dir="/tmp"))
-    os.chmod(root, 0o755)
-
-    async def make():  # type: ignore[no-untyped-def]
-        sandbox = create_sandbox(SandboxConfig(warm_pool=False, timeout_s=10.0), warn=False)
-        try:
-            factory = env_factory("swe-lite", sandbox=sandbox, max_turns=10, work_root=root, cache_dir=root / "cache")
-            return await build_demonstrations(
-                tasks, curriculum_expert_solution, chat, factory, max_turns=10, max_total_tokens=6144, concurrency=1
-            )
-        finally:
-            await sandbox.close()
-
-    return tasks, chat, asyncio.run(make())
+    return tasks, chat, swe_demonstrations(tasks, chat, "tirl-sft-swe-")
 
 
 def test_swe_demonstrations_through_the_real_env(swe_demos, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -13,24 +13,18 @@ About 10 s: four real episodes through the sandbox, a few hundred synthetic ones
 
 from __future__ import annotations
 
-import asyncio
-import os
 import random
 import re
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
+from tests.models.conftest import swe_demonstrations
 
-from tirl.config import SandboxConfig
-from tirl.envs.registry import env_factory
 from tirl.envs.tasks.swe_curriculum import bug_of, generate_curriculum, pools
 from tirl.envs.tasks.swe_experts import curriculum_expert_solution
 from tirl.models.chat_format import SimpleChatFormat
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
-from tirl.sandbox import create_sandbox
-from tirl.sft import build_demonstrations
 from tirl.sft_config import SFTConfig
 from tirl.sft_swe_copy import copy_episode, episode_ids, expert_turns, pool_names, swe_copy_curriculum
 
@@ -63,19 +57,7 @@ def test_simulated_outputs_equal_the_real_envs(chat: SimpleChatFormat) -> None:
         ):
             picked.append((task, way))
     assert {w for _, (w, _) in picked} == {0, 1, 2} and any(p for _, (_, p) in picked)
-    root = Path(tempfile.mkdtemp(prefix="tirl-swe-copy-", dir="/tmp"))
-    os.chmod(root, 0o755)
-
-    async def make():  # type: ignore[no-untyped-def]
-        sandbox = create_sandbox(SandboxConfig(warm_pool=False, timeout_s=10.0), warn=False)
-        try:
-            factory = env_factory("swe-lite", sandbox=sandbox, max_turns=10, work_root=root, cache_dir=root / "cache")
-            return await build_demonstrations([t for t, _ in picked], curriculum_expert_solution, chat, factory,
-                                              max_turns=10, max_total_tokens=6144, concurrency=1)  # fmt: skip
-        finally:
-            await sandbox.close()
-
-    demos = {d.group: d for d in asyncio.run(make())}
+    demos = {d.group: d for d in swe_demonstrations([t for t, _ in picked], chat, "tirl-swe-copy-")}
     assert len(demos) == len(picked)
     for task, (way, python) in picked:
         ids, mask = episode_ids(chat, task.prompt, expert_turns(task, way, check=True, python=python))
