@@ -26,7 +26,7 @@ this module removes them there, so a test sees what a user's pipe gives (the
 CLI's piped width, see ``tirl.diagnostics.render``), as in a one-process run.
 Each worker checks its own leftovers. ``make test`` (``--dist load``) sends single tests to the workers, except
 that a module with a module-scoped fixture (a served model, a trained run directory) goes to one worker whole, so
-its fixture is built once, and the two Ray cluster modules go to one worker, first
+its fixture is built once, and the multi-node Ray module (SAME_WORKER) is collected first
 (:func:`pytest_xdist_make_scheduler`).
 Not covered: OS threads without a Python ``Thread`` (torch's intra-op pools,
 Ray's gRPC threads: process-lifetime pools of a fixed size) and processes that
@@ -110,9 +110,10 @@ def _fail_if_part_missing(report: Any) -> None:
         report.longrepr = f"{setting}: {part} is missing, and make install provides it; the test would skip: {reason}"
 
 
-#: Modules that run on one xdist worker together: each starts its own local Ray cluster, and two at once on two
-#: cores starve each other past their timeouts.
-SAME_WORKER = {"tests/distributed/test_ray_cluster.py": "ray", "tests/distributed/test_ray_ranks.py": "ray"}
+#: Modules that run on one xdist worker together (the value names their unit), collected first: each starts its own
+#: local Ray cluster, and two at once on two cores starve each other past their timeouts. Today one module holds
+#: every multi-node Ray test, so that one cluster start serves them all.
+SAME_WORKER = {"tests/distributed/test_ray_cluster.py": "ray"}
 _TESTS = Path(__file__).resolve().parent
 _SHARED_FIXTURE = re.compile(r"@pytest\.fixture\([^)]*scope=\"(module|class|package)\"")
 _SHARED_SCOPES = frozenset({"module", "class", "package"})

@@ -2,8 +2,8 @@
 
 Each case runs a real pytest-xdist session (``-n 2 --dist load``, as ``make test``) in a subprocess, with this
 repository's conftest copied beside small test files: a module-scoped fixture is set up once (not once per
-worker) while plain tests still go to both workers; the two Ray modules of ``SAME_WORKER`` run on one worker and
-are collected first; a module-scoped fixture defined outside its module (which the scheduler's source scan cannot
+worker) while plain tests still go to both workers; ``SAME_WORKER``'s modules (two in the copy) run on one worker
+and are collected first; a module-scoped fixture defined outside its module (which the scheduler's source scan cannot
 see) is refused with one error naming the module. About 5-15 s each: two xdist workers start and import the
 conftest.
 """
@@ -11,7 +11,6 @@ conftest.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,8 +66,15 @@ PLAIN = _noting("plain", 4)
 RAY = _noting("ray", 3)
 
 
-def _session(tmp_path: Path, files: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
+def _session(
+    tmp_path: Path, files: dict[str, str], *args: str, same_worker: str = ""
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """A real pytest run over ``files`` with this repository's conftest (``same_worker``: one more
+    ``SAME_WORKER`` module in the copy); its result and the lines its tests noted."""
+    conftest = (HERE / "conftest.py").read_text(encoding="utf-8")
+    if same_worker:
+        conftest += f"\nSAME_WORKER[{same_worker!r}] = 'ray'\n"
+    (tmp_path / "conftest.py").write_text(conftest, encoding="utf-8")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: long\n", encoding="utf-8")
     for name, body in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -84,8 +90,8 @@ def test_a_module_fixture_is_built_once_and_the_ray_modules_share_a_worker(tmp_p
     files = {f"tests/test_plain_{i}.py": PLAIN for i in range(4)}
     files["tests/test_shared.py"] = SHARED
     files["tests/distributed/test_ray_cluster.py"] = RAY
-    files["tests/distributed/test_ray_ranks.py"] = RAY
-    proc, lines = _session(tmp_path, files, *XDIST)
+    files["tests/distributed/test_ray_more.py"] = RAY  # a second SAME_WORKER module, named to the copied conftest
+    proc, lines = _session(tmp_path, files, *XDIST, same_worker="tests/distributed/test_ray_more.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [ln for ln in lines if ln.startswith("built ")] in (["built gw0"], ["built gw1"]), lines
     ray_workers = {ln.split()[1] for ln in lines if ln.startswith("ray ")}
@@ -94,7 +100,7 @@ def test_a_module_fixture_is_built_once_and_the_ray_modules_share_a_worker(tmp_p
 
 
 def test_the_ray_modules_are_collected_first(tmp_path: Path) -> None:
-    files = {"tests/a/test_plain.py": PLAIN, "tests/distributed/test_ray_ranks.py": RAY}  # "a" sorts first
+    files = {"tests/a/test_plain.py": PLAIN, "tests/distributed/test_ray_cluster.py": RAY}  # "a" sorts first
     proc, lines = _session(tmp_path, files, "-p", "no:randomly")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [ln.split()[0] for ln in lines] == ["ray"] * 3 + ["plain"] * 4, lines

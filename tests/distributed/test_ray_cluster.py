@@ -1,23 +1,39 @@
-"""A real two-node local Ray cluster: envs and sandboxes on actors, the local pipeline scheduling them.
+"""A real two-node local Ray cluster: envs and sandboxes on actors, the local pipeline scheduling them, and
+``tirl train --backend ray --nproc 2`` with its ranks as Ray Train workers.
 
 A head and a second node are started with ``ray start`` (one CPU each, a small
 object store, a private HOME with and without a Ray auth token), a rollout of
 tir-math episodes runs through the pipeline with env hosts on both nodes, one
 host is killed while episodes are running on it, and every trajectory must
 still be accounted for.
+
+The ranks tests run on the token-free cluster (one cluster start serves every test of a parametrisation): the
+ranks are a Ray Train ``TorchTrainer`` worker group (one bundle per rank, ``SPREAD``), one rank per node, so rank
+0 (the recipe: rollout on Ray env hosts, logs, checkpoints) and rank 1 (the follower) talk over the process group
+that Ray Train formed. The one-step update must equal the one-process run's (same checks as
+``tests/distributed/test_follower.py``), and ``RUN_DIR/ranks/placement.json`` must show the two ranks in two Ray
+worker processes on two different nodes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from tests.distributed.cluster import free_port, node_args, ray_cli, stop_cluster
 
 ray = pytest.importorskip("ray")
+
+from safetensors.torch import load_file  # noqa: E402
+from tests.distributed.test_follower import ONE_STEP, assert_same_step, run_once  # noqa: E402
+from tests.tiny_run import save_tiny_model  # noqa: E402
 
 from tirl.config import EnvConfig, RolloutConfig, SandboxConfig  # noqa: E402
 from tirl.distributed.ray_backend import EnvRecipe, RayEnvPool, RayEnvProxy  # noqa: E402
@@ -25,11 +41,13 @@ from tirl.envs.base import Env, Task  # noqa: E402
 from tirl.envs.registry import load_tasks  # noqa: E402
 from tirl.rollout.base import RolloutRequest  # noqa: E402
 from tirl.rollout.strategies import make_strategy  # noqa: E402
+from tirl.trainer.logging import read_metrics  # noqa: E402
 from tirl.types import Message, Role, TerminationReason, Trajectory  # noqa: E402
 
 # one multi-node Ray cluster at a time per session; a cluster start and two Ray Train ranks took over 300 s at load
 # 12-21 (two other test runs beside make test), 54 s at load 5
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # one xdist worker: tests/conftest.py SAME_WORKER
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # first, on one xdist worker: tests/conftest.py SAME_WORKER
+ray_train = pytest.importorskip("ray.train.torch")
 
 
 @pytest.fixture(scope="module", params=["no-token", "token"])
@@ -168,8 +186,6 @@ def test_rollout_on_two_nodes_survives_a_killed_host(cluster):
 
 def test_tirl_train_with_ray_backend(cluster, tmp_path):
     """`tirl train --backend ray --ray-address ADDR`: one step with env hosts on the cluster."""
-    import json
-
     from tirl.cli import main
     from tirl.models.tiny import build_tiny_model, save_policy
 
@@ -209,3 +225,40 @@ def test_tirl_train_with_ray_backend(cluster, tmp_path):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["rollout/trajectories"] == 4
     assert rows[0]["rollout/failed"] == 0  # every episode ran on a Ray env host and came back
+
+
+def _ranks_train(address: str, model: Path, run_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``tirl train --backend ray --nproc 2`` against the cluster, as its own driver process."""
+    cmd = [sys.executable, "-m", "tirl.cli", "train", "--model", str(model), "--run-dir", str(run_dir), *ONE_STEP]
+    cmd += ["--backend", "ray", "--ray-address", address, "--nproc", "2"]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}  # HOME is the cluster's (the fixture set it)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=800)
+
+
+@pytest.mark.parametrize("cluster", ["no-token"], indirect=True)
+def test_nproc_2_as_ray_train_workers_on_two_nodes_equals_nproc_1(cluster: str, tmp_path: Path) -> None:
+    """About 40-80 s on a 2-core machine (a Ray Train worker group, two tiny runs)."""
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    start = load_file(str(model_dir / "model.safetensors"))
+    run_dir = tmp_path / "ray"
+    done = _ranks_train(cluster, model_dir, run_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = read_metrics(run_dir)
+    weights = load_file(str(run_dir / "checkpoints" / "step-1" / "model" / "model.safetensors"))
+    one = run_once(model_dir, tmp_path / "one")  # the reference: one process, envs local
+    assert_same_step(one, (row, weights), start)
+    ranks = json.loads((run_dir / "ranks" / "placement.json").read_text())["ranks"]
+    assert sorted(ranks) == ["0", "1"]
+    assert ranks["0"]["node_id"] != ranks["1"]["node_id"]  # SPREAD: one rank per node
+    assert os.getpid() not in {ranks["0"]["pid"], ranks["1"]["pid"]}
+
+
+@pytest.mark.parametrize("cluster", ["no-token"], indirect=True)
+def test_a_bad_model_on_ray_ranks_is_one_error_line(cluster: str, tmp_path: Path) -> None:
+    """Rank 0's set-up error comes back from the Ray Train worker as one ``error:`` line, exit 2."""
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    done = _ranks_train(cluster, bad, tmp_path / "r")
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert done.returncode == 2 and len(lines) == 1 and str(bad) in lines[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
