@@ -38,7 +38,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,6 +209,34 @@ def _send_cluster_token() -> bool:
     return bool(maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
 
 
+#: GCS connection attempts (about a second each) of tirl's first ``ray.init``: enough for a running cluster; an auth
+#: refusal then costs this many seconds, not Ray's default 20, and any other failure is retried with Ray's default.
+FIRST_CONNECT_RETRIES = 3
+
+
+@contextlib.contextmanager
+def _few_gcs_retries() -> Iterator[None]:
+    """Ray's GCS connect retries lowered to :data:`FIRST_CONNECT_RETRIES`.
+
+    Not when the user set ``RAY_gcs_server_port_wait_time_s`` (Ray honours it instead), nor on a Ray without the
+    constant (nothing to lower).
+    """
+    try:
+        from ray._private import ray_constants
+    except ImportError:
+        yield
+        return
+    before = getattr(ray_constants, "NUM_REDIS_GET_RETRIES", None)
+    if before is None or os.environ.get("RAY_gcs_server_port_wait_time_s") is not None:  # noqa: SIM112 (Ray's spelling)
+        yield
+        return
+    ray_constants.NUM_REDIS_GET_RETRIES = min(before, FIRST_CONNECT_RETRIES)
+    try:
+        yield
+    finally:
+        ray_constants.NUM_REDIS_GET_RETRIES = before
+
+
 def connect(ray: Any, address: str | None) -> None:
     """``ray.init`` at ``address``; on an auth-token refusal, again with the local token.
 
@@ -220,10 +250,19 @@ def connect(ray: Any, address: str | None) -> None:
     """
     kwargs: dict[str, Any] = {"address": address, "log_to_driver": False, "include_dashboard": False}
     try:
-        ray.init(**kwargs)
+        with _few_gcs_retries():  # a refused token is refused at every retry: 20 s of them by default
+            ray.init(**kwargs)
         return
     except ConnectionError as exc:
         error: ConnectionError = exc
+    if not _auth_refused(error):  # not the token: perhaps a cluster still starting, so Ray's full patience
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        try:
+            ray.init(**kwargs)
+            return
+        except ConnectionError as exc:
+            error = exc
     token = _auth_refused(error) and _send_cluster_token()
     if token:
         with contextlib.suppress(Exception):
