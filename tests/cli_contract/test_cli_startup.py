@@ -93,3 +93,21 @@ def test_model_init_reports_the_whole_commands_time(tmp_path: Path) -> None:
     found = re.search(r"wrote \S+ in ([0-9.]+) s", proc.stdout)
     assert found is not None, proc.stdout
     assert wall / 2 <= float(found.group(1)) <= wall
+
+
+def test_tirl_filter_imports_no_sandbox_and_no_asyncio(tmp_path: Path) -> None:
+    """`tirl filter` judges text: the sandbox and asyncio (~110 ms of its start-up, 10% of the CPU it spends on
+    100,000 turns in benchmarks/bench_filter.py) came in through ``tirl.envs``' ToolEnv import; now lazy."""
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "t", "messages": [{"role": "assistant", "content": "\\boxed{1}"}]}) + "\n")
+    script = (
+        "import json, sys\nimport tirl.cli\n"
+        f"rc = tirl.cli.main(['filter', {str(src)!r}, '--verdicts', {str(tmp_path / 'v.jsonl')!r}, '--workers', '1'])\n"
+        "seen = [m for m in ('asyncio', 'tirl.sandbox', 'torch') if m in sys.modules]\n"
+        "print(json.dumps([rc, seen]), file=sys.stderr)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=120, check=False)  # fmt: skip
+    assert json.loads(proc.stderr.strip().splitlines()[-1]) == [0, []], proc.stderr
+    assert (tmp_path / "v.jsonl").read_text().count("\n") == 1

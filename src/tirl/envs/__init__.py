@@ -13,10 +13,23 @@ Public API::
     from tirl.envs.swe_lite import SweLiteEnv, generate_swe_tasks, load_swe_tasks, expert_solution
 """
 
+from typing import TYPE_CHECKING, Any
+
 from tirl.envs.base import Env, EnvError, EpisodeOverError, EvalResult, StepResult, Task
 from tirl.envs.check import CheckReport, EnvCheckError, check_env
 from tirl.envs.registry import env_factory, list_envs, load_tasks, make_env, register_env, unregister_env
-from tirl.envs.tool_env import ToolEnv
+
+if TYPE_CHECKING:
+    from tirl.envs.tool_env import ToolEnv
+
+
+def __getattr__(name: str) -> Any:
+    """``ToolEnv`` on first use: it imports the sandbox (and asyncio), which ``tirl filter`` never needs."""
+    if name == "ToolEnv":
+        from tirl.envs.tool_env import ToolEnv
+
+        return ToolEnv
+    raise AttributeError(f"module 'tirl.envs' has no attribute {name!r}")
 
 
 def expert_solution(task: Task) -> list[str]:

@@ -28,7 +28,6 @@ from typing import Any
 from tirl.config import EnvConfig
 from tirl.envs.base import Env, Task
 from tirl.envs.ood import wrap_ood
-from tirl.envs.tool_env import ToolEnv
 from tirl.errors import ConfigError
 from tirl.parsing import ParseRules
 
@@ -152,6 +151,8 @@ def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | 
         kwargs.setdefault("max_turns", config.max_turns)
     maker = _maker(spec)
     target = maker.func if isinstance(maker, functools.partial) else maker
+    from tirl.envs.tool_env import ToolEnv  # here: it imports the sandbox, which `tirl filter` never needs
+
     takes_rules = isinstance(target, type) and (issubclass(target, ToolEnv) or getattr(target, "takes_rules", False))
     if rules is not None and takes_rules:
         kwargs.setdefault("rules", rules)
