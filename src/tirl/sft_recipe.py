@@ -258,7 +258,19 @@ def _copy_warmup(model: Any, tokenizer: Any, chat: ChatFormat, cfg: SFTConfig) -
         copies = copy_curriculum(n, chat, seed=cfg.seed, tools=cfg.tools)
     kind = "swe-lite copy curriculum" if cfg.env == "swe-lite" else "copy curriculum"
     cfg.log(f"{kind}: {cfg.copy_steps} steps of {cfg.copy_batch_size}")
+    if cfg.env == "swe-lite":
+        _log_copy_check(model, chat, cfg, "before")
     train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))
+    if cfg.env == "swe-lite":
+        _log_copy_check(model, chat, cfg, "after")
+
+
+def _log_copy_check(model: Any, chat: ChatFormat, cfg: SFTConfig, when: str) -> None:
+    """Log :func:`tirl.sft_swe_copy.copy_check` on 12 validation tasks (a few seconds)."""
+    from tirl.sft_swe_copy import copy_check
+
+    check = copy_check(model, chat, 12, seed=cfg.seed)
+    cfg.log(f"copy check {when} the warm-up (12 validation tasks, greedy, exact turn): {check.line()}")
 
 
 def write_demonstrations(demos: list[Trajectory], path: str | Path) -> None:

@@ -26,6 +26,11 @@ traceback. Loss mask 1 on the assistant turns only. The tool outputs are
 computed here, not run (a test compares them with the real env's); a
 traceback of a call that raises is not simulated, so such sites are skipped.
 
+:func:`copy_check` measures the skill: on validation tasks (real pool names,
+never trained on), whether greedy decoding would write each of the expert's
+copy turns exactly, given the episode up to it (teacher forced: one forward
+pass per turn). ``tirl sft --env swe-lite`` logs it after the warm-up.
+
 Not covered: the detours of the expert script (pytest first, a wrong first
 guess), the turns after the fix (check, submit) — the demonstrations teach those.
 """
@@ -35,6 +40,8 @@ from __future__ import annotations
 import ast
 import functools
 import random
+from dataclasses import dataclass, field
+from typing import Any
 
 from tirl.envs.base import Task
 from tirl.envs.observation import NO_OUTPUT
@@ -208,12 +215,82 @@ def swe_copy_curriculum(n: int, chat: ChatFormat, *, seed: int = 0) -> list[Traj
     return out
 
 
+def greedy_matches(logits: Any, ids: list[int], start: int) -> bool:
+    """Whether greedy decoding from ``ids[:start]`` would write ``ids[start:]``.
+
+    ``logits`` has one row per position of ``ids``; row ``i - 1`` predicts token ``i``, so this is: the argmax
+    of row ``i - 1`` is ``ids[i]`` for every ``i >= start``.
+    """
+    import torch
+
+    want = torch.tensor(ids[start:], device=logits.device)
+    return bool(torch.equal(logits[start - 1 : len(ids) - 1].argmax(-1), want))
+
+
+#: The copy turns :func:`copy_check` asks for: the locate turn (from the issue), a bare grep's ``sed -n``, the fix.
+COPY_KINDS = ("locate", "sed -n", "fix")
+
+
+@dataclass
+class CopyCheck:
+    """:func:`copy_check`'s counts: per turn kind, (written exactly, asked)."""
+
+    counts: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0] for k in COPY_KINDS})
+
+    def rate(self, kind: str) -> float:
+        """The share of ``kind``'s turns written exactly (0 when none was asked)."""
+        hit, asked = self.counts[kind]
+        return hit / asked if asked else 0.0
+
+    def line(self) -> str:
+        """One log line: ``locate 3/12 · sed -n 0/4 · fix 1/12``."""
+        return " · ".join(f"{k} {h}/{n}" for k, (h, n) in self.counts.items())
+
+
+def copy_check(model: Any, chat: ChatFormat, n: int = 12, *, seed: int = 0) -> CopyCheck:
+    """Teacher-forced greedy exact match of the expert's copy turns on ``n`` validation tasks.
+
+    Task ``k`` locates the expert's way ``k % 3`` (``cat -n``, a bare grep then ``sed -n``, ``grep -n -A``),
+    half of them after ``python3 check.py``; every turn after the check is asked, given the episode before it
+    (the tool outputs as :func:`expert_turns` computes them). Only tasks whose issue shows a return value (the
+    simulated traceback needs one). The model runs in eval mode under ``no_grad``; its mode is restored.
+    """
+    import torch
+
+    from tirl.envs.tasks.swe_curriculum import generate_curriculum
+
+    tasks = [t for t in generate_curriculum(max(4 * n, 40), seed=seed, split="validation") if " returns " in t.prompt]
+    result = CopyCheck()
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        with torch.no_grad():
+            for k, task in enumerate(tasks[:n]):
+                turns = expert_turns(task, k % 3, check=k % 2 == 1, python=False)
+                first = 1 if k % 2 == 1 else 0
+                for j in range(first, len(turns)):
+                    kind = "fix" if j == len(turns) - 1 else ("sed -n" if j > first else "locate")
+                    ids, _ = episode_ids(chat, task.prompt, turns[: j + 1])
+                    start = len(ids) - len(chat.assistant_ids(turns[j][0]))
+                    logits = model(input_ids=torch.tensor([ids], device=device)).logits[0]
+                    result.counts[kind][0] += greedy_matches(logits, ids, start)
+                    result.counts[kind][1] += 1
+    finally:
+        model.train(was_training)
+    return result
+
+
 __all__ = [
+    "COPY_KINDS",
+    "CopyCheck",
     "check_traceback",
+    "copy_check",
     "copy_episode",
     "episode_ids",
     "expert_turns",
     "fresh_program",
+    "greedy_matches",
     "pool_names",
     "swe_copy_curriculum",
 ]

@@ -6,7 +6,9 @@
   text, the fix's line number and buggy text in a tool output before it; the fix, run by real ``sed`` or
   ``python3`` on the buggy module, gives back the correct module;
 * no package or function name of the pool (any split) occurs in an episode;
-* loss mask 1 exactly on the assistant turns; ``tirl sft --env swe-lite`` warms up on this curriculum.
+* loss mask 1 exactly on the assistant turns; ``tirl sft --env swe-lite`` warms up on this curriculum;
+* :func:`~tirl.sft_swe_copy.copy_check`: ``greedy_matches`` against a plain loop over the rows, and the whole
+  check against a stand-in model that predicts each token of its input (every turn exact) or all but one.
 
 About 10 s: four real episodes through the sandbox, a few hundred synthetic ones.
 """
@@ -19,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from tests.models.conftest import swe_demonstrations
 
 from tirl.envs.tasks.swe_curriculum import bug_of, generate_curriculum, pools
@@ -26,7 +29,15 @@ from tirl.envs.tasks.swe_experts import curriculum_expert_solution
 from tirl.models.chat_format import SimpleChatFormat
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
 from tirl.sft_config import SFTConfig
-from tirl.sft_swe_copy import copy_episode, episode_ids, expert_turns, pool_names, swe_copy_curriculum
+from tirl.sft_swe_copy import (
+    copy_check,
+    copy_episode,
+    episode_ids,
+    expert_turns,
+    greedy_matches,
+    pool_names,
+    swe_copy_curriculum,
+)
 
 TINY = TinyModelSpec(hidden_size=16, layers=1, heads=1, kv_heads=1, intermediate_size=16)
 
@@ -139,4 +150,57 @@ def test_tirl_sft_warms_up_on_the_swe_curriculum(chat: SimpleChatFormat) -> None
     before = [p.detach().clone() for p in model.parameters()]
     _copy_warmup(model, tokenizer, chat, cfg)
     assert lines[0] == "swe-lite copy curriculum: 1 steps of 2"
+    assert lines[1].startswith("copy check before the warm-up (12 validation tasks, greedy, exact turn): locate ")
+    assert lines[2].startswith("copy check after the warm-up") and lines[2].endswith("/4 · fix 0/12")
     assert any((p != q).any() for p, q in zip(model.parameters(), before, strict=True))
+
+
+def _plain_greedy_matches(logits: torch.Tensor, ids: list[int], start: int) -> bool:
+    for i in range(start, len(ids)):
+        row = logits[i - 1].tolist()
+        if max(range(len(row)), key=row.__getitem__) != ids[i]:
+            return False
+    return True
+
+
+def test_greedy_matches_equals_a_plain_loop() -> None:
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        n, vocab = int(torch.randint(3, 9, (1,), generator=gen)), 4
+        ids = torch.randint(0, vocab, (n,), generator=gen).tolist()
+        logits = torch.randn(n, vocab, generator=gen)
+        for i in range(1, n):  # most rows predict the next token, so that both outcomes occur
+            if torch.rand(1, generator=gen) < 0.8:
+                logits[i - 1, ids[i]] = 10.0
+        start = int(torch.randint(1, n, (1,), generator=gen))
+        assert greedy_matches(logits, ids, start) == _plain_greedy_matches(logits, ids, start)
+
+
+class Oracle(torch.nn.Module):
+    """Predicts each next token of its input (logit 1 on it), except that it gets the token at ``miss`` wrong,
+    counted from the end of the input (0: none)."""
+
+    def __init__(self, vocab: int, miss: int = 0) -> None:
+        super().__init__()
+        self.vocab, self.miss = vocab, miss
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids: torch.Tensor) -> object:
+        ids = input_ids[0]
+        logits = torch.zeros(len(ids), self.vocab)
+        logits[torch.arange(len(ids) - 1), ids[1:]] = 1.0
+        if self.miss:
+            row = len(ids) - 1 - self.miss
+            logits[row] = 0.0
+            logits[row, (int(ids[row + 1]) + 1) % self.vocab] = 1.0
+        return type("Out", (), {"logits": logits[None]})()
+
+
+def test_copy_check_counts_each_kind_and_finds_one_wrong_token(chat: SimpleChatFormat) -> None:
+    vocab = len(chat.tokenizer)
+    right = copy_check(Oracle(vocab), chat, 6)
+    asked = {k: n for k, (_, n) in right.counts.items()}
+    assert asked == {"locate": 6, "sed -n": 2, "fix": 6}  # a bare grep's sed -n: tasks 1 and 4 of 6 (way k % 3 == 1)
+    assert all(hit == n for hit, n in right.counts.values()) and right.rate("fix") == 1.0
+    last = copy_check(Oracle(vocab, miss=1), chat, 6)  # the turn's last token (its end marker) wrong
+    assert all(hit == 0 for hit, _ in last.counts.values()) and last.line() == "locate 0/6 · sed -n 0/2 · fix 0/6"
