@@ -255,9 +255,13 @@ def test_nproc_2_as_ray_train_workers_on_two_nodes_equals_nproc_1(cluster: str, 
 
 @pytest.mark.parametrize("cluster", ["no-token"], indirect=True)
 def test_a_bad_model_on_ray_ranks_is_one_error_line(cluster: str, tmp_path: Path) -> None:
-    """Rank 0's set-up error comes back from the Ray Train worker as one ``error:`` line, exit 2."""
-    bad = tmp_path / "not-a-model"
-    bad.mkdir()
+    """Rank 0's set-up error comes back from the Ray Train worker as one ``error:`` line, exit 2.
+
+    The model's files pass the driver's checks (``config.json``, a tokenizer: a missing one is refused before any
+    rank starts, ``test_ray_connect.py``); its weights are damaged, which only loading finds, on the ranks.
+    """
+    bad = save_tiny_model(tmp_path / "damaged")
+    (bad / "model.safetensors").write_bytes(b"not a safetensors file")
     done = _ranks_train(cluster, bad, tmp_path / "r")
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert done.returncode == 2 and len(lines) == 1 and str(bad) in lines[0], done.stderr[-3000:]

@@ -5,7 +5,8 @@ connection ``NUM_REDIS_GET_RETRIES`` times (20, about a second each) before rais
 :data:`~tirl.distributed.ray_backend.FIRST_CONNECT_RETRIES`, then the token (Ray's own retries), or, when the
 first failure was not about the token, Ray's full patience once more. A recording stand-in for the ``ray`` module
 is passed to ``connect`` (its parameter); Ray's real constant is read and restored. The real clusters, with and
-without a token, are ``test_ray_cluster.py``'s.
+without a token, are ``test_ray_cluster.py``'s. Also: ``tirl train --nproc 2`` refuses a model directory without
+``config.json`` before it connects or starts a rank.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 pytest.importorskip("ray")
 from ray._private import ray_constants
+from tests.cli_contract.cli_run import assert_refused, run_cli
 
 from tirl.distributed import ray_backend
 from tirl.errors import SetupError
@@ -67,3 +69,13 @@ def test_the_users_gcs_wait_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None
     rec = Recorder()
     ray_backend.connect(rec, "127.0.0.1:1")
     assert rec.retries == [default]
+
+
+def test_a_model_dir_without_config_is_refused_before_connecting(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: each Ray Train rank found it after start-up (20+ s). The address is unreachable: had tirl tried to
+    connect, the error would name the cluster (after minutes of Ray's retries), not the model directory."""
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    out = run_cli(capsys, "train", "--model", bad, "--run-dir", tmp_path / "r", "--nproc", "2", "--no-progress",
+                  "--backend", "ray", "--ray-address", "127.0.0.1:9")  # fmt: skip
+    assert_refused(out, str(bad), "has no config.json")

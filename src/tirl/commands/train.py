@@ -247,8 +247,11 @@ def _train(cfg: TirlConfig, run_dir: Path, args: argparse.Namespace, start: Any)
     if args.nproc == 1:
         return asyncio.run(train_run(cfg, run_dir, resume_from=start, progress=progress))
     from tirl.distributed.launch import LocalRanks, check_world
+    from tirl.models.loading import check_model_files
 
     model_path = start.model_dir if start else None
+    if model_path is None and cfg.model.path:
+        check_model_files(cfg.model.path)  # here, not once per rank after the ranks start (20+ s on Ray Train)
     if cfg.trainer.backend == "ray":  # every rank a Ray Train worker; rank 0 runs the recipe
         from tirl.distributed.ray_ranks import train_on_ray
 

@@ -79,6 +79,19 @@ def _check_dir(path: Path) -> None:
         )
 
 
+def check_model_files(path: str | Path) -> None:
+    """The file checks :func:`load_policy` starts with (a directory, ``config.json``, tokenizer files).
+
+    Loads nothing: ``tirl train --nproc N`` runs them before it starts ranks that would each fail on them. A LoRA
+    adapter directory passes (its base model is checked where it loads).
+    """
+    p = Path(path).expanduser()
+    if is_adapter_dir(p):
+        return
+    _check_dir(p)
+    _check_tokenizer_files(p)
+
+
 def _check_tokenizer_files(path: Path) -> None:
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
         raise InputError(
