@@ -26,7 +26,8 @@ per-seed differences are the figure), the mean ``async/step_lag`` actually
 reached, and the time: the whole process (``wall_s``) and the step loop alone
 (``loop_s``: the sum of ``time/step_interval_s`` under K > 0, of
 ``time/step_s`` under K = 0, i.e. from the loop's start to the last update's
-end) with ``steps_per_s`` = steps / ``loop_s``.
+end) with ``steps_per_s`` = steps / ``loop_s``, over the runs this invocation made (``timed_runs``; a run read
+from ``--out`` may have run on another day or beside other runs, so it counts for accuracy only).
 
 ``--out DIR`` keeps the run directories there, and a run whose directory
 already holds ``summary.json`` and ``bench_wall.json`` is read, not rerun
@@ -53,7 +54,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,7 @@ class StaleRun:
     step_lag_mean: float  # mean async/step_lag over the steps (0 under K = 0)
     loop_s: float  # the step loop: sum of time/step_interval_s (K > 0) or time/step_s (K = 0)
     wall_s: float  # the whole subprocess: model load, evaluations, steps, checkpoints
+    fresh: bool = True  # run by this invocation (False: read from --out, made earlier, perhaps on another day)
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -154,7 +156,8 @@ def _one(run_dir: Path, k: int, seed: int, sets: dict[str, Any], before: Path | 
     ``failed``: the seeds whose first run failed (a run waiting for that seed's before-evaluation gives up).
     """
     wall_file = run_dir / "bench_wall.json"
-    if not ((run_dir / "summary.json").exists() and wall_file.exists()):
+    fresh = not ((run_dir / "summary.json").exists() and wall_file.exists())
+    if fresh:
         run_dir.mkdir(parents=True, exist_ok=True)
         if before is not None:  # same policy, same held-out tasks, greedy: the before-eval is shared
             while not before.exists():  # the seed's K = 0 run writes it first thing (atomically)
@@ -165,6 +168,7 @@ def _one(run_dir: Path, k: int, seed: int, sets: dict[str, Any], before: Path | 
         wall = _train(run_dir, overrides(k, seed, sets["steps"], sets["eval_size"], sets["extra"]))
         wall_file.write_text(json.dumps({"wall_s": wall}), encoding="utf-8")
     run = read_stale_run(run_dir, k, seed, float(json.loads(wall_file.read_text(encoding="utf-8"))["wall_s"]))
+    run = replace(run, fresh=fresh)
     print(
         f"K={k} seed {seed}: {run.accuracy_before:.3f} -> {run.accuracy_after:.3f}  lag {run.step_lag_mean:.2f}"
         f"  loop {run.loop_s:.0f} s  wall {run.wall_s:.0f} s",
@@ -207,7 +211,8 @@ def summarize(runs: Sequence[StaleRun]) -> dict[str, Any]:
         mine = sorted((r for r in runs if r.k == k), key=lambda r: r.seed)
         diffs = [r.accuracy_after - base[r.seed] for r in mine if r.seed in base]
         ci = bootstrap_ci(diffs, seed=BOOTSTRAP_SEED)
-        loop = sum(r.loop_s for r in mine)
+        timed = [r for r in mine if r.fresh]  # speed only from this invocation's runs: read ones ran elsewhen
+        loop = sum(r.loop_s for r in timed)
         by_k[str(k)] = {
             "accuracy_after_mean": statistics.fmean(r.accuracy_after for r in mine),
             "accuracy_after": {str(r.seed): r.accuracy_after for r in mine},
@@ -221,7 +226,8 @@ def summarize(runs: Sequence[StaleRun]) -> dict[str, Any]:
             "step_lag_mean": statistics.fmean(r.step_lag_mean for r in mine),
             "loop_s_mean": statistics.fmean(r.loop_s for r in mine),
             "wall_s_mean": statistics.fmean(r.wall_s for r in mine),
-            "steps_per_s": sum(r.steps for r in mine) / loop if loop > 0 else None,
+            "steps_per_s": sum(r.steps for r in timed) / loop if loop > 0 else None,
+            "timed_runs": len(timed),
         }
     k0 = by_k.get("0", {}).get("steps_per_s")
     for row in by_k.values():

@@ -222,8 +222,8 @@ def _staleness_figures() -> tuple[Figure, ...]:
                    "", "", 3),
             Figure(f"K = {k}: smallest paired difference over the seeds", _seed_extreme(k, min), "", "", 3),
             Figure(f"K = {k}: largest paired difference over the seeds", _seed_extreme(k, max), "", "", 3),
-            Figure(f"K = {k}: steps per second ÷ K = 0's (this machine, generator and update on one CPU)",
-                   _reads("by_k", k, "speed_vs_k0"), "×"),
+            Figure(f"K = {k}: steps per second ÷ K = 0's (this machine, generator and update on one CPU; "
+                   "only runs made by this invocation, none read from --out)", _reads("by_k", k, "speed_vs_k0"), "×"),
         ]  # fmt: skip
     return tuple(out)
 

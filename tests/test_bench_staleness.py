@@ -12,6 +12,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -70,6 +71,19 @@ def test_summary_pairs_each_seed_with_its_k0_run() -> None:
     five = [_run(b, 0, s, 0.9) for s in range(5)] + [_run(b, 1, s, 0.9 - 0.1 * (s % 2)) for s in range(5)]
     lo, hi = b.summarize(five)["by_k"]["1"]["diff_vs_k0_ci95"]
     assert -0.1 <= lo <= hi <= 0.0 and lo < hi  # five pairs: a seeded bootstrap CI inside the diffs' range
+
+
+def test_speed_counts_only_the_runs_this_invocation_made() -> None:
+    """Runs read from --out may have run on another day or side by side: accuracy only (their loop_s is ignored)."""
+    b = bench()
+    runs = [_run(b, 0, s, 0.9) for s in range(3)] + [_run(b, 1, s, 0.9, loop_s=5.0) for s in range(3)]
+    runs[0] = replace(runs[0], fresh=False, loop_s=1000.0)  # K = 0 seed 0, read: slow (another day), not counted
+    runs[3:] = [replace(r, fresh=False) for r in runs[3:]]  # every K = 1 run read
+    res = b.summarize(runs)
+    k0, k1 = res["by_k"]["0"], res["by_k"]["1"]
+    assert k0["timed_runs"] == 2 and k0["steps_per_s"] == pytest.approx(10 / 20.0)
+    assert k1["timed_runs"] == 0 and k1["steps_per_s"] is None and k1["speed_vs_k0"] is None
+    assert k1["accuracy_after_mean"] == pytest.approx(0.9) and k1["diff_vs_k0_mean"] == pytest.approx(0.0)
 
 
 def test_plot_is_a_png_and_needs_by_k() -> None:
