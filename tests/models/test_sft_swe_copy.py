@@ -7,7 +7,7 @@
   ``python3`` on the buggy module, gives back the correct module;
 * no package or function name of the pool (any split) occurs in an episode;
 * loss mask 1 exactly on the assistant turns; ``tirl sft --env swe-lite`` warms up on this curriculum;
-* :func:`~tirl.sft_swe_copy.copy_check`: ``greedy_matches`` against a plain loop over the rows, and the whole
+* :func:`~tirl.sft_swe_copy.copy_check`: ``greedy_hits`` against a plain loop over the rows, and the whole
   check against a stand-in model that predicts each token of its input (every turn exact) or all but one.
 
 About 10 s: four real episodes through the sandbox, a few hundred synthetic ones.
@@ -34,7 +34,7 @@ from tirl.sft_swe_copy import (
     copy_episode,
     episode_ids,
     expert_turns,
-    greedy_matches,
+    greedy_hits,
     pool_names,
     swe_copy_curriculum,
 )
@@ -151,19 +151,19 @@ def test_tirl_sft_warms_up_on_the_swe_curriculum(chat: SimpleChatFormat) -> None
     _copy_warmup(model, tokenizer, chat, cfg)
     assert lines[0] == "swe-lite copy curriculum: 1 steps of 2"
     assert lines[1].startswith("copy check before the warm-up (12 validation tasks, greedy, exact turn): locate ")
-    assert lines[2].startswith("copy check after the warm-up") and lines[2].endswith("/4 · fix 0/12")
+    assert lines[2].startswith("copy check after the warm-up") and " · fix 0/12 (tokens " in lines[2]
     assert any((p != q).any() for p, q in zip(model.parameters(), before, strict=True))
 
 
-def _plain_greedy_matches(logits: torch.Tensor, ids: list[int], start: int) -> bool:
+def _plain_greedy_hits(logits: torch.Tensor, ids: list[int], start: int) -> int:
+    hits = 0
     for i in range(start, len(ids)):
         row = logits[i - 1].tolist()
-        if max(range(len(row)), key=row.__getitem__) != ids[i]:
-            return False
-    return True
+        hits += max(range(len(row)), key=row.__getitem__) == ids[i]
+    return hits
 
 
-def test_greedy_matches_equals_a_plain_loop() -> None:
+def test_greedy_hits_equals_a_plain_loop() -> None:
     gen = torch.Generator().manual_seed(0)
     for _ in range(300):
         n, vocab = int(torch.randint(3, 9, (1,), generator=gen)), 4
@@ -173,7 +173,7 @@ def test_greedy_matches_equals_a_plain_loop() -> None:
             if torch.rand(1, generator=gen) < 0.8:
                 logits[i - 1, ids[i]] = 10.0
         start = int(torch.randint(1, n, (1,), generator=gen))
-        assert greedy_matches(logits, ids, start) == _plain_greedy_matches(logits, ids, start)
+        assert greedy_hits(logits, ids, start) == _plain_greedy_hits(logits, ids, start)
 
 
 class Oracle(torch.nn.Module):
@@ -202,5 +202,8 @@ def test_copy_check_counts_each_kind_and_finds_one_wrong_token(chat: SimpleChatF
     asked = {k: n for k, (_, n) in right.counts.items()}
     assert asked == {"locate": 6, "sed -n": 2, "fix": 6}  # a bare grep's sed -n: tasks 1 and 4 of 6 (way k % 3 == 1)
     assert all(hit == n for hit, n in right.counts.values()) and right.rate("fix") == 1.0
+    assert all(hit == n > 0 for hit, n in right.tokens.values())
     last = copy_check(Oracle(vocab, miss=1), chat, 6)  # the turn's last token (its end marker) wrong
-    assert all(hit == 0 for hit, _ in last.counts.values()) and last.line() == "locate 0/6 · sed -n 0/2 · fix 0/6"
+    assert all(hit == 0 for hit, _ in last.counts.values())
+    assert all(hit == n - asked[k] for k, (hit, n) in last.tokens.items())  # one token short per turn
+    assert 0.9 < last.token_rate("locate") < 1.0 and last.line().startswith("locate 0/6 (tokens ")
