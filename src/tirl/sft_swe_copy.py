@@ -259,10 +259,12 @@ class CopyCheck:
 def copy_check(model: Any, chat: ChatFormat, n: int = 12, *, seed: int = 0) -> CopyCheck:
     """Teacher-forced greedy exact match of the expert's copy turns on ``n`` validation tasks.
 
-    Task ``k`` locates the expert's way ``k % 3`` (``cat -n``, a bare grep then ``sed -n``, ``grep -n -A``),
+    Task ``k`` follows the expert's way ``k % 3`` (``cat -n``, a bare grep then ``sed -n``, ``grep -n -A``),
     half of them after ``python3 check.py``; every turn after the check is asked, given the episode before it
-    (the tool outputs as :func:`expert_turns` computes them). Only tasks whose issue shows a return value (the
-    simulated traceback needs one). The model runs in eval mode under ``no_grad``; its mode is restored.
+    (the tool outputs as :func:`expert_turns` computes them). The locate turn may be any of the three ways (the
+    expert picks one at random, so none is the right one): it counts as exact when one of them is, and its
+    tokens are the best way's. Only tasks whose issue shows a return value (the simulated traceback needs one).
+    The model runs in eval mode under ``no_grad``; its mode is restored.
     """
     import torch
 
@@ -273,21 +275,29 @@ def copy_check(model: Any, chat: ChatFormat, n: int = 12, *, seed: int = 0) -> C
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
+
+    def asked(turns: list[tuple[str, str]], j: int, issue: str) -> tuple[int, int]:
+        ids, _ = episode_ids(chat, issue, turns[: j + 1])
+        start = len(ids) - len(chat.assistant_ids(turns[j][0]))
+        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0]
+        return greedy_hits(logits, ids, start), len(ids) - start
+
+    def count(kind: str, hits: int, total: int) -> None:
+        result.counts[kind][0] += hits == total
+        result.counts[kind][1] += 1
+        result.tokens[kind][0] += hits
+        result.tokens[kind][1] += total
+
     try:
         with torch.no_grad():
             for k, task in enumerate(tasks[:n]):
-                turns = expert_turns(task, k % 3, check=k % 2 == 1, python=False)
-                first = 1 if k % 2 == 1 else 0
-                for j in range(first, len(turns)):
-                    kind = "fix" if j == len(turns) - 1 else ("sed -n" if j > first else "locate")
-                    ids, _ = episode_ids(chat, task.prompt, turns[: j + 1])
-                    start = len(ids) - len(chat.assistant_ids(turns[j][0]))
-                    logits = model(input_ids=torch.tensor([ids], device=device)).logits[0]
-                    hits = greedy_hits(logits, ids, start)
-                    result.counts[kind][0] += hits == len(ids) - start
-                    result.counts[kind][1] += 1
-                    result.tokens[kind][0] += hits
-                    result.tokens[kind][1] += len(ids) - start
+                check = k % 2 == 1
+                first = 1 if check else 0
+                ways = [expert_turns(task, way, check=check, python=False) for way in range(3)]
+                count("locate", *max((asked(w, first, task.prompt) for w in ways), key=lambda h: h[0] / h[1]))
+                turns = ways[k % 3]
+                for j in range(first + 1, len(turns)):
+                    count("fix" if j == len(turns) - 1 else "sed -n", *asked(turns, j, task.prompt))
     finally:
         model.train(was_training)
     return result

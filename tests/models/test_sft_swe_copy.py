@@ -207,3 +207,22 @@ def test_copy_check_counts_each_kind_and_finds_one_wrong_token(chat: SimpleChatF
     assert all(hit == 0 for hit, _ in last.counts.values())
     assert all(hit == n - asked[k] for k, (hit, n) in last.tokens.items())  # one token short per turn
     assert 0.9 < last.token_rate("locate") < 1.0 and last.line().startswith("locate 0/6 (tokens ")
+
+
+class CatOnly(Oracle):
+    """The oracle, but it writes a locate turn right only the ``cat -n`` way (it misses one token otherwise)."""
+
+    def __init__(self, vocab: int, tokenizer: object) -> None:
+        super().__init__(vocab)
+        self.tokenizer = tokenizer
+
+    def forward(self, input_ids: torch.Tensor) -> object:
+        tail = self.tokenizer.decode(input_ids[0, -60:].tolist())  # type: ignore[attr-defined]
+        self.miss = 0 if "cat -n" in tail.rsplit("```bash", 1)[-1] else 1
+        return super().forward(input_ids)
+
+
+def test_a_locate_turn_counts_whichever_of_the_experts_ways_it_takes(chat: SimpleChatFormat) -> None:
+    """The expert picks its locate way at random; a model that always locates with ``cat -n`` copies just as well."""
+    got = copy_check(CatOnly(len(chat.tokenizer), chat.tokenizer), chat, 6)
+    assert got.counts["locate"] == [6, 6]  # before: only the tasks whose way was cat -n (2 of 6) counted
