@@ -250,18 +250,18 @@ def _copy_warmup(model: Any, tokenizer: Any, chat: ChatFormat, cfg: SFTConfig) -
         cfg, steps=cfg.copy_steps, batch_size=cfg.copy_batch_size, decay_steps=cfg.copy_steps, stop_at_accuracy=None
     )
     n = cfg.copy_steps * cfg.copy_batch_size
-    if cfg.env == "swe-lite":
+    swe = cfg.env == "swe-lite"
+    if swe:
         from tirl.sft_swe_copy import swe_copy_curriculum
 
-        copies = swe_copy_curriculum(n, chat, seed=cfg.seed)
+        copies, kind = swe_copy_curriculum(n, chat, seed=cfg.seed), "swe-lite copy curriculum"
     else:
-        copies = copy_curriculum(n, chat, seed=cfg.seed, tools=cfg.tools)
-    kind = "swe-lite copy curriculum" if cfg.env == "swe-lite" else "copy curriculum"
+        copies, kind = copy_curriculum(n, chat, seed=cfg.seed, tools=cfg.tools), "copy curriculum"
     cfg.log(f"{kind}: {cfg.copy_steps} steps of {cfg.copy_batch_size}")
-    if cfg.env == "swe-lite":
+    if swe:
         _log_copy_check(model, chat, cfg, "before")
     train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))
-    if cfg.env == "swe-lite":
+    if swe:
         _log_copy_check(model, chat, cfg, "after")
 
 

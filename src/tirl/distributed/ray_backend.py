@@ -237,6 +237,17 @@ def _few_gcs_retries() -> Iterator[None]:
         ray_constants.NUM_REDIS_GET_RETRIES = before
 
 
+def _init_again(ray: Any, kwargs: dict[str, Any]) -> ConnectionError | None:
+    """``ray.init(**kwargs)`` after clearing a failed attempt's state; its error, or None when it connected."""
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    try:
+        ray.init(**kwargs)
+    except ConnectionError as exc:
+        return exc
+    return None
+
+
 def connect(ray: Any, address: str | None) -> None:
     """``ray.init`` at ``address``; on an auth-token refusal, again with the local token.
 
@@ -256,22 +267,16 @@ def connect(ray: Any, address: str | None) -> None:
     except ConnectionError as exc:
         error: ConnectionError = exc
     if not _auth_refused(error):  # not the token: perhaps a cluster still starting, so Ray's full patience
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        try:
-            ray.init(**kwargs)
+        again = _init_again(ray, kwargs)
+        if again is None:
             return
-        except ConnectionError as exc:
-            error = exc
+        error = again
     token = _auth_refused(error) and _send_cluster_token()
     if token:
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        try:
-            ray.init(**kwargs)
+        again = _init_again(ray, kwargs)
+        if again is None:
             return
-        except ConnectionError as exc:
-            error = exc
+        error = again
     hint = " The cluster refused the local auth token: give tirl its token (RAY_AUTH_TOKEN)." if token else ""
     if not token and _auth_refused(error):
         hint = " The cluster wants an auth token: put it in ~/.ray/auth_token or RAY_AUTH_TOKEN."

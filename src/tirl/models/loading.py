@@ -185,8 +185,7 @@ def load_policy(
         p = Path(path).expanduser()
         if is_adapter_dir(p):  # a LoRA checkpoint: adapter weights over the base model it names
             return _load_adapter(p, device=device, dtype=dtype, need_tools=need_tools, train=train_adapter)
-        _check_dir(p)
-        _check_tokenizer_files(p)
+        check_model_files(p)
         vet_model_dir(p, dtype=dtype if dtype in _DTYPES else "float32", device=device)  # hostile files, sizes
     if dtype not in _DTYPES:
         raise InputError("model.dtype", None, f"unknown dtype {dtype!r}", f"use one of {', '.join(_DTYPES)}")
