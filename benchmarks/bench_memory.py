@@ -25,6 +25,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling peak_rss module
+
+from peak_rss import PeakRss
+
 OPTIONS = {
     "fp32": {},
     "bf16": {"precision": "bf16"},
@@ -33,14 +37,6 @@ OPTIONS = {
     "lora": {"lora": True},
     "lora+bf16+checkpointing": {"lora": True, "precision": "bf16", "checkpointing": True},
 }
-
-
-def _status(key: str) -> int:
-    """A ``/proc/self/status`` field in KiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise KeyError(key)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -76,23 +72,24 @@ def worker(args: argparse.Namespace) -> None:
     optimizer = torch.optim.AdamW(trainable_parameters(model), lr=1e-5)
     algo = AlgoConfig(minibatches=1, micro_batch_tokens=0, warmup_steps=0)
     updater = PolicyUpdater(model, optimizer, algo, pad_id=0, precision=opt.get("precision", "off"))
-    baseline = _status("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current resident set
+    memory = PeakRss()
+    baseline = memory.start()  # resets VmHWM to the current resident set
+    if baseline is None:
+        raise SystemExit("error: bench_memory needs Linux /proc/self/{clear_refs,status}")
     times = []
     for step in range(args.steps):
         t0 = time.perf_counter()
         stats = updater.update(trajs, advantages, seed=step)
         times.append(time.perf_counter() - t0)
         assert stats.steps == 1, "the update was skipped"
-    peak = _status("VmHWM")
     params = sum(p.numel() for p in model.parameters())
     trained = sum(p.numel() for p in trainable_parameters(model))
     print(
         json.dumps(
             {
                 "option": args.worker,
-                "baseline_mib": baseline / 1024,
-                "peak_above_mib": (peak - baseline) / 1024,
+                "baseline_mib": baseline,
+                "peak_above_mib": memory.above_mb(),
                 "step_s": min(times),
                 "params": params,
                 "trained": trained,

@@ -82,6 +82,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling peak_rss module
+
+from peak_rss import PeakRss
+
 SYSTEM = None  # no system prompt: the shortest shared prompt format
 
 
@@ -120,28 +124,15 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _status_mb(key: str) -> float:
-    """``VmRSS`` or ``VmHWM`` of this process from ``/proc/self/status``, in MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return float(line.split()[1]) / 1024.0
-    raise RuntimeError(f"{key} missing from /proc/self/status")
-
-
-class TrainMemory:
-    """Peak RSS during training above the RSS just before it (the kernel's peak counter is reset at ``start``)."""
-
-    def __init__(self) -> None:
-        self.base = 0.0
-
-    def start(self) -> None:
-        """Record the post-load RSS and reset ``VmHWM`` to it."""
-        Path("/proc/self/clear_refs").write_text("5")
-        self.base = _status_mb("VmRSS")
+class TrainMemory(PeakRss):
+    """Peak RSS during training above the RSS just before it (:class:`peak_rss.PeakRss`; Linux only)."""
 
     def used_mb(self) -> float:
-        """Peak RSS since :meth:`start` minus the RSS at :meth:`start`."""
-        return _status_mb("VmHWM") - self.base
+        """Peak RSS since :meth:`start` minus the RSS at :meth:`start`, in MiB."""
+        used = self.above_mb()
+        if used is None:
+            raise RuntimeError("peak RSS unreadable: this benchmark needs Linux /proc/self/{clear_refs,status}")
+        return used
 
 
 # ---------------------------------------------------------------------------------------------- tirl

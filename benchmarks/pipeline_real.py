@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from peak_rss import PeakRss
 from tirl.config import RolloutConfig
 from tirl.rollout.base import RolloutRequest
 from tirl.rollout.strategies import make_strategy
@@ -58,25 +59,6 @@ def swe_job_config(args: argparse.Namespace) -> Any:
 def live_budget(run_workers: int) -> int:
     """The most envs the pipeline holds: init workers + run queue + run workers + eval queue + eval workers."""
     return INIT_WORKERS + 3 * run_workers + EVAL_WORKERS
-
-
-def _status_mb(key: str) -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return float(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
-def _reset_peak() -> float | None:
-    """Reset this process's peak RSS to its current RSS; that RSS in MB (None where /proc cannot)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return None
-    return _status_mb("VmRSS")
 
 
 def _real_parts(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, str]:
@@ -155,13 +137,13 @@ async def _run_real(args: argparse.Namespace) -> dict[str, Any]:
                  "async_batch_equal": live_budget(args.real_run_workers), "pipeline": args.batch_size}  # fmt: skip
         for name, strategy in REAL_ENTRIES.items():
             size = sizes[name]
-            base = _reset_peak()
+            memory = PeakRss()
+            memory.start()
             cfg = RolloutConfig(strategy=strategy, batch_size=size, **pools)  # type: ignore[arg-type]
             trace = Path(args.trace_dir) / f"real.{name}.jsonl" if args.trace_dir else None
             strat = make_strategy(cfg, factory, runner, trace_path=trace, generator_busy=generator)
             batch = await strat.collect(RolloutRequest(tasks=tasks, group_size=args.real_group, step=1))
             await strat.close()
-            peak = _status_mb("VmHWM")
             trajs = batch.trajectories
             terms: dict[str, int] = {}
             for t in trajs:
@@ -177,7 +159,7 @@ async def _run_real(args: argparse.Namespace) -> dict[str, Any]:
                 "terminations": terms,
                 "max_live_envs": batch.stats["rollout/max_live_envs"],
                 "batch_size": size,
-                "rss_peak_mb": None if base is None or peak is None else peak - base,
+                "rss_peak_mb": memory.above_mb(),
             }
     finally:
         await generator.close()

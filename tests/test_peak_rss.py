@@ -1,0 +1,54 @@
+"""benchmarks/peak_rss.py: the peak above the start grows with an allocation, never reads negative, None off Linux."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def peak_rss() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("peak_rss_under_test", ROOT / "benchmarks" / "peak_rss.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_allocation_after_start_shows_in_the_peak(peak_rss: ModuleType) -> None:
+    memory = peak_rss.PeakRss()
+    base = memory.start()
+    assert base is not None and base > 0
+    block = bytearray(64 * 1024 * 1024)  # zero-filled: every page is touched
+    block[::4096] = b"\x01" * len(block[::4096])
+    used = memory.above_mb()
+    del block
+    assert used is not None and 56 <= used <= 200, used
+
+
+def test_a_peak_read_below_the_base_is_zero_not_negative(peak_rss: ModuleType, tmp_path: Path) -> None:
+    # the kernel's split per-thread RSS counters can put a later VmHWM some pages under the base (a CI run: -0.15)
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmHWM:\t  204800 kB\nVmRSS:\t  204800 kB\n")
+    peak_rss.STATUS, peak_rss.CLEAR_REFS = status, tmp_path / "clear_refs"
+    memory = peak_rss.PeakRss()
+    assert memory.start() == 200.0
+    status.write_text("Name:\tpython\nVmHWM:\t  204648 kB\nVmRSS:\t  204648 kB\n")
+    assert memory.above_mb() == 0.0
+    status.write_text("Name:\tpython\nVmHWM:\t  215040 kB\nVmRSS:\t  204648 kB\n")
+    assert memory.above_mb() == 10.0
+
+
+def test_no_proc_means_none_rather_than_a_made_up_figure(peak_rss: ModuleType, tmp_path: Path) -> None:
+    peak_rss.CLEAR_REFS = tmp_path / "missing-dir" / "clear_refs"
+    memory = peak_rss.PeakRss()
+    assert memory.start() is None and memory.above_mb() is None
+    peak_rss.STATUS = tmp_path / "missing-status"
+    assert peak_rss.status_mib("VmRSS") is None
