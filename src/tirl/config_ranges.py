@@ -148,6 +148,20 @@ def check_range(key: str, value: float | None) -> None:
         raise ConfigError(f"config {key}={shown} is invalid: use a value in {bound.text()}{why}")
 
 
+def check_flag(flag: str, key: str, value: float | None) -> None:
+    """:func:`check_range` for a command-line flag that sets what config ``key`` sets (the error names ``flag``).
+
+    ``tirl serve --threads`` and ``tirl sft --threads`` are ``trainer.threads`` under another name: the same
+    bound, so ``--threads 100000`` is one error line there too, not a torch crash.
+    """
+    if value is None:
+        return
+    bound = RANGES[key]
+    if not bound.contains(float(value)):
+        why = f" ({bound.why}; this machine: {_CORES} cores)" if bound.why else ""
+        raise ConfigError(f"{flag} {value} is invalid: use a value in {bound.text()}{why}")
+
+
 def check_section(section: str, obj: object) -> None:
     """Check every field of one config section (``section`` is its name) that :data:`RANGES` bounds."""
     prefix = f"{section}."

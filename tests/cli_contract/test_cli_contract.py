@@ -92,6 +92,16 @@ def test_serve_port_out_of_range(capsys):
     assert_refused(run_cli(capsys, "serve", "--port", "99999"), "--port", "99999")
 
 
+@pytest.mark.parametrize("command", ["serve", "sft"])
+@pytest.mark.parametrize("value", ["100000", "0", "-3"])
+def test_threads_flag_has_the_trainer_threads_bound(capsys, tmp_path, command, value):
+    """``--threads`` is ``trainer.threads`` by another name: 100000 crashed torch; 0 was silently made 1 by sft."""
+    argv = ["--model", str(tmp_path / "none")] if command == "serve" else ["--out", str(tmp_path / "out")]
+    out = run_cli(capsys, command, "--threads", value, *argv)
+    assert_refused(out, "--threads", value, "4 x the CPU cores")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("value", ["inf", "nan", "-inf", "1e999"])
 def test_review_timeout_not_finite(capsys, tmp_path, value):
     bundle = tmp_path / "b.md"

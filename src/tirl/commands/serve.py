@@ -14,6 +14,7 @@ import socket
 import sys
 
 from tirl.cli import port
+from tirl.config_ranges import check_flag
 from tirl.errors import ConfigError
 
 
@@ -73,9 +74,9 @@ def _bind(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
 
 def run(args: argparse.Namespace) -> int:
     """Load the model and serve until interrupted (every argument is checked before the model loads)."""
-    for flag, value, low in (("--max-batch", args.max_batch, 1), ("--threads", args.threads, 1)):
-        if value is not None and value < low:
-            raise ConfigError(f"{flag} {value} is invalid: use at least {low}")
+    if args.max_batch is not None and args.max_batch < 1:
+        raise ConfigError(f"--max-batch {args.max_batch} is invalid: use at least 1")
+    check_flag("--threads", "trainer.threads", args.threads)
     if not 0 < args.max_body_mb <= 4096:
         raise ConfigError(f"--max-body-mb {args.max_body_mb} is invalid: use a size in (0, 4096] MB")
     if not 0 <= args.seed < 2**63:

@@ -28,6 +28,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from tirl.config_ranges import check_flag
 from tirl.errors import ConfigError
 from tirl.models.corpus import CORPORA
 from tirl.models.init import ARCHS, ModelSpec
@@ -113,6 +114,7 @@ def _config(args: argparse.Namespace) -> SFTConfig:
         raise ConfigError("--steps, --batch-size, --train-tasks, --eval-tasks and --eval-every must be >= 1")
     if not 1 <= args.difficulty <= 5:
         raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
+    check_flag("--threads", "trainer.threads", args.threads)
     if args.tools and args.env == "swe-lite":
         raise ConfigError("--tools with --env swe-lite is not supported: its experts write bash fences; drop --tools")
     if args.tools and args.arch == "tiny" and not args.init:
