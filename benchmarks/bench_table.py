@@ -109,6 +109,30 @@ def _pipeline_figures() -> tuple[Figure, ...]:
     return tuple(out)
 
 
+#: The entries of ``bench_pipeline.py --real`` (pipeline_real.REAL_ENTRIES), in the order the page shows them.
+REAL_ENTRIES = ("pipeline", "gather_all", "async_batch_equal", "sync_batch")
+
+
+#: ``--quick``: 2 tasks x 2, 2 turns of 8 tokens (tests/rollout/test_pipeline_real.py's size).
+REAL_QUICK = ("--real", "--real-tasks", "2", "--real-group", "2", "--real-max-turns", "2", "--real-max-new", "8",
+              "--real-run-workers", "2", "--real-batch-window", "0.01")  # fmt: skip
+
+
+def _pipeline_real_figures() -> tuple[Figure, ...]:
+    def over(other: str) -> Callable[[Result], float | None]:
+        return lambda r: ratio(num(r, "real", "pipeline", "traj_per_s"), num(r, "real", other, "traj_per_s"))
+
+    out = [Figure(f"pipeline ÷ {other} (trajectories/s)", over(other), "×") for other in REAL_ENTRIES[1:]]
+    for side in REAL_ENTRIES:
+        out += [
+            Figure(f"{side}: trajectories/s", _reads("real", side, "traj_per_s"), "traj/s"),
+            Figure(f"{side}: generator busy fraction", _reads("real", side, "gpu_util"), "", "", 3),
+            Figure(f"{side}: peak live environments", _reads("real", side, "max_live_envs"), "", "", 0),
+            Figure(f"{side}: peak RSS above the entry's start", _reads("real", side, "rss_peak_mb"), "MB", "", 0),
+        ]
+    return tuple(out)
+
+
 def _pipeline_plot(results: list[Result]) -> bytes | None:
     """Heavy-tail: trajectories per second against peak live environments, one point per entry and run."""
     rows = [at(r, "memory", "heavy-tail") for r in results]
@@ -323,6 +347,18 @@ BENCHMARKS: tuple[Bench, ...] = (
         ("--virtual", "--workloads", "heavy-tail", "--n-scale", "0.1"),
         _pipeline_figures(),
         plot=_pipeline_plot,
+    ),
+    Bench(
+        "pipeline_real",
+        "bench_pipeline.py",
+        "The same strategies on the real SWE job (`--real`): swe-lite's preset (10 turns of 384 tokens), its "
+        "curriculum tasks, real workspaces and the real pytest judge in the sandbox, the built-in policy in this "
+        "process (one CPU for the generator, the env's Python and the sandbox), 16 tasks x 4 samples, every "
+        "strategy at the same live-environment budget; untimed warm-up first. The built-in policy solves none of "
+        "these tasks, so most episodes end early (void or capped): the figures describe that workload.",
+        ("--real",),
+        REAL_QUICK,
+        _pipeline_real_figures(),
     ),
     Bench(
         "async",

@@ -9,8 +9,16 @@ context into a command, not recalling them. Each episode is a generated
 package (:class:`~tirl.envs.tasks.swe_curriculum.Program`: three functions
 from the real templates, one bug planted and checked by
 :func:`~tirl.envs.tasks.swe_curriculum.program_task`) whose package and
-function names are **fresh**: syllable words with the curriculum's suffixes,
-never a name of the pool (any split), so a name can only be copied. The
+function names are **fresh**: words with the curriculum's suffixes, never a
+name of the pool (any split), so a name can only be copied. Half of the words
+are uniformly random letters (:data:`RANDOM_LETTERS`), the others syllable
+words: with syllable words alone tiny-tir copied a name's first one or two
+characters and then wrote a word of its own (0/24 validation locate turns in a
+short-context drill), with random letters in the mix it copied whole names
+(8/24 exact, every one of the 8 greedy turns inspected a right command of
+another of the expert's ways; docs/training.md). No fresh name is a Python
+keyword, a builtin or a standard-library module (:func:`reserved_names`: a
+package called ``json`` would shadow the real one in the workspace). The
 episode is a prefix of the expert's script in the swe-lite chat format (the
 env's system prompt, the issue text, ```` ```bash ```` turns, tool outputs
 as the env writes them), ending at one of two copy turns:
@@ -40,8 +48,12 @@ guess), the turns after the fix (check, submit) — the demonstrations teach tho
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
+import keyword
 import random
+import string
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,15 +78,37 @@ def pool_names() -> frozenset[str]:
     return frozenset(names)
 
 
+#: The share of fresh words that are uniformly random letters (the rest: syllable words).
+RANDOM_LETTERS = 0.5
+
+
+@functools.lru_cache(maxsize=1)
+def reserved_names() -> frozenset[str]:
+    """Python's keywords, soft keywords, builtins and standard-library modules: never a fresh name.
+
+    A function named ``len`` would change what the module's other functions compute, a package named
+    ``json`` would shadow the real module in the workspace. The module list is the running interpreter's
+    (``sys.stdlib_module_names``; tirl pins CPython 3.11, so the curriculum is the same on every machine).
+    """
+    return frozenset({*keyword.kwlist, *keyword.softkwlist, *dir(builtins), *sys.stdlib_module_names})
+
+
 def _word(r: random.Random, lo: int, hi: int) -> str:
+    """A word of ``lo``-``hi`` syllables, or (with :data:`RANDOM_LETTERS`) of 3-9 uniformly random letters."""
+    if r.random() < RANDOM_LETTERS:
+        return "".join(r.choice(string.ascii_lowercase) for _ in range(r.randint(3, 9)))
     return "".join(r.choice(SYLLABLES) for _ in range(r.randint(lo, hi)))
 
 
+def _fresh(name: str) -> bool:
+    return name.isidentifier() and name not in pool_names() and name not in reserved_names()
+
+
 def fresh_package(r: random.Random) -> str:
-    """A package name of 3-4 syllables that is no pool name."""
+    """A package name (3-4 syllables or random letters) that is no pool name and no reserved name."""
     while True:
         name = _word(r, 3, 4)
-        if name not in pool_names():
+        if _fresh(name):
             return name
 
 
@@ -88,7 +122,7 @@ def fresh_function(r: random.Random, taken: set[str]) -> str:
         name = stem + r.choice(SUFFIXES)
         if style == 3:
             name = "is_" + name
-        if name not in pool_names() and name not in taken and name.isidentifier():
+        if _fresh(name) and name not in taken:
             taken.add(name)
             return name
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from tests.models.conftest import swe_demonstrations
 
-from tirl.envs.tasks.swe_curriculum import bug_of, generate_curriculum, pools
+from tirl.envs.tasks.swe_curriculum import SYLLABLES, bug_of, generate_curriculum, pools
 from tirl.envs.tasks.swe_experts import curriculum_expert_solution
 from tirl.models.chat_format import SimpleChatFormat
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
@@ -34,8 +35,10 @@ from tirl.sft_swe_copy import (
     copy_episode,
     episode_ids,
     expert_turns,
+    fresh_program,
     greedy_hits,
     pool_names,
+    reserved_names,
     swe_copy_curriculum,
 )
 
@@ -125,6 +128,26 @@ def test_no_pool_name_occurs() -> None:
         text = task.prompt + "".join(t + o for t, o in turns) + "".join(task.data["files"].values())
         text = text.replace("Traceback (most recent call last)", "")  # Python's words: "last" is a pool name
         assert not set(re.findall(r"[A-Za-z_]\w*", text)) & names, task.prompt
+
+
+def test_fresh_names_mix_random_letters_and_never_take_a_reserved_name() -> None:
+    """Half the words random letters (what taught tiny-tir to copy a whole name), no keyword/builtin/module."""
+    import builtins
+    import keyword
+
+    assert {"len", "sum", "json", "re", "abc", "for", "match"} <= reserved_names()
+    assert {*keyword.kwlist, *dir(builtins), *sys.stdlib_module_names} <= reserved_names()
+    rng = random.Random("fresh")
+    syllables = re.compile(f"(?:{'|'.join(SYLLABLES)})+")
+    packages, stems = [], []
+    for _ in range(400):
+        program = fresh_program(rng)
+        packages.append(program.package)
+        stems += [f.name for f in program.funcs]
+    names = set(packages) | set(stems)
+    assert not names & reserved_names() and not names & pool_names()
+    lettered = sum(not syllables.fullmatch(p) for p in packages) / len(packages)
+    assert 0.4 <= lettered <= 0.6, lettered  # RANDOM_LETTERS = 0.5 (a random word can be syllables: rarely)
 
 
 def test_curriculum_ids_mask_and_determinism(chat: SimpleChatFormat) -> None:

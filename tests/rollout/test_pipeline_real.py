@@ -6,27 +6,41 @@ A real run (the built-in model, the real sandbox and pytest judge, 2 tasks × 2,
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _bench_table() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_table_under_test", ROOT / "benchmarks" / "bench_table.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.slow
 def test_real_mode_reports_every_entry_with_throughput_busy_fraction_live_envs_and_rss() -> None:
-    small = ["--real-tasks", "2", "--real-group", "2", "--real-max-turns", "2", "--real-max-new", "8",
-             "--real-run-workers", "2", "--real-batch-window", "0.01"]  # fmt: skip
+    table = _bench_table()
+    bench = next(b for b in table.BENCHMARKS if b.name == "pipeline_real")
+    small = list(table.REAL_QUICK)  # what `run_all.py --quick --only pipeline_real` runs
+    assert bench.argv(quick=True)[1:] == ["--json", *small]
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_pipeline.py"), "--real", "--json", *small],
+        [sys.executable, str(ROOT / "benchmarks" / "bench_pipeline.py"), "--json", *small],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    real = json.loads(proc.stdout.strip().splitlines()[-1])["real"]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    real = result["real"]
     assert real["env"]["difficulty"] == 2 and real["env"]["max_turns"] == 2  # the preset, then the override
     assert real["env"]["max_new_tokens"] == 8 and real["live_budget"] == 4 + 3 * 2 + 4
     assert real["tasks"] == 2 and real["group_size"] == 2
@@ -38,3 +52,10 @@ def test_real_mode_reports_every_entry_with_throughput_busy_fraction_live_envs_a
     assert real["sync_batch"]["batch_size"] == 2 and real["gather_all"]["batch_size"] == 4
     assert real["async_batch_equal"]["batch_size"] == real["live_budget"]
     assert real["sync_batch"]["max_live_envs"] <= 2  # its barrier: one batch of B = 2 alive at a time
+    # the results page reads every figure of this output (run_all.py's table), the ratios as computed here
+    read = {f.name: f.read(result) for f in bench.figures}
+    assert all(value is not None for value in read.values()), read
+    for other in ("gather_all", "async_batch_equal", "sync_batch"):
+        want = real["pipeline"]["traj_per_s"] / real[other]["traj_per_s"]
+        assert read[f"pipeline ÷ {other} (trajectories/s)"] == want
+    assert read["gather_all: peak live environments"] == real["gather_all"]["max_live_envs"]
