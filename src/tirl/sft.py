@@ -195,9 +195,9 @@ class SFTResult:
     steps: int
     demonstrations: int
     final_loss: float
-    evals: list[tuple[int, float]]  # (step, held-out accuracy)
+    evals: list[tuple[int, float]]  # (step, accuracy on SFTConfig.eval_split)
     wall_s: float
-    greedy_accuracy: float | None = None  # held-out accuracy at temperature 0 after training
+    greedy_accuracy: float | None = None  # SFTConfig.eval_split accuracy at temperature 0 after training
 
 
 def _lr_at(step: int, cfg: SFTConfig) -> float:
@@ -257,7 +257,7 @@ def train_sft(
             model.eval()
             acc = evaluate()
             evals.append((step, acc))
-            cfg.log(f"step {step:5d}  held-out accuracy {acc:.3f}")
+            cfg.log(f"step {step:5d}  {cfg.eval_split} accuracy {acc:.3f}")
             if on_eval is not None:
                 on_eval(SFTResult(step, len(demos), loss_value, list(evals), time.perf_counter() - t0))
             model.train()
@@ -313,8 +313,8 @@ def write_card(out: Path, cfg: SFTConfig, result: SFTResult, command: str) -> No
             else []
         ),
         f"- steps: {result.steps}, batch {cfg.batch_size}, lr {cfg.lr}, final loss {result.final_loss:.4f}",
-        f"- held-out accuracy (temperature 1) by step: {', '.join(f'{s}: {a:.3f}' for s, a in result.evals)}",
-        f"- held-out greedy accuracy after training: {result.greedy_accuracy}",
+        f"- {cfg.eval_split} accuracy (temperature 1) by step: {', '.join(f'{s}: {a:.3f}' for s, a in result.evals)}",
+        f"- {cfg.eval_split} greedy accuracy after training: {result.greedy_accuracy}",
         f"- wall time: {result.wall_s:.0f} s",
         "",
     ]

@@ -36,3 +36,8 @@ class SFTConfig:
     max_new_tokens: int = 96
     max_total_tokens: int = 512
     log: Callable[[str], None] = field(default=print, repr=False)
+
+    @property
+    def eval_split(self) -> str:
+        """What the stop-early evaluation reads: swe-lite's validation split, else held-out generated tasks."""
+        return "validation" if self.env == "swe-lite" else "held-out"

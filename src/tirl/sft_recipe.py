@@ -337,7 +337,7 @@ def _train(
     )
     greedy = loop.run_until_complete(evaluate_accuracy(parts.greedy, parts.factory, held_out, seed=cfg.seed))
     result.greedy_accuracy = greedy.accuracy
-    cfg.log(f"held-out greedy accuracy {greedy.accuracy:.3f} ends {greedy.terminations}")
+    cfg.log(f"{cfg.eval_split} greedy accuracy {greedy.accuracy:.3f} ends {greedy.terminations}")
     return result
 
 

@@ -178,6 +178,20 @@ def test_tirl_sft_warms_up_on_the_swe_curriculum(chat: SimpleChatFormat) -> None
     assert any((p != q).any() for p, q in zip(model.parameters(), before, strict=True))
 
 
+def test_the_sft_log_names_the_split_its_evaluation_reads() -> None:
+    """swe-lite's stop-early evaluation reads the validation split: its log and card said "held-out"."""
+    from tirl.sft import train_sft
+
+    model, tokenizer = build_tiny_model(TINY)
+    demo = swe_copy_curriculum(1, SimpleChatFormat(tokenizer))
+    for env, split in (("swe-lite", "validation"), ("tir-chain", "held-out")):
+        lines: list[str] = []
+        cfg = SFTConfig(env=env, steps=1, eval_every=1, batch_size=1, warmup_steps=0, log=lines.append)
+        assert cfg.eval_split == split
+        train_sft(model, demo, cfg, pad_id=0, evaluate=lambda: 0.25)
+        assert f"step     1  {split} accuracy 0.250" in lines, lines
+
+
 def _plain_greedy_hits(logits: torch.Tensor, ids: list[int], start: int) -> int:
     hits = 0
     for i in range(start, len(ids)):
