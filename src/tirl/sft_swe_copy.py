@@ -29,7 +29,9 @@ as the env writes them), ending at one of two copy turns:
   after a bare grep, then the ``sed -i '<line>s/<bug>/<fix>/'`` edit (or the
   expert's small ``python3`` rewrite of the line).
 
-A third of the episodes first run ``python3 check.py`` and read its
+Half of the episodes (:data:`SHORT_SHARE`) are **short**: the issue text, then
+the locate turn, with no system prompt and no tool output (:func:`short_ids`).
+A third of the others first run ``python3 check.py`` and read its
 traceback. Loss mask 1 on the assistant turns only. The tool outputs are
 computed here, not run (a test compares them with the real env's); a
 traceback of a call that raises is not simulated, so such sites are skipped.
@@ -238,14 +240,42 @@ def episode_ids(chat: ChatFormat, issue: str, turns: list[tuple[str, str]]) -> t
     return ids, mask
 
 
+#: The share of copy episodes that are short: the issue, then the locate turn, nothing else (:func:`short_ids`).
+SHORT_SHARE = 0.5
+
+
+def short_ids(chat: ChatFormat, issue: str, turn: str) -> tuple[list[int], list[int]]:
+    """Token ids and loss mask of ``[user: issue]`` then one assistant ``turn`` (no system prompt, no tool output).
+
+    The short episodes are where tiny-tir learned to copy a whole name (a scratch drill of them took validation
+    locate turns from 0/24 to 8/24 exact, docs/training.md): a name copy per ~220 characters instead of per
+    ~700, with nothing between the name and its copy.
+    """
+    ids = chat.prompt_ids([Message(role=Role.USER, content=issue)])
+    turn_ids = chat.assistant_ids(turn)
+    return ids + turn_ids, [0] * len(ids) + [1] * len(turn_ids)
+
+
+def locate_turn(turns: list[tuple[str, str]]) -> str:
+    """The expert's locate turn of ``turns`` (the first turn after an optional ``python3 check.py``)."""
+    return turns[1][0] if turns[0][0] == bash_turn("python3 check.py") else turns[0][0]
+
+
 def swe_copy_curriculum(n: int, chat: ChatFormat, *, seed: int = 0) -> list[Trajectory]:
-    """``n`` synthetic swe-lite copy episodes as token ids, loss mask 1 on the assistant turns (deterministic)."""
+    """``n`` synthetic swe-lite copy episodes as token ids, loss mask 1 on the assistant turns (deterministic).
+
+    :data:`SHORT_SHARE` of them are short (:func:`short_ids`), the others the episode prefixes of
+    :func:`copy_episode` in the env's full format (:func:`episode_ids`).
+    """
     rng = random.Random(f"swe-copy/{seed}")
     out: list[Trajectory] = []
     for i in range(n):
         task, turns = copy_episode(rng)
         traj = Trajectory(id=f"swe-copy-{i}", messages=[])
-        traj.token_ids, traj.loss_mask = episode_ids(chat, task.prompt, turns)
+        if rng.random() < SHORT_SHARE:
+            traj.token_ids, traj.loss_mask = short_ids(chat, task.prompt, locate_turn(turns))
+        else:
+            traj.token_ids, traj.loss_mask = episode_ids(chat, task.prompt, turns)
         traj.logprobs = [0.0] * len(traj.token_ids)
         out.append(traj)
     return out

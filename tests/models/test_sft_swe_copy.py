@@ -150,6 +150,19 @@ def test_fresh_names_mix_random_letters_and_never_take_a_reserved_name() -> None
     assert 0.4 <= lettered <= 0.6, lettered  # RANDOM_LETTERS = 0.5 (a random word can be syllables: rarely)
 
 
+def test_half_the_curriculum_is_short_episodes_of_the_issue_and_its_locate_turn(chat: SimpleChatFormat) -> None:
+    episodes = swe_copy_curriculum(200, chat, seed=5)
+    texts = [chat.tokenizer.decode(t.token_ids) for t in episodes]
+    short = [t for t in texts if "<|system|>" not in t]
+    assert 0.4 <= len(short) / len(texts) <= 0.6  # SHORT_SHARE = 0.5
+    for text in short:
+        issue, turn = text.split("<|assistant|>")
+        assert turn.count("```bash") == 1 and ("grep -n" in turn or "cat -n" in turn), turn
+        package = re.search(r"in the `(\w+)` package", issue)
+        assert package and f"{package.group(1)}/core.py" in turn  # copied from the issue right before it
+    assert all("<|system|>" in t for t in texts if t not in short)
+
+
 def test_curriculum_ids_mask_and_determinism(chat: SimpleChatFormat) -> None:
     a = swe_copy_curriculum(30, chat, seed=3)
     assert [t.token_ids for t in a] == [t.token_ids for t in swe_copy_curriculum(30, chat, seed=3)]
