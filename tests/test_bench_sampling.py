@@ -9,7 +9,6 @@ up). Not covered: the figures (they need a quiet machine: ``run_all.py``).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,18 +16,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_sampling.py"
 
 
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_sampling_under_test", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_sampling")
 
 
 def test_flops_per_token_counts_every_linear_weight_twice_and_the_attention_over_ctx() -> None:

@@ -9,7 +9,6 @@ extra). Not covered: the figures themselves (they need a quiet machine:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,17 +16,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_trainer_vs_trl.py"
 
 
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_trainer_vs_trl_under_test", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_trainer_vs_trl")
 
 
 @pytest.mark.parametrize(

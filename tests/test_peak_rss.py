@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def peak_rss() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("peak_rss_under_test", ROOT / "benchmarks" / "peak_rss.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("peak_rss")
 
 
 def test_an_allocation_after_start_shows_in_the_peak(peak_rss: ModuleType) -> None:

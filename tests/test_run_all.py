@@ -11,7 +11,6 @@ take minutes; ``run_all.py --quick`` runs them all).
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "run_all.py"
@@ -40,12 +40,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_all_under_test", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("run_all")
 
 
 def test_quick_run_writes_one_table_per_benchmark_with_ranges_runs_and_a_plot(tmp_path: Path) -> None:

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks" / "bench_pipeline.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_pipeline", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_pipeline"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_pipeline", "bench_pipeline")
 
 
 def test_bound_is_the_bottleneck_resource_capacity() -> None:

@@ -6,7 +6,6 @@ A real run (the built-in model, the real sandbox and pytest judge, 2 tasks × 2,
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,17 +13,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench_table() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_table_under_test", ROOT / "benchmarks" / "bench_table.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_table")
 
 
 @pytest.mark.slow
