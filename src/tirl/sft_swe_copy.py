@@ -369,6 +369,8 @@ def copy_check(model: Any, chat: ChatFormat, n: int = 12, *, seed: int = 0) -> C
 
 __all__ = [
     "COPY_KINDS",
+    "RANDOM_LETTERS",
+    "SHORT_SHARE",
     "CopyCheck",
     "check_traceback",
     "copy_check",
@@ -377,6 +379,9 @@ __all__ = [
     "expert_turns",
     "fresh_program",
     "greedy_hits",
+    "locate_turn",
     "pool_names",
+    "reserved_names",
+    "short_ids",
     "swe_copy_curriculum",
 ]
