@@ -167,6 +167,21 @@ async def _run_real(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def print_table(out: dict[str, Any]) -> None:
+    """The human-readable table of :func:`run_real`'s result: one line per entry, then pipeline ÷ each other."""
+    print(f"\nswe-lite, real  (model: {out['model']}; {out['tasks']} tasks x {out['group_size']}; {out['env']})")
+    for name in REAL_ENTRIES:
+        r = out[name]
+        print(
+            f"  {name:<17} {r['traj_per_s']:7.3f} traj/s  wall {r['wall_s']:6.2f}s  "
+            f"gpu_util {r['gpu_util'] or 0:.2f}  generator idle {r['generator_idle_s']:5.1f}s  "
+            f"turns {r['turns_mean']:.1f}  live envs {r['max_live_envs']}  "
+            f"RSS +{r['rss_peak_mb'] or 0:.0f} MB  {r['terminations']}"
+        )
+    p = out["pipeline"]["traj_per_s"]
+    print("  " + "  ".join(f"pipeline/{n} {p / out[n]['traj_per_s']:.2f}x" for n in REAL_ENTRIES if n != "pipeline"))
+
+
 def run_real(args: argparse.Namespace) -> dict[str, Any]:
     """The three strategies on swe-lite with the tiny policy; prints a table unless ``--json``."""
     try:
@@ -174,20 +189,5 @@ def run_real(args: argparse.Namespace) -> dict[str, Any]:
     except ImportError as exc:
         sys.exit(f"--real needs the swe-lite env and the agent loop from tirl ({exc}); they are not available")
     if not args.json:
-        print(f"\nswe-lite, real  (model: {out['model']}; {out['tasks']} tasks x {out['group_size']}; "
-              f"{out['env']})")  # fmt: skip
-        for name in REAL_ENTRIES:
-            r = out[name]
-            print(
-                f"  {name:<12} {r['traj_per_s']:7.3f} traj/s  wall {r['wall_s']:6.2f}s  "
-                f"gpu_util {r['gpu_util'] or 0:.2f}  generator idle {r['generator_idle_s']:5.1f}s  "
-                f"turns {r['turns_mean']:.1f}  live envs {r['max_live_envs']}  "
-                f"RSS +{r['rss_peak_mb'] or 0:.0f} MB  {r['terminations']}"
-            )
-        p = out["pipeline"]["traj_per_s"]
-        print(
-            f"  pipeline/async_batch {p / out['async_batch']['traj_per_s']:.2f}x  "
-            f"pipeline/sync_batch {p / out['sync_batch']['traj_per_s']:.2f}x  "
-            f"pipeline/gather_all {p / out['gather_all']['traj_per_s']:.2f}x"
-        )
+        print_table(out)
     return out

@@ -23,7 +23,9 @@ def _bench_table() -> ModuleType:
 
 
 @pytest.mark.slow
-def test_real_mode_reports_every_entry_with_throughput_busy_fraction_live_envs_and_rss() -> None:
+def test_real_mode_reports_every_entry_with_throughput_busy_fraction_live_envs_and_rss(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     table = _bench_table()
     bench = next(b for b in table.BENCHMARKS if b.name == "pipeline_real")
     small = list(table.REAL_QUICK)  # what `run_all.py --quick --only pipeline_real` runs
@@ -54,3 +56,9 @@ def test_real_mode_reports_every_entry_with_throughput_busy_fraction_live_envs_a
         want = real["pipeline"]["traj_per_s"] / real[other]["traj_per_s"]
         assert read[f"pipeline ÷ {other} (trajectories/s)"] == want
     assert read["gather_all: peak live environments"] == real["gather_all"]["max_live_envs"]
+    # the table a user sees without --json (it once looked up an entry that does not exist: a KeyError)
+    load_benchmark("pipeline_real").print_table(real)
+    table = capsys.readouterr().out.strip().splitlines()
+    assert len(table) == 6 and all(f"pipeline/{n} " in table[-1] for n in ("sync_batch", "gather_all"))
+    want = real["pipeline"]["traj_per_s"] / real["async_batch_equal"]["traj_per_s"]
+    assert f"pipeline/async_batch_equal {want:.2f}x" in table[-1]
