@@ -8,8 +8,6 @@ from types import ModuleType
 import pytest
 from tests.benchmark_module import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture
 def peak_rss() -> ModuleType:

@@ -133,19 +133,25 @@ RANGES: dict[str, Range] = {
 }
 
 
+def _advice(key: str, value: float) -> str | None:
+    """``use a value in <range> (<why>)`` when ``value`` is outside ``key``'s range, else None."""
+    bound = RANGES[key]
+    if bound.contains(float(value)):
+        return None
+    why = f" ({bound.why}; this machine: {_CORES} cores, {_RAM_MB} MB)" if bound.why else ""
+    return f"use a value in {bound.text()}{why}"
+
+
 def check_range(key: str, value: float | None) -> None:
     """Raise :class:`ConfigError` naming ``key``, ``value`` and the range when ``value`` is outside it.
 
     ``None`` (an unset optional key such as ``algo.dual_clip``) passes; a key missing from :data:`RANGES`
     is a programming error (KeyError), so a new numeric key cannot go unbounded silently.
     """
-    if value is None:
-        return
-    bound = RANGES[key]
-    if not bound.contains(float(value)):
+    advice = None if value is None else _advice(key, value)
+    if advice is not None:
         shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:40]}...({len(repr(value))} characters)"
-        why = f" ({bound.why}; this machine: {_CORES} cores, {_RAM_MB} MB)" if bound.why else ""
-        raise ConfigError(f"config {key}={shown} is invalid: use a value in {bound.text()}{why}")
+        raise ConfigError(f"config {key}={shown} is invalid: {advice}")
 
 
 def check_flag(flag: str, key: str, value: float | None) -> None:
@@ -154,12 +160,9 @@ def check_flag(flag: str, key: str, value: float | None) -> None:
     ``tirl serve --threads`` and ``tirl sft --threads`` are ``trainer.threads`` under another name: the same
     bound, so ``--threads 100000`` is one error line there too, not a torch crash.
     """
-    if value is None:
-        return
-    bound = RANGES[key]
-    if not bound.contains(float(value)):
-        why = f" ({bound.why}; this machine: {_CORES} cores)" if bound.why else ""
-        raise ConfigError(f"{flag} {value} is invalid: use a value in {bound.text()}{why}")
+    advice = None if value is None else _advice(key, value)
+    if advice is not None:
+        raise ConfigError(f"{flag} {value} is invalid: {advice}")
 
 
 def check_section(section: str, obj: object) -> None:
