@@ -13,7 +13,7 @@ and tail of stdout and stderr).
 itself, reports its nonce, timeout and output cap to the server on its status pipe, closes fd 0,
 runs the code and exits. It is forked right after the previous run's cleanup, so a run's latency
 excludes the fork, and it waits with everything that does not depend on the request done
-(descriptors, signal handler, a warm-up ``exec``). The server never runs code of a request itself,
+(descriptors, signal handler). The server never runs code of a request itself,
 and a child runs exactly one request: each execution starts from the state the server had before
 any request (the standard streams are created once, on pipes, before the first fork; :mod:`random`
 is re-seeded by the server right before each fork; the child registers its fork hook).
@@ -95,7 +95,6 @@ MB = 1024 * 1024
 CLEAN_BUDGET = 200_000  # entries; past it the server exits and the host starts a fresh one
 # A child's report that it took a request: nonce, timeout, bytes kept, when (monotonic clock, the host's too).
 TAKEN = struct.Struct(">8sdId")
-WARMUP = "print(end='')\nx = [i * i for i in range(8)]\n"
 
 
 def read_frame(fd):
@@ -199,8 +198,9 @@ def zygote_main(ctrl_in, done_w, out_w, err_w):
     pipe before any code runs: the code never holds it. At end of input it writes ``Q`` (the host
     closed the pool) and exits.
 
-    Everything before the request (descriptors, signal handler, a warm-up ``exec`` that takes the
-    copy-on-write faults of the common paths) happens while the server is idle. The working directory,
+    Everything before the request (descriptors, signal handler) happens while the server is idle. No
+    warm-up ``exec``: it moved some copy-on-write faults off a run's latency (p50 ~0.02 ms) but added
+    ~15 faults and ~3% of the CPU per run (docs/sandbox.md). The working directory,
     ``sys.argv`` and the standard streams (on pipes, never written by the server) are the server's. At
     the end the child closes its output, writes its status on fd 4 and exits, so the server answers
     without waiting for the exit's teardown (the code could write a status itself: it only ends its run).
@@ -216,7 +216,6 @@ def zygote_main(ctrl_in, done_w, out_w, err_w):
         os.closerange(5, 65536)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.register_at_fork(after_in_child=random.seed)  # forks of the code re-seed, as in any Python
-        exec(compile(WARMUP, "<string>", "exec"), new_globals())
         body = read_frame(3)
         os.close(3)
         if body is None:  # the host closed the pool
