@@ -257,8 +257,9 @@ BENCHMARKS: tuple[Bench, ...] = (
         "trainer_vs_trl",
         "bench_trainer_vs_trl.py",
         "tirl's trainer against TRL's GRPOTrainer on the same model, task, prompts and steps, each in its own "
-        "process: like for like (both with or both without gradient checkpointing, the same micro-batch, the same "
-        "threads), then each side's defaults.",
+        "process: like for like (both with or both without gradient checkpointing, the same padded tokens in "
+        "flight: TRL's micro-batch through gradient accumulation, tirl's budget set to what that micro-batch "
+        "holds; the same threads), then each side's defaults.",
         ("--repeats", "1"),
         ("--steps", "2", "--prompts", "2", "--group", "4", "--max-new", "16"),
         _trl_figures(),

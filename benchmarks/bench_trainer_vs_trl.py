@@ -20,7 +20,9 @@ Entries: ``tirl`` (its defaults: no gradient checkpointing, micro-batches
 of ``algo.micro_batch_tokens`` = 1024 padded tokens in flight, which on the
 CPU with a small model its 2 threads share as 2 concurrent 512-token
 micro-batches with one intra-op thread each, see ``tirl.trainer.parallel``);
-``tirl_ckpt``, tirl with ``algo.gradient_checkpointing=true``; ``trl``, TRL
+``tirl_matched`` and ``tirl_matched_ckpt``, tirl without and with
+``algo.gradient_checkpointing=true`` at exactly the padded tokens TRL's matched
+micro-batch holds (:func:`trl_in_flight`, below); ``trl``, TRL
 as its users run it (its other defaults, notably ``gradient_checkpointing=True``,
 which lowers activation memory and costs a second forward pass, and one
 micro-batch of all 32 sequences of an optimiser step); ``trl_matched`` and
@@ -30,12 +32,16 @@ micro-batch: ``per_device_train_batch_size`` = m sequences and
 (a divisor of 32) whose padded length (the longest prompt + ``--max-new``)
 fits in ``algo.micro_batch_tokens`` (:func:`matched_micro_batch`; both sides
 then hold at most that many padded tokens in flight, and each sums the same
-token-level loss over its micro-batches); ``trl_no_ckpt`` (not run unless
+token-level loss over its micro-batches). TRL's micro-batch is a whole number of
+sequences, so it holds fewer padded tokens than tirl's budget (8 x 99 = 792 of
+1024 on the default task); the ``tirl_matched`` entries run at TRL's figure, so
+that both sides of a like-for-like pair hold the same tokens in flight (before
+2026-12-02 the pairs compared tirl at 1024 with TRL at 792); ``trl_no_ckpt`` (not run unless
 named with ``--only``), TRL's one 32-sequence micro-batch without
 checkpointing. Both sides use ``--threads`` threads.
 
 The ``--json`` object leads with ``like_for_like``: ``no_checkpointing``
-(``tirl`` ÷ ``trl_matched``) and ``checkpointing`` (``tirl_ckpt`` ÷
+(``tirl_matched`` ÷ ``trl_matched``) and ``checkpointing`` (``tirl_matched_ckpt`` ÷
 ``trl_matched_ckpt``), then ``defaults`` (``tirl`` ÷ ``trl``); each holds
 ``tokens_per_s_ratio`` (ratio of the medians, with its per-run range),
 ``train_mem_ratio`` and ``peak_rss_ratio``, tirl ÷ TRL. ``entries`` holds
@@ -170,7 +176,9 @@ class OneTurnEnv:
         """Nothing to release."""
 
 
-async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, checkpointing: bool) -> dict[str, Any]:
+async def _tirl(
+    args: argparse.Namespace, model_dir: Path, run_dir: Path, *, checkpointing: bool, matched: bool
+) -> dict[str, Any]:
     from tirl.config import load_config
     from tirl.inference.base import SamplingParams
     from tirl.inference.hf import HFGenerator
@@ -196,6 +204,8 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, che
             f"rollout.run_workers={args.prompts * args.group}",
             f"algo.gradient_checkpointing={str(checkpointing).lower()}",
             *args.tirl_set,
+            # tirl_matched*: exactly the padded tokens TRL's matched micro-batch holds at most (below tirl's budget)
+            *([f"algo.micro_batch_tokens={trl_in_flight(args, model_dir)}"] if matched else []),
         ],
     )
     policy = load_policy(model_dir, threads=args.threads)
@@ -249,6 +259,7 @@ async def _tirl(args: argparse.Namespace, model_dir: Path, run_dir: Path, *, che
         "optimizer_steps": 2 * args.steps,
         "reward_mean": sum(rewards) / len(rewards),
         "train_mem_mb": train_mb,
+        "micro_batch_tokens": cfg.algo.micro_batch_tokens,
         **split,
     }
 
@@ -267,6 +278,38 @@ def matched_micro_batch(sequences: int, seq_tokens: int, budget: int) -> int:
     return max(fits, default=1)
 
 
+def _trl_prompts(tok: Any, tasks: list[Any]) -> list[str]:
+    """The exact prompt ids tirl feeds its generator, as text (special tokens are single tokens)."""
+    from tirl.models.chat_format import chat_format_for
+    from tirl.types import Message, Role
+
+    chat = chat_format_for(tok)
+    return [tok.decode(chat.prompt_ids([Message(role=Role.USER, content=t.prompt)])) for t in tasks]
+
+
+def _seq_tokens(tok: Any, prompts: list[str], max_new: int) -> int:
+    """The padded length of one TRL sequence: the longest prompt + the completion budget."""
+    return max(len(tok.encode(p, add_special_tokens=False)) for p in prompts) + max_new
+
+
+def trl_in_flight(args: argparse.Namespace, model_dir: Path) -> int:
+    """The most padded tokens ``trl_matched`` holds in flight: its micro-batch's sequences x their padded length.
+
+    TRL's micro-batch is a whole number of sequences (a divisor of an optimiser step's), so it usually
+    holds fewer padded tokens than tirl's ``algo.micro_batch_tokens`` (792 of 1024 on the default task);
+    ``tirl_matched`` runs at exactly this budget, so that both sides hold the same tokens in flight.
+    """
+    from transformers import AutoTokenizer
+
+    from tirl.config import load_config
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    seq_tokens = _seq_tokens(tok, _trl_prompts(tok, _tasks(args)), args.max_new)
+    per_step = args.prompts * args.group // 2
+    budget = load_config(None, list(args.tirl_set)).algo.micro_batch_tokens
+    return matched_micro_batch(per_step, seq_tokens, budget) * seq_tokens
+
+
 def _trl(
     args: argparse.Namespace, model_dir: Path, out_dir: Path, *, checkpointing: bool, matched: bool
 ) -> dict[str, Any]:
@@ -277,14 +320,12 @@ def _trl(
 
     from tirl.config import load_config
     from tirl.models.chat_format import chat_format_for
-    from tirl.types import Message, Role
 
     torch.set_num_threads(args.threads)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     chat = chat_format_for(tok)
     tasks = _tasks(args)
-    # the exact prompt ids tirl feeds its generator, as text (special tokens are single tokens)
-    prompts = [tok.decode(chat.prompt_ids([Message(role=Role.USER, content=t.prompt)])) for t in tasks]
+    prompts = _trl_prompts(tok, tasks)
     data = Dataset.from_dict({"prompt": prompts, "answer": [t.answer for t in tasks]})
     counted = {"tokens": 0, "rewards": []}
 
@@ -312,7 +353,7 @@ def _trl(
 
     end_id = chat.eos_ids and min(chat.eos_ids)
     per_step = args.prompts * args.group // 2  # sequences per optimiser step (2 per generation batch)
-    seq_tokens = max(len(tok.encode(p, add_special_tokens=False)) for p in prompts) + args.max_new
+    seq_tokens = _seq_tokens(tok, prompts, args.max_new)
     budget = load_config(None, list(args.tirl_set)).algo.micro_batch_tokens
     micro = matched_micro_batch(per_step, seq_tokens, budget) if matched else per_step
     config = GRPOConfig(
@@ -371,8 +412,9 @@ def _trl(
 def _child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(args.model_dir)
-        if args.child in ("tirl", "tirl_ckpt"):
-            res = asyncio.run(_tirl(args, model_dir, Path(tmp) / "run", checkpointing=args.child == "tirl_ckpt"))
+        if args.child.startswith("tirl"):
+            ckpt, matched = args.child.endswith("_ckpt"), args.child.startswith("tirl_matched")
+            res = asyncio.run(_tirl(args, model_dir, Path(tmp) / "run", checkpointing=ckpt, matched=matched))
         else:
             ckpt, matched = args.child in ("trl", "trl_matched_ckpt"), args.child.startswith("trl_matched")
             res = _trl(args, model_dir, Path(tmp) / "trl", checkpointing=ckpt, matched=matched)
@@ -397,17 +439,17 @@ def _spawn(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str, An
     raise SystemExit(f"{name} run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
-ENTRIES = ("tirl", "trl_matched", "tirl_ckpt", "trl_matched_ckpt", "trl", "trl_no_ckpt")
-DEFAULT_ENTRIES = ENTRIES[:5]  # trl_no_ckpt (TRL's one big micro-batch without checkpointing) only with --only
+ENTRIES = ("tirl", "tirl_matched", "trl_matched", "tirl_matched_ckpt", "trl_matched_ckpt", "trl", "trl_no_ckpt")
+DEFAULT_ENTRIES = ENTRIES[:6]  # trl_no_ckpt (TRL's one big micro-batch without checkpointing) only with --only
 #: key -> (tirl entry, TRL entry); like for like first, then each side's defaults
 PAIRS = {
-    "no_checkpointing": ("tirl", "trl_matched"),
-    "checkpointing": ("tirl_ckpt", "trl_matched_ckpt"),
+    "no_checkpointing": ("tirl_matched", "trl_matched"),
+    "checkpointing": ("tirl_matched_ckpt", "trl_matched_ckpt"),
     "defaults": ("tirl", "trl"),
 }
 FIGURES = ("tokens_per_s", "train_mem_mb", "peak_rss_mb", "wall_s")
 TRL_SETUP = ("gradient_checkpointing", "micro_batch_sequences", "gradient_accumulation_steps",
-             "padded_tokens_in_flight_max")  # fmt: skip
+             "padded_tokens_in_flight_max", "micro_batch_tokens")  # fmt: skip
 
 
 def _load() -> list[float]:

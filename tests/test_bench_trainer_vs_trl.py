@@ -43,9 +43,10 @@ def run(tokens_per_s: float, mem: float, rss: float = 500.0) -> dict[str, float]
 
 def test_summary_leads_with_like_for_like_then_defaults() -> None:
     runs = {
-        "tirl": [run(300, 100), run(330, 110), run(360, 120)],
+        "tirl": [run(330, 110)] * 3,
+        "tirl_matched": [run(300, 100), run(330, 110), run(360, 120)],
         "trl_matched": [run(200, 100), run(200, 100), run(150, 100)],
-        "tirl_ckpt": [run(240, 80)] * 3,
+        "tirl_matched_ckpt": [run(240, 80)] * 3,
         "trl_matched_ckpt": [run(120, 100)] * 3,
         "trl": [run(100, 200, 600)] * 3,
     }
@@ -54,21 +55,23 @@ def test_summary_leads_with_like_for_like_then_defaults() -> None:
     assert list(out) == ["like_for_like", "defaults", "entries"]
     assert list(out["like_for_like"]) == ["no_checkpointing", "checkpointing"]
     plain = out["like_for_like"]["no_checkpointing"]
-    assert (plain["tirl"], plain["trl"]) == ("tirl", "trl_matched")
+    assert (plain["tirl"], plain["trl"]) == ("tirl_matched", "trl_matched")
     assert plain["tokens_per_s_ratio"] == pytest.approx(330 / 200)  # ratio of the medians
     assert plain["tokens_per_s_ratio_per_run_range"] == pytest.approx([1.5, 360 / 150])
     assert plain["train_mem_ratio"] == pytest.approx(1.1)
     ckpt = out["like_for_like"]["checkpointing"]
     assert (ckpt["tirl"], ckpt["trl"], ckpt["tokens_per_s_ratio"], ckpt["train_mem_ratio"]) == (
-        "tirl_ckpt", "trl_matched_ckpt", 2.0, 0.8
+        "tirl_matched_ckpt", "trl_matched_ckpt", 2.0, 0.8
     )  # fmt: skip
     d = out["defaults"]
-    assert (d["trl"], d["tokens_per_s_ratio"], d["train_mem_ratio"]) == ("trl", 3.3, pytest.approx(0.55))
+    assert (d["tirl"], d["trl"], d["tokens_per_s_ratio"]) == ("tirl", "trl", 3.3)
+    assert d["train_mem_ratio"] == pytest.approx(0.55)
     assert d["peak_rss_ratio"] == pytest.approx(500 / 600)
     assert out["entries"]["trl_matched"]["micro_batch_sequences"] == 8
 
 
 def test_summary_leaves_out_pairs_whose_entries_did_not_run() -> None:
+    """Only ``defaults`` when the matched entries did not run."""
     out = bench()._summary({"tirl": [run(300, 100)], "trl": [run(100, 200)]})
     assert out["like_for_like"] == {} and out["defaults"]["tokens_per_s_ratio"] == 3.0
 
@@ -82,17 +85,18 @@ def test_real_small_run_matches_trls_micro_batch_through_gradient_accumulation()
     """
     pytest.importorskip("trl", reason="could not import 'trl'")
     cmd = [sys.executable, str(SCRIPT), "--json", "--steps", "2", "--prompts", "2", "--group", "4", "--max-new", "16",
-           "--only", "tirl", "--only", "trl_matched", "--tirl-set", "algo.micro_batch_tokens=128"]  # fmt: skip
+           "--only", "tirl_matched", "--only", "trl_matched", "--tirl-set", "algo.micro_batch_tokens=128"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert list(out) == ["like_for_like", "defaults", "entries", "machine"]
     pair = out["like_for_like"]["no_checkpointing"]
     assert pair["tokens_per_s_ratio"] > 0 and pair["train_mem_ratio"] > 0 and out["defaults"] == {}
-    trl, tirl = out["entries"]["trl_matched"], out["entries"]["tirl"]
+    trl, tirl = out["entries"]["trl_matched"], out["entries"]["tirl_matched"]
     assert trl["gradient_accumulation_steps"] > 1 and trl["micro_batch_sequences"] * trl[
         "gradient_accumulation_steps"
     ] == 4  # fmt: skip
     assert trl["padded_tokens_in_flight_max"] <= 128 and not trl["gradient_checkpointing"]
+    assert tirl["micro_batch_tokens"] == trl["padded_tokens_in_flight_max"]  # the same tokens in flight
     assert trl["optimizer_steps"] == tirl["optimizer_steps"] == 4
     assert trl["tokens"] > 0 and tirl["tokens"] > 0
