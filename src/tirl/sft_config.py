@@ -30,6 +30,7 @@ class SFTConfig:
     stop_at_accuracy: float | None = 0.35
     copy_steps: int = 300  # synthetic copy curriculum before the demonstrations (0 = none)
     copy_batch_size: int = 64
+    copy_short_share: float = 0.5  # swe-lite: share of short copy episodes (tirl.sft_swe_copy.SHORT_SHARE)
     max_turns: int = 4
     env: str = "tir-math"  # task family of the demonstrations: tir-math | tir-chain
     tools: bool = False  # demonstrate with the env's tools offered and Hermes tool calls (``env.tools = true``)

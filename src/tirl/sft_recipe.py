@@ -254,7 +254,8 @@ def _copy_warmup(model: Any, tokenizer: Any, chat: ChatFormat, cfg: SFTConfig) -
     if swe:
         from tirl.sft_swe_copy import swe_copy_curriculum
 
-        copies, kind = swe_copy_curriculum(n, chat, seed=cfg.seed), "swe-lite copy curriculum"
+        copies = swe_copy_curriculum(n, chat, seed=cfg.seed, short_share=cfg.copy_short_share)
+        kind = f"swe-lite copy curriculum ({cfg.copy_short_share:.0%} short episodes)"
     else:
         copies, kind = copy_curriculum(n, chat, seed=cfg.seed, tools=cfg.tools), "copy curriculum"
     cfg.log(f"{kind}: {cfg.copy_steps} steps of {cfg.copy_batch_size}")

@@ -261,18 +261,23 @@ def locate_turn(turns: list[tuple[str, str]]) -> str:
     return turns[1][0] if turns[0][0] == bash_turn("python3 check.py") else turns[0][0]
 
 
-def swe_copy_curriculum(n: int, chat: ChatFormat, *, seed: int = 0) -> list[Trajectory]:
+def swe_copy_curriculum(
+    n: int, chat: ChatFormat, *, seed: int = 0, short_share: float = SHORT_SHARE
+) -> list[Trajectory]:
     """``n`` synthetic swe-lite copy episodes as token ids, loss mask 1 on the assistant turns (deterministic).
 
-    :data:`SHORT_SHARE` of them are short (:func:`short_ids`), the others the episode prefixes of
-    :func:`copy_episode` in the env's full format (:func:`episode_ids`).
+    ``short_share`` of them (default :data:`SHORT_SHARE`; 1 = a short-context drill) are short
+    (:func:`short_ids`), the others the episode prefixes of :func:`copy_episode` in the env's full format
+    (:func:`episode_ids`). The same ``seed`` draws the same tasks whatever the share.
     """
+    if not 0.0 <= short_share <= 1.0:
+        raise ValueError(f"short_share={short_share}: use a value in 0..1")
     rng = random.Random(f"swe-copy/{seed}")
     out: list[Trajectory] = []
     for i in range(n):
         task, turns = copy_episode(rng)
         traj = Trajectory(id=f"swe-copy-{i}", messages=[])
-        if rng.random() < SHORT_SHARE:
+        if rng.random() < short_share:
             traj.token_ids, traj.loss_mask = short_ids(chat, task.prompt, locate_turn(turns))
         else:
             traj.token_ids, traj.loss_mask = episode_ids(chat, task.prompt, turns)

@@ -102,6 +102,16 @@ def test_threads_flag_has_the_trainer_threads_bound(capsys, tmp_path, command, v
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("value", "advice"),
+    [("1.5", "from 0 to 1"), ("-0.1", "from 0 to 1"), ("nan", "not a finite number"), ("inf", "not a finite number")],
+)
+def test_sft_copy_short_share_is_a_share(capsys, tmp_path, value, advice):
+    out = run_cli(capsys, "sft", "--env", "swe-lite", "--copy-short-share", value, "--out", str(tmp_path / "out"))
+    assert_refused(out, "--copy-short-share", value, advice)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("value", ["inf", "nan", "-inf", "1e999"])
 def test_review_timeout_not_finite(capsys, tmp_path, value):
     bundle = tmp_path / "b.md"

@@ -31,6 +31,7 @@ from tirl.models.chat_format import SimpleChatFormat
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
 from tirl.sft_config import SFTConfig
 from tirl.sft_swe_copy import (
+    SHORT_SHARE,
     copy_check,
     copy_episode,
     episode_ids,
@@ -161,6 +162,20 @@ def test_half_the_curriculum_is_short_episodes_of_the_issue_and_its_locate_turn(
         package = re.search(r"in the `(\w+)` package", issue)
         assert package and f"{package.group(1)}/core.py" in turn  # copied from the issue right before it
     assert all("<|system|>" in t for t in texts if t not in short)
+
+
+def test_short_share_sets_the_share_of_short_episodes_over_the_same_tasks(chat: SimpleChatFormat) -> None:
+    def texts(share: float) -> list[str]:
+        return [chat.tokenizer.decode(t.token_ids) for t in swe_copy_curriculum(40, chat, seed=5, short_share=share)]
+
+    drill, full = texts(1.0), texts(0.0)
+    assert all("<|system|>" not in t for t in drill) and all("<|system|>" in t for t in full)
+    # the same tasks whatever the share: each short episode's issue is its full twin's
+    for short, long in zip(drill, full, strict=True):
+        assert short.split("<|assistant|>")[0].split("<|user|>")[1] in long
+    assert SFTConfig().copy_short_share == SHORT_SHARE  # the CLI's default is the module's
+    with pytest.raises(ValueError, match="short_share"):
+        swe_copy_curriculum(1, chat, short_share=1.5)
 
 
 def test_curriculum_ids_mask_and_determinism(chat: SimpleChatFormat) -> None:

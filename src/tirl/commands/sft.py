@@ -105,6 +105,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="steps of the synthetic copy curriculum before the demonstrations (0 = none; swe-lite: expert episode "
         "prefixes on fresh names, batch --batch-size; others: digits, batch 64)",
     )
+    parser.add_argument(
+        "--copy-short-share",
+        type=float,
+        default=d.copy_short_share,
+        help="swe-lite: share of the copy episodes that are short (the issue, then the locate turn; 1 = a "
+        "short-context drill, the first stage of the tiny-swe chain in docs/training.md)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--sandbox", choices=("auto", "bwrap", "process"), default="auto", help="sandbox backend")
 
@@ -115,6 +122,8 @@ def _config(args: argparse.Namespace) -> SFTConfig:
     if not 1 <= args.difficulty <= 5:
         raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
     check_flag("--threads", "trainer.threads", args.threads)
+    if not 0.0 <= args.copy_short_share <= 1.0:
+        raise ConfigError(f"--copy-short-share {args.copy_short_share} is invalid: use a share from 0 to 1")
     if args.tools and args.env == "swe-lite":
         raise ConfigError("--tools with --env swe-lite is not supported: its experts write bash fences; drop --tools")
     if args.tools and args.arch == "tiny" and not args.init:
@@ -130,6 +139,7 @@ def _config(args: argparse.Namespace) -> SFTConfig:
             stop_at_accuracy=stop,
             copy_steps=max(0, args.copy_steps),
             copy_batch_size=args.batch_size,  # its copy episodes are ~700 tokens: the demonstrations' batch
+            copy_short_share=args.copy_short_share,
             tools=args.tools,
             max_turns=preset["env.max_turns"],
             max_new_tokens=preset["generation.max_new_tokens"],
