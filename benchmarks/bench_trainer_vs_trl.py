@@ -287,9 +287,20 @@ def _trl_prompts(tok: Any, tasks: list[Any]) -> list[str]:
     return [tok.decode(chat.prompt_ids([Message(role=Role.USER, content=t.prompt)])) for t in tasks]
 
 
-def _seq_tokens(tok: Any, prompts: list[str], max_new: int) -> int:
-    """The padded length of one TRL sequence: the longest prompt + the completion budget."""
-    return max(len(tok.encode(p, add_special_tokens=False)) for p in prompts) + max_new
+def _trl_shape(args: argparse.Namespace, tok: Any, prompts: list[str], matched: bool) -> tuple[int, int, int]:
+    """TRL's batch shape: (sequences per optimiser step, padded length of one, micro-batch sequences).
+
+    The padded length is the longest prompt + ``--max-new``; the micro-batch is :func:`matched_micro_batch`
+    at tirl's ``algo.micro_batch_tokens`` when ``matched``, else the whole optimiser step (TRL's default).
+    One function for the TRL child and :func:`trl_in_flight`, so both sides read the same shape.
+    """
+    from tirl.config import load_config
+
+    per_step = args.prompts * args.group // 2  # sequences per optimiser step (2 per generation batch)
+    seq_tokens = max(len(tok.encode(p, add_special_tokens=False)) for p in prompts) + args.max_new
+    budget = load_config(None, list(args.tirl_set)).algo.micro_batch_tokens
+    micro = matched_micro_batch(per_step, seq_tokens, budget) if matched else per_step
+    return per_step, seq_tokens, micro
 
 
 def trl_in_flight(args: argparse.Namespace, model_dir: Path) -> int:
@@ -301,13 +312,9 @@ def trl_in_flight(args: argparse.Namespace, model_dir: Path) -> int:
     """
     from transformers import AutoTokenizer
 
-    from tirl.config import load_config
-
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    seq_tokens = _seq_tokens(tok, _trl_prompts(tok, _tasks(args)), args.max_new)
-    per_step = args.prompts * args.group // 2
-    budget = load_config(None, list(args.tirl_set)).algo.micro_batch_tokens
-    return matched_micro_batch(per_step, seq_tokens, budget) * seq_tokens
+    _, seq_tokens, micro = _trl_shape(args, tok, _trl_prompts(tok, _tasks(args)), matched=True)
+    return micro * seq_tokens
 
 
 def _trl(
@@ -318,7 +325,6 @@ def _trl(
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from tirl.config import load_config
     from tirl.models.chat_format import chat_format_for
 
     torch.set_num_threads(args.threads)
@@ -352,10 +358,7 @@ def _trl(
             clock["t1"] = time.perf_counter()
 
     end_id = chat.eos_ids and min(chat.eos_ids)
-    per_step = args.prompts * args.group // 2  # sequences per optimiser step (2 per generation batch)
-    seq_tokens = _seq_tokens(tok, prompts, args.max_new)
-    budget = load_config(None, list(args.tirl_set)).algo.micro_batch_tokens
-    micro = matched_micro_batch(per_step, seq_tokens, budget) if matched else per_step
+    per_step, seq_tokens, micro = _trl_shape(args, tok, prompts, matched)
     config = GRPOConfig(
         output_dir=str(out_dir),
         per_device_train_batch_size=micro,
