@@ -267,10 +267,15 @@ def _copy_warmup(model: Any, tokenizer: Any, chat: ChatFormat, cfg: SFTConfig) -
 
 
 def _log_copy_check(model: Any, chat: ChatFormat, cfg: SFTConfig, when: str) -> None:
-    """Log :func:`tirl.sft_swe_copy.copy_check` on 12 validation tasks (a few seconds)."""
-    from tirl.sft_swe_copy import copy_check
+    """Log :func:`tirl.sft_swe_copy.copy_check` on 12 validation tasks (a few seconds).
 
-    check = copy_check(model, chat, 12, seed=cfg.seed)
+    The tasks are the same whatever ``cfg.seed`` (:data:`tirl.sft_swe_copy.COPY_CHECK_SEED`), so the checks of
+    runs with different seeds compare (before, two runs of the same weights at seeds 0 and 1 read locate 5/12
+    and 6/12).
+    """
+    from tirl.sft_swe_copy import COPY_CHECK_SEED, copy_check
+
+    check = copy_check(model, chat, 12, seed=COPY_CHECK_SEED)
     cfg.log(f"copy check {when} the warm-up (12 validation tasks, greedy, exact turn): {check.line()}")
 
 

@@ -325,7 +325,11 @@ class CopyCheck:
         return " · ".join(f"{k} {h}/{n} (tokens {self.token_rate(k):.0%})" for k, (h, n) in self.counts.items())
 
 
-def copy_check(model: Any, chat: ChatFormat, n: int = 12, *, seed: int = 0) -> CopyCheck:
+#: The validation draw of :func:`copy_check` that ``tirl sft`` logs, whatever the run's ``--seed``.
+COPY_CHECK_SEED = 0
+
+
+def copy_check(model: Any, chat: ChatFormat, n: int = 12, *, seed: int = COPY_CHECK_SEED) -> CopyCheck:
     """Teacher-forced greedy exact match of the expert's copy turns on ``n`` validation tasks.
 
     Task ``k`` follows the expert's way ``k % 3`` (``cat -n``, a bare grep then ``sed -n``, ``grep -n -A``),
@@ -373,6 +377,7 @@ def copy_check(model: Any, chat: ChatFormat, n: int = 12, *, seed: int = 0) -> C
 
 
 __all__ = [
+    "COPY_CHECK_SEED",
     "COPY_KINDS",
     "RANDOM_LETTERS",
     "SHORT_SHARE",

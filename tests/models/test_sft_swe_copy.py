@@ -31,6 +31,7 @@ from tirl.models.chat_format import SimpleChatFormat
 from tirl.models.tiny import TinyModelSpec, build_tiny_model
 from tirl.sft_config import SFTConfig
 from tirl.sft_swe_copy import (
+    COPY_CHECK_SEED,
     SHORT_SHARE,
     copy_check,
     copy_episode,
@@ -204,6 +205,26 @@ def test_tirl_sft_warms_up_on_the_swe_curriculum(chat: SimpleChatFormat) -> None
     assert lines[1].startswith("copy check before the warm-up (12 validation tasks, greedy, exact turn): locate ")
     assert lines[2].startswith("copy check after the warm-up") and " · fix 0/12 (tokens " in lines[2]
     assert any((p != q).any() for p, q in zip(model.parameters(), before, strict=True))
+
+
+def test_the_logged_copy_check_reads_the_same_tasks_whatever_the_run_seed(chat: SimpleChatFormat) -> None:
+    """Checks of runs with different ``--seed`` compare: the logged check's draw is COPY_CHECK_SEED's."""
+    from tirl.sft_recipe import _log_copy_check
+
+    model, _ = build_tiny_model(TINY)
+    by_seed = {seed: copy_check(model, chat, 12, seed=seed) for seed in (0, 1)}
+    assert by_seed[0].tokens != by_seed[1].tokens  # the draw matters (its turns' token counts differ)
+    logged: dict[int, list[str]] = {}
+    for seed in (0, 1):
+        logged[seed] = []
+        _log_copy_check(model, chat, SFTConfig(env="swe-lite", seed=seed, log=logged[seed].append), "after")
+    assert (
+        logged[0]
+        == logged[1]
+        == [
+            f"copy check after the warm-up (12 validation tasks, greedy, exact turn): {by_seed[COPY_CHECK_SEED].line()}"
+        ]
+    )
 
 
 def test_the_sft_log_names_the_split_its_evaluation_reads() -> None:
