@@ -1,4 +1,4 @@
-"""The statistics of ``tirl ablate``: collapse rule, Fisher, Wilcoxon, bootstrap CI, reward AUC.
+"""The statistics of ``tirl ablate`` and of paired evaluations: collapse, Fisher, McNemar, Wilcoxon, bootstrap, AUC.
 
 The collapse rule, Fisher's exact test, Wilcoxon's signed-rank test, a seeded bootstrap CI of a paired
 mean difference, and the area under a training-reward curve.
@@ -28,6 +28,8 @@ margins, every sign assignment, every bootstrap resample) and against published 
 * :func:`bootstrap_ci` — percentile bootstrap 95% CI of the mean of paired differences, seeded
   (``random.Random(seed)``), :data:`BOOTSTRAP_RESAMPLES` resamples; None below :data:`MIN_PAIRS_CI`
   pairs, where a percentile bootstrap is far too narrow (with 2 pairs of one sign it "excludes 0").
+* :func:`mcnemar_exact` — two-sided exact McNemar p-value of paired binary outcomes (the same tasks
+  solved or not before and after training): the binomial test of the discordant pairs at 1/2.
 * :func:`reward_auc` — the trapezoidal area under the per-step training reward, divided by the number of
   intervals (a curve that stays at r has area r; one step: its value).
 
@@ -90,6 +92,24 @@ def fisher_exact(a: int, n1: int, b: int, n2: int) -> float:
     lo, hi = max(0, k - n2), min(k, n1)
     p = sum(prob(x) for x in range(lo, hi + 1) if prob(x) <= observed * _REL_TOL)
     return min(1.0, p)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value of paired binary outcomes: ``b`` pairs changed one way, ``c`` the other.
+
+    Under the null a discordant pair goes either way with probability 1/2, so the p-value is the two-sided
+    binomial test of ``b`` in ``b + c`` at 1/2 (twice the smaller tail, at most 1); no discordant pair: 1.
+
+    >>> round(mcnemar_exact(0, 6), 4), round(mcnemar_exact(3, 3), 4), mcnemar_exact(0, 0)
+    (0.0312, 1.0, 1.0)
+    """
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {b} and {c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n
+    return min(1.0, 2 * tail)
 
 
 def _midranks(values: Sequence[float]) -> list[float]:
@@ -170,6 +190,7 @@ __all__ = [
     "collapsed",
     "excludes_zero",
     "fisher_exact",
+    "mcnemar_exact",
     "reward_auc",
     "wilcoxon_signed_rank",
 ]

@@ -15,6 +15,7 @@ from tirl.ablation_stats import (
     collapsed,
     excludes_zero,
     fisher_exact,
+    mcnemar_exact,
     reward_auc,
     wilcoxon_signed_rank,
 )
@@ -46,6 +47,26 @@ def _wilcoxon_by_enumeration(diffs: list[float]) -> float:
     lower = sum(1 for s in sums if s <= w + 1e-9) / len(sums)
     upper = sum(1 for s in sums if s >= w - 1e-9) / len(sums)
     return min(1.0, 2 * min(lower, upper))
+
+
+def _mcnemar_by_enumeration(b: int, c: int) -> float:
+    """Every way the b+c discordant pairs could have gone (each 1/2): share as far from even as the one seen."""
+    n = b + c
+    seen = abs(b - n / 2)
+    outcomes = list(itertools.product((0, 1), repeat=n))
+    return sum(1 for o in outcomes if abs(sum(o) - n / 2) >= seen - 1e-9) / len(outcomes)
+
+
+def test_mcnemar_matches_enumeration_and_published_values() -> None:
+    assert mcnemar_exact(0, 6) == pytest.approx(0.03125)  # 2 / 2^6
+    assert mcnemar_exact(1, 9) == pytest.approx(22 / 1024)  # 2 (1 + 10) / 2^10
+    assert mcnemar_exact(0, 0) == 1.0 and mcnemar_exact(4, 4) == 1.0
+    for b in range(9):
+        for c in range(9):
+            assert mcnemar_exact(b, c) == pytest.approx(_mcnemar_by_enumeration(b, c), abs=1e-12), (b, c)
+            assert mcnemar_exact(b, c) == mcnemar_exact(c, b)
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 3)
 
 
 def test_fisher_matches_enumeration_and_the_issue_figures() -> None:

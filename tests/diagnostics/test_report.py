@@ -45,7 +45,9 @@ def full_run_dir(root: Path) -> Path:
         "terminations": {"answered": 150, "max_turns": 50},
     }
     after = {"accuracy": 0.9, "n": 200, "correct": 180, "mean_turns": 3.9, "terminations": {"answered": 198, "void": 2}}
-    (run / "summary.json").write_text(json.dumps({"steps": 200, "eval/before": before, "eval/after": after}))
+    paired = {"n": 200, "both": 80, "gained": 100, "lost": 0, "neither": 20, "p_value": 1.6e-30}
+    summary = {"steps": 200, "eval/before": before, "eval/after": after, "eval/paired": paired}
+    (run / "summary.json").write_text(json.dumps(summary))
     (run / "config.json").write_text(json.dumps({"model": {"generator": "hf", "device": "cpu"}}))
     (run / "tb").mkdir()
     (run / "tb" / "events.out.tfevents.1.host").write_bytes(b"")
@@ -79,6 +81,7 @@ def test_report_is_self_contained_with_all_sections(report: Path) -> None:
     for text in ("Training: ", "void_leak", "Pipeline: ", "runner", "backpressure", "Trajectory audit", "1 void"):
         assert text in page
     assert "accuracy 0.400 → 0.900" in page and "<td>max_turns</td><td>50</td><td>0</td>" in page
+    assert "Task by task: 100 solved after only, 0 before only, 80 both, 20 neither (McNemar exact p = 1.6e-30)" in page
     assert 'class="verdict expected">runner (normal for this job)' in page  # the in-process CPU generator
     assert "events" not in page or "1 event file(s)" in page
 

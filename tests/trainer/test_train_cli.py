@@ -43,9 +43,9 @@ def _main(args: list[str], capsys) -> tuple[int, str]:
 def test_train_writes_the_run_directory_and_eval_reads_the_checkpoint(model_dir: Path, tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     args = ["train", "--model", str(model_dir), "--steps", "2", "--run-dir", str(run_dir), *TINY]
-    code, out = _main([*args, "--set", "env.eval_size=4", "--set", "trainer.checkpoint_every=1"], capsys)
+    code, out_train = _main([*args, "--set", "env.eval_size=4", "--set", "trainer.checkpoint_every=1"], capsys)
     assert code == 0
-    assert f"run directory: {run_dir}" in out
+    assert f"run directory: {run_dir}" in out_train
     for name in ("config.json", "metrics.jsonl", "trajectories.jsonl", "pipeline_trace.jsonl", "summary.json"):
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
@@ -66,6 +66,14 @@ def test_train_writes_the_run_directory_and_eval_reads_the_checkpoint(model_dir:
     res = json.loads(out.strip().splitlines()[-1])
     assert res["n"] == 4 and res["model"].endswith("step-2/model")
     assert res["accuracy"] == summary["eval/accuracy_after"]  # same held-out set, greedy decoding
+    assert res["tasks"] == summary["eval/after"]["tasks"]  # task by task, the same episodes
+    ids = [row["id"] for row in summary["eval/before"]["tasks"]]
+    assert len(set(ids)) == 4 and ids == [row["id"] for row in summary["eval/after"]["tasks"]]
+    paired = summary["eval/paired"]  # the four cells add up to the tasks, each cell counted from the task lists
+    cells = {(b["correct"], a["correct"]) for b, a in zip(summary["eval/before"]["tasks"], res["tasks"], strict=True)}
+    assert paired["n"] == 4 == paired["both"] + paired["gained"] + paired["lost"] + paired["neither"]
+    assert (paired["gained"] > 0) == ((False, True) in cells) and 0 < paired["p_value"] <= 1
+    assert "task by task: " in out_train
     # a finished run can be extended: --resume with more steps continues at step 3, keeps eval_before.json
     before = (run_dir / "eval_before.json").read_text()
     code, out = _main(["train", "--resume", str(run_dir), "--steps", "3", "--no-progress"], capsys)

@@ -133,6 +133,7 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
         "terminations": rep.terminations,
         "mean_turns": rep.mean_turns,
         "wall_s": rep.wall_s,
+        "tasks": [o.to_dict() for o in rep.outcomes()],
     }
 
 

@@ -232,6 +232,12 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
             f"eval accuracy ({summary['eval/n']} {_split(cfg)} {run_label(cfg)} tasks): "
             f"{summary['eval/accuracy_before']:.3f} before -> {summary['eval/accuracy_after']:.3f} after"
         )
+        paired = summary.get("eval/paired")
+        if paired:
+            print(
+                f"  task by task: {paired['gained']} solved after only, {paired['lost']} before only, "
+                f"{paired['both']} both, {paired['neither']} neither (McNemar exact p = {paired['p_value']:.3g})"
+            )
     print(f"run directory: {run_dir}")
     return 0
 

@@ -7,6 +7,10 @@ sampling for ``eval/accuracy_*``) and one episode per task. An episode that
 fails (``init_failed``, ``error``, ``timeout``, ``eval_failed``) counts as
 wrong; it is never dropped from ``n``.
 
+Each report lists its tasks' outcomes (:class:`TaskOutcome`, in the JSON of ``eval_before.json``,
+``summary.json`` and ``tirl eval --json``), so two evaluations of the same tasks compare pair by pair
+(:class:`PairedChange`: McNemar's exact test).
+
 Not covered: pass@k (one sample per task) and writing a pipeline trace (the
 evaluation strategy has no trace file).
 """
@@ -17,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tirl.config import RolloutConfig
 from tirl.envs.base import Task
@@ -25,6 +30,65 @@ from tirl.types import Trajectory
 
 #: Episodes in flight during an evaluation (a batched generator fills its batches from them).
 EVAL_CONCURRENCY = 64
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutcome:
+    """How one task's evaluation episode ended: ``id`` is the task's id (the trajectory's group)."""
+
+    id: str
+    correct: bool
+    termination: str
+    turns: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record (keys as the field names)."""
+        return {"id": self.id, "correct": self.correct, "termination": self.termination, "turns": self.turns}
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> TaskOutcome:
+        """The outcome that :meth:`to_dict` wrote."""
+        return cls(id=str(row["id"]), correct=bool(row["correct"]), termination=str(row["termination"]),
+                   turns=int(row["turns"]))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PairedChange:
+    """Two evaluations of the same tasks, pair by pair: solved by both, by one of them, by neither.
+
+    ``p_value`` is McNemar's exact two-sided test (:func:`tirl.ablation_stats.mcnemar_exact`) of
+    ``gained`` (solved after only) against ``lost`` (before only). Only the tasks both evaluations hold are
+    paired (``n``); a task id that appears twice in one of them is refused.
+    """
+
+    n: int
+    both: int
+    gained: int
+    lost: int
+    neither: int
+    p_value: float
+
+    @classmethod
+    def of(cls, before: Sequence[TaskOutcome], after: Sequence[TaskOutcome]) -> PairedChange:
+        """Pair ``before`` and ``after`` by task id."""
+        from tirl.ablation_stats import mcnemar_exact
+
+        maps = []
+        for outcomes in (before, after):
+            by_id = {o.id: o.correct for o in outcomes}
+            if len(by_id) != len(outcomes):
+                raise ValueError("a task id appears twice in one evaluation: its episodes cannot be paired")
+            maps.append(by_id)
+        ids = [i for i in maps[0] if i in maps[1]]
+        cells = Counter((maps[0][i], maps[1][i]) for i in ids)
+        gained, lost = cells[(False, True)], cells[(True, False)]
+        return cls(n=len(ids), both=cells[(True, True)], gained=gained, lost=lost, neither=cells[(False, False)],
+                   p_value=mcnemar_exact(gained, lost))  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record (keys as the field names)."""
+        return {"n": self.n, "both": self.both, "gained": self.gained, "lost": self.lost,
+                "neither": self.neither, "p_value": self.p_value}  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -43,6 +107,19 @@ class EvalReport:
     def accuracy(self) -> float:
         """Fraction of tasks answered correctly (failed episodes count as wrong)."""
         return self.correct / self.n if self.n else 0.0
+
+    def outcomes(self) -> list[TaskOutcome]:
+        """Each episode's task and end, sorted by task id (an episode without a task id gets its own id)."""
+        rows = [
+            TaskOutcome(
+                id=t.group or t.id,
+                correct=t.correct is True,
+                termination=t.termination.value if t.termination else "none",
+                turns=len(t.turns),
+            )
+            for t in self.trajectories
+        ]
+        return sorted(rows, key=lambda o: o.id)
 
     @classmethod
     def of(cls, trajs: Sequence[Trajectory], wall_s: float) -> EvalReport:

@@ -50,7 +50,7 @@ from tirl.fileio import write_text
 from tirl.inference.base import Startable
 from tirl.integrations.wandb_sink import metric_sinks
 from tirl.jsonl import read_json
-from tirl.rollout.evaluation import EvalReport
+from tirl.rollout.evaluation import EvalReport, PairedChange, TaskOutcome
 from tirl.trainer.checkpoint import ResumePoint, resume_point, warn_skipped
 from tirl.trainer.failfast import failed_error, summarize_failures
 from tirl.trainer.learner import RankGroup, build_learner, load_reference
@@ -69,7 +69,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def eval_record(report: EvalReport) -> dict[str, Any]:
-    """The JSON record of one held-out evaluation (``eval_before.json``, ``summary.json``)."""
+    """The JSON record of one held-out evaluation (``eval_before.json``, ``summary.json``), with each task's end."""
     return {
         "accuracy": report.accuracy,
         "n": report.n,
@@ -77,7 +77,16 @@ def eval_record(report: EvalReport) -> dict[str, Any]:
         "wall_s": report.wall_s,
         "terminations": report.terminations,
         "mean_turns": report.mean_turns,
+        "tasks": [o.to_dict() for o in report.outcomes()],
     }
+
+
+def paired_record(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+    """The task-by-task comparison of two :func:`eval_record` s (None: one has no task list, an older run's)."""
+    if "tasks" not in before or "tasks" not in after:
+        return None
+    rows = [[TaskOutcome.from_dict(r) for r in rec["tasks"]] for rec in (before, after)]
+    return PairedChange.of(rows[0], rows[1]).to_dict()
 
 
 def write_report(run_dir: Path) -> str | None:
@@ -232,7 +241,7 @@ class TrainingRun:
         before = read_json(before_path)
         after = await self.evaluate("after training")
         log_eval_scalars(self.run_dir, [(0, before), (self.cfg.trainer.steps, after)])
-        return {
+        out = {
             "eval/accuracy_before": before["accuracy"],
             "eval/accuracy_after": after["accuracy"],
             "eval/n": after["n"],
@@ -240,6 +249,10 @@ class TrainingRun:
             "eval/before": before,
             "eval/after": after,
         }
+        paired = paired_record(before, after)
+        if paired is not None:
+            out["eval/paired"] = paired
+        return out
 
     async def cleanup(self) -> None:
         """Close everything ``setup`` opened."""
