@@ -164,3 +164,15 @@ def test_run_name_names_the_run_directory_under_run_dir(model_dir: Path, tmp_pat
         assert code == 0 and f"run directory: {root / name}" in out
         assert json.loads((root / name / "config.json").read_text())["trainer"]["run_name"] == "probe"
     assert sorted(p.name for p in root.iterdir()) == ["probe", "probe-2"]
+
+
+def test_eval_warns_when_the_token_cap_exceeds_the_models_positions(model_dir: Path, capsys) -> None:
+    """``tirl train`` said so already; ``tirl eval`` evaluated silently with every long episode ended overlong."""
+    quick = ["--n", "1", "--set", "generation.max_new_tokens=4", "--set", "trainer.threads=1", "--json"]
+    for cap, warned in ((4096, True), (200, False)):
+        capsys.readouterr()
+        code = main(["eval", "--model", str(model_dir), *quick, "--set", f"generation.max_total_tokens={cap}"])
+        err = capsys.readouterr().err
+        assert code == 0
+        line = f"warning: generation.max_total_tokens={cap} exceeds the 256 positions of the model at {model_dir}"
+        assert (line in err) is warned, err

@@ -20,13 +20,14 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tirl.cli import elapsed
 from tirl.config import TirlConfig, resolve_config
 from tirl.errors import InputError
-from tirl.trainer.preflight import preflight, run_label
+from tirl.trainer.preflight import context_warning, preflight, run_label
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,7 +80,12 @@ def _config(args: argparse.Namespace) -> TirlConfig:
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
     cfg = resolved.config
-    preflight(cfg, model_path=_model_dir(args.model))
+    model_dir = _model_dir(args.model)
+    preflight(cfg, model_path=model_dir)
+    seen = cfg if model_dir is None else replace(cfg, model=replace(cfg.model, path=model_dir))
+    warning = context_warning(seen)  # the cap beyond the model's positions: every long episode ends overlong
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     if base is not None:  # after the checks: a refused command prints its one error line only
         what = f"env {cfg.env.name}" + (f", tasks_file {cfg.env.tasks_file}" if cfg.env.tasks_file else "")
         print(f"note: evaluating on the run's tasks ({what}) from {Path(args.model) / 'config.json'} — "
