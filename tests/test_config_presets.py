@@ -93,10 +93,14 @@ def test_tirl_sft_demonstrates_swe_lite_with_the_turns_and_caps_tirl_train_uses(
 
 
 def test_train_warns_when_the_episode_cap_exceeds_the_models_positions(tmp_path: Path) -> None:
+    from tirl.models.builtin import builtin_model_path
     from tirl.trainer.preflight import context_warning
 
-    warning = context_warning(load_config(None, ["env.name=swe-lite"]))  # tiny-tir: 1,024 positions
+    tiny_tir = f"model.path={builtin_model_path()}"
+    warning = context_warning(load_config(None, ["env.name=swe-lite", tiny_tir]))  # tiny-tir: 1,024 positions
     assert warning is not None and "max_total_tokens=6144" in warning and "1024 positions" in warning
+    assert context_warning(load_config(None, ["env.name=swe-lite"])) is None  # tiny-swe: 6,144 positions
     assert context_warning(load_config(None, [])) is None  # tir-chain: 512 tokens in tiny-chain's 1,024
-    assert context_warning(load_config(None, ["env.name=swe-lite", "generation.max_total_tokens=1024"])) is None
+    fits = load_config(None, ["env.name=swe-lite", tiny_tir, "generation.max_total_tokens=1024"])
+    assert context_warning(fits) is None
     assert context_warning(load_config(None, ["env.name=swe-lite", f"model.path={tmp_path}"])) is None  # unreadable

@@ -239,8 +239,8 @@ async def test_the_docs_walkthrough_runs_as_written(sandbox: Sandbox, shared_tmp
 def test_one_training_step_on_exported_rows_through_skyrl_gym(shared_tmp: Path) -> None:
     """``tirl train --env skyrl-gym:swe-lite`` on an exported file: the trained rows ran in swe-lite and were judged.
 
-    About 8-15 s (6 CPU-s) at load ~5: the built-in tiny model, 2 prompts x 2, 24 new tokens; its turns are
-    void (it was not trained on swe-lite), so this checks the wiring, not learning.
+    About 8-15 s (6 CPU-s) at load ~5: the env's built-in model (``tiny-swe``), 2 prompts x 2, 24 new tokens
+    and 3 turns (too few for its fixes), so this checks the wiring, not learning.
     """
     _export(shared_tmp / "x", "--n", "6")
     run_dir = shared_tmp / "run"

@@ -17,8 +17,9 @@ from tirl.sandbox import create_sandbox
 
 def test_builtin_path_is_chosen_by_env_name() -> None:
     assert builtin_model_path("tir-chain").name == "tiny-chain"
-    assert builtin_model_path("tir-math") == builtin_model_path() == builtin_model_path("swe-lite")
+    assert builtin_model_path("tir-math") == builtin_model_path() == builtin_model_path("swe-lite", tools=True)
     assert builtin_model_path().name == "tiny-tir"
+    assert builtin_model_path("swe-lite").name == builtin_model_path("skyrl-gym:swe-lite").name == "tiny-swe"
     assert "--env tir-chain" in BUILTIN_MODELS["tir-chain"][1]
 
 

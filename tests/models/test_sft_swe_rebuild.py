@@ -1,7 +1,7 @@
 """``tirl sft --env swe-lite`` is a byte-identical recipe: the same command twice writes the same checkpoint.
 
-The shipped warm start for swe-lite (``tiny-swe``) must be rebuilt byte-identically by one command; that
-asset does not ship yet (docs/training.md, "The SWE job"), so this checks the recipe behind it at a quick
+The shipped warm start for swe-lite (``tiny-swe``) is rebuilt by a chain of five such commands
+(``tirl.models.builtin.SWE_SFT_COMMAND``, about 1 h 45 min); this checks the recipe behind each stage at a quick
 size: ``tirl sft --env swe-lite --init src/tirl/assets/tiny-tir`` run twice as a subprocess (4
 demonstrations through the real swe-lite env, sandbox and pytest judge; 2 steps; one greedy held-out
 episode), and every file of the two checkpoints but the card (it holds the wall time) compared byte for
