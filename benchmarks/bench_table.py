@@ -353,10 +353,10 @@ BENCHMARKS: tuple[Bench, ...] = (
         "pipeline_real",
         "bench_pipeline.py",
         "The same strategies on the real SWE job (`--real`): swe-lite's preset (10 turns of 384 tokens), its "
-        "curriculum tasks, real workspaces and the real pytest judge in the sandbox, the built-in policy in this "
-        "process (one CPU for the generator, the env's Python and the sandbox), 16 tasks x 4 samples, every "
-        "strategy at the same live-environment budget; untimed warm-up first. The built-in policy solves none of "
-        "these tasks, so most episodes end early (void or capped): the figures describe that workload.",
+        "curriculum tasks, real workspaces and the real pytest judge in the sandbox, the env's built-in policy "
+        "(`tiny-swe`, the swe-lite warm start, sampled at temperature 1) in this process (one CPU for the "
+        "generator, the env's Python and the sandbox), 16 tasks x 4 samples, every strategy at the same "
+        "live-environment budget; untimed warm-up first. Its episodes run most of their 10 turns.",
         ("--real",),
         REAL_QUICK,
         _pipeline_real_figures(),

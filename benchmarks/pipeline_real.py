@@ -20,10 +20,13 @@ once, and ``rss_peak_mb``: this process's peak RSS during the entry above its
 RSS at the entry's start (``/proc/self/clear_refs`` resets the peak; Linux
 only, else None).
 
+The env's built-in model is ``tiny-swe`` (the swe-lite warm start: 28 of 200
+held-out bugs fixed greedily), sampled at temperature 1 as ``tirl train``
+samples; its episodes run most of the 10 turns.
+
 Not covered: the sandbox's and pytest's own processes (their memory is not in
 this process's RSS; the live-env count is the proxy), and a policy that
-solves the tasks (with the built-in model most episodes end void early, so
-the evaluator sees fewer submissions than a trained agent would give it).
+solves most tasks (at temperature 1 ``tiny-swe`` rarely submits a fix).
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def _real_parts(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, str]:
 
         policy = load_policy(args.model or None, device=args.device, env="swe-lite")
         model, tokenizer, chat, what = policy.model, policy.tokenizer, policy.chat, str(policy.path)
-    except Exception as exc:  # the built-in checkpoint is not built yet: same architecture, random weights
+    except Exception as exc:  # the built-in checkpoint is missing: same architecture, random weights
         if args.model:
             raise
         from tirl.models.chat_format import chat_format_for
