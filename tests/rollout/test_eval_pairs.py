@@ -55,6 +55,11 @@ def test_paired_change_counts_each_cell_and_tests_the_discordant_pairs() -> None
         200, cells[(True, True)], cells[(False, True)], cells[(True, False)], cells[(False, False)]
     )  # fmt: skip
     assert got.p_value == mcnemar_exact(cells[(False, True)], cells[(True, False)]) < 0.05
+    assert PairedChange.from_dict(got.to_dict()) == got
+    assert got.line() == (
+        f"{got.gained} solved after only, {got.lost} before only, {got.both} both, {got.neither} neither "
+        f"(McNemar exact p = {got.p_value:.3g})"
+    )
     assert PairedChange.of([TaskOutcome("a", True, "x", 1)], [TaskOutcome("a", True, "x", 1)]).p_value == 1.0
     with pytest.raises(ValueError, match="twice"):
         PairedChange.of([TaskOutcome("a", True, "x", 1)] * 2, [TaskOutcome("a", True, "x", 1)])

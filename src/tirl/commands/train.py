@@ -234,10 +234,9 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
         )
         paired = summary.get("eval/paired")
         if paired:
-            print(
-                f"  task by task: {paired['gained']} solved after only, {paired['lost']} before only, "
-                f"{paired['both']} both, {paired['neither']} neither (McNemar exact p = {paired['p_value']:.3g})"
-            )
+            from tirl.rollout.evaluation import PairedChange
+
+            print(f"  task by task: {PairedChange.from_dict(paired).line()}")
     print(f"run directory: {run_dir}")
     return 0
 

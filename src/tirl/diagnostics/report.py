@@ -206,14 +206,10 @@ def _eval_section(summary: dict[str, Any]) -> str:
         for k in kinds
     )
     n = after.get("n", "?")
+    from tirl.rollout.evaluation import PairedChange
+
     paired = summary.get("eval/paired")
-    pairs = (
-        f" Task by task: {int(paired['gained'])} solved after only, {int(paired['lost'])} before only, "
-        f"{int(paired['both'])} both, {int(paired['neither'])} neither (McNemar exact p = "
-        f"{float(paired['p_value']):.3g})."
-        if isinstance(paired, dict)
-        else ""
-    )
+    pairs = f" Task by task: {PairedChange.from_dict(paired).line()}." if isinstance(paired, dict) else ""
     return (
         f"<h2>Evaluation</h2><p>{html.escape(str(n))} tasks, greedy: accuracy {before.get('accuracy', 0):.3f} → "
         f"{after.get('accuracy', 0):.3f}.{pairs}</p><div class='plots'>{img}</div>"

@@ -90,6 +90,19 @@ class PairedChange:
         return {"n": self.n, "both": self.both, "gained": self.gained, "lost": self.lost,
                 "neither": self.neither, "p_value": self.p_value}  # fmt: skip
 
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> PairedChange:
+        """The comparison that :meth:`to_dict` wrote."""
+        return cls(n=int(row["n"]), both=int(row["both"]), gained=int(row["gained"]), lost=int(row["lost"]),
+                   neither=int(row["neither"]), p_value=float(row["p_value"]))  # fmt: skip
+
+    def line(self) -> str:
+        """The cells and the p-value in words (``tirl train``'s last lines, report.html)."""
+        return (
+            f"{self.gained} solved after only, {self.lost} before only, {self.both} both, {self.neither} neither "
+            f"(McNemar exact p = {self.p_value:.3g})"
+        )
+
 
 @dataclass(slots=True)
 class EvalReport:
