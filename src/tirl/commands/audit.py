@@ -1,29 +1,124 @@
-"""``tirl audit TRAJ.jsonl``: void turns with reasons, the detector-too-eager rate, turn/length/tool-error stats."""
+"""``tirl audit TRAJ.jsonl|RUN_DIR``: void turns, tool errors and, for test-judged rewards, the verdict checks.
+
+Void turns with reasons, the detector-too-eager rate, turn/length/tool-error stats and, for test-judged
+rewards (swe-lite), the checks of :mod:`tirl.diagnostics.verdicts`; ``--rejudge`` replays the rewarded
+episodes (:mod:`tirl.envs.swe_replay`).
+
+A run directory's own ``config.json`` gives the action rule (as the run judged its turns) and, for
+``--rejudge``, the env, the sandbox and the task file; ``--config`` does the same for a bare file
+(a run directory and ``--config`` together are refused). Without either, the rule is tirl's default and
+the re-judge replays on swe-lite's preset. Exit status: 0, or 1 when ``--rejudge`` finds a reward that
+is not earned (``outside_sources`` or ``not_reproduced``); bad input is one ``error:`` line, exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
-from tirl.commands.filter import add_rule_arguments, rules_from_args
-from tirl.diagnostics.audit import audit_file
+from tirl.commands.filter import add_rule_arguments
+from tirl.config import TirlConfig, config_from_dict, load_config, resolve_config
+from tirl.diagnostics.audit import audit_trajectories
 from tirl.diagnostics.render import print_audit
-from tirl.jsonl import dumps_json
+from tirl.errors import InputError
+from tirl.filters import RuleOptions, rules_with_options
+from tirl.jsonl import dumps_json, read_trajectories
+from tirl.types import Trajectory
+
+SWE_ENVS = ("swe-lite", "skyrl-gym:swe-lite")
+SUSPECT = ("outside_sources", "not_reproduced")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``tirl audit`` (the rule options are those of ``tirl filter``)."""
     parser.add_argument("input", type=Path, help="trajectory JSONL (or a run directory with trajectories.jsonl)")
     add_rule_arguments(parser)
+    parser.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="swe-lite: replay every rewarded trajectory in the sandbox and judge its edits on the task's own "
+        "files alone (exit 1 when a reward is not earned)",
+    )
     parser.add_argument("--json", action="store_true", help="print the audit as JSON")
 
 
+def _run_config(args: argparse.Namespace) -> tuple[TirlConfig | None, str]:
+    """The config the trajectories were made under (``None``: not known) and where it came from."""
+    saved = args.input / "config.json" if args.input.is_dir() else None
+    if saved is not None and saved.is_file():
+        if args.config is not None:
+            fix = "drop --config: a run's trajectories are audited under the config that made them"
+            raise InputError(str(args.config), None, f"{args.input} is a run directory with its own config.json", fix)
+        try:
+            data = json.loads(saved.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            fix = "restore the config.json tirl wrote, or audit the trajectories file itself"
+            raise InputError(str(saved), None, f"cannot read the run's config: {exc}", fix) from None
+        return config_from_dict(data), str(saved)
+    if args.config is not None:
+        return load_config(args.config), str(args.config)
+    return None, ""
+
+
+def _replay_config(cfg: TirlConfig | None, where: str) -> TirlConfig:
+    if cfg is None:
+        return resolve_config(None, ["env.name=swe-lite"]).config
+    if cfg.env.name not in SWE_ENVS:
+        raise InputError(where, None, f"--rejudge replays swe-lite episodes, and this config's env is "
+                         f"{cfg.env.name!r}", "drop --rejudge (its rewards are answer matches: see the "
+                         "detector-too-eager check), or give the swe-lite run's config")  # fmt: skip
+    return cfg
+
+
+def _rejudge(trajectories: list[Trajectory], cfg: TirlConfig, rules: Any) -> list[Any]:
+    """Replay the rewarded trajectories on ``cfg``'s sandbox and tasks (:mod:`tirl.envs.swe_replay`)."""
+    from tirl.envs.registry import load_tasks
+    from tirl.envs.swe_lite import SweLiteEnv
+    from tirl.envs.swe_replay import rejudge_rewarded
+    from tirl.sandbox import create_sandbox
+
+    tasks = None
+    if cfg.env.tasks_file:
+        tasks = {t.id: t for t in load_tasks(cfg.env, 10**9)}
+
+    async def main() -> list[Any]:
+        sandbox = create_sandbox(cfg.sandbox)
+        try:
+            return await rejudge_rewarded(
+                trajectories,
+                lambda: SweLiteEnv(sandbox=sandbox, max_turns=cfg.env.max_turns, rules=rules),
+                tasks,
+            )
+        finally:
+            await sandbox.close()
+
+    return asyncio.run(main())
+
+
 def run(args: argparse.Namespace) -> int:
-    """Audit the file with the same rule options as ``tirl filter``."""
+    """Audit the file under the run's (or ``--config``'s) rule, with the rule options applied."""
     path = args.input / "trajectories.jsonl" if args.input.is_dir() else args.input
-    report = audit_file(path, rules_from_args(args))
+    cfg, where = _run_config(args)
+    langs = None if args.exec_langs is None else RuleOptions.parse_langs(args.exec_langs)
+    options = RuleOptions(exec_langs=langs, no_boxed=args.no_boxed, no_answer_tags=args.no_answer_tags)
+    replay_cfg = _replay_config(cfg, where) if args.rejudge else None
+    rules = rules_with_options(cfg if cfg is not None else load_config(None), options)
+    trajectories = [t for _, t in read_trajectories(path)]
+    report = audit_trajectories(trajectories, rules)
+    data = report.to_dict()
+    suspect = 0
+    if replay_cfg is not None:
+        from tirl.diagnostics.verdicts import rejudge_summary
+
+        replay_rules = rules_with_options(replay_cfg, options)
+        summary = rejudge_summary(_rejudge(trajectories, replay_cfg, replay_rules))
+        data["rejudged"] = summary
+        suspect = sum(summary["by_status"].get(s, 0) for s in SUSPECT)
     if args.json:
-        print(dumps_json(report.to_dict(), indent=2))
+        print(dumps_json(data, indent=2))
     else:
-        print_audit(report.to_dict(), str(path))
-    return 0
+        print_audit(data, str(path))
+    return 1 if suspect else 0

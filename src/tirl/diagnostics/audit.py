@@ -25,6 +25,9 @@ Tool errors are read from tool messages in tirl's observation format
 (``[timed out]``, ``[memory limit exceeded]``, ``[exit status N]``,
 ``[sandbox error: …]``) and from Python exception lines (``NameError: …``,
 ``Traceback``). Not covered: other frameworks' error conventions beyond these.
+
+Test-judged rewards (swe-lite) get the checks of :mod:`tirl.diagnostics.verdicts` (``verdicts``:
+``None`` when no trajectory recorded test counts).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.answers import answers_match
+from tirl.diagnostics.verdicts import audit_verdicts
 from tirl.filters.void_turn import judge_trajectory
 from tirl.jsonl import read_trajectories
 from tirl.parsing import DEFAULT_RULES, ParseRules, scan_fences
@@ -257,6 +261,7 @@ def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAU
         "length": {"unit": unit, **_dist([_length(t, unit) for t in trajectories])},
         **_tool_errors(trajectories),
         "terminations": dict(terminations.most_common()),
+        "verdicts": audit_verdicts(trajectories),
     }
     return AuditReport(data)
 

@@ -168,3 +168,33 @@ def print_audit(data: dict[str, Any], path: str, console: Console | None = None)
         console.print(f"  {kind}: {row['count']} (e.g. {', '.join(row['examples'])})")
     if data["terminations"]:
         console.print("terminations: " + ", ".join(f"{k}={v}" for k, v in data["terminations"].items()))
+    _print_verdicts(data.get("verdicts"), data.get("rejudged"), console)
+
+
+def _ids(row: dict[str, Any]) -> str:
+    return f" (e.g. {', '.join(row['examples'])})" if row.get("examples") else ""
+
+
+def _print_verdicts(verdicts: dict[str, Any] | None, rejudged: dict[str, Any] | None, console: Console) -> None:
+    """The test-judged rewards' checks (:mod:`tirl.diagnostics.verdicts`) and the re-judge, when present."""
+    if verdicts is not None:
+        rewarded, mismatched = verdicts["rewarded"], verdicts["mismatched"]
+        unjudged = verdicts["rewarded_without_counts"]
+        console.print(
+            f"test verdicts: {verdicts['judged']} trajectories with test counts, {rewarded['count']} rewarded; "
+            f"reward above its verdict: {mismatched['count']}{_ids(mismatched)}; "
+            f"rewarded without counts: {unjudged['count']}{_ids(unjudged)}"
+        )
+        if verdicts["signs"]:
+            console.print("signs of tampering in what the agent ran (a reason to look, not a verdict):")
+            for kind, row in verdicts["signs"].items():
+                console.print(f"  {kind}: {row['count']} trajectories, {row['rewarded']} rewarded{_ids(row)}")
+        else:
+            console.print("signs of tampering in what the agent ran: none")
+    if rejudged is not None:
+        counts = ", ".join(f"{k} {v}" for k, v in rejudged["by_status"].items())
+        console.print(f"re-judged {rejudged['rewarded']} rewarded trajectories: {counts}")
+        for item in rejudged["items"]:
+            if item["status"] != "confirmed":
+                extra = f"; agent's other files: {', '.join(item['extra_files'])}" if item["extra_files"] else ""
+                console.print(f"  {item['status']}: {item['id']} (task {item['task']}): {item['detail']}{extra}")

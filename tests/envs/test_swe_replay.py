@@ -1,0 +1,183 @@
+"""Re-judging rewarded swe-lite episodes through the real sandbox and judge (tirl.envs.swe_replay, `tirl audit --rejudge`).
+
+Each trajectory here is played for real (SweLiteEnv, the sandbox, the hidden tests judged by the scorer), then
+re-judged: an expert fix is confirmed, a fix that lives in a module the agent added is ``outside_sources``, a
+record whose reward was raised after the fact is ``not_reproduced``, an unknown task is ``unresolved``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tirl.cli import main
+from tirl.envs.base import Task
+from tirl.envs.swe_replay import MAX_SOURCE_BYTES, _own_files, find_task, rejudge, rejudge_rewarded
+from tirl.envs.tasks.swe_curriculum import bug_of, generate_curriculum
+from tirl.envs.tasks.swe_experts import bash_turn, curriculum_expert_solution, fix_command, wrong_fix_solution
+from tirl.envs.tasks.swe_gen import generate_swe_tasks
+from tirl.sandbox._tree import empty_dir
+from tirl.types import Message, Role, Trajectory
+
+TASK = generate_curriculum(1, seed=3, split="validation")[0]
+
+
+async def play(make_swe, task: Task, turns: list[str], traj_id: str) -> Trajectory:  # type: ignore[no-untyped-def]
+    """One real episode of scripted assistant turns, recorded as the pipeline records it."""
+    env = make_swe(max_turns=12)
+    messages = await env.reset(task)
+    for text in turns:
+        action = Message(role=Role.ASSISTANT, content=text)
+        messages.append(action)
+        step = await env.step(action)
+        messages += step.observation
+        if step.terminated or step.truncated:
+            break
+    result = await env.evaluate()
+    await env.close()
+    return Trajectory(
+        id=traj_id, messages=messages, group=task.id, reward=result.reward, correct=result.correct,
+        info={"eval": dict(result.info)},
+    )  # fmt: skip
+
+
+def helper_module_fix(task: Task) -> list[str]:
+    """A fix that works only with a file the task did not have: the fixed code in a new module, core.py importing it."""
+    module = str(task.data["module"])
+    package = module.split("/")[0]
+    fixed = f"{package}/fixed.py"
+    return [
+        bash_turn(f"cp {module} {fixed}"),
+        bash_turn(fix_command(bug_of(task), fixed)),
+        bash_turn(f"printf 'from {package}.fixed import *  # noqa\\n' > {module}"),
+        bash_turn("python3 check.py"),
+        bash_turn("submit"),
+    ]
+
+
+def test_find_task_resolves_built_in_ids() -> None:
+    for task in generate_curriculum(3, seed=5, split="heldout") + generate_curriculum(2, seed=1, split="train"):
+        found = find_task(task.id)
+        assert found is not None and found.id == task.id and found.data == task.data
+    planted = generate_swe_tasks(6, seed=2)[5]
+    found = find_task(planted.id)
+    assert found is not None and found.data == planted.data
+    assert find_task("swec-nosuchpkg-f-wrong_operator-3-s0-1") is None
+    assert find_task("swe-s0-999999999-x-y") is None  # not generated that far
+    assert find_task("user-1") is None
+    own = Task(id="user-1", prompt="p", kind="swe-lite", data={})
+    assert find_task("user-1", {"user-1": own}) is own
+
+
+def test_own_files_never_follow_links_and_walk_any_depth(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "pkg" / "core.py").write_text("x = 1\n")
+    (ws / "check.py").symlink_to("/etc/passwd")  # a source replaced by a link: gone in the clean copy
+    (ws / "big.py").write_bytes(b"#" * (MAX_SOURCE_BYTES + 1))  # too large to carry: gone too
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "mod.py").write_text("secret\n")
+    (ws / "lib").symlink_to(outside, target_is_directory=True)  # a directory link: not entered
+    fd = os.open(ws, os.O_RDONLY)
+    for _ in range(1200):  # deeper than the recursion limit (os.makedirs itself would recurse)
+        os.mkdir("d", dir_fd=fd)
+        fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(parent)
+    os.close(os.open("conftest.py", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    os.close(fd)
+    try:
+        own, extra = _own_files(ws, {"pkg/core.py", "check.py", "big.py", "lib/mod.py"})
+    finally:
+        empty_dir(str(ws / "d"))  # pytest's recursive clean-up would not get through it
+    assert own == {"pkg/core.py": b"x = 1\n", "check.py": None, "big.py": None, "lib/mod.py": None}
+    assert "lib" in extra and any(p.endswith("/conftest.py") and p.count("/") == 1200 for p in extra)
+    assert not any(p.startswith("lib/") for p in extra)
+
+
+async def test_expert_fix_is_confirmed(make_swe) -> None:  # type: ignore[no-untyped-def]
+    traj = await play(make_swe, TASK, curriculum_expert_solution(TASK), "expert")
+    assert traj.reward == 1.0
+    out = await rejudge(traj, TASK, lambda: make_swe(max_turns=12))
+    assert (out.status, out.replayed, out.clean) == ("confirmed", 1.0, 1.0)
+
+
+async def test_a_reward_that_needs_an_added_file_is_outside_sources(make_swe) -> None:  # type: ignore[no-untyped-def]
+    traj = await play(make_swe, TASK, helper_module_fix(TASK), "helper")
+    assert traj.reward == 1.0  # the judge runs the workspace's code: the fix works there
+    out = await rejudge(traj, TASK, lambda: make_swe(max_turns=12))
+    assert (out.status, out.replayed, out.clean) == ("outside_sources", 1.0, 0.0)
+    package = str(TASK.data["module"]).split("/")[0]
+    assert f"{package}/fixed.py" in out.extra_files
+
+
+async def test_a_raised_reward_is_not_reproduced_and_unknown_tasks_are_unresolved(make_swe) -> None:  # type: ignore[no-untyped-def]
+    wrong = await play(make_swe, TASK, wrong_fix_solution(TASK), "edited")
+    assert wrong.reward == 0.0
+    wrong.reward = 1.0  # the record edited after the fact
+    stranger = Trajectory(id="stranger", messages=wrong.messages, group="user-task-9", reward=1.0)
+    unrewarded = Trajectory(id="zero", messages=wrong.messages, group=TASK.id, reward=0.0)
+    out = await rejudge_rewarded([wrong, stranger, unrewarded], lambda: make_swe(max_turns=12))
+    assert [(r.traj_id, r.status) for r in out] == [("edited", "not_reproduced"), ("stranger", "unresolved")]
+    assert out[0].replayed == 0.0 and out[0].clean is None
+
+
+@pytest.fixture
+def played_file(make_swe, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    async def all_four() -> list[Trajectory]:
+        conftest = bash_turn(
+            "cat > conftest.py <<'EOF'\nimport pytest\ndef pytest_collection_modifyitems(items):\n    items.clear()\n"
+            "EOF\nsubmit"
+        )
+        return [
+            await play(make_swe, TASK, curriculum_expert_solution(TASK), "expert"),
+            await play(make_swe, TASK, helper_module_fix(TASK), "helper"),
+            await play(make_swe, TASK, [conftest], "conftest"),
+            await play(make_swe, TASK, wrong_fix_solution(TASK), "edited"),
+        ]
+
+    rows = [t.to_dict() for t in asyncio.run(all_four())]
+    assert [r["reward"] for r in rows] == [1.0, 1.0, 0.0, 0.0]  # the hardened judge refuses the conftest trick
+    rows[3]["reward"] = 1.0
+    path = tmp_path / "swe.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_cli_verdicts_and_rejudge(played_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", str(played_file), "--json"]) == 0  # the file checks alone never fail the command
+    verdicts = json.loads(capsys.readouterr().out)["verdicts"]
+    assert verdicts["judged"] == 4 and verdicts["rewarded"]["count"] == 3
+    assert verdicts["mismatched"] == {"count": 1, "examples": ["edited"]}  # 1.0 against its own failing counts
+    assert verdicts["signs"]["pytest_config"] == {"count": 1, "examples": ["conftest"], "rewarded": 0}
+
+    assert main(["audit", str(played_file), "--rejudge", "--json"]) == 1
+    rejudged = json.loads(capsys.readouterr().out)["rejudged"]
+    assert rejudged["by_status"] == {"confirmed": 1, "outside_sources": 1, "not_reproduced": 1, "unresolved": 0}
+    assert {i["id"]: i["status"] for i in rejudged["items"]} == {
+        "expert": "confirmed", "helper": "outside_sources", "edited": "not_reproduced",
+    }  # fmt: skip
+
+    assert main(["audit", str(played_file), "--rejudge"]) == 1
+    text = capsys.readouterr().out
+    assert "re-judged 3 rewarded trajectories: confirmed 1, outside_sources 1, not_reproduced 1" in text
+    assert "reward above its verdict: 1 (e.g. edited)" in text
+
+
+def test_cli_refuses_a_rejudge_it_cannot_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trajectories.jsonl").write_text("")
+    (run / "config.json").write_text(json.dumps({"env": {"name": "tir-chain"}}))
+    assert main(["audit", str(run), "--rejudge"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "--rejudge replays swe-lite episodes" in err and err.count("\n") == 1
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    assert main(["audit", str(run), "--config", str(cfg)]) == 2
+    assert "is a run directory with its own config.json" in capsys.readouterr().err
