@@ -23,7 +23,8 @@ from tirl.commands.filter import add_rule_arguments
 from tirl.config import TirlConfig, config_from_dict, load_config, resolve_config
 from tirl.diagnostics.audit import audit_trajectories
 from tirl.diagnostics.render import print_audit
-from tirl.errors import InputError
+from tirl.envs.base import EnvError
+from tirl.errors import InputError, SetupError
 from tirl.filters import RuleOptions, rules_with_options
 from tirl.jsonl import dumps_json, read_trajectories
 from tirl.types import Trajectory
@@ -95,7 +96,11 @@ def _rejudge(trajectories: list[Trajectory], cfg: TirlConfig, rules: Any) -> lis
         finally:
             await sandbox.close()
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    except EnvError as exc:  # the sandbox itself broke: no verdict can be trusted, so none is printed
+        fix = "try `tirl sandbox exec` on a small file, or set sandbox.backend"
+        raise SetupError(f"the sandbox failed while re-judging: {exc}; {fix}") from None
 
 
 def run(args: argparse.Namespace) -> int:
