@@ -181,3 +181,24 @@ def test_cli_refuses_a_rejudge_it_cannot_do(tmp_path: Path, capsys: pytest.Captu
     cfg.write_text("")
     assert main(["audit", str(run), "--config", str(cfg)]) == 2
     assert "is a run directory with its own config.json" in capsys.readouterr().err
+
+
+def test_cli_a_broken_sandbox_is_one_error_line(
+    played_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The edge that cannot break on demand here (the sandbox itself failing) is faked: every run reports an error."""
+    import tirl.sandbox
+    from tirl.sandbox.base import ExecResult
+
+    class Broken:
+        async def run(self, *args: object, **kwargs: object) -> ExecResult:
+            return ExecResult("", "", None, error="bwrap: setting up uid map: Permission denied")
+
+        async def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(tirl.sandbox, "create_sandbox", lambda *a, **k: Broken())
+    assert main(["audit", str(played_file), "--rejudge"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: the sandbox failed while re-judging") and captured.err.count("\n") == 1
+    assert "re-judged" not in captured.out  # no verdict printed on a broken sandbox
