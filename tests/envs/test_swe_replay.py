@@ -1,4 +1,4 @@
-"""Re-judging rewarded swe-lite episodes through the real sandbox and judge (tirl.envs.swe_replay, `tirl audit --rejudge`).
+"""Re-judging rewarded swe-lite episodes for real (tirl.envs.swe_replay, `tirl audit --rejudge`).
 
 Each trajectory here is played for real (SweLiteEnv, the sandbox, the hidden tests judged by the scorer), then
 re-judged: an expert fix is confirmed, a fix that lives in a module the agent added is ``outside_sources``, a
