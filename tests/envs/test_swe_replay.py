@@ -68,8 +68,14 @@ def test_find_task_resolves_built_in_ids() -> None:
     assert find_task("swec-nosuchpkg-f-wrong_operator-3-s0-1") is None
     assert find_task("swe-s0-999999999-x-y") is None  # not generated that far
     assert find_task("user-1") is None
-    own = Task(id="user-1", prompt="p", kind="swe-lite", data={})
-    assert find_task("user-1", {"user-1": own}) is own
+    own = Task(id="user-1", prompt="p", kind="swe-lite", data={"repo": "r"})
+    assert find_task("user-1", {"user-1": own}) == own
+    # the trainer's per-step ids (s<step>-<i>-<task id>) resolve to the task, under the id the record holds
+    stepped = find_task(f"s4-1-{task.id}")
+    assert stepped is not None and stepped.id == f"s4-1-{task.id}" and stepped.data == task.data
+    assert find_task("s2-0-user-1", {"user-1": own}) == Task(id="s2-0-user-1", prompt="p", kind="swe-lite",
+                                                             data={"repo": "r"})  # fmt: skip
+    assert find_task("s2-0-user-2", {"user-1": own}) is None
 
 
 def test_own_files_never_follow_links_and_walk_any_depth(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ MAX_ENTRIES = 20_000
 EXTRA_SHOWN = 10
 _CURRICULUM_ID = re.compile(r"^(swec-.+)-s\d+-\d+$")
 _PLANTED_ID = re.compile(r"^swe-s(\d+)-(\d+)-")
+_STEP_PREFIX = re.compile(r"^s\d+-\d+-(.+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,20 @@ class Rejudgement:
 
 
 def find_task(task_id: str, tasks: Mapping[str, Task] | None = None) -> Task | None:
-    """The task with ``task_id``: from ``tasks`` first, else the built-in swe-lite generators; ``None`` if unknown."""
+    """The task with ``task_id``: from ``tasks`` first, else the built-in swe-lite generators; ``None`` if unknown.
+
+    The trainer names a step's tasks ``s<step>-<i>-<task id>`` (:mod:`tirl.trainer.wiring`); that prefix
+    is tried off as well. The task returned carries ``task_id`` as its id.
+    """
+    step = _STEP_PREFIX.match(task_id)
+    for candidate in (task_id, step.group(1)) if step else (task_id,):
+        found = _find_one(candidate, tasks)
+        if found is not None:
+            return Task(id=task_id, prompt=found.prompt, kind=found.kind, data=found.data, messages=found.messages)
+    return None
+
+
+def _find_one(task_id: str, tasks: Mapping[str, Task] | None) -> Task | None:
     if tasks and task_id in tasks:
         return tasks[task_id]
     found = _CURRICULUM_ID.match(task_id)
@@ -95,7 +109,7 @@ def find_task(task_id: str, tasks: Mapping[str, Task] | None = None) -> Task | N
         for pool in pools().values():
             for task in pool:
                 if task.id == found.group(1):
-                    return Task(id=task_id, prompt=task.prompt, kind=task.kind, data=task.data)
+                    return task
         return None
     planted = _PLANTED_ID.match(task_id)
     if planted:
