@@ -208,3 +208,21 @@ def test_cli_a_broken_sandbox_is_one_error_line(
     captured = capsys.readouterr()
     assert captured.err.startswith("error: the sandbox failed while re-judging") and captured.err.count("\n") == 1
     assert "re-judged" not in captured.out  # no verdict printed on a broken sandbox
+
+
+def test_cli_reads_a_run_directory_and_its_config(played_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run directory: its trajectories.jsonl, and its config.json for the rule and the replay's env."""
+    from tirl.config import config_to_dict, resolve_config
+
+    run = played_file.parent / "run"
+    run.mkdir()
+    (run / "trajectories.jsonl").write_bytes(played_file.read_bytes())
+    cfg = resolve_config(None, ["env.name=swe-lite", "sandbox.timeout_s=10"]).config
+    (run / "config.json").write_text(json.dumps(config_to_dict(cfg)))
+    assert main(["audit", str(run), "--rejudge", "--json"]) == 1
+    by_status = json.loads(capsys.readouterr().out)["rejudged"]["by_status"]
+    assert by_status == {"confirmed": 1, "outside_sources": 1, "not_reproduced": 1, "unresolved": 0}
+    (run / "config.json").write_text("{not json")
+    assert main(["audit", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "cannot read the run's config" in err and err.count("\n") == 1
