@@ -17,17 +17,21 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from tirl.commands.filter import add_rule_arguments
+from tirl.commands.filter import add_rule_arguments, rule_options
 from tirl.config import TirlConfig, config_from_dict, load_config, resolve_config
 from tirl.diagnostics.audit import audit_trajectories
 from tirl.diagnostics.render import print_audit
 from tirl.envs.base import EnvError
 from tirl.errors import InputError, SetupError
-from tirl.filters import RuleOptions, rules_with_options
+from tirl.filters import rules_with_options
 from tirl.jsonl import dumps_json, read_trajectories
+from tirl.parsing import ParseRules
 from tirl.types import Trajectory
+
+if TYPE_CHECKING:  # the replay imports the env and the sandbox, loaded only with --rejudge
+    from tirl.envs.swe_replay import Rejudgement
 
 SWE_ENVS = ("swe-lite", "skyrl-gym:swe-lite")
 SUSPECT = ("outside_sources", "not_reproduced")
@@ -74,7 +78,7 @@ def _replay_config(cfg: TirlConfig | None, where: str) -> TirlConfig:
     return cfg
 
 
-def _rejudge(trajectories: list[Trajectory], cfg: TirlConfig, rules: Any) -> list[Any]:
+def _rejudge(trajectories: list[Trajectory], cfg: TirlConfig, rules: ParseRules) -> list[Rejudgement]:
     """Replay the rewarded trajectories on ``cfg``'s sandbox and tasks (:mod:`tirl.envs.swe_replay`)."""
     from tirl.envs.registry import load_tasks
     from tirl.envs.swe_lite import SweLiteEnv
@@ -85,7 +89,7 @@ def _rejudge(trajectories: list[Trajectory], cfg: TirlConfig, rules: Any) -> lis
     if cfg.env.tasks_file:
         tasks = {t.id: t for t in load_tasks(cfg.env, 10**9)}
 
-    async def main() -> list[Any]:
+    async def main() -> list[Rejudgement]:
         sandbox = create_sandbox(cfg.sandbox)
         try:
             return await rejudge_rewarded(
@@ -107,8 +111,7 @@ def run(args: argparse.Namespace) -> int:
     """Audit the file under the run's (or ``--config``'s) rule, with the rule options applied."""
     path = args.input / "trajectories.jsonl" if args.input.is_dir() else args.input
     cfg, where = _run_config(args)
-    langs = None if args.exec_langs is None else RuleOptions.parse_langs(args.exec_langs)
-    options = RuleOptions(exec_langs=langs, no_boxed=args.no_boxed, no_answer_tags=args.no_answer_tags)
+    options = rule_options(args)
     replay_cfg = _replay_config(cfg, where) if args.rejudge else None
     rules = rules_with_options(cfg if cfg is not None else load_config(None), options)
     trajectories = [t for _, t in read_trajectories(path)]
@@ -121,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         replay_rules = rules_with_options(replay_cfg, options)
         summary = rejudge_summary(_rejudge(trajectories, replay_cfg, replay_rules))
         data["rejudged"] = summary
-        suspect = sum(summary["by_status"].get(s, 0) for s in SUSPECT)
+        suspect = sum(summary["by_status"][s] for s in SUSPECT)
     if args.json:
         print(dumps_json(data, indent=2))
     else:

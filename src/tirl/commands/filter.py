@@ -53,11 +53,15 @@ def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="a tirl TOML config; its [filter] section is used")
 
 
+def rule_options(args: argparse.Namespace) -> RuleOptions:
+    """The rule options of :func:`add_rule_arguments` as given (``--config`` aside)."""
+    langs = None if args.exec_langs is None else RuleOptions.parse_langs(args.exec_langs)
+    return RuleOptions(exec_langs=langs, no_boxed=args.no_boxed, no_answer_tags=args.no_answer_tags)
+
+
 def rules_from_args(args: argparse.Namespace) -> ParseRules:
     """The rule of ``--config`` (as training builds it) with the rule options applied (:mod:`tirl.filters`)."""
-    langs = None if args.exec_langs is None else RuleOptions.parse_langs(args.exec_langs)
-    options = RuleOptions(exec_langs=langs, no_boxed=args.no_boxed, no_answer_tags=args.no_answer_tags)
-    return rules_with_options(load_config(args.config), options)
+    return rules_with_options(load_config(args.config), rule_options(args))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tirl.answers import answers_match
+from tirl.diagnostics.tally import EXAMPLES, Tally
 from tirl.diagnostics.verdicts import audit_verdicts
 from tirl.filters.void_turn import judge_trajectory
 from tirl.jsonl import read_trajectories
@@ -58,7 +59,6 @@ VOID_REASONS: tuple[str, ...] = (
 )
 TOOL_ERRORS: tuple[str, ...] = ("timeout", "memory", "sandbox_error", "exception", "nonzero_exit")
 _EXC_LINE = re.compile(r"^\s*(Traceback \(most recent call last\)|[A-Za-z_][\w.]*(Error|Exception)\b:?)", re.M)
-EXAMPLES = 5
 
 
 def void_reason(message: Message, *, truncated: bool = False, rules: ParseRules = DEFAULT_RULES) -> str:
@@ -159,25 +159,8 @@ def _truncated_turns(traj: Trajectory) -> set[int]:
     return out
 
 
-@dataclass(slots=True)
-class _Tally:
-    """Counts per key, with the first few example ids of each."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-    examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-
-    def add(self, key: str, traj_id: str) -> None:
-        self.counts[key] += 1
-        ids = self.examples[key]
-        if len(ids) < EXAMPLES and traj_id not in ids:
-            ids.append(traj_id)
-
-    def table(self, order: tuple[str, ...], count_name: str) -> dict[str, Any]:
-        return {k: {count_name: self.counts[k], "examples": self.examples[k]} for k in order if self.counts[k]}
-
-
 def _tool_errors(trajectories: list[Trajectory]) -> dict[str, Any]:
-    tally = _Tally()
+    tally = Tally()
     messages = 0
     for traj in trajectories:
         for m in traj.messages:
@@ -197,7 +180,7 @@ def _tool_errors(trajectories: list[Trajectory]) -> dict[str, Any]:
     }
 
 
-def _void_reasons(traj: Trajectory, void_turns: tuple[int, ...], rules: ParseRules, tally: _Tally) -> None:
+def _void_reasons(traj: Trajectory, void_turns: tuple[int, ...], rules: ParseRules, tally: Tally) -> None:
     assistant = traj.assistant_messages
     truncated = _truncated_turns(traj)
     for idx in void_turns:
@@ -213,7 +196,7 @@ def _rate(part: int, whole: int) -> float | None:
 
 def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAULT_RULES) -> AuditReport:
     """Audit judged trajectories (see the module docstring)."""
-    reasons = _Tally()
+    reasons = Tally()
     first_void_turn: Counter[int] = Counter()
     truth_sources: Counter[str] = Counter()
     void_ids: list[str] = []

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from tirl.diagnostics.tally import Tally
 from tirl.types import Role, Trajectory
 
 if TYPE_CHECKING:  # the replay imports the env and the sandbox, which the file checks never need
@@ -46,7 +46,6 @@ _SIGN_TEXT = {
     "printed_verdict": r"(echo|print|printf|write)\b[^\n]*\b\d+\s+passed\b",
 }
 SIGNS: dict[str, re.Pattern[str]] = {kind: re.compile(text, re.I) for kind, text in _SIGN_TEXT.items()}
-EXAMPLES = 5
 _EPS = 1e-9
 
 
@@ -91,46 +90,30 @@ def verdict_ceiling(record: Any) -> float | None:
     return min(passed, total) / total
 
 
-@dataclass(slots=True)
-class _Ids:
-    count: int = 0
-    examples: list[str] = field(default_factory=list)
-
-    def add(self, traj_id: str) -> None:
-        self.count += 1
-        if len(self.examples) < EXAMPLES:
-            self.examples.append(traj_id)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"count": self.count, "examples": list(self.examples)}
-
-
 def audit_verdicts(trajectories: list[Trajectory]) -> dict[str, Any] | None:
     """The first two checks (see the module docstring); ``None`` when no trajectory has test counts."""
     ceilings = [(t, verdict_ceiling(t.info.get("eval"))) for t in trajectories]
     judged = sum(c is not None for _, c in ceilings)
     if not judged:
         return None
-    mismatched, rewarded, unjudged = _Ids(), _Ids(), _Ids()
-    signs: dict[str, _Ids] = defaultdict(_Ids)
+    flags, signs = Tally(), Tally()  # flags: "rewarded", "mismatched", "rewarded_without_counts"
     signs_rewarded: Counter[str] = Counter()
     for traj, ceiling in ceilings:
         reward = traj.reward or 0.0
         if reward > _EPS:
-            rewarded.add(traj.id)
+            flags.add("rewarded", traj.id)
             if ceiling is None:
-                unjudged.add(traj.id)
+                flags.add("rewarded_without_counts", traj.id)
         if ceiling is not None and reward > ceiling + _EPS:
-            mismatched.add(traj.id)
+            flags.add("mismatched", traj.id)
         for kind in signs_of(traj):
-            signs[kind].add(traj.id)
+            signs.add(kind, traj.id)
             signs_rewarded[kind] += reward > _EPS
+    rows = signs.table(tuple(SIGNS), "count")
     return {
         "judged": judged,
-        "rewarded": rewarded.to_dict(),
-        "mismatched": mismatched.to_dict(),
-        "rewarded_without_counts": unjudged.to_dict(),
-        "signs": {kind: {**signs[kind].to_dict(), "rewarded": signs_rewarded[kind]} for kind in SIGNS if kind in signs},
+        **{key: flags.entry(key) for key in ("rewarded", "mismatched", "rewarded_without_counts")},
+        "signs": {kind: {**row, "rewarded": signs_rewarded[kind]} for kind, row in rows.items()},
     }
 
 

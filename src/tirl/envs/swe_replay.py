@@ -123,8 +123,8 @@ def _find_one(task_id: str, tasks: Mapping[str, Task] | None) -> Task | None:
     return None
 
 
-def _regular_files(root: Path, limit: int = MAX_ENTRIES) -> tuple[dict[str, os.stat_result], bool]:
-    """Regular files under ``root`` by relative path, links never followed (an explicit stack: any depth)."""
+def _tree_entries(root: Path, limit: int = MAX_ENTRIES) -> tuple[dict[str, os.stat_result], bool]:
+    """Every non-directory under ``root`` by relative path with its ``lstat``, links never followed (any depth)."""
     found: dict[str, os.stat_result] = {}
     stack = [""]
     seen = 0
@@ -145,10 +145,8 @@ def _regular_files(root: Path, limit: int = MAX_ENTRIES) -> tuple[dict[str, os.s
                 continue
             if stat.S_ISDIR(st.st_mode):
                 stack.append(path)
-            elif stat.S_ISREG(st.st_mode):
-                found[path] = st
             else:
-                found[path] = st  # a link or a special file: listed, never read
+                found[path] = st  # a file, a link or a special file: only regular files are ever read
     return found, False
 
 
@@ -171,7 +169,7 @@ def _read_regular(path: Path) -> bytes | None:
 
 def _own_files(workspace: Path, sources: set[str]) -> tuple[dict[str, bytes | None], list[str]]:
     """The workspace's version of each source path (``None``: gone or not a plain file) and the extra paths."""
-    present, truncated = _regular_files(workspace)
+    present, truncated = _tree_entries(workspace)
     own: dict[str, bytes | None] = {}
     for rel in sorted(sources):
         st = present.get(rel)
@@ -185,7 +183,7 @@ def _own_files(workspace: Path, sources: set[str]) -> tuple[dict[str, bytes | No
 def _template_sources(task: Task, cache_dir: Path) -> set[str]:
     """The paths of the task's own files: the template's regular files (a user repository's ``.git`` left out)."""
     template = materialise(task, cache_dir)
-    files, _ = _regular_files(template.repo)
+    files, _ = _tree_entries(template.repo)
     return {p for p, st in files.items() if stat.S_ISREG(st.st_mode) and not p.startswith(".git/")}
 
 
