@@ -83,6 +83,7 @@ RANGES: dict[str, Range] = {
     "generation.top_p": Range(0, 1, lo_open=True),
     "generation.max_new_tokens": Range(1, 131_072),
     "generation.max_total_tokens": Range(2, 1_048_576),
+    "generation.prefix_cache_mb": Range(0, 1_048_576),
     "env.difficulty": Range(1, 5),
     "env.max_turns": Range(1, 1000),
     "env.eval_size": Range(1, 1_000_000),

@@ -44,6 +44,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
 from tirl.inference.base import FinishReason, GenerationResult, Request, RequestBatcher, SamplingParams
+from tirl.inference.prefix_cache import CachedPrefix, Fingerprint, PrefixCache, weights_fingerprint
 
 SMALL_MODEL_PARAMS = 20_000_000  # below this, threads="auto" generates with one intra-op thread
 #: new-token positions a batch's KV cache is first allocated for (then doubled as needed), so that a large
@@ -144,6 +145,30 @@ class _PreallocLayer(DynamicLayer):
             self.keys, self.values = k[:, :, :n], v[:, :, :n]
 
 
+def _seeded_layers(
+    hits: list[CachedPrefix | None], cached: list[int], c_width: int, cache_capacity: int
+) -> list[DynamicLayer]:
+    """One :class:`_PreallocLayer` per model layer holding each row's first ``cached[j]`` positions of its hit,
+    right-aligned at ``c_width``.
+
+    The padding before them holds zeros: masked out by the attention mask, but finite, so a weight of 0 on
+    them stays 0.
+    """
+    ref = next(h for h in hits if h is not None)
+    layers: list[DynamicLayer] = []
+    for layer_index, (k0, v0) in enumerate(zip(ref.keys, ref.values, strict=True)):
+        k = k0.new_zeros((len(hits), k0.shape[0], c_width, k0.shape[-1]))  # [b_live, H, C, D]
+        v = v0.new_zeros((len(hits), v0.shape[0], c_width, v0.shape[-1]))
+        for j, (hit, c) in enumerate(zip(hits, cached, strict=True)):
+            if hit is not None:
+                k[j, :, c_width - c :] = hit.keys[layer_index][:, :c]
+                v[j, :, c_width - c :] = hit.values[layer_index][:, :c]
+        layer = _PreallocLayer(cache_capacity)
+        layer.update(k, v)
+        layers.append(layer)
+    return layers
+
+
 class _PreallocCache(DynamicCache):
     """A :class:`DynamicCache` whose layers are :class:`_PreallocLayer` of ``capacity`` positions."""
 
@@ -189,6 +214,7 @@ class HFGenerator:
         seed: int = 0,
         max_context: int | None = None,
         threads: int | Literal["auto"] | None = "auto",
+        prefix_cache_mb: float = 1024.0,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -211,6 +237,9 @@ class HFGenerator:
         self.busy_s = 0.0  # cumulative seconds the model spent in batches (for the trace's gpu_util)
         self.tokens_generated = 0
         self.batches = 0
+        self.prefill_tokens = 0  # prompt ids run through the model (a prefix cache hit's positions are not)
+        self.reused_tokens = 0  # prompt positions whose keys and values came from the prefix cache
+        self.prefix_cache = PrefixCache(max_bytes=int(max(0.0, prefix_cache_mb) * 2**20))
         self._busy_since: float | None = None
         self._rng = random.Random(seed)
         self._batcher = RequestBatcher(
@@ -286,8 +315,6 @@ class HFGenerator:
     @torch.inference_mode()
     def _sample_loop(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationResult]:
         dev = self.device
-        b = len(prompts)
-        width = max(len(p) for p in prompts)
         rows = [
             _Row(
                 max_new=max(0, min(p.max_new_tokens, self.max_context - len(ids))),
@@ -301,25 +328,41 @@ class HFGenerator:
         for row in rows:
             if row.max_new == 0:
                 row.finish = "length"
-        cap = width + max(r.max_new for r in rows)  # every position this batch can reach
-        input_ids = torch.full((b, width), self.pad_id, dtype=torch.long)  # [B, L] left-padded
-        attn = torch.ones((b, cap), dtype=torch.long)  # [B, cap]: the prompt's padding, then every new token
-        attn[:, :width] = 0
-        for i, ids in enumerate(prompts):
-            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attn[i, width - len(ids) : width] = 1
-        pos = (attn[:, :width].cumsum(-1) - 1).clamp(min=0)  # [B, L] position ids that skip the padding
-        temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)  # [B]
-        top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32)  # [B]
-        live = [i for i in range(b) if rows[i].finish is None]  # original row of each cache row
+        live = [i for i in range(len(rows)) if rows[i].finish is None]  # original row of each cache row
         if not live:
             return [self._result(r) for r in rows]
+        reuse = self.prefix_cache.max_bytes > 0
+        weights = weights_fingerprint(self.model) if reuse else ()
+        hits = [self.prefix_cache.take(prompts[i], weights) if reuse else None for i in live]
+        # Every row prefills the same number of ids: the most any row has not cached. A row with more cached
+        # positions reuses only those before its last `n_width` ids and prefills the rest again (what its
+        # padding would have cost), so the batch stays left-padded to its longest context, as without reuse.
+        n_width = max(len(prompts[i]) - (len(h.ids) if h else 0) for i, h in zip(live, hits, strict=True))
+        cached = [max(0, len(prompts[i]) - n_width) for i in live]  # positions each cache row reuses
+        fresh = [prompts[i][c:] for i, c in zip(live, cached, strict=True)]  # the ids each row prefills
+        c_width = max(cached)
+        width = c_width + n_width  # the longest prompt
+        max_new = max(rows[i].max_new for i in live)
+        cap = width + max_new  # every position this batch can reach
+        bl = len(live)
+        input_ids = torch.full((bl, n_width), self.pad_id, dtype=torch.long)  # [b_live, N]
+        attn = torch.zeros((bl, cap), dtype=torch.long)  # [b_live, cap]: 1 on real positions, then every new token
+        attn[:, width:] = 1
+        for j, (c, ids) in enumerate(zip(cached, fresh, strict=True)):
+            input_ids[j, n_width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attn[j, width - c - len(ids) : width] = 1  # left padding, then the cached and the fresh positions
+        pos = (attn[:, :width].cumsum(-1) - 1).clamp(min=0)[:, c_width:]  # [b_live, N]: positions skip padding
+        temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)  # [B]
+        top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32)  # [B]
         # each row's random draws for all its tokens up front: the same numbers, in the same order, as one
         # torch.rand(1) per token from the row's generator (tested), without 2 calls per row and token
-        uniform = torch.stack([torch.rand(cap - width, generator=r.rng) for r in rows])  # [B, max_new]
-        sel = torch.tensor(live, dtype=torch.long)
-        input_ids, attn, pos = input_ids[sel].to(dev), attn[sel].to(dev), pos[sel].to(dev)
+        uniform = torch.stack([torch.rand(max_new, generator=r.rng) for r in rows])  # [B, max_new]
+        input_ids, attn, pos = input_ids.to(dev), attn.to(dev), pos.to(dev)
         cache = _PreallocCache(min(cap, width + CACHE_CHUNK))  # grows by doubling past that
+        if c_width:
+            cache.layers = _seeded_layers(hits, cached, c_width, cache_capacity=min(cap, width + CACHE_CHUNK))
+        self.prefill_tokens += sum(len(f) for f in fresh)
+        self.reused_tokens += sum(cached)
         out = self.model(
             input_ids=input_ids,
             attention_mask=attn[:, :width],
@@ -339,6 +382,11 @@ class HFGenerator:
             step += 1
             tokens, lps = sample_tokens(logits, temps[idx], top_ps[idx], u)  # [b_live] each
             keep = self._append_tokens(rows, live, tokens.tolist(), lps.tolist())
+            if reuse and len(keep) < len(live):
+                kept = set(keep)
+                done = [j for j in range(len(live)) if j not in kept]
+                self._keep_prefixes(cache, attn[:, :length], done, [prompts[live[j]] for j in done],
+                                    [rows[live[j]] for j in done], weights)
             if not keep:
                 break
             if len(keep) < len(live):
@@ -359,6 +407,26 @@ class HFGenerator:
             logits = out.logits[:, -1, :].float().cpu()  # [b_live, V]
             next_pos = next_pos + 1
         return [self._result(r) for r in rows]
+
+    def _keep_prefixes(
+        self,
+        cache: _PreallocCache,
+        attn: torch.Tensor,  # [b_live, length]: which cache positions are real
+        done: list[int],
+        prompts: list[list[int]],
+        rows: list[_Row],
+        weights: Fingerprint,
+    ) -> None:
+        """Store the keys and values of finished cache rows ``done``: their prompt and sampled ids but the last."""
+        for j, prompt, row in zip(done, prompts, rows, strict=True):
+            ids = prompt + row.out[:-1]  # the last sampled token was never fed to the model
+            where = attn[j].nonzero().squeeze(1)  # [n]
+            if where.numel() != len(ids):  # cannot happen; never store a misaligned entry
+                continue
+            layers = [layer for layer in cache.layers if isinstance(layer, _PreallocLayer)]
+            keys = [layer.keys[j][:, where] for layer in layers]  # per layer [H, n, D]
+            values = [layer.values[j][:, where] for layer in layers]
+            self.prefix_cache.put(CachedPrefix(ids=ids, keys=keys, values=values, weights=weights))
 
     def _append_tokens(self, rows: list[_Row], live: list[int], tokens: list[int], lps: list[float]) -> list[int]:
         """Append each live row's sampled token; the positions in ``live`` of the rows that go on."""

@@ -250,6 +250,7 @@ def _generator(cfg: TirlConfig, policy: Any) -> Generator:
             eos_ids=policy.chat.eos_ids,
             seed=cfg.trainer.seed,
             max_context=cfg.generation.max_total_tokens,
+            prefix_cache_mb=cfg.generation.prefix_cache_mb,
         )
     if m.generator == "openai":
         return _openai_generator(cfg, policy)
