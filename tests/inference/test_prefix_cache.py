@@ -116,7 +116,10 @@ async def test_three_turn_episodes_with_reuse_equal_a_plain_loop(policy: Policy,
             ids, lps = _plain(policy, c, k, temperature, p.seed or 0)
             assert res.token_ids == ids
             assert res.logprobs == pytest.approx(lps, abs=1e-4)
-        contexts = [c + r.token_ids + _observation(policy, i + turn) for i, (c, r) in enumerate(zip(contexts, results))]
+        contexts = [
+            c + r.token_ids + _observation(policy, i + turn)
+            for i, (c, r) in enumerate(zip(contexts, results, strict=True))
+        ]
     assert gen.prefix_cache.hits == 4 + 4 and gen.prefix_cache.misses == 4 + 1
     await gen.close()
 
@@ -155,3 +158,14 @@ async def test_prefix_cache_off_prefills_everything(policy: Policy) -> None:
     await gen.generate(second, SamplingParams(max_new_tokens=5, temperature=0.0))
     assert gen.prefill_tokens == len(prompt) + len(second) and len(gen.prefix_cache) == 0
     await gen.close()
+
+
+async def test_the_config_key_sizes_the_trainers_generator(policy: Policy) -> None:
+    from tirl.config import ConfigError, load_config
+    from tirl.trainer.wiring import _generator
+
+    gen = _generator(load_config(None, ["generation.prefix_cache_mb=0.5"]), policy)
+    assert isinstance(gen, HFGenerator) and gen.prefix_cache.max_bytes == 512 * 1024
+    await gen.close()
+    with pytest.raises(ConfigError, match=r"generation\.prefix_cache_mb"):
+        load_config(None, ["generation.prefix_cache_mb=-1"])

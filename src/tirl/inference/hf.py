@@ -148,8 +148,7 @@ class _PreallocLayer(DynamicLayer):
 def _seeded_layers(
     hits: list[CachedPrefix | None], cached: list[int], c_width: int, cache_capacity: int
 ) -> list[DynamicLayer]:
-    """One :class:`_PreallocLayer` per model layer holding each row's first ``cached[j]`` positions of its hit,
-    right-aligned at ``c_width``.
+    """One :class:`_PreallocLayer` per model layer: each row's first ``cached[j]`` hit positions, ending at ``c_width``.
 
     The padding before them holds zeros: masked out by the attention mask, but finite, so a weight of 0 on
     them stays 0.
@@ -175,6 +174,17 @@ class _PreallocCache(DynamicCache):
     def __init__(self, capacity: int) -> None:
         super().__init__()
         self.layer_class_to_replicate = functools.partial(_PreallocLayer, capacity)  # type: ignore[assignment]
+
+
+@dataclass(slots=True)
+class _Batch:
+    """A batch's prefill: its inputs, attention mask over every position it can reach, and its KV cache."""
+
+    input_ids: torch.Tensor  # [b_live, N]: the ids each row prefills, left-padded
+    attn: torch.Tensor  # [b_live, cap]
+    pos: torch.Tensor  # [b_live, N]
+    width: int  # positions after the prefill (the longest prompt)
+    cache: _PreallocCache
 
 
 @dataclass(slots=True)
@@ -312,6 +322,36 @@ class HFGenerator:
         text = self.tokenizer.decode(row.out, skip_special_tokens=False)
         return any(s and s in text for s in row.stop)
 
+    def _prefill_batch(self, prompts: list[list[int]], max_new: int, weights: Fingerprint | None) -> _Batch:
+        """The prefill's inputs and a KV cache holding each prompt's prefix-cache hit (``weights`` None: no reuse).
+
+        Every row prefills the same number of ids: the most any row has not cached. A row with more cached
+        positions reuses only those before its last ``n_width`` ids and prefills the rest again (what its
+        padding would have cost), so the batch stays left-padded to its longest prompt, as without reuse.
+        """
+        hits = [self.prefix_cache.take(p, weights) if weights is not None else None for p in prompts]
+        n_width = max(len(p) - (len(h.ids) if h else 0) for p, h in zip(prompts, hits, strict=True))
+        cached = [max(0, len(p) - n_width) for p in prompts]  # positions each cache row reuses
+        fresh = [p[c:] for p, c in zip(prompts, cached, strict=True)]  # the ids each row prefills
+        c_width = max(cached)
+        width = c_width + n_width  # the longest prompt
+        cap = width + max_new  # every position this batch can reach
+        input_ids = torch.full((len(prompts), n_width), self.pad_id, dtype=torch.long)  # [b_live, N]
+        attn = torch.zeros((len(prompts), cap), dtype=torch.long)  # [b_live, cap]: 1 on real positions
+        attn[:, width:] = 1  # every new token
+        for j, (c, ids) in enumerate(zip(cached, fresh, strict=True)):
+            input_ids[j, n_width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attn[j, width - c - len(ids) : width] = 1  # left padding, then the cached and the fresh positions
+        pos = (attn[:, :width].cumsum(-1) - 1).clamp(min=0)[:, c_width:]  # [b_live, N]: positions skip padding
+        capacity = min(cap, width + CACHE_CHUNK)  # grows by doubling past that
+        cache = _PreallocCache(capacity)
+        if c_width:
+            cache.layers = _seeded_layers(hits, cached, c_width, cache_capacity=capacity)
+        self.prefill_tokens += sum(len(f) for f in fresh)
+        self.reused_tokens += sum(cached)
+        dev = self.device
+        return _Batch(input_ids.to(dev), attn.to(dev), pos.to(dev), width, cache)
+
     @torch.inference_mode()
     def _sample_loop(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationResult]:
         dev = self.device
@@ -333,36 +373,14 @@ class HFGenerator:
             return [self._result(r) for r in rows]
         reuse = self.prefix_cache.max_bytes > 0
         weights = weights_fingerprint(self.model) if reuse else ()
-        hits = [self.prefix_cache.take(prompts[i], weights) if reuse else None for i in live]
-        # Every row prefills the same number of ids: the most any row has not cached. A row with more cached
-        # positions reuses only those before its last `n_width` ids and prefills the rest again (what its
-        # padding would have cost), so the batch stays left-padded to its longest context, as without reuse.
-        n_width = max(len(prompts[i]) - (len(h.ids) if h else 0) for i, h in zip(live, hits, strict=True))
-        cached = [max(0, len(prompts[i]) - n_width) for i in live]  # positions each cache row reuses
-        fresh = [prompts[i][c:] for i, c in zip(live, cached, strict=True)]  # the ids each row prefills
-        c_width = max(cached)
-        width = c_width + n_width  # the longest prompt
         max_new = max(rows[i].max_new for i in live)
-        cap = width + max_new  # every position this batch can reach
-        bl = len(live)
-        input_ids = torch.full((bl, n_width), self.pad_id, dtype=torch.long)  # [b_live, N]
-        attn = torch.zeros((bl, cap), dtype=torch.long)  # [b_live, cap]: 1 on real positions, then every new token
-        attn[:, width:] = 1
-        for j, (c, ids) in enumerate(zip(cached, fresh, strict=True)):
-            input_ids[j, n_width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attn[j, width - c - len(ids) : width] = 1  # left padding, then the cached and the fresh positions
-        pos = (attn[:, :width].cumsum(-1) - 1).clamp(min=0)[:, c_width:]  # [b_live, N]: positions skip padding
+        batch = self._prefill_batch([prompts[i] for i in live], max_new, weights if reuse else None)
+        input_ids, attn, pos, width, cache = batch.input_ids, batch.attn, batch.pos, batch.width, batch.cache
         temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)  # [B]
         top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32)  # [B]
         # each row's random draws for all its tokens up front: the same numbers, in the same order, as one
         # torch.rand(1) per token from the row's generator (tested), without 2 calls per row and token
         uniform = torch.stack([torch.rand(max_new, generator=r.rng) for r in rows])  # [B, max_new]
-        input_ids, attn, pos = input_ids.to(dev), attn.to(dev), pos.to(dev)
-        cache = _PreallocCache(min(cap, width + CACHE_CHUNK))  # grows by doubling past that
-        if c_width:
-            cache.layers = _seeded_layers(hits, cached, c_width, cache_capacity=min(cap, width + CACHE_CHUNK))
-        self.prefill_tokens += sum(len(f) for f in fresh)
-        self.reused_tokens += sum(cached)
         out = self.model(
             input_ids=input_ids,
             attention_mask=attn[:, :width],
@@ -385,8 +403,14 @@ class HFGenerator:
             if reuse and len(keep) < len(live):
                 kept = set(keep)
                 done = [j for j in range(len(live)) if j not in kept]
-                self._keep_prefixes(cache, attn[:, :length], done, [prompts[live[j]] for j in done],
-                                    [rows[live[j]] for j in done], weights)
+                self._keep_prefixes(
+                    cache,
+                    attn[:, :length],
+                    done,
+                    [prompts[live[j]] for j in done],
+                    [rows[live[j]] for j in done],
+                    weights,
+                )
             if not keep:
                 break
             if len(keep) < len(live):
