@@ -159,9 +159,9 @@ async def test_thread_count_is_set_for_the_batch_and_restored(policy: Policy) ->
     seen: list[int] = []
     original = gen._sample_loop
 
-    def spy(prompts, params):  # type: ignore[no-untyped-def]
+    def spy(prompts, params, requests):  # type: ignore[no-untyped-def]
         seen.append(torch.get_num_threads())
-        return original(prompts, params)
+        return original(prompts, params, requests)
 
     gen._sample_loop = spy  # type: ignore[method-assign]
     await gen.generate(_prompts(policy)[0], SamplingParams(max_new_tokens=2))
@@ -182,7 +182,7 @@ async def test_prompt_at_the_context_limit_returns_length(policy: Policy) -> Non
 def test_preallocated_cache_layer_holds_what_the_concatenating_layer_holds() -> None:
     from transformers.cache_utils import DynamicLayer
 
-    from tirl.inference.hf import _PreallocLayer
+    from tirl.inference.kv_cache import PreallocLayer as _PreallocLayer
 
     g = torch.Generator().manual_seed(0)
     ref, mine = DynamicLayer(), _PreallocLayer(capacity=7)  # capacity 7: the last steps outgrow it

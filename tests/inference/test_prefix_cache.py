@@ -169,3 +169,60 @@ async def test_the_config_key_sizes_the_trainers_generator(policy: Policy) -> No
     await gen.close()
     with pytest.raises(ConfigError, match=r"generation\.prefix_cache_mb"):
         load_config(None, ["generation.prefix_cache_mb=-1"])
+
+
+async def _when_busy(gen: HFGenerator) -> None:
+    while not gen.is_busy:
+        await asyncio.sleep(0.001)
+
+
+async def test_requests_admitted_into_a_running_batch_equal_a_plain_loop(policy: Policy) -> None:
+    """Continuous batching: rows that join a running batch (prefilled, merged in) sample the plain loop's tokens."""
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000])
+    texts = ["Compute 1+2.", "What is 12345 mod 97? Use python.", "Hi", "Sum the integers from 13 to 58."]
+    prompts = [policy.chat.prompt_ids([Message(role=Role.USER, content=t)]) for t in texts]
+    long = asyncio.ensure_future(gen.generate(prompts[0], SamplingParams(max_new_tokens=150, temperature=0.9, seed=1)))
+    await _when_busy(gen)
+    late = [SamplingParams(max_new_tokens=5 + 4 * i, temperature=0.9 if i else 0.0, seed=10 + i) for i in range(3)]
+    results = await asyncio.gather(*(gen.generate(p, sp) for p, sp in zip(prompts[1:], late, strict=True)))
+    assert gen.admitted == 3 and gen.batches == 0 and gen.is_busy  # they joined it, and came back before it ended
+    first = await long
+    assert gen.batches == 1
+    params = [SamplingParams(150, 0.9, seed=1), *late]
+    for prompt, sp, res in zip(prompts, params, [first, *results], strict=True):
+        ids, lps = _plain(policy, prompt, sp.max_new_tokens, sp.temperature, sp.seed or 0)
+        assert res.token_ids == ids
+        assert res.logprobs == pytest.approx(lps, abs=1e-4)
+    await gen.close()
+
+
+async def test_a_waiting_weight_update_stops_admissions(policy: Policy) -> None:
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000])
+    prompt = policy.chat.prompt_ids([Message(role=Role.USER, content="Hi")])
+    long = asyncio.ensure_future(gen.generate(prompt, SamplingParams(max_new_tokens=150, temperature=0.0)))
+    await _when_busy(gen)
+    order: list[str] = []
+
+    def update() -> None:  # what sync_snapshot does: wait for the lock, change the weights under it
+        with gen.model_lock:
+            order.append("update")
+
+    waiter = asyncio.get_running_loop().run_in_executor(None, update)
+    while not gen.model_lock.waiting:
+        await asyncio.sleep(0.001)
+    late = await gen.generate(prompt, SamplingParams(max_new_tokens=3, temperature=0.0))
+    order.append("late")
+    await asyncio.gather(long, waiter)
+    assert gen.admitted == 0 and gen.batches == 2 and order == ["update", "late"]
+    assert late.token_ids == _plain(policy, prompt, 3, 0.0, 0)[0]
+    await gen.close()
+
+
+async def test_continuous_off_runs_late_requests_in_the_next_batch(policy: Policy) -> None:
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000], continuous=False)
+    prompt = policy.chat.prompt_ids([Message(role=Role.USER, content="Hi")])
+    long = asyncio.ensure_future(gen.generate(prompt, SamplingParams(max_new_tokens=60, temperature=0.0)))
+    await _when_busy(gen)
+    await gen.generate(prompt, SamplingParams(max_new_tokens=3, temperature=0.0))
+    assert long.done() and gen.admitted == 0 and gen.batches == 2
+    await gen.close()

@@ -25,6 +25,7 @@ import asyncio
 import inspect
 import itertools
 import math
+import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -128,6 +129,58 @@ class Request:
     order: int = 0  # arrival order
 
 
+class WaitCountingLock:
+    """A mutex that says how many threads are waiting for it.
+
+    The in-process generator holds one for each batch; with continuous batching a batch could keep taking
+    new requests for as long as episodes run, so it stops taking them as soon as anyone (a weight update,
+    ``tirl serve``'s reload) waits for the lock, and the update gets in when the batch drains.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._guard = threading.Lock()
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Threads blocked in :meth:`acquire` now."""
+        return self._waiting
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """As :meth:`threading.Lock.acquire`, counted in :attr:`waiting` while it blocks."""
+        if self._lock.acquire(blocking=False):
+            return True
+        if not blocking:
+            return False
+        with self._guard:
+            self._waiting += 1
+        try:
+            return self._lock.acquire(True, timeout)
+        finally:
+            with self._guard:
+                self._waiting -= 1
+
+    def release(self) -> None:
+        """Release the lock."""
+        self._lock.release()
+
+    def locked(self) -> bool:
+        """Whether someone holds it."""
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _set_result(fut: asyncio.Future[GenerationResult], result: GenerationResult) -> None:
+    if not fut.done():
+        fut.set_result(result)
+
+
 def _weak_call(
     ref: weakref.WeakMethod[Callable[[list[Request]], list[GenerationResult]]], owner: str
 ) -> Callable[[list[Request]], list[GenerationResult]]:
@@ -154,7 +207,10 @@ class RequestBatcher:
     ``submit`` queues one request and returns its result; a drain task waits ``batch_window_s``
     for more requests, then hands up to ``max_batch`` live ones (None: all queued) to the
     backend's ``run_batch`` on ONE worker thread, so batches never overlap each other or
-    anything else the owner runs on ``executor`` (weight loads). When more requests are queued
+    anything else the owner runs on ``executor`` (weight loads). A backend that batches continuously
+    (``hf``) calls :meth:`take_queued` from that thread between its steps, appends what it takes to the
+    batch list it was given (results come back in the list's order), and may hand a result over before
+    the batch ends with :meth:`deliver`. When more requests are queued
     than ``max_batch``, the batch takes the oldest rollout step's first (:data:`ROLLOUT_STEP`,
     set by the overlapped rollout of ``rollout.max_staleness``), in arrival order within a step,
     as :class:`~tirl.rollout.staleness.OldestStepFirst` does for HTTP backends. An exception in
@@ -178,6 +234,8 @@ class RequestBatcher:
             self.run_batch = _weak_call(weakref.WeakMethod(self.run_batch), self.owner)
         self._drain_task: asyncio.Task[None] | None = None
         self._arrivals = itertools.count()
+        self._lock = threading.Lock()  # the queue is read by the worker thread too (take_queued)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def submit(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
         """Queue one request; it runs in the next batch."""
@@ -185,12 +243,13 @@ class RequestBatcher:
             raise RuntimeError(f"{self.owner}.generate called after close()")
         if not prompt_ids:
             raise ValueError("prompt_ids is empty; a prompt needs at least one token")
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         fut: asyncio.Future[GenerationResult] = loop.create_future()
         step = ROLLOUT_STEP.get()
-        self.queue.append(
-            Request(list(prompt_ids), params, fut, math.inf if step is None else step, next(self._arrivals))
-        )
+        with self._lock:
+            self.queue.append(
+                Request(list(prompt_ids), params, fut, math.inf if step is None else step, next(self._arrivals))
+            )
         if self._drain_task is None or self._drain_task.done():
             self._drain_task = loop.create_task(self._drain())
         return await fut
@@ -200,11 +259,12 @@ class RequestBatcher:
         while self.queue:
             if self.batch_window_s > 0:
                 await asyncio.sleep(self.batch_window_s)
-            n = len(self.queue) if self.max_batch is None else self.max_batch
-            if n < len(self.queue):
-                self.queue.sort(key=lambda r: (r.step, r.order))  # the oldest step's requests first
-            batch = [r for r in self.queue[:n] if not r.future.done()]
-            del self.queue[:n]
+            with self._lock:
+                n = len(self.queue) if self.max_batch is None else self.max_batch
+                if n < len(self.queue):
+                    self.queue.sort(key=lambda r: (r.step, r.order))  # the oldest step's requests first
+                batch = [r for r in self.queue[:n] if not r.future.done()]
+                del self.queue[:n]
             if not batch:
                 continue
             try:
@@ -214,15 +274,30 @@ class RequestBatcher:
                     if not r.future.done():
                         r.future.set_exception(exc)
                 continue
-            for r, res in zip(batch, results, strict=True):
-                if not r.future.done():
-                    r.future.set_result(res)
+            for r, res in zip(batch, results, strict=True):  # the batch list grew by what it admitted
+                _set_result(r.future, res)
+
+    def take_queued(self, n: int) -> list[Request]:
+        """From the worker thread: up to ``n`` queued requests (the oldest step's first), off the queue."""
+        with self._lock:
+            if self.closed or n <= 0:
+                return []
+            pending = [r for r in self.queue if not r.future.done()]
+            pending.sort(key=lambda r: (r.step, r.order))
+            taken, self.queue[:] = pending[:n], pending[n:]
+        return taken
+
+    def deliver(self, request: Request, result: GenerationResult) -> None:
+        """From the worker thread: hand ``request`` its result now (the batch goes on)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(_set_result, request.future, result)
 
     def close(self) -> None:
         """Fail queued requests and stop the worker thread."""
         self.closed = True
-        for r in self.queue:
-            if not r.future.done():
-                r.future.set_exception(RuntimeError(f"{self.owner} closed"))
-        self.queue.clear()
+        with self._lock:
+            for r in self.queue:
+                if not r.future.done():
+                    r.future.set_exception(RuntimeError(f"{self.owner} closed"))
+            self.queue.clear()
         self.executor.shutdown(wait=False, cancel_futures=True)

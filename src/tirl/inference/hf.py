@@ -30,20 +30,25 @@ chat format's EOS ids are supported), beam search, speculative decoding.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import random
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.cache_utils import DynamicLayer
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tirl.inference.base import FinishReason, GenerationResult, Request, RequestBatcher, SamplingParams
+from tirl.inference.base import (
+    FinishReason,
+    GenerationResult,
+    Request,
+    RequestBatcher,
+    SamplingParams,
+    WaitCountingLock,
+)
+from tirl.inference.kv_cache import PreallocCache, merged_layers, seeded_layers
 from tirl.inference.prefix_cache import CachedPrefix, Fingerprint, PrefixCache, weights_fingerprint
 
 SMALL_MODEL_PARAMS = 20_000_000  # below this, threads="auto" generates with one intra-op thread
@@ -87,95 +92,6 @@ def sample_tokens(
     return tokens, lp
 
 
-class _PreallocLayer(DynamicLayer):
-    """A :class:`DynamicLayer` whose keys and values live in buffers allocated once for the whole batch.
-
-    The stock layer concatenates every new token onto the cache (a copy of the whole cache per token and
-    layer); this one writes the new token into its slot and returns a view of the filled part, which
-    holds the same values. A batch that outgrows ``capacity`` gets a buffer twice as large.
-    """
-
-    is_initialized: bool  # the stock layer's flag (set by its __init__), which this class sets and reads
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-        self._k = torch.empty(0, 0, 0, 0)
-        self._v = torch.empty(0, 0, 0, 0)
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write ``key_states``/``value_states`` [B, H, n, D] after the cached positions; return the filled views."""
-        end = self.length + key_states.shape[-2]
-        if not self.is_initialized or end > self._k.shape[-2]:
-            self._grow(key_states, value_states, max(end, self.capacity, 2 * self._k.shape[-2]))
-        self._k[:, :, self.length : end] = key_states
-        self._v[:, :, self.length : end] = value_states
-        self.length = end
-        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
-        return self.keys, self.values
-
-    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, size: int) -> None:
-        b, h, _, dk = key_states.shape
-        k = key_states.new_empty((b, h, size, dk))
-        v = value_states.new_empty((b, h, size, value_states.shape[-1]))
-        if self.is_initialized:
-            k[:, :, : self.length] = self._k[:, :, : self.length]
-            v[:, :, : self.length] = self._v[:, :, : self.length]
-        self._k, self._v = k, v
-        self.device = key_states.device
-        self.is_initialized = True
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices`` (the buffers shrink to them); only the filled positions are copied.
-
-        Copying the whole buffer (``index_select`` on it) moved ``capacity / length`` times the bytes:
-        a batch's buffers hold its prompt width plus :data:`CACHE_CHUNK` positions, most of them not yet
-        written when rows finish.
-        """
-        if self.is_initialized:
-            n = self.length
-            k = self._k.new_empty((indices.numel(), *self._k.shape[1:]))
-            v = self._v.new_empty((indices.numel(), *self._v.shape[1:]))
-            torch.index_select(self._k[:, :, :n], 0, indices, out=k[:, :, :n])
-            torch.index_select(self._v[:, :, :n], 0, indices, out=v[:, :, :n])
-            self._k, self._v = k, v
-            self.keys, self.values = k[:, :, :n], v[:, :, :n]
-
-
-def _seeded_layers(
-    hits: list[CachedPrefix | None], cached: list[int], c_width: int, cache_capacity: int
-) -> list[DynamicLayer]:
-    """One :class:`_PreallocLayer` per model layer: each row's first ``cached[j]`` hit positions, ending at ``c_width``.
-
-    The padding before them holds zeros: masked out by the attention mask, but finite, so a weight of 0 on
-    them stays 0.
-    """
-    ref = next(h for h in hits if h is not None)
-    layers: list[DynamicLayer] = []
-    for layer_index, (k0, v0) in enumerate(zip(ref.keys, ref.values, strict=True)):
-        k = k0.new_zeros((len(hits), k0.shape[0], c_width, k0.shape[-1]))  # [b_live, H, C, D]
-        v = v0.new_zeros((len(hits), v0.shape[0], c_width, v0.shape[-1]))
-        for j, (hit, c) in enumerate(zip(hits, cached, strict=True)):
-            if hit is not None:
-                k[j, :, c_width - c :] = hit.keys[layer_index][:, :c]
-                v[j, :, c_width - c :] = hit.values[layer_index][:, :c]
-        layer = _PreallocLayer(cache_capacity)
-        layer.update(k, v)
-        layers.append(layer)
-    return layers
-
-
-class _PreallocCache(DynamicCache):
-    """A :class:`DynamicCache` whose layers are :class:`_PreallocLayer` of ``capacity`` positions."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.layer_class_to_replicate = functools.partial(_PreallocLayer, capacity)  # type: ignore[assignment]
-
-
 @dataclass(slots=True)
 class _Batch:
     """A batch's prefill: its inputs, attention mask over every position it can reach, and its KV cache."""
@@ -184,19 +100,37 @@ class _Batch:
     attn: torch.Tensor  # [b_live, cap]
     pos: torch.Tensor  # [b_live, N]
     width: int  # positions after the prefill (the longest prompt)
-    cache: _PreallocCache
+    cache: PreallocCache
 
 
 @dataclass(slots=True)
 class _Row:
     """The state of one request inside a running batch."""
 
+    prompt: list[int]
     max_new: int
     stop: tuple[str, ...]
-    rng: torch.Generator
+    uniform: torch.Tensor  # [max_new]: the row's random draw for each of its tokens
+    temperature: float
+    top_p: float
+    request: Request | None  # None: a synchronous generate_batch call
     out: list[int]
     logprobs: list[float]
     finish: FinishReason | None = None
+
+
+@dataclass(slots=True)
+class _Running:
+    """A batch between two decode steps: the live rows' KV cache, mask, next positions and next-token logits."""
+
+    rows: list[_Row]  # every row of the batch, admitted ones appended
+    live: list[int]  # the row of each cache row
+    cache: PreallocCache
+    attn: torch.Tensor  # [b_live, cap]
+    next_pos: torch.Tensor  # [b_live]
+    logits: torch.Tensor  # [b_live, V] float32, on the CPU
+    length: int  # positions in the cache
+    weights: Fingerprint | None  # None: no prefix reuse
 
 
 class HFGenerator:
@@ -225,6 +159,7 @@ class HFGenerator:
         max_context: int | None = None,
         threads: int | Literal["auto"] | None = "auto",
         prefix_cache_mb: float = 1024.0,
+        continuous: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -243,7 +178,9 @@ class HFGenerator:
         self.threads: int | None = (1 if n_params < SMALL_MODEL_PARAMS else None) if threads == "auto" else threads
         self.prefill_threads: int | None = None if threads == "auto" else self.threads  # None: the process's
         self.policy_version = 0
-        self.model_lock = threading.Lock()
+        self.model_lock = WaitCountingLock()  # a weight update waiting on it stops admissions
+        self.continuous = continuous
+        self.admitted = 0  # requests that joined a running batch
         self.busy_s = 0.0  # cumulative seconds the model spent in batches (for the trace's gpu_util)
         self.tokens_generated = 0
         self.batches = 0
@@ -283,26 +220,29 @@ class HFGenerator:
         return await self._batcher.submit(prompt_ids, params)
 
     def _run_requests(self, batch: list[Request]) -> list[GenerationResult]:
-        return self._run_batch([r.prompt_ids for r in batch], [r.params for r in batch])
+        """The batcher's call: ``batch`` grows by the requests admitted while it runs (results in its order)."""
+        return self._run_batch([r.prompt_ids for r in batch], [r.params for r in batch], batch)
 
     def generate_batch(
         self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
     ) -> list[GenerationResult]:
-        """Synchronous batched generation (what the worker thread runs)."""
-        return self._run_batch([list(p) for p in prompts], list(params))
+        """Synchronous batched generation of exactly these prompts (no admission, results at the end)."""
+        return self._run_batch([list(p) for p in prompts], list(params), None)
 
     def _row_rng(self, params: SamplingParams) -> torch.Generator:
         g = torch.Generator()
         g.manual_seed(params.seed if params.seed is not None else self._rng.getrandbits(63))
         return g
 
-    def _run_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationResult]:
+    def _run_batch(
+        self, prompts: list[list[int]], params: list[SamplingParams], requests: list[Request] | None
+    ) -> list[GenerationResult]:
         with self.model_lock:
             self._busy_since = time.perf_counter()
             prev_threads = torch.get_num_threads()
             self._use_threads(self.prefill_threads)  # process-wide; restored below (training never overlaps)
             try:
-                return self._sample_loop(prompts, params)
+                return self._sample_loop(prompts, params, requests)
             finally:
                 if torch.get_num_threads() != prev_threads:
                     torch.set_num_threads(prev_threads)
@@ -321,6 +261,21 @@ class HFGenerator:
             return False
         text = self.tokenizer.decode(row.out, skip_special_tokens=False)
         return any(s and s in text for s in row.stop)
+
+    def _new_rows(
+        self, prompts: list[list[int]], params: list[SamplingParams], requests: list[Request] | None
+    ) -> list[_Row]:
+        rows = []
+        for k, (ids, p) in enumerate(zip(prompts, params, strict=True)):
+            max_new = max(0, min(p.max_new_tokens, self.max_context - len(ids)))
+            # the row's random draws for all its tokens up front: the same numbers, in the same order, as one
+            # torch.rand(1) per token from the row's generator (tested), without 2 calls per row and token
+            uniform = torch.rand(max_new, generator=self._row_rng(p))  # [max_new]
+            request = requests[k] if requests is not None else None
+            rows.append(_Row(list(ids), max_new, tuple(p.stop), uniform, p.temperature, p.top_p, request, [], []))
+            if max_new == 0:
+                rows[-1].finish = "length"
+        return rows
 
     def _prefill_batch(self, prompts: list[list[int]], max_new: int, weights: Fingerprint | None) -> _Batch:
         """The prefill's inputs and a KV cache holding each prompt's prefix-cache hit (``weights`` None: no reuse).
@@ -344,113 +299,140 @@ class HFGenerator:
             attn[j, width - c - len(ids) : width] = 1  # left padding, then the cached and the fresh positions
         pos = (attn[:, :width].cumsum(-1) - 1).clamp(min=0)[:, c_width:]  # [b_live, N]: positions skip padding
         capacity = min(cap, width + CACHE_CHUNK)  # grows by doubling past that
-        cache = _PreallocCache(capacity)
+        cache = PreallocCache(capacity)
         if c_width:
-            cache.layers = _seeded_layers(hits, cached, c_width, cache_capacity=capacity)
+            cache.layers = seeded_layers(hits, cached, c_width, cache_capacity=capacity)
         self.prefill_tokens += sum(len(f) for f in fresh)
         self.reused_tokens += sum(cached)
         dev = self.device
         return _Batch(input_ids.to(dev), attn.to(dev), pos.to(dev), width, cache)
 
-    @torch.inference_mode()
-    def _sample_loop(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[GenerationResult]:
-        dev = self.device
-        rows = [
-            _Row(
-                max_new=max(0, min(p.max_new_tokens, self.max_context - len(ids))),
-                stop=tuple(p.stop),
-                rng=self._row_rng(p),
-                out=[],
-                logprobs=[],
-            )
-            for ids, p in zip(prompts, params, strict=True)
-        ]
-        for row in rows:
-            if row.max_new == 0:
-                row.finish = "length"
-        live = [i for i in range(len(rows)) if rows[i].finish is None]  # original row of each cache row
+    def _start(self, rows: list[_Row], offset: int, weights: Fingerprint | None) -> _Running | None:
+        """Prefill the unfinished ``rows`` (numbered from ``offset`` in the batch); None when none is live."""
+        live = [i for i, r in enumerate(rows) if r.finish is None]
         if not live:
-            return [self._result(r) for r in rows]
-        reuse = self.prefix_cache.max_bytes > 0
-        weights = weights_fingerprint(self.model) if reuse else ()
-        max_new = max(rows[i].max_new for i in live)
-        batch = self._prefill_batch([prompts[i] for i in live], max_new, weights if reuse else None)
-        input_ids, attn, pos, width, cache = batch.input_ids, batch.attn, batch.pos, batch.width, batch.cache
-        temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)  # [B]
-        top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32)  # [B]
-        # each row's random draws for all its tokens up front: the same numbers, in the same order, as one
-        # torch.rand(1) per token from the row's generator (tested), without 2 calls per row and token
-        uniform = torch.stack([torch.rand(max_new, generator=r.rng) for r in rows])  # [B, max_new]
+            return None
+        batch = self._prefill_batch([rows[i].prompt for i in live], max(rows[i].max_new for i in live), weights)
         out = self.model(
-            input_ids=input_ids,
-            attention_mask=attn[:, :width],
-            position_ids=pos,
+            input_ids=batch.input_ids,
+            attention_mask=batch.attn[:, : batch.width],
+            position_ids=batch.pos,
             use_cache=True,
             logits_to_keep=1,
-            **{self._cache_kw: cache},
+            **{self._cache_kw: batch.cache},
         )
         logits = out.logits[:, -1, :].float().cpu()  # [b_live, V]
-        next_pos = pos[:, -1] + 1  # [b_live]
-        length = width  # positions in the cache
+        live = [offset + i for i in live]
+        return _Running(rows, live, batch.cache, batch.attn, batch.pos[:, -1] + 1, logits, batch.width, weights)
+
+    @torch.inference_mode()
+    def _sample_loop(
+        self, prompts: list[list[int]], params: list[SamplingParams], requests: list[Request] | None
+    ) -> list[GenerationResult]:
+        rows = self._new_rows(prompts, params, requests)
+        weights = weights_fingerprint(self.model) if self.prefix_cache.max_bytes > 0 else None
+        run = self._start(rows, 0, weights)
+        if run is None:
+            return [self._result(r) for r in rows]
+        dev = self.device
         self._use_threads(self.threads)  # the decode steps: one token per row, small operations
-        step = 0  # every live row samples its token number `step` now
         while True:
-            idx = torch.tensor(live, dtype=torch.long)
-            u = uniform[idx, step]  # [b_live]
-            step += 1
-            tokens, lps = sample_tokens(logits, temps[idx], top_ps[idx], u)  # [b_live] each
+            if requests is not None and self.continuous and len(run.live) < self.max_batch:
+                self._admit(run, requests)
+            live = run.live
+            u = torch.stack([rows[i].uniform[len(rows[i].out)] for i in live])  # [b_live]
+            temps = torch.tensor([rows[i].temperature for i in live], dtype=torch.float32)  # [b_live]
+            top_ps = torch.tensor([rows[i].top_p for i in live], dtype=torch.float32)  # [b_live]
+            tokens, lps = sample_tokens(run.logits, temps, top_ps, u)  # [b_live] each
             keep = self._append_tokens(rows, live, tokens.tolist(), lps.tolist())
-            if reuse and len(keep) < len(live):
-                kept = set(keep)
-                done = [j for j in range(len(live)) if j not in kept]
-                self._keep_prefixes(
-                    cache,
-                    attn[:, :length],
-                    done,
-                    [prompts[live[j]] for j in done],
-                    [rows[live[j]] for j in done],
-                    weights,
-                )
-            if not keep:
-                break
             if len(keep) < len(live):
-                kt = torch.tensor(keep, dtype=torch.long, device=dev)
-                cache.batch_select_indices(kt)
-                attn, next_pos, tokens = attn[kt], next_pos[kt], tokens.to(dev)[kt]
-                live = [live[j] for j in keep]
-            else:
-                tokens = tokens.to(dev)
-            length += 1
+                self._drop_finished(run, keep)
+                tokens = tokens[torch.tensor(keep, dtype=torch.long)]
+            if not run.live:
+                break
+            run.length += 1
             out = self.model(
-                input_ids=tokens[:, None],
-                attention_mask=attn[:, :length],
-                position_ids=next_pos[:, None],
+                input_ids=tokens.to(dev)[:, None],
+                attention_mask=run.attn[:, : run.length],
+                position_ids=run.next_pos[:, None],
                 use_cache=True,
-                **{self._cache_kw: cache},
+                **{self._cache_kw: run.cache},
             )
-            logits = out.logits[:, -1, :].float().cpu()  # [b_live, V]
-            next_pos = next_pos + 1
+            run.logits = out.logits[:, -1, :].float().cpu()  # [b_live, V]
+            run.next_pos = run.next_pos + 1
         return [self._result(r) for r in rows]
 
-    def _keep_prefixes(
-        self,
-        cache: _PreallocCache,
-        attn: torch.Tensor,  # [b_live, length]: which cache positions are real
-        done: list[int],
-        prompts: list[list[int]],
-        rows: list[_Row],
-        weights: Fingerprint,
-    ) -> None:
+    def _admit(self, run: _Running, requests: list[Request]) -> None:
+        """Continuous batching: requests queued since the batch started join it (prefilled, then merged in).
+
+        Not while a weight update waits for :attr:`model_lock`: the batch then drains and lets it in.
+        """
+        if self.model_lock.waiting:
+            return
+        new = self._batcher.take_queued(self.max_batch - len(run.live))
+        if not new:
+            return
+        self.admitted += len(new)
+        requests.extend(new)
+        rows = self._new_rows([r.prompt_ids for r in new], [r.params for r in new], new)
+        offset = len(run.rows)
+        run.rows.extend(rows)
+        for row in rows:
+            if row.finish is not None and row.request is not None:  # no room for a token: answered at once
+                self._batcher.deliver(row.request, self._result(row))
+        self._use_threads(self.prefill_threads)
+        sub = self._start(rows, offset, run.weights)
+        self._use_threads(self.threads)
+        if sub is None:
+            return
+        length = max(run.length, sub.length)
+        cap = length + max(run.rows[i].max_new - len(run.rows[i].out) for i in run.live + sub.live)
+        attn = torch.ones((len(run.live) + len(sub.live), cap), dtype=torch.long, device=run.attn.device)
+        b1 = len(run.live)
+        attn[:, :length] = 0
+        attn[:b1, length - run.length : length] = run.attn[:, : run.length]
+        attn[b1:, length - sub.length : length] = sub.attn[:, : sub.length]
+        capacity = min(cap, length + CACHE_CHUNK)
+        cache = PreallocCache(capacity)
+        cache.layers = merged_layers(run.cache, run.length, sub.cache, sub.length, length, capacity)
+        run.cache, run.attn, run.length = cache, attn, length
+        run.next_pos = torch.cat([run.next_pos, sub.next_pos])
+        run.logits = torch.cat([run.logits, sub.logits])
+        run.live = run.live + sub.live
+
+    def _drop_finished(self, run: _Running, keep: list[int]) -> None:
+        """Store the finished rows' prefixes, hand their results over, and take them out of the cache.
+
+        A finished row's result goes to its caller at once while other rows go on, except when the batch
+        is about to end: then every result comes back with the batch (so nothing the caller does next, such
+        as a weight update, overlaps the batch's last bookkeeping).
+        """
+        kept = set(keep)
+        done = [j for j in range(len(run.live)) if j not in kept]
+        if run.weights is not None:
+            self._keep_prefixes(run, done)
+        if keep:
+            for j in done:
+                row = run.rows[run.live[j]]
+                if row.request is not None:
+                    self._batcher.deliver(row.request, self._result(row))
+            kt = torch.tensor(keep, dtype=torch.long, device=run.attn.device)
+            run.cache.batch_select_indices(kt)
+            run.attn, run.next_pos = run.attn[kt], run.next_pos[kt]  # the logits are replaced next step
+        run.live = [run.live[j] for j in keep]
+
+    def _keep_prefixes(self, run: _Running, done: list[int]) -> None:
         """Store the keys and values of finished cache rows ``done``: their prompt and sampled ids but the last."""
-        for j, prompt, row in zip(done, prompts, rows, strict=True):
-            ids = prompt + row.out[:-1]  # the last sampled token was never fed to the model
-            where = attn[j].nonzero().squeeze(1)  # [n]
+        assert run.weights is not None
+        for j in done:
+            row = run.rows[run.live[j]]
+            ids = row.prompt + row.out[:-1]  # the last sampled token was never fed to the model
+            where = run.attn[j, : run.length].nonzero().squeeze(1)  # [n]
             if where.numel() != len(ids):  # cannot happen; never store a misaligned entry
                 continue
-            layers = [layer for layer in cache.layers if isinstance(layer, _PreallocLayer)]
-            keys = [layer.keys[j][:, where] for layer in layers]  # per layer [H, n, D]
-            values = [layer.values[j][:, where] for layer in layers]
-            self.prefix_cache.put(CachedPrefix(ids=ids, keys=keys, values=values, weights=weights))
+            keys = [layer.keys[j][:, where] for layer in run.cache.layers]  # per layer [H, n, D]
+            values = [layer.values[j][:, where] for layer in run.cache.layers]
+            self.prefix_cache.put(CachedPrefix(ids=ids, keys=keys, values=values, weights=run.weights))
 
     def _append_tokens(self, rows: list[_Row], live: list[int], tokens: list[int], lps: list[float]) -> list[int]:
         """Append each live row's sampled token; the positions in ``live`` of the rows that go on."""
