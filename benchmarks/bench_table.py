@@ -362,18 +362,54 @@ BENCHMARKS: tuple[Bench, ...] = (
         _pipeline_real_figures(),
     ),
     Bench(
-        "prefix_cache",
-        "bench_prefix_cache.py",
+        "swe_prefix_cache",
+        "bench_swe_generation.py",
         "The in-process generator's prefix cache on the SWE job: `tirl train --env swe-lite` (tiny-swe, real "
-        "workspaces and pytest, the pipeline) with `generation.prefix_cache_mb` at its default (1024) and at 0, "
-        "one step of 4 prompts x 8 episodes each, sides alternating first; both sides sample the same episodes "
+        "workspaces and pytest, the pipeline) with tirl's defaults against `generation.prefix_cache_mb=0`, one "
+        "step of 4 prompts x 8 episodes each, sides alternating first; both sides sample the same episodes "
         "(`--quick`: 2 episodes of 3 turns).",
-        (),
-        ("--repeats", "1", "--prompts", "1", "--set", "algo.group_size=2", "--set", "env.max_turns=3"),
+        ("--off", "generation.prefix_cache_mb=0"),
+        (
+            "--off",
+            "generation.prefix_cache_mb=0",
+            "--repeats",
+            "1",
+            "--prompts",
+            "1",
+            "--set",
+            "algo.group_size=2",
+            "--set",
+            "env.max_turns=3",
+        ),
         (
             Figure("rollout seconds: off ÷ on", _reads("rollout_off_over_on", "median"), "×"),
             Figure("step seconds: off ÷ on", _reads("step_off_over_on", "median"), "×"),
-            Figure("rollout seconds, cache on", _reads("rollout_s_on", "median"), "s", "", 1),
+            Figure("rollout seconds, on (tirl's defaults)", _reads("rollout_s_on", "median"), "s", "", 1),
+            Figure("same episodes on both sides (1 = yes)", lambda r: float(bool(r.get("same_episodes"))), "", "", 0),
+        ),
+    ),
+    Bench(
+        "swe_continuous",
+        "bench_swe_generation.py",
+        "Continuous batching on the SWE job: the same runs against `generation.continuous_batching=false` (a "
+        "request that arrives while a batch runs waits for the next batch).",
+        ("--off", "generation.continuous_batching=false"),
+        (
+            "--off",
+            "generation.continuous_batching=false",
+            "--repeats",
+            "1",
+            "--prompts",
+            "1",
+            "--set",
+            "algo.group_size=2",
+            "--set",
+            "env.max_turns=3",
+        ),
+        (
+            Figure("rollout seconds: off ÷ on", _reads("rollout_off_over_on", "median"), "×"),
+            Figure("step seconds: off ÷ on", _reads("step_off_over_on", "median"), "×"),
+            Figure("rollout seconds, on (tirl's defaults)", _reads("rollout_s_on", "median"), "s", "", 1),
             Figure("same episodes on both sides (1 = yes)", lambda r: float(bool(r.get("same_episodes"))), "", "", 0),
         ),
     ),

@@ -160,12 +160,15 @@ async def test_prefix_cache_off_prefills_everything(policy: Policy) -> None:
     await gen.close()
 
 
-async def test_the_config_key_sizes_the_trainers_generator(policy: Policy) -> None:
+async def test_the_config_keys_reach_the_trainers_generator(policy: Policy) -> None:
     from tirl.config import ConfigError, load_config
     from tirl.trainer.wiring import _generator
 
     gen = _generator(load_config(None, ["generation.prefix_cache_mb=0.5"]), policy)
-    assert isinstance(gen, HFGenerator) and gen.prefix_cache.max_bytes == 512 * 1024
+    assert isinstance(gen, HFGenerator) and gen.prefix_cache.max_bytes == 512 * 1024 and gen.continuous
+    await gen.close()
+    gen = _generator(load_config(None, ["generation.continuous_batching=false"]), policy)
+    assert isinstance(gen, HFGenerator) and not gen.continuous and gen.prefix_cache.max_bytes == 1024 * 2**20
     await gen.close()
     with pytest.raises(ConfigError, match=r"generation\.prefix_cache_mb"):
         load_config(None, ["generation.prefix_cache_mb=-1"])

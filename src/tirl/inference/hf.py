@@ -2,16 +2,25 @@
 
 :class:`HFGenerator` implements :class:`~tirl.inference.base.Generator` for any
 ``AutoModelForCausalLM``. Requests from many episodes are queued; a drain task
-takes whatever is queued (after a short batching window, and again whenever
-the previous batch finishes), left-pads the prompts, and runs a manual sampling
-loop over ``past_key_values`` in a worker thread, so the event loop (sandbox
-calls, env steps) keeps running while the model computes. Rows that finish are
-removed from the KV cache, so a batch costs what its live rows cost. The KV
-cache's buffers are allocated per batch (prompt width plus up to
-:data:`CACHE_CHUNK` new tokens, doubled when a batch outgrows them) and each
-new token is written into its slot (:class:`_PreallocLayer`), where
-transformers' ``DynamicCache`` copies the whole cache per token and layer;
-the values are the same (tested).
+takes whatever is queued (after a short batching window), left-pads the
+prompts, and runs a manual sampling loop over ``past_key_values`` in a worker
+thread, so the event loop (sandbox calls, env steps) keeps running while the
+model computes. Rows that finish are removed from the KV cache, so a batch
+costs what its live rows cost. The KV cache's buffers are allocated per batch
+(prompt width plus up to :data:`CACHE_CHUNK` new tokens, doubled when a batch
+outgrows them; :mod:`tirl.inference.kv_cache`).
+
+**Continuous batching** (``continuous=True``, the default): between two
+decode steps, requests queued since the batch started join it — prefilled on
+their own, then merged into the batch's KV cache (both sides left-padded to
+the longer) — and a row that finishes hands its result back at once, so an
+episode's tool call runs while the batch goes on. A batch stops taking
+requests while anyone waits for :attr:`model_lock` (a weight update), and its
+last results come back with it. **Prefix reuse** (``prefix_cache_mb``,
+:mod:`tirl.inference.prefix_cache`): a finished row's keys and values are
+kept, and the same episode's next turn prefills only its new ids. Tokens and
+log-probs are the same as a plain loop that runs the whole sequence every
+token, with or without either (tested).
 
 Sampling: temperature and top-p per request; the log-prob returned for each
 token is its log-probability under the distribution it was *sampled from*
@@ -23,9 +32,9 @@ The trainer updates the same torch module in-process and bumps
 :attr:`HFGenerator.policy_version`; generation and training must not overlap
 (hold :attr:`HFGenerator.model_lock` while updating to be sure).
 
-Not covered: continuous batching (a request that arrives while a batch runs
-waits for the next batch), per-request stop *token ids* (stop strings and the
-chat format's EOS ids are supported), beam search, speculative decoding.
+Not covered: per-request stop *token ids* (stop strings and the chat format's
+EOS ids are supported), beam search, speculative decoding, admission by
+memory (a batch takes up to ``max_batch`` rows, whatever their lengths).
 """
 
 from __future__ import annotations

@@ -251,6 +251,7 @@ def _generator(cfg: TirlConfig, policy: Any) -> Generator:
             seed=cfg.trainer.seed,
             max_context=cfg.generation.max_total_tokens,
             prefix_cache_mb=cfg.generation.prefix_cache_mb,
+            continuous=cfg.generation.continuous_batching,
         )
     if m.generator == "openai":
         return _openai_generator(cfg, policy)

@@ -1,4 +1,4 @@
-"""benchmarks/bench_prefix_cache.py: one real, shrunk round of the SWE job with the prefix cache on and off.
+"""benchmarks/bench_swe_generation.py: one real, shrunk round of the SWE job with the prefix cache on and off.
 
 Both sides are ``tirl train --env swe-lite`` subprocesses (tiny-swe, real workspaces and pytest), shrunk
 by ``--set`` to 2 episodes of 3 turns; the test checks that both sides ran the same episodes (the cache
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "bench_prefix_cache.py"
+SCRIPT = ROOT / "benchmarks" / "bench_swe_generation.py"
 SMALL = ["--set", "algo.group_size=2", "--set", "env.max_turns=3", "--set", "rollout.run_workers=2"]
 
 
@@ -42,3 +42,5 @@ def test_one_round_runs_both_sides_on_the_same_episodes(tmp_path: Path) -> None:
 def test_bad_arguments_exit_2() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--repeats", "0"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--repeats" in proc.stderr
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--off", "nothing"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "KEY=VALUE" in proc.stderr

@@ -1,24 +1,26 @@
-"""The prefix cache on the SWE job: ``tirl train --env swe-lite`` steps with it on and off, side by side.
+"""The in-process generator's features on the SWE job: ``tirl train --env swe-lite`` with one off, side by side.
 
-    python benchmarks/bench_prefix_cache.py [--json] [--repeats 3] [--prompts 4] [--steps 1] [--keep DIR]
-                                            [--set KEY=VALUE ...]
+    python benchmarks/bench_swe_generation.py [--json] [--off KEY=VALUE] [--repeats 3] [--prompts 4]
+                                              [--steps 1] [--keep DIR] [--set KEY=VALUE ...]
 
-Each round runs the real job twice — the same command, one side with the default
-``generation.prefix_cache_mb`` (1024), the other with ``--set generation.prefix_cache_mb=0`` — in
+Each round runs the real job twice — the same command, ``on`` with tirl's defaults, ``off`` with one
+``--set`` more: ``--off generation.prefix_cache_mb=0`` (the default: no reuse of earlier turns' keys and
+values) or ``--off generation.continuous_batching=false`` (requests wait for the next batch) — in
 subprocesses of this interpreter (``python -m tirl.cli train``), with the shipped ``tiny-swe`` warm start,
 the swe-lite preset (10 turns, 6,144 tokens), the pipeline, real workspaces and real pytest in the
 sandbox, ``trainer.eval_before_after=false`` (the steps alone), ``--steps`` steps of ``--prompts`` prompts x
 ``algo.group_size`` 8 episodes, the same seed. Rounds alternate which side goes first. Each side's figures
-come from its own run directory (``metrics.jsonl``): rollout seconds and step seconds per step; the
-ratio off ÷ on is taken within a round, then reported as the median and range over rounds. Both sides
-sample from the same seeds, so they must produce the same episodes: the bench prints whether each
-step's reward, valid/void counts and mean sequence length agree (a mismatch would mean the cache changed
-what is sampled). The 1-minute load average is recorded before and after each run. ``--set`` passes
-a config override to both sides (the test uses it to shrink the job).
+come from its own run directory (``metrics.jsonl``): rollout seconds and step seconds; the ratio off ÷ on
+is taken within a round, then reported as the median and range over rounds. Both sides sample each turn
+from the same seed, so they must produce the same episodes: the bench prints whether each step's
+reward, valid trajectories and generated tokens agree (a mismatch would mean the feature changed what
+is sampled). The 1-minute load average is recorded before and after each run. ``--set`` passes a config
+override to both sides (the test uses it to shrink the job).
 
-Not covered: GPUs (the in-process ``hf`` generator on the CPU only; vLLM has its own prefix caching),
-the evaluations (greedy, the same gain per generated turn), memory (the cache holds up to 1 GiB; its
-entries are the episodes' own keys and values, ~4 KB per position for ``tiny-swe``).
+Not covered: GPUs (the in-process ``hf`` generator on the CPU only; vLLM has its own prefix caching and
+continuous batching), the evaluations (greedy; the same mechanics), memory (the prefix cache holds up to
+``generation.prefix_cache_mb``; its entries are the episodes' own keys and values, ~4 KB per position for
+``tiny-swe``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SIDES = {"on": [], "off": ["--set", "generation.prefix_cache_mb=0"]}
+DEFAULT_OFF = "generation.prefix_cache_mb=0"
 
 
 def load1() -> float:
@@ -49,7 +51,8 @@ def run_side(side: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
         sys.executable, "-m", "tirl.cli", "train", "--env", "swe-lite",
         "--set", "trainer.eval_before_after=false", "--set", f"trainer.steps={args.steps}",
         "--set", f"trainer.prompts_per_step={args.prompts}", "--set", f"trainer.run_dir={out}",
-        "--set", f"trainer.run_name={name}", *[x for kv in args.set for x in ("--set", kv)], *SIDES[side],
+        "--set", f"trainer.run_name={name}", *[x for kv in args.set for x in ("--set", kv)],
+        *(["--set", args.off] if side == "off" else []),
     ]  # fmt: skip
     before = load1()
     t0 = time.perf_counter()
@@ -79,6 +82,7 @@ def spread(xs: list[float]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--off", default=DEFAULT_OFF, metavar="KEY=VALUE", help="the setting the off side adds")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--prompts", type=int, default=4, help="trainer.prompts_per_step (x group 8 episodes)")
     p.add_argument("--steps", type=int, default=1)
@@ -88,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.repeats < 1 or a.prompts < 1 or a.steps < 1:
         p.error("--repeats, --prompts and --steps must be at least 1")
+    if "=" not in a.off:
+        p.error(f"--off {a.off!r} is not KEY=VALUE, e.g. {DEFAULT_OFF}")
     with tempfile.TemporaryDirectory() as tmp:
         out = a.keep or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
@@ -108,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         "rollout_s_on": spread([r["on"]["rollout_s"] for r in rounds]),
         "rollout_s_off": spread([r["off"]["rollout_s"] for r in rounds]),
         "same_episodes": all(r["on"]["episodes"] == r["off"]["episodes"] for r in rounds),
+        "off": a.off,
         "prompts_per_step": a.prompts,
         "overrides": a.set,
         "steps": a.steps,
@@ -118,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
     else:
         ro, st = result["rollout_off_over_on"], result["step_off_over_on"]
-        print(f"rollout off/on {ro['median']:.2f}x ({ro['min']:.2f}-{ro['max']:.2f}); "
+        print(f"off = {a.off}: rollout off/on {ro['median']:.2f}x ({ro['min']:.2f}-{ro['max']:.2f}); "
               f"step off/on {st['median']:.2f}x ({st['min']:.2f}-{st['max']:.2f}); "
               f"same episodes on both sides: {result['same_episodes']}")  # fmt: skip
     return 0
