@@ -118,6 +118,26 @@ REAL_QUICK = ("--real", "--real-tasks", "2", "--real-group", "2", "--real-max-tu
               "--real-run-workers", "2", "--real-batch-window", "0.01")  # fmt: skip
 
 
+def _swe_generation_figures() -> tuple[Figure, ...]:
+    """``bench_swe_generation.py``: the off ÷ on ratios over its own alternating rounds, and the sides' seconds."""
+    return (
+        Figure("rollout seconds: off ÷ on, median of the rounds", _reads("rollout_off_over_on", "median"), "×"),
+        Figure("rollout seconds: off ÷ on, lowest round", _reads("rollout_off_over_on", "min"), "×"),
+        Figure("rollout seconds: off ÷ on, highest round", _reads("rollout_off_over_on", "max"), "×"),
+        Figure("step seconds: off ÷ on, median of the rounds", _reads("step_off_over_on", "median"), "×"),
+        Figure("rollout seconds, on (tirl's defaults)", _reads("rollout_s_on", "median"), "s", "", 1),
+        Figure("rollout seconds, off", _reads("rollout_s_off", "median"), "s", "", 1),
+        Figure("same episodes on both sides (1 = yes)", lambda r: float(bool(r.get("same_episodes"))), "", "", 0),
+    )
+
+
+_SWE_GENERATION_RUNS = (
+    1,
+    "one run holds three rounds that alternate which side goes first (on then off, off then on, on then off); "
+    "the ratio's spread is in its lowest/highest rows. Both sides are full `tirl train` subprocesses.",
+)
+
+
 def _pipeline_real_figures() -> tuple[Figure, ...]:
     def over(other: str) -> Callable[[Result], float | None]:
         return lambda r: ratio(num(r, "real", "pipeline", "traj_per_s"), num(r, "real", other, "traj_per_s"))
@@ -368,7 +388,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         "workspaces and pytest, the pipeline) with tirl's defaults against `generation.prefix_cache_mb=0`, one "
         "step of 4 prompts x 8 episodes each, sides alternating first; both sides sample the same episodes "
         "(`--quick`: 2 episodes of 3 turns).",
-        ("--off", "generation.prefix_cache_mb=0"),
+        ("--off", "generation.prefix_cache_mb=0", "--repeats", "3"),
         (
             "--off",
             "generation.prefix_cache_mb=0",
@@ -381,19 +401,15 @@ BENCHMARKS: tuple[Bench, ...] = (
             "--set",
             "env.max_turns=3",
         ),
-        (
-            Figure("rollout seconds: off ÷ on", _reads("rollout_off_over_on", "median"), "×"),
-            Figure("step seconds: off ÷ on", _reads("step_off_over_on", "median"), "×"),
-            Figure("rollout seconds, on (tirl's defaults)", _reads("rollout_s_on", "median"), "s", "", 1),
-            Figure("same episodes on both sides (1 = yes)", lambda r: float(bool(r.get("same_episodes"))), "", "", 0),
-        ),
+        _swe_generation_figures(),
+        runs=_SWE_GENERATION_RUNS,
     ),
     Bench(
         "swe_continuous",
         "bench_swe_generation.py",
         "Continuous batching on the SWE job: the same runs against `generation.continuous_batching=false` (a "
         "request that arrives while a batch runs waits for the next batch).",
-        ("--off", "generation.continuous_batching=false"),
+        ("--off", "generation.continuous_batching=false", "--repeats", "3"),
         (
             "--off",
             "generation.continuous_batching=false",
@@ -406,12 +422,8 @@ BENCHMARKS: tuple[Bench, ...] = (
             "--set",
             "env.max_turns=3",
         ),
-        (
-            Figure("rollout seconds: off ÷ on", _reads("rollout_off_over_on", "median"), "×"),
-            Figure("step seconds: off ÷ on", _reads("step_off_over_on", "median"), "×"),
-            Figure("rollout seconds, on (tirl's defaults)", _reads("rollout_s_on", "median"), "s", "", 1),
-            Figure("same episodes on both sides (1 = yes)", lambda r: float(bool(r.get("same_episodes"))), "", "", 0),
-        ),
+        _swe_generation_figures(),
+        runs=_SWE_GENERATION_RUNS,
     ),
     Bench(
         "async",
