@@ -1,11 +1,12 @@
 """The in-process generator's features on the SWE job: ``tirl train --env swe-lite`` with one off, side by side.
 
-    python benchmarks/bench_swe_generation.py [--json] [--off KEY=VALUE] [--repeats 3] [--prompts 4]
-                                              [--steps 1] [--keep DIR] [--set KEY=VALUE ...]
+    python benchmarks/bench_swe_generation.py [--json] [--off KEY=VALUE] [--on KEY=VALUE] [--repeats 3]
+                                              [--prompts 4] [--steps 1] [--keep DIR] [--set KEY=VALUE ...]
 
-Each round runs the real job twice — the same command, ``on`` with tirl's defaults, ``off`` with one
-``--set`` more: ``--off generation.prefix_cache_mb=0`` (the default: no reuse of earlier turns' keys and
-values) or ``--off generation.continuous_batching=false`` (requests wait for the next batch) — in
+Each round runs the real job twice — the same command, ``on`` with tirl's defaults (plus ``--on`` when
+given), ``off`` with one ``--set`` more: ``--off generation.prefix_cache_mb=0`` (the default: no reuse of
+earlier turns' keys and values), or ``--on generation.continuous_batching=true --off
+generation.continuous_batching=false`` (continuous batching, off by default, against the default) — in
 subprocesses of this interpreter (``python -m tirl.cli train``), with the shipped ``tiny-swe`` warm start,
 the swe-lite preset (10 turns, 6,144 tokens), the pipeline, real workspaces and real pytest in the
 sandbox, ``trainer.eval_before_after=false`` (the steps alone), ``--steps`` steps of ``--prompts`` prompts x
@@ -52,7 +53,7 @@ def run_side(side: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
         "--set", "trainer.eval_before_after=false", "--set", f"trainer.steps={args.steps}",
         "--set", f"trainer.prompts_per_step={args.prompts}", "--set", f"trainer.run_dir={out}",
         "--set", f"trainer.run_name={name}", *[x for kv in args.set for x in ("--set", kv)],
-        *(["--set", args.off] if side == "off" else []),
+        *(["--set", args.off] if side == "off" else (["--set", args.on] if args.on else [])),
     ]  # fmt: skip
     before = load1()
     t0 = time.perf_counter()
@@ -83,6 +84,7 @@ def spread(xs: list[float]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--off", default=DEFAULT_OFF, metavar="KEY=VALUE", help="the setting the off side adds")
+    p.add_argument("--on", default=None, metavar="KEY=VALUE", help="a setting the on side adds (default: none)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--prompts", type=int, default=4, help="trainer.prompts_per_step (x group 8 episodes)")
     p.add_argument("--steps", type=int, default=1)
@@ -92,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.repeats < 1 or a.prompts < 1 or a.steps < 1:
         p.error("--repeats, --prompts and --steps must be at least 1")
-    if "=" not in a.off:
-        p.error(f"--off {a.off!r} is not KEY=VALUE, e.g. {DEFAULT_OFF}")
+    for flag, value in (("--off", a.off), ("--on", a.on)):
+        if value is not None and "=" not in value:
+            p.error(f"{flag} {value!r} is not KEY=VALUE, e.g. {DEFAULT_OFF}")
     with tempfile.TemporaryDirectory() as tmp:
         out = a.keep or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "rollout_s_off": spread([r["off"]["rollout_s"] for r in rounds]),
         "same_episodes": all(r["on"]["episodes"] == r["off"]["episodes"] for r in rounds),
         "off": a.off,
+        "on": a.on,
         "prompts_per_step": a.prompts,
         "overrides": a.set,
         "steps": a.steps,

@@ -407,9 +407,16 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench(
         "swe_continuous",
         "bench_swe_generation.py",
-        "Continuous batching on the SWE job: the same runs against `generation.continuous_batching=false` (a "
-        "request that arrives while a batch runs waits for the next batch).",
-        ("--off", "generation.continuous_batching=false", "--repeats", "3"),
+        "Continuous batching on the SWE job: the same runs with `generation.continuous_batching=true` (off by "
+        "default) against `false` (a request that arrives while a batch runs waits for the next batch).",
+        (
+            "--on",
+            "generation.continuous_batching=true",
+            "--off",
+            "generation.continuous_batching=false",
+            "--repeats",
+            "3",
+        ),
         (
             "--off",
             "generation.continuous_batching=false",

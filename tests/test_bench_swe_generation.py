@@ -20,7 +20,8 @@ SMALL = ["--set", "algo.group_size=2", "--set", "env.max_turns=3", "--set", "rol
 
 def test_one_round_runs_both_sides_on_the_same_episodes(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--json", "--repeats", "1", "--prompts", "1", "--keep", str(tmp_path), *SMALL],
+        [sys.executable, str(SCRIPT), "--json", "--repeats", "1", "--prompts", "1", "--keep", str(tmp_path),
+         "--on", "generation.prefix_cache_mb=2048", *SMALL],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -33,7 +34,7 @@ def test_one_round_runs_both_sides_on_the_same_episodes(tmp_path: Path) -> None:
         assert round_[side]["rollout_s"] == sum(m["time/rollout_s"] for m in metrics if "time/rollout_s" in m) > 0
         (ep,) = round_[side]["episodes"]
         assert ep[1] is not None and ep[2] > 0  # valid trajectories and generated tokens were read
-    for side, mb in (("on", 1024.0), ("off", 0.0)):  # each side's run saved the setting it ran with
+    for side, mb in (("on", 2048.0), ("off", 0.0)):  # each side's run saved the setting it ran with
         cfg = json.loads((tmp_path / round_[side]["run"] / "config.json").read_text())
         assert cfg["generation"]["prefix_cache_mb"] == mb and cfg["env"]["max_turns"] == 3
     assert res["rollout_off_over_on"]["median"] == round_["off"]["rollout_s"] / round_["on"]["rollout_s"]
@@ -42,5 +43,6 @@ def test_one_round_runs_both_sides_on_the_same_episodes(tmp_path: Path) -> None:
 def test_bad_arguments_exit_2() -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), "--repeats", "0"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--repeats" in proc.stderr
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--off", "nothing"], capture_output=True, text=True)
-    assert proc.returncode == 2 and "KEY=VALUE" in proc.stderr
+    for flag in ("--off", "--on"):
+        proc = subprocess.run([sys.executable, str(SCRIPT), flag, "nothing"], capture_output=True, text=True)
+        assert proc.returncode == 2 and f"{flag} 'nothing' is not KEY=VALUE" in proc.stderr

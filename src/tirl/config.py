@@ -83,7 +83,7 @@ class GenerationConfig:
     max_total_tokens: int = 512  # whole episode, prompt included
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the generator's weights (hf: a refreshed copy)
     prefix_cache_mb: float = 1024.0  # hf: earlier turns' keys/values kept for the next turn (0: prefill it all)
-    continuous_batching: bool = True  # hf: requests join a running batch between decode steps
+    continuous_batching: bool = False  # hf: requests join a running batch's stragglers (SWE job: 0.96x, off)
 
     def __post_init__(self) -> None:
         _check(self.temperature >= 0, "generation.temperature", self.temperature, "use a value >= 0")

@@ -165,10 +165,10 @@ async def test_the_config_keys_reach_the_trainers_generator(policy: Policy) -> N
     from tirl.trainer.wiring import _generator
 
     gen = _generator(load_config(None, ["generation.prefix_cache_mb=0.5"]), policy)
-    assert isinstance(gen, HFGenerator) and gen.prefix_cache.max_bytes == 512 * 1024 and gen.continuous
+    assert isinstance(gen, HFGenerator) and gen.prefix_cache.max_bytes == 512 * 1024 and not gen.continuous
     await gen.close()
-    gen = _generator(load_config(None, ["generation.continuous_batching=false"]), policy)
-    assert isinstance(gen, HFGenerator) and not gen.continuous and gen.prefix_cache.max_bytes == 1024 * 2**20
+    gen = _generator(load_config(None, ["generation.continuous_batching=true"]), policy)
+    assert isinstance(gen, HFGenerator) and gen.continuous and gen.prefix_cache.max_bytes == 1024 * 2**20
     await gen.close()
     with pytest.raises(ConfigError, match=r"generation\.prefix_cache_mb"):
         load_config(None, ["generation.prefix_cache_mb=-1"])
@@ -181,7 +181,7 @@ async def _when_busy(gen: HFGenerator) -> None:
 
 async def test_requests_admitted_into_a_running_batch_equal_a_plain_loop(policy: Policy) -> None:
     """Continuous batching: rows that join a running batch (prefilled, merged in) sample the plain loop's tokens."""
-    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000])
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000], continuous=True)
     texts = ["Compute 1+2.", "What is 12345 mod 97? Use python.", "Hi", "Sum the integers from 13 to 58."]
     prompts = [policy.chat.prompt_ids([Message(role=Role.USER, content=t)]) for t in texts]
     long = asyncio.ensure_future(gen.generate(prompts[0], SamplingParams(max_new_tokens=150, temperature=0.9, seed=1)))
@@ -200,7 +200,7 @@ async def test_requests_admitted_into_a_running_batch_equal_a_plain_loop(policy:
 
 
 async def test_a_waiting_weight_update_stops_admissions(policy: Policy) -> None:
-    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000])
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000], continuous=True)
     prompt = policy.chat.prompt_ids([Message(role=Role.USER, content="Hi")])
     long = asyncio.ensure_future(gen.generate(prompt, SamplingParams(max_new_tokens=150, temperature=0.0)))
     await _when_busy(gen)
