@@ -125,12 +125,15 @@ def _swe_generation_figures() -> tuple[Figure, ...]:
         Figure("rollout seconds: off ÷ on, lowest round", _reads("rollout_off_over_on", "min"), "×"),
         Figure("rollout seconds: off ÷ on, highest round", _reads("rollout_off_over_on", "max"), "×"),
         Figure("step seconds: off ÷ on, median of the rounds", _reads("step_off_over_on", "median"), "×"),
-        Figure("rollout seconds, on (tirl's defaults)", _reads("rollout_s_on", "median"), "s", "", 1),
-        Figure("rollout seconds, off", _reads("rollout_s_off", "median"), "s", "", 1),
+        Figure("rollout seconds, on side", _reads("rollout_s_on", "median"), "s", "", 1),
+        Figure("rollout seconds, off side", _reads("rollout_s_off", "median"), "s", "", 1),
         Figure("same episodes on both sides (1 = yes)", lambda r: float(bool(r.get("same_episodes"))), "", "", 0),
     )
 
 
+#: ``--quick`` for ``bench_swe_generation.py``: one round of 2 episodes of 3 turns
+_SWE_QUICK = ("--repeats", "1", "--prompts", "1", "--set", "algo.group_size=2", "--set", "env.max_turns=3")
+_SWE_CONTINUOUS = ("--on", "generation.continuous_batching=true", "--off", "generation.continuous_batching=false")
 _SWE_GENERATION_RUNS = (
     1,
     "one run holds three rounds that alternate which side goes first (on then off, off then on, on then off); "
@@ -389,18 +392,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         "step of 4 prompts x 8 episodes each, sides alternating first; both sides sample the same episodes "
         "(`--quick`: 2 episodes of 3 turns).",
         ("--off", "generation.prefix_cache_mb=0", "--repeats", "3"),
-        (
-            "--off",
-            "generation.prefix_cache_mb=0",
-            "--repeats",
-            "1",
-            "--prompts",
-            "1",
-            "--set",
-            "algo.group_size=2",
-            "--set",
-            "env.max_turns=3",
-        ),
+        ("--off", "generation.prefix_cache_mb=0", *_SWE_QUICK),
         _swe_generation_figures(),
         runs=_SWE_GENERATION_RUNS,
     ),
@@ -409,26 +401,8 @@ BENCHMARKS: tuple[Bench, ...] = (
         "bench_swe_generation.py",
         "Continuous batching on the SWE job: the same runs with `generation.continuous_batching=true` (off by "
         "default) against `false` (a request that arrives while a batch runs waits for the next batch).",
-        (
-            "--on",
-            "generation.continuous_batching=true",
-            "--off",
-            "generation.continuous_batching=false",
-            "--repeats",
-            "3",
-        ),
-        (
-            "--off",
-            "generation.continuous_batching=false",
-            "--repeats",
-            "1",
-            "--prompts",
-            "1",
-            "--set",
-            "algo.group_size=2",
-            "--set",
-            "env.max_turns=3",
-        ),
+        (*_SWE_CONTINUOUS, "--repeats", "3"),
+        (*_SWE_CONTINUOUS, *_SWE_QUICK),
         _swe_generation_figures(),
         runs=_SWE_GENERATION_RUNS,
     ),

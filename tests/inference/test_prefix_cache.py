@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -199,11 +200,19 @@ async def test_requests_admitted_into_a_running_batch_equal_a_plain_loop(policy:
     await gen.close()
 
 
-async def test_a_waiting_weight_update_stops_admissions(policy: Policy) -> None:
-    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000], continuous=True)
+async def _busy_with_one_long_row(
+    policy: Policy, continuous: bool, n: int
+) -> tuple[HFGenerator, list[int], asyncio.Future[Any]]:
+    """A generator running a batch of one greedy row of ``n`` tokens (EOS off), and that row's prompt."""
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000], continuous=continuous)
     prompt = policy.chat.prompt_ids([Message(role=Role.USER, content="Hi")])
-    long = asyncio.ensure_future(gen.generate(prompt, SamplingParams(max_new_tokens=150, temperature=0.0)))
+    long = asyncio.ensure_future(gen.generate(prompt, SamplingParams(max_new_tokens=n, temperature=0.0)))
     await _when_busy(gen)
+    return gen, prompt, long
+
+
+async def test_a_waiting_weight_update_stops_admissions(policy: Policy) -> None:
+    gen, prompt, long = await _busy_with_one_long_row(policy, continuous=True, n=150)
     order: list[str] = []
 
     def update() -> None:  # what sync_snapshot does: wait for the lock, change the weights under it
@@ -222,10 +231,7 @@ async def test_a_waiting_weight_update_stops_admissions(policy: Policy) -> None:
 
 
 async def test_continuous_off_runs_late_requests_in_the_next_batch(policy: Policy) -> None:
-    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[10_000], continuous=False)
-    prompt = policy.chat.prompt_ids([Message(role=Role.USER, content="Hi")])
-    long = asyncio.ensure_future(gen.generate(prompt, SamplingParams(max_new_tokens=60, temperature=0.0)))
-    await _when_busy(gen)
+    gen, prompt, long = await _busy_with_one_long_row(policy, continuous=False, n=60)
     await gen.generate(prompt, SamplingParams(max_new_tokens=3, temperature=0.0))
     assert long.done() and gen.admitted == 0 and gen.batches == 2
     await gen.close()
