@@ -1,4 +1,7 @@
-"""What the real-CLI training tests share: a tiny random model saved to disk and the `--set` flags of a tiny run."""
+"""What the real-CLI training tests share: a tiny random model saved to disk and the `--set` flags of a tiny run.
+
+Also the generator and agent-loop tests' 2-layer random policy, saved and loaded the way a user's checkpoint is.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import io
 import subprocess
 from pathlib import Path
 
+from tirl.models.loading import Policy, load_policy
 from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
 
 TINY_TRAIN_ARGS = [
@@ -27,6 +31,14 @@ def save_tiny_model(out: Path) -> Path:
     spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)
     model, tok = build_tiny_model(spec, seed=0)
     return save_policy(model, tok, out)
+
+
+def saved_two_layer_policy(out: Path, seed: int) -> Policy:
+    """A 2-layer random Llama (hidden 32) of ``seed`` saved at ``out`` with save_pretrained, then loaded from there."""
+    spec = TinyModelSpec(hidden_size=32, layers=2, heads=2, kv_heads=2, intermediate_size=64)
+    model, tok = build_tiny_model(spec, seed=seed)
+    save_policy(model, tok, out)
+    return load_policy(out)
 
 
 def tirl_in_process(*args: str) -> subprocess.CompletedProcess[str]:

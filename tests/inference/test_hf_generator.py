@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from tests.tiny_run import saved_two_layer_policy
 
 from tirl.inference.base import Generator, SamplingParams
 from tirl.inference.hf import HFGenerator, sample_tokens
-from tirl.models.loading import Policy, load_policy
-from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
+from tirl.models.loading import Policy
 from tirl.types import Message, Role
 
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory: pytest.TempPathFactory) -> Policy:
     """A tiny random Llama saved with save_pretrained and loaded the way a user's checkpoint is."""
-    path: Path = tmp_path_factory.mktemp("tiny")
-    spec = TinyModelSpec(hidden_size=32, layers=2, heads=2, kv_heads=2, intermediate_size=64)
-    model, tok = build_tiny_model(spec, seed=1)
-    save_policy(model, tok, path)
-    return load_policy(path)
+    return saved_two_layer_policy(tmp_path_factory.mktemp("tiny"), seed=1)
 
 
 def _prompts(policy: Policy) -> list[list[int]]:

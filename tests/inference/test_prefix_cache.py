@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from tests.tiny_run import saved_two_layer_policy
 
 from tirl.inference.base import SamplingParams
 from tirl.inference.hf import HFGenerator, sample_tokens
 from tirl.inference.prefix_cache import CachedPrefix, PrefixCache, weights_fingerprint
-from tirl.models.loading import Policy, load_policy
-from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
+from tirl.models.loading import Policy
 from tirl.types import Message, Role
 
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory: pytest.TempPathFactory) -> Policy:
-    path: Path = tmp_path_factory.mktemp("tiny")
-    spec = TinyModelSpec(hidden_size=32, layers=2, heads=2, kv_heads=2, intermediate_size=64)
-    model, tok = build_tiny_model(spec, seed=3)
-    save_policy(model, tok, path)
-    return load_policy(path)
+    return saved_two_layer_policy(tmp_path_factory.mktemp("tiny"), seed=3)
 
 
 def _entry(ids: list[int], weights: tuple[tuple[int, int], ...] = ()) -> CachedPrefix:

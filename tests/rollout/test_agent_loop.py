@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
+from tests.tiny_run import saved_two_layer_policy
 
 from tirl.envs.base import EvalResult, StepResult, Task
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.models.chat_format import SimpleChatFormat
-from tirl.models.loading import Policy, load_policy
-from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
+from tirl.models.loading import Policy
 from tirl.models.tokenizer import build_char_tokenizer
 from tirl.parsing import judge_message
 from tirl.rollout.agent_loop import AgentLoop
@@ -173,11 +171,7 @@ async def test_generator_exception_is_an_error_with_its_message() -> None:
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory: pytest.TempPathFactory) -> Policy:
-    path: Path = tmp_path_factory.mktemp("tiny")
-    spec = TinyModelSpec(hidden_size=32, layers=2, heads=2, kv_heads=2, intermediate_size=64)
-    model, tok = build_tiny_model(spec, seed=2)
-    save_policy(model, tok, path)
-    return load_policy(path)
+    return saved_two_layer_policy(tmp_path_factory.mktemp("tiny"), seed=2)
 
 
 async def test_trainer_scores_exactly_the_sampled_ids(policy: Policy) -> None:

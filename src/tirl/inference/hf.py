@@ -67,7 +67,7 @@ SMALL_MODEL_PARAMS = 20_000_000  # below this, threads="auto" generates with one
 #: ``max_new_tokens`` does not reserve memory (on a GPU) for tokens that are never generated
 CACHE_CHUNK = 256
 #: continuous batching admits queued requests once the batch is down to this many rows or a quarter of its
-#: peak: a merge copies every live row's keys and values, so admitting at every step (tried: 0.65x the
+#: peak: a merge copies every live row's keys and values, so admitting at every step (tried: 0.67x the
 #: throughput of no admission on the SWE job) costs more than the stragglers it saves waiting for
 ADMIT_AT_ROWS = 2
 

@@ -121,8 +121,11 @@ def merged_layers(
         va, vb = a.values[:, :, :first_len], b.values[:, :, :second_len]
         k = ka.new_zeros((ka.shape[0] + kb.shape[0], ka.shape[1], length, ka.shape[-1]))
         v = va.new_zeros((va.shape[0] + vb.shape[0], va.shape[1], length, va.shape[-1]))
-        k[: ka.shape[0], :, length - first_len :], k[ka.shape[0] :, :, length - second_len :] = ka, kb
-        v[: va.shape[0], :, length - first_len :], v[va.shape[0] :, :, length - second_len :] = va, vb
+        b1 = ka.shape[0]
+        k[:b1, :, length - first_len :] = ka
+        k[b1:, :, length - second_len :] = kb
+        v[:b1, :, length - first_len :] = va
+        v[b1:, :, length - second_len :] = vb
         layer = PreallocLayer(capacity)
         layer.update(k, v)
         layers.append(layer)
