@@ -131,6 +131,27 @@ def _swe_generation_figures() -> tuple[Figure, ...]:
     )
 
 
+def _sandbox_spawn_figures() -> tuple[Figure, ...]:
+    """``bench_sandbox_spawn.py``: fallback ÷ helpers per command and on ``tirl eval``, over its own rounds."""
+    return (
+        Figure("per command: preexec_fn ÷ helpers, median of rounds",
+               _reads("per_command_wall_fallback_over_helpers", "median"), "×"),
+        Figure("per command, helpers", _reads("per_command_wall_ms", "helpers", "median"), "ms", "", 1),
+        Figure("per command, preexec_fn", _reads("per_command_wall_ms", "preexec_fn", "median"), "ms", "", 1),
+        Figure("tirl eval wall: preexec_fn ÷ helpers, median of rounds",
+               _reads("eval_wall_fallback_over_helpers", "median"), "×"),
+        Figure("tirl eval wall: preexec_fn ÷ helpers, lowest round",
+               _reads("eval_wall_fallback_over_helpers", "min"), "×"),
+        Figure("tirl eval wall: preexec_fn ÷ helpers, highest round",
+               _reads("eval_wall_fallback_over_helpers", "max"), "×"),
+        Figure("same eval outcomes on both sides (1 = yes)", lambda r: float(bool(r.get("same_outcomes"))), "", "", 0),
+    )  # fmt: skip
+
+
+_ROUNDS_IN_ONE_RUN = (1, "one run holds three rounds that alternate which side goes first; the spread is in its "
+                      "lowest/highest rows.")  # fmt: skip
+
+
 #: ``--quick`` for ``bench_swe_generation.py``: one round of 2 episodes of 3 turns
 _SWE_QUICK = ("--repeats", "1", "--prompts", "1", "--set", "algo.group_size=2", "--set", "env.max_turns=3")
 _SWE_CONTINUOUS = ("--on", "generation.continuous_batching=true", "--off", "generation.continuous_batching=false")
@@ -405,6 +426,18 @@ BENCHMARKS: tuple[Bench, ...] = (
         (*_SWE_CONTINUOUS, *_SWE_QUICK),
         _swe_generation_figures(),
         runs=_SWE_GENERATION_RUNS,
+    ),
+    Bench(
+        "sandbox_spawn",
+        "bench_sandbox_spawn.py",
+        "Starting a sandboxed command from a big parent: the helper chain (sh, setpriv, prlimit; CPython can "
+        "vfork) against the preexec_fn fallback (CPython forks the parent) — bubblewrap commands from a parent "
+        "holding 1,400 MB, and `tirl eval --env swe-lite` on 32 validation tasks each way, sides alternating "
+        "first (`--quick`: 3 commands from 200 MB, 2 tasks).",
+        ("--repeats", "3"),
+        ("--repeats", "1", "--n", "3", "--parent-mb", "200", "--eval-tasks", "2"),
+        _sandbox_spawn_figures(),
+        runs=_ROUNDS_IN_ONE_RUN,
     ),
     Bench(
         "async",

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from tests.sandbox.conftest import make
 
-from tirl.sandbox import _cgroup
+from tirl.sandbox import _cgroup, _spawn
 from tirl.sandbox._launch import Launch
 from tirl.sandbox.base import ExecResult
 
@@ -160,12 +160,19 @@ async def test_without_a_cgroup_memfd_and_sysv_shm_are_refused(
     assert "File too large" in files.stderr or "No space left on device" in files.stderr, files
 
 
+@pytest.mark.parametrize("setup", ["helpers", "preexec_fn"])
 async def test_a_sandbox_started_outside_its_cgroup_is_killed_at_once(
-    host_audit: object, monkeypatch: pytest.MonkeyPatch
+    host_audit: object, monkeypatch: pytest.MonkeyPatch, setup: str
 ) -> None:
     _needs_cgroup()
     # A caller that starts a Launch without joining its cgroup: the sandbox would have no memory limit.
-    monkeypatch.setattr(Launch, "preexec", lambda self: None)
+    # Both ways of setting the child up (tirl.sandbox._spawn): the helper chain and its preexec_fn fallback.
+    if setup == "helpers":
+        assert _spawn.helpers() is not None, "setpriv/prlimit missing: the Makefile installs util-linux"
+        monkeypatch.setattr(_spawn, "_JOIN_SCRIPT", 'exec "$@"')
+    else:
+        monkeypatch.setattr(_spawn, "helpers", lambda: None)
+        monkeypatch.setattr(Launch, "preexec", lambda self: None)
     (result,) = await _runs("bwrap", ["import time\ntime.sleep(20)\nprint('ran')"])
     assert result.error is not None and "memory cgroup" in result.error, result
     assert "ran" not in result.stdout and result.wall_s < 10, result

@@ -234,6 +234,11 @@ class MemoryCgroup:
                     pass
         self.limit_mb = memory_mb
 
+    @property
+    def procs_path(self) -> Path:
+        """The cgroup's ``cgroup.procs``: writing "0" there moves the writer in (what :meth:`join` does)."""
+        return self.path / "cgroup.procs"
+
     def join(self) -> None:
         """Move the calling process into the cgroup (call in the child, between fork and exec).
 

@@ -15,7 +15,7 @@ from tirl.sandbox._wire import BYTES_MARKER, TRUNCATION_MARKER, CappedBuffer, cu
 from tirl.sandbox.base import ExecResult
 
 __all__ = ["BYTES_MARKER", "CLEAN_ENV", "TRUNCATION_MARKER", "CappedBuffer", "Limits", "cut_text"]
-__all__ += ["apply_rlimits", "build_result", "exit_status", "memory_exceeded", "nul_result"]
+__all__ += ["apply_rlimits", "build_result", "exit_status", "memory_exceeded", "nul_result", "rlimit_values"]
 
 # What a sandboxed program sees as its environment; nothing of the parent's leaks in.
 CLEAN_ENV: dict[str, str] = {
@@ -50,18 +50,22 @@ class Limits:
         return max(1, int(self.timeout_s + 1.0))
 
 
+def rlimit_values(limits: Limits) -> list[tuple[str, int, int]]:
+    """Each rlimit ``limits`` sets: (prlimit's option name, resource, value for both soft and hard)."""
+    mb = 1024 * 1024
+    return [
+        ("cpu", resource.RLIMIT_CPU, limits.cpu_s),
+        ("as", resource.RLIMIT_AS, limits.memory_mb * mb),
+        ("nproc", resource.RLIMIT_NPROC, limits.nproc),
+        ("fsize", resource.RLIMIT_FSIZE, limits.fsize_mb * mb),
+        ("nofile", resource.RLIMIT_NOFILE, limits.nofile),
+        ("core", resource.RLIMIT_CORE, 0),
+    ]
+
+
 def apply_rlimits(limits: Limits) -> None:
     """Set the rlimits of the calling process (call in the child, before exec)."""
-    mb = 1024 * 1024
-    pairs = [
-        (resource.RLIMIT_CPU, limits.cpu_s),
-        (resource.RLIMIT_AS, limits.memory_mb * mb),
-        (resource.RLIMIT_NPROC, limits.nproc),
-        (resource.RLIMIT_FSIZE, limits.fsize_mb * mb),
-        (resource.RLIMIT_NOFILE, limits.nofile),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    for which, value in pairs:
+    for _name, which, value in rlimit_values(limits):
         resource.setrlimit(which, (value, value))
 
 
