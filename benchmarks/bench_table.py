@@ -398,7 +398,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         "bench_pipeline.py",
         "The same strategies on the real SWE job (`--real`): swe-lite's preset (10 turns of 384 tokens), its "
         "curriculum tasks, real workspaces and the real pytest judge in the sandbox, the env's built-in policy "
-        "(`tiny-swe`, the swe-lite warm start, sampled at temperature 1) in this process (one CPU for the "
+        "(`tiny-swe`, the swe-lite warm start, sampled at the job's temperature 0.7) in this process (one CPU for the "
         "generator, the env's Python and the sandbox), 16 tasks x 4 samples, every strategy at the same "
         "live-environment budget; untimed warm-up first. Its episodes run most of their 10 turns.",
         ("--real",),
