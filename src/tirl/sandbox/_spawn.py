@@ -108,6 +108,24 @@ def _killpg(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _child_setup(
+    argv: Sequence[str], limits: Limits | None, user: int | None, launch: Launch | None
+) -> tuple[list[str], Callable[[], None] | None, int | None]:
+    """The argv, ``preexec_fn`` and ``user`` to start the child with: behind the helpers when they are there."""
+    cgroup = launch.cgroup if launch is not None else None
+    chain = setup_chain(helpers(), limits, user, cgroup.procs_path if cgroup is not None else None)
+    if chain is not None:  # the helpers set the child up: no preexec_fn, no user=, so CPython can vfork
+        return [*chain, *argv], None, None
+
+    def _pre() -> None:
+        if launch is not None:
+            launch.preexec()
+        if limits is not None:
+            apply_rlimits(limits)
+
+    return list(argv), _pre, user
+
+
 async def spawn(
     argv: Sequence[str],
     *,
@@ -133,17 +151,7 @@ async def spawn(
     timeout_s = limits.timeout_s if limits else 30.0
     out, err = CappedBuffer(max_chars * 4), CappedBuffer(max_chars * 4)
 
-    def _pre() -> None:
-        if launch is not None:
-            launch.preexec()
-        if limits is not None:
-            apply_rlimits(limits)
-
-    cgroup = launch.cgroup if launch is not None else None
-    chain = setup_chain(helpers(), limits, user, cgroup.procs_path if cgroup is not None else None)
-    pre: Callable[[], None] | None = _pre
-    if chain is not None:  # the helpers set the child up: no preexec_fn, no user=, so CPython can vfork
-        argv, pre, user = [*chain, *argv], None, None
+    argv, pre, user = _child_setup(argv, limits, user, launch)
     start = time.monotonic()
     try:
         proc = await asyncio.create_subprocess_exec(
