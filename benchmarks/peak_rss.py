@@ -5,10 +5,13 @@ back (``VmHWM``); what it reports is that peak minus the resident set at the res
 elsewhere (or where ``/proc`` cannot be written) :meth:`PeakRss.start` returns ``None`` and so does
 :meth:`PeakRss.above_mb`.
 
-Accuracy: the kernel keeps a multi-threaded process's RSS in per-thread counters that it folds into the
-process total lazily (split RSS counting), so two reads can disagree by some pages (a CI run read a peak
-0.15 MiB below the base of a process that had freed memory). A peak below the base therefore means "no growth
-measurable at this accuracy" and reads 0.0; the figures this module feeds are tens to thousands of MiB.
+Accuracy: the kernel keeps a process's RSS in per-CPU (older kernels: per-thread) counters that it folds into
+the total lazily, so ``VmHWM`` can lag the truth by up to a counter batch per CPU: a CI run on a many-core
+machine read 51 MiB for a 64 MiB block, another a peak 0.15 MiB below the base. So the base and the current
+RSS are read exactly, from ``/proc/self/smaps_rollup`` (a page-table walk), and the peak is the larger of
+``VmHWM`` and that exact current RSS: a peak still resident when :meth:`PeakRss.above_mb` runs is exact, a
+peak already freed carries the counter lag. A peak below the base means "no growth measurable at this
+accuracy" and reads 0.0; the figures this module feeds are tens to thousands of MiB.
 Not covered: child processes (each is its own process with its own counter) and GPU memory.
 """
 
@@ -18,6 +21,19 @@ from pathlib import Path
 
 STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")
+SMAPS_ROLLUP = Path("/proc/self/smaps_rollup")
+
+
+def exact_rss_mib() -> float | None:
+    """The resident set of this process in MiB, counted page by page (``smaps_rollup``); None where unreadable."""
+    try:
+        text = SMAPS_ROLLUP.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Rss:"):
+            return float(line.split()[1]) / 1024.0
+    return None
 
 
 def status_mib(key: str) -> float | None:
@@ -45,7 +61,8 @@ class PeakRss:
         except OSError:
             self.base = None
             return None
-        self.base = status_mib("VmHWM")  # the reset value, read from the same counter as the peak later
+        exact = exact_rss_mib()
+        self.base = exact if exact is not None else status_mib("VmHWM")
         return self.base
 
     def above_mb(self) -> float | None:
@@ -53,4 +70,7 @@ class PeakRss:
         peak = status_mib("VmHWM")
         if self.base is None or peak is None:
             return None
+        exact = exact_rss_mib()
+        if exact is not None:
+            peak = max(peak, exact)  # a peak still resident is read exactly, past the counters' lag
         return max(0.0, peak - self.base)
