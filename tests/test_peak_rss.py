@@ -18,11 +18,12 @@ def test_an_allocation_after_start_shows_in_the_peak(peak_rss: ModuleType) -> No
     memory = peak_rss.PeakRss()
     base = memory.start()
     assert base is not None and base > 0
-    block = bytearray(64 * 1024 * 1024)  # zero-filled: every page is touched
-    block[::4096] = b"\x01" * len(block[::4096])
+    block = bytearray(256 * 1024 * 1024)
+    block[::4096] = b"\x01" * len(block[::4096])  # every page touched
     used = memory.above_mb()
     del block
-    assert used is not None and 56 <= used <= 200, used
+    # the margin: memory the process freed meanwhile (a clean-clone run read 64 MiB as 55.96) and the counters' lag
+    assert used is not None and 200 <= used <= 400, used
 
 
 def test_a_peak_read_below_the_base_is_zero_not_negative(peak_rss: ModuleType, tmp_path: Path) -> None:
