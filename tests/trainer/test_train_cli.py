@@ -176,3 +176,34 @@ def test_eval_warns_when_the_token_cap_exceeds_the_models_positions(model_dir: P
         assert code == 0
         line = f"warning: generation.max_total_tokens={cap} exceeds the 256 positions of the model at {model_dir}"
         assert (line in err) is warned, err
+
+
+@pytest.mark.slow
+def test_a_run_started_with_relative_paths_resumes_from_another_directory(
+    model_dir: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """``--model`` and ``env.tasks_file`` given relative to the start directory are saved absolute, so
+    ``--resume`` from elsewhere reads the same model and tasks."""
+    import shutil
+
+    start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
+    start.mkdir()
+    elsewhere.mkdir()
+    shutil.copytree(model_dir, start / "m")
+    rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 2?"}], "reward_model": {"ground_truth": str(i + 2)}}
+            for i in range(8)]  # fmt: skip
+    (start / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    run_dir = tmp_path / "run"
+    monkeypatch.chdir(start)
+    args = ["train", "--model", "m", "--steps", "1", "--run-dir", str(run_dir), *TINY,
+            "--set", "env.name=tir-math", "--set", "env.tasks_file=tasks.jsonl", "--set", "env.eval_size=2",
+            "--set", "trainer.eval_before_after=false", "--set", "trainer.checkpoint_every=1"]  # fmt: skip
+    code, _ = _main(args, capsys)
+    assert code == 0
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["model"]["path"] == str(start / "m") and saved["env"]["tasks_file"] == str(start / "tasks.jsonl")
+    monkeypatch.chdir(elsewhere)
+    code, _ = _main(["train", "--resume", str(run_dir), "--steps", "2", "--no-progress"], capsys)
+    assert code == 0, capsys.readouterr().err
+    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2]
+    assert json.loads((run_dir / "config.json").read_text())["env"]["tasks_file"] == str(start / "tasks.jsonl")

@@ -20,7 +20,9 @@ prompts ask for an answer format the action rule does not count is a warning).
 overrides, e.g. ``--steps`` to extend it); steps after that checkpoint are
 redone, and the logs are cut back so that no step is lost or repeated. The saved config holds tirl's names
 only, so the notes on TRL/verl names that made it are kept beside it (``config_notes.json``) and printed
-again, marked ``(saved with the run)``, with the notes of any new ``--set``.
+again, marked ``(saved with the run)``, with the notes of any new ``--set``. A new run saves ``model.path`` and
+``env.tasks_file`` absolute when they name local paths (:func:`tirl.trainer.preflight.anchor_paths`), so it
+resumes from any working directory.
 
 This module only turns arguments into a config and a run directory; the run
 itself (evaluation before and after, reference model, trainer, summary,
@@ -43,7 +45,7 @@ from tirl.errors import InputError, TirlError
 from tirl.fileio import check_output_dir, write_text
 from tirl.jsonl import read_json
 from tirl.models.precision import check_training_precision
-from tirl.trainer.preflight import answer_format_warning, context_warning, preflight, run_label
+from tirl.trainer.preflight import anchor_paths, answer_format_warning, context_warning, preflight, run_label
 from tirl.trainer.run_lock import LOCK_NAME, hold_run_dir
 
 
@@ -160,7 +162,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     resolved = resolve_config(args.config, overrides)
     for note in resolved.notes:  # a TRL/verl name read as tirl's: say which key it became
         print(f"note: {note}", file=sys.stderr)
-    cfg = resolved.config
+    cfg = anchor_paths(resolved.config)  # the saved config names the same files from any directory (--resume)
     preflight(cfg)  # an unknown env, tools the model cannot render: before any directory or model
     check_training_precision(cfg.model.dtype, cfg.algo.lora_rank)  # before the run directory exists
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)

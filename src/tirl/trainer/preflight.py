@@ -18,7 +18,8 @@ fails every episode. It checks:
 :func:`answer_format_warning` compares the answer format the task file's
 prompts ask for (``####`` after the answer, ``\boxed{}``, ``<answer>``) with
 the run's action rule and names the rule to use; :func:`run_label` names runs
-and evaluation lines after the task file when there is one.
+and evaluation lines after the task file when there is one. :func:`anchor_paths` makes a new run's local
+paths absolute, so its saved config resumes from any working directory.
 
 Not covered: tools a custom (import-string) env renders itself, remote
 (``--generator openai``) servers' own templates, and prompts that state an
@@ -27,6 +28,7 @@ answer format in words only ("give the number at the end").
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from tirl.config import TirlConfig
@@ -119,6 +121,24 @@ def preflight(cfg: TirlConfig, *, model_path: str | None = None) -> None:
 
     get_spec(cfg.env.name)
     check_tools(cfg, model_path)
+
+
+def anchor_paths(cfg: TirlConfig) -> TirlConfig:
+    """``model.path`` and ``env.tasks_file`` made absolute when they are relative and exist from here.
+
+    A run's ``config.json`` is what ``--resume`` (and every ``--nproc`` rank) rebuilds the run from; a relative
+    path in it would name another file, or none, from another working directory. A value that names no local
+    path (a hub id, a typo that :func:`preflight` or the loader reports) is kept as given.
+    """
+
+    def anchored(value: str | None) -> str | None:
+        if value is None or Path(value).is_absolute() or not Path(value).exists():
+            return value
+        return str(Path(value).absolute())
+
+    model = dataclasses.replace(cfg.model, path=anchored(cfg.model.path))
+    env = dataclasses.replace(cfg.env, tasks_file=anchored(cfg.env.tasks_file))
+    return dataclasses.replace(cfg, model=model, env=env)
 
 
 def answer_format_warning(cfg: TirlConfig) -> str | None:
