@@ -6,7 +6,7 @@ closed; four 100 MB headers sent as fast as the socket takes them leave the serv
 the server answering (the old server, on httptools, answered them 200 and grew by 434 MB); ordinary
 requests (a 6 KB header, keep-alive reuse of one connection) still work. :class:`HeadMeter` is checked on
 its own against a reference split of the head for every way of cutting one head into two reads.
-Not covered: slow-loris clients (uvicorn has no head timeout).
+Slow clients: ``test_server_slow_clients.py``.
 """
 
 from __future__ import annotations

@@ -55,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-body-mb", type=float, default=8.0, help="refuse request bodies larger than this with 413 (default 8)"
     )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a request (head and body) may take to arrive; slower ones get 408 and are closed (default 30)",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
 
 
@@ -79,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     check_flag("--threads", "trainer.threads", args.threads)
     if not 0 < args.max_body_mb <= 4096:
         raise ConfigError(f"--max-body-mb {args.max_body_mb} is invalid: use a size in (0, 4096] MB")
+    if not 0 < args.request_timeout <= 3600:  # NaN fails too
+        raise ConfigError(f"--request-timeout {args.request_timeout} is invalid: use seconds in (0, 3600]")
     if not 0 <= args.seed < 2**63:
         raise ConfigError(f"--seed {args.seed} is invalid: use 0 <= seed < 2**63")
     import uvicorn
@@ -111,8 +119,12 @@ def run(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
     print(f"tirl serve: listening on http://{host}:{port}/v1 (model {name})", flush=True)
     config = uvicorn.Config(
-        server.app(), log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5, **uvicorn_limits()
-    )  # uvicorn_limits: a request head over 32 KB, or a header line over 8 KB, is answered 431 unread
+        server.app(),
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        **uvicorn_limits(args.request_timeout),
+    )  # uvicorn_limits: a head over 32 KB or a line over 8 KB is 431 unread; a request slower than the timeout 408
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
