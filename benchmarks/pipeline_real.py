@@ -71,24 +71,14 @@ def _real_parts(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, str]:
     from tirl.envs.registry import env_factory
     from tirl.inference.base import SamplingParams
     from tirl.inference.hf import HFGenerator
+    from tirl.models.loading import load_policy
     from tirl.rollout.agent_loop import AgentLoop
     from tirl.sandbox import create_sandbox
 
-    try:
-        from tirl.models.loading import load_policy
-
-        policy = load_policy(args.model or None, device=args.device, env="swe-lite")
-        model, tokenizer, chat, what = policy.model, policy.tokenizer, policy.chat, str(policy.path)
-    except Exception as exc:  # the built-in checkpoint is missing: same architecture, random weights
-        if args.model:
-            raise
-        from tirl.models.chat_format import chat_format_for
-        from tirl.models.tiny import build_tiny_model
-
-        model, tokenizer = build_tiny_model(seed=0)
-        model.to(args.device).eval()
-        chat = chat_format_for(tokenizer)
-        what = f"untrained tiny model (built-in checkpoint unavailable: {exc})"
+    # no fallback: a missing shipped checkpoint is a broken install, and a random model's figures would be
+    # printed as the SWE job's
+    policy = load_policy(args.model or None, device=args.device, env="swe-lite")
+    model, tokenizer, chat, what = policy.model, policy.tokenizer, policy.chat, str(policy.path)
     sandbox = create_sandbox(SandboxConfig(), warn=False)
     cfg = swe_job_config(args)
     factory = env_factory("swe-lite", config=cfg.env, sandbox=sandbox)
