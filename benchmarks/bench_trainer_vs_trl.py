@@ -247,6 +247,12 @@ async def _tirl(
             split["rollout_s"] += float(metrics.get("time/rollout_s") or 0.0)
             split["update_s"] += float(metrics.get("time/update_s") or 0.0)
         rewards.append(float(metrics["reward/mean"] or 0.0))
+        if metrics.get("train/no_signal") == 1:  # every group's rewards equal: tirl skips the update, TRL does not
+            raise NoSignal(
+                f"tirl step {step}: every group of {args.group} got equal rewards, so tirl made no update while "
+                "TRL steps anyway and the timings would not compare — raise --group or --prompts (the defaults "
+                "give every step a group with a spread)"
+            )
         if metrics.get("train/optimizer_steps") != 2:
             raise RuntimeError(f"tirl step {step} made {metrics.get('train/optimizer_steps')} optimiser steps, not 2")
     wall = time.perf_counter() - t0
@@ -412,7 +418,19 @@ def _trl(
 
 
 # ------------------------------------------------------------------------------------------- driver
+class NoSignal(Exception):
+    """A tirl step without an update: the comparison cannot be made at these settings (one line, not a trace)."""
+
+
 def _child(args: argparse.Namespace) -> None:
+    try:
+        _child_run(args)
+    except NoSignal as exc:
+        print(f"ERROR {exc}", flush=True)
+        raise SystemExit(2) from None
+
+
+def _child_run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(args.model_dir)
         if args.child.startswith("tirl"):
@@ -439,6 +457,8 @@ def _spawn(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str, An
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT ") :])  # type: ignore[no-any-return]
+        if line.startswith("ERROR "):
+            raise SystemExit(f"error: {name}: {line[len('ERROR ') :]}")
     raise SystemExit(f"{name} run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
 
 

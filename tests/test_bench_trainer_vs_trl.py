@@ -100,3 +100,16 @@ def test_real_small_run_matches_trls_micro_batch_through_gradient_accumulation()
     assert tirl["micro_batch_tokens"] == trl["padded_tokens_in_flight_max"]  # the same tokens in flight
     assert trl["optimizer_steps"] == tirl["optimizer_steps"] == 4
     assert trl["tokens"] > 0 and tirl["tokens"] > 0
+
+
+@pytest.mark.slow
+def test_a_step_without_signal_is_one_error_line_not_a_traceback() -> None:
+    """At groups of 2 the random tiny model's two completions tie on reward, tirl skips the update (no signal)
+    and TRL would step anyway: the benchmark refuses the comparison in one line naming the fix."""
+    cmd = [sys.executable, str(SCRIPT), "--steps", "2", "--prompts", "2", "--group", "2", "--max-new", "8",
+           "--threads", "1", "--only", "tirl"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]  # SystemExit with a message exits 1
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "equal rewards" in lines[0] and "raise --group or --prompts" in lines[0]
