@@ -207,3 +207,31 @@ def test_a_run_started_with_relative_paths_resumes_from_another_directory(
     assert code == 0, capsys.readouterr().err
     assert [r["step"] for r in read_metrics(run_dir)] == [1, 2]
     assert json.loads((run_dir / "config.json").read_text())["env"]["tasks_file"] == str(start / "tasks.jsonl")
+
+
+def test_a_bad_row_deep_in_the_task_file_is_reported_before_the_model_loads(
+    model_dir: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """The preflight samples 64 rows; a bad row after them used to surface after the model (and the generator)
+    had loaded — minutes for a real checkpoint on a GPU. Both commands now read the whole file first."""
+    import tirl.trainer.run
+    import tirl.trainer.wiring
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the task file was read")
+
+    monkeypatch.setattr(tirl.trainer.run, "build_parts", no_model)
+    monkeypatch.setattr(tirl.trainer.wiring, "build_parts", no_model)
+    rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 2?"}], "reward_model": {"ground_truth": str(i + 2)}}
+            for i in range(100)]  # fmt: skip
+    text = "".join(json.dumps(r) + "\n" for r in rows) + '{"prompt": 3}\n'
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(text, encoding="utf-8")
+    sets = ["--set", "env.name=tir-math", "--set", f"env.tasks_file={tasks}"]
+    for args in (["train", "--model", str(model_dir), "--run-dir", str(tmp_path / "run"), *TINY, *sets],
+                 ["eval", "--model", str(model_dir), *sets]):  # fmt: skip
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"{tasks}:101:" in err and "'prompt' must be a non-empty list" in err, err
+        assert "Traceback" not in err and "model was loaded" not in err
+    assert not (tmp_path / "run").exists()

@@ -115,9 +115,9 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
     from tirl.trainer.wiring import TaskSets, build_parts, evaluate
 
     model = _model_dir(args.model)
+    tasks = TaskSets(cfg).split(args.split, option="--split")  # a bad task file: an error before the model loads
     parts = build_parts(cfg, model_path=model, trace_path=None)
     try:
-        tasks = TaskSets(cfg).split(args.split, option="--split")
         split = "held-out" if args.split == "heldout" else "validation"
         strategy = parts.eval_strategy
         what = f"{split} {run_label(cfg)} tasks"

@@ -6,10 +6,11 @@ arguments into a :class:`~tirl.config.TirlConfig` and a run directory):
 1. **setup** — on resume, find the newest checkpoint that verifies
    (:func:`find_resume`: it says which one, and refuses with one error line
    when checkpoints exist but none verifies) and load the policy from it;
-   write ``config.json``; wire the parts (:func:`tirl.trainer.wiring.build_parts`:
+   write ``config.json``; draw the task sets (a task file is read whole here, so a bad row is an error
+   before the model loads); wire the parts (:func:`tirl.trainer.wiring.build_parts`:
    generator, sandbox, env factory, the training and the evaluation strategy);
    start a generator that must be started (a remote server is checked up
-   front); draw the task sets; with ``--nproc N`` join the other ranks
+   front); with ``--nproc N`` join the other ranks
    (a :class:`~tirl.trainer.learner.RankGroup` from :mod:`tirl.distributed`, which
    gives this rank's gradient-sync strategy); build the learner once
    (:func:`~tirl.trainer.learner.build_learner`: optimiser, updater, and the
@@ -178,6 +179,7 @@ class TrainingRun:
             self.resume_from = find_resume(self.run_dir, cfg.trainer.checkpoint_every)
         start = self.resume_from
         _write_json(self.run_dir / "config.json", config_to_dict(cfg))
+        self.tasks = TaskSets(cfg)  # a bad task-file row is an error before the model loads (minutes on a GPU)
         self.parts = parts = build_parts(
             cfg,
             model_path=start.model_dir if start else None,
@@ -185,7 +187,6 @@ class TrainingRun:
         )
         if isinstance(parts.generator, Startable):  # remote generators: check URL, key and model up front
             await parts.generator.start()
-        self.tasks = TaskSets(cfg)
         sync = self.ranks.start(cfg.model.device) if self.ranks is not None else None
         policy = parts.policy
         learner = build_learner(
