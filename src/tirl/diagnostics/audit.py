@@ -27,7 +27,8 @@ Tool errors are read from tool messages in tirl's observation format
 ``Traceback``). Not covered: other frameworks' error conventions beyond these.
 
 Test-judged rewards (swe-lite) get the checks of :mod:`tirl.diagnostics.verdicts` (``verdicts``:
-``None`` when no trajectory recorded test counts).
+``None`` when no trajectory recorded test counts), and issues that name a function get
+:mod:`tirl.diagnostics.swe_edits` (``edits``: does the first edit land in that function; ``None`` otherwise).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.answers import answers_match
+from tirl.diagnostics.swe_edits import edit_locality
 from tirl.diagnostics.tally import EXAMPLES, Tally
 from tirl.diagnostics.verdicts import audit_verdicts
 from tirl.filters.void_turn import judge_trajectory
@@ -245,6 +247,7 @@ def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAU
         **_tool_errors(trajectories),
         "terminations": dict(terminations.most_common()),
         "verdicts": audit_verdicts(trajectories),
+        "edits": edit_locality(trajectories),
     }
     return AuditReport(data)
 

@@ -169,6 +169,7 @@ def print_audit(data: dict[str, Any], path: str, console: Console | None = None)
     if data["terminations"]:
         console.print("terminations: " + ", ".join(f"{k}={v}" for k, v in data["terminations"].items()))
     _print_verdicts(data.get("verdicts"), data.get("rejudged"), console)
+    _print_edits(data.get("edits"), console)
 
 
 def _ids(row: dict[str, Any]) -> str:
@@ -198,3 +199,39 @@ def _print_verdicts(verdicts: dict[str, Any] | None, rejudged: dict[str, Any] | 
             if item["status"] != "confirmed":
                 extra = f"; agent's other files: {', '.join(item['extra_files'])}" if item["extra_files"] else ""
                 console.print(f"  {item['status']}: {item['id']} (task {item['task']}): {item['detail']}{extra}")
+
+
+def _print_edits(edits: dict[str, Any] | None, console: Console) -> None:
+    """Where the first edits landed (:mod:`tirl.diagnostics.swe_edits`), in all, per version and bug class."""
+    if edits is None:
+        return
+    places = ("inside", "outside", "beyond_listing", "unlisted", "no_line_edit", "no_target")
+    table = Table(title="first line edit: in the function the issue names? (count, solved)")
+    for col in ("", "trajectories", "solved", *places):
+        table.add_column(col)
+
+    def row(name: str, cell: dict[str, Any]) -> None:
+        got = [f"{cell[p]['count']} ({cell[p]['solved']})" if p in cell else "-" for p in places]
+        table.add_row(name, str(cell["trajectories"]), str(cell["solved"]), *got)
+
+    row("all", edits)
+    for version, cell in edits["by_policy_version"].items():
+        row(f"policy v{version}", cell)
+    for kind, cell in edits["by_bug_class"].items():
+        row(kind, cell)
+    console.print(table)
+    share = edits["outside_share"]
+    if share is not None:
+        advice = ""
+        if share > 0.5:
+            advice = (
+                " — the agent has not learned to locate the bug; RL cannot reward a fix it never samples in the "
+                "right place: train locating first (tirl sft --copy-steps)"
+            )
+        console.print(f"first edits outside the named function: {share:.1%} of those placed{advice}")
+        inside = edits.get("inside", {"count": 0, "solved": 0})
+        if inside["count"]:
+            console.print(
+                f"first edits inside it that solved their task: {inside['solved']} of {inside['count']} "
+                f"({inside['solved'] / inside['count']:.1%}; the rest found the function but not the fix)"
+            )
