@@ -235,3 +235,19 @@ def test_a_bad_row_deep_in_the_task_file_is_reported_before_the_model_loads(
         assert f"{tasks}:101:" in err and "'prompt' must be a non-empty list" in err, err
         assert "Traceback" not in err and "model was loaded" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_eval_sampled_uses_the_training_sampling_and_repeats_itself(capsys) -> None:
+    """``--sampled``: the shipped tir-chain warm start at temperature 1 (the default training sampling) against
+    greedy on the same 16 tasks — the episodes differ, and the same sampled command gives the same episodes."""
+    base = ["eval", "--n", "16", "--json", "--set", "trainer.threads=1"]
+    runs = []
+    for extra in ([], ["--sampled"], ["--sampled"]):
+        code, out = _main([*base, *extra], capsys)
+        assert code == 0
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    greedy, sampled, again = runs
+    assert greedy["decoding"] == "greedy" and sampled["decoding"] == "sampled (temperature 1, top-p 1)"
+    assert sampled["tasks"] == again["tasks"]  # seeded per task: reproducible
+    assert [t["id"] for t in sampled["tasks"]] == [t["id"] for t in greedy["tasks"]]  # the same tasks
+    assert sampled["tasks"] != greedy["tasks"]  # but not the greedy episodes

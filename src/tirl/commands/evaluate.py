@@ -12,6 +12,9 @@ of its ``config.json`` are the base (a note says so), which ``--env``/``--n``/
 ``--split validation`` evaluates on the validation set instead: as many
 tasks, disjoint from the held-out set and from the built-in checkpoint's SFT
 demonstrations, for choosing settings without looking at the held-out set.
+``--sampled`` samples at ``generation.temperature``/``generation.top_p`` (what training samples; change them
+with ``--set``) instead of greedily: one episode per task, seeded per task, so the same command gives the
+same episodes — the solve rate RL's rollouts start from, which can be far below the greedy one.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("heldout", "validation"),
         default="heldout",
         help="heldout: the reported evaluation set; validation: the set to tune settings on (never the held-out one)",
+    )
+    parser.add_argument(
+        "--sampled",
+        action="store_true",
+        help="sample at generation.temperature/top_p (the training sampling) instead of greedy decoding",
     )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
@@ -111,8 +119,10 @@ def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
 
 
 async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
+    from tirl.rollout.evaluation import eval_rollout_config, evaluate_policy
+    from tirl.rollout.strategies import make_strategy
     from tirl.trainer.progress import EvalProgress
-    from tirl.trainer.wiring import TaskSets, build_parts, evaluate
+    from tirl.trainer.wiring import TaskSets, build_parts
 
     model = _model_dir(args.model)
     tasks = TaskSets(cfg).split(args.split, option="--split")  # a bad task file: an error before the model loads
@@ -120,11 +130,15 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
     try:
         split = "held-out" if args.split == "heldout" else "validation"
         strategy = parts.eval_strategy
+        if args.sampled:  # the training runner (its temperature and top-p), one episode per task
+            strategy = make_strategy(eval_rollout_config(cfg.rollout), parts.env_factory, parts.runner)
         what = f"{split} {run_label(cfg)} tasks"
         async with EvalProgress(len(tasks), what, lambda: getattr(strategy, "last_board", None),
                                 enabled=not args.json):  # fmt: skip
-            rep = await evaluate(parts, tasks, seed=cfg.trainer.seed)
+            rep = await evaluate_policy(strategy, tasks, step=cfg.trainer.seed)
     finally:
+        if strategy is not parts.eval_strategy:
+            await strategy.close()
         await parts.close()
     return {
         "model": model or "built-in",
@@ -132,6 +146,11 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
         "tasks_file": cfg.env.tasks_file,
         "label": run_label(cfg),
         "split": args.split,
+        "decoding": (
+            f"sampled (temperature {cfg.generation.temperature:g}, top-p {cfg.generation.top_p:g})"
+            if args.sampled
+            else "greedy"
+        ),
         "seed": cfg.env.seed,
         "n": rep.n,
         "correct": rep.correct,
@@ -156,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"accuracy {out['accuracy']:.3f} ({out['correct']}/{out['n']}) on {out['label']} "
             f"{'held-out' if out['split'] == 'heldout' else 'validation'} tasks "
-            f"(seed {out['seed']}), model {out['model']}, {out['wall_s']:.1f}s evaluating "
+            f"(seed {out['seed']}, {out['decoding']}), model {out['model']}, {out['wall_s']:.1f}s evaluating "
             f"({elapsed():.1f}s the whole command)"
         )
         print("terminations: " + ", ".join(f"{k} {v}" for k, v in out["terminations"].items()))
