@@ -103,6 +103,14 @@ def test_train_resume_skips_a_truncated_newest_checkpoint(tmp_path, capsys):
     assert "skipping checkpoint" in err and "step-4" in err
     assert [r["step"] for r in read_metrics(run)] == [1, 2, 3, 4, 5]
     assert verify_checkpoint(latest_checkpoint(run)) is None and latest_checkpoint(run).step == 5
+    # tirl eval of the run: a damaged newest checkpoint is skipped with one warning, not one per look-up
+    newest = run / "checkpoints" / "step-5" / "model" / "model.safetensors"  # the newest now: damage it too
+    with newest.open("r+b") as fh:
+        fh.truncate(newest.stat().st_size // 3)
+    capsys.readouterr()
+    assert main(["eval", "--model", str(run), "--n", "2", "--set", "trainer.threads=1"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("skipping checkpoint step-5") == 1, err
 
 
 @pytest.mark.parametrize("kind", ["file", "symlink", "leading-zeros", "huge-state"])

@@ -88,7 +88,7 @@ def _config(args: argparse.Namespace) -> TirlConfig:
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
     cfg = resolved.config
-    model_dir = _model_dir(args.model)
+    model_dir = args.model_dir = _model_dir(args.model)  # once: a skipped damaged checkpoint is reported once
     preflight(cfg, model_path=model_dir)
     seen = cfg if model_dir is None else replace(cfg, model=replace(cfg.model, path=model_dir))
     warning = context_warning(seen)  # the cap beyond the model's positions: every long episode ends overlong
@@ -124,7 +124,7 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
     from tirl.trainer.progress import EvalProgress
     from tirl.trainer.wiring import TaskSets, build_parts
 
-    model = _model_dir(args.model)
+    model = args.model_dir  # resolved by _config
     tasks = TaskSets(cfg).split(args.split, option="--split")  # a bad task file: an error before the model loads
     parts = build_parts(cfg, model_path=model, trace_path=None)
     try:
