@@ -148,3 +148,14 @@ def test_tirl_audit_prints_and_writes_the_section(tmp_path: Path, capsys: pytest
     assert "first line edit: in the function the issue names?" in text
     assert "first edits outside the named function: 0.0% of those placed" in text
     assert "first edits inside it that solved their task: 1 of 1 (100.0%" in text
+
+
+def test_hostile_numbers_and_sizes_do_not_break_the_audit() -> None:
+    """A 5,000-digit "line number" (past int()'s limit), a huge sed -n range and a long listing."""
+    task = TASKS[2]
+    huge = "9" * 5000
+    turns = [(f"cat -n {task.data['module']}", f"{huge}\tdef x():\n" + "\n".join(f"{i}\t y" for i in range(1, 20000))),
+             ("sed -n '1,999999999p' core.py", "def other():\n    pass"),
+             (f"sed -i '{huge}s/a/b/' core.py", ""), ("sed -i '3s/a/b/' core.py", "")]  # fmt: skip
+    got = place_of(_traj(task, turns))
+    assert got.place == "unlisted" and got.first_edit_line == 3  # the 5,000-digit edit is no line edit

@@ -40,10 +40,11 @@ from tirl.types import Role, Trajectory
 
 PLACES: tuple[str, ...] = ("inside", "outside", "beyond_listing", "unlisted", "no_line_edit")
 _TARGET = re.compile(r"`([A-Za-z_]\w*)\(")  # the first call the issue quotes
-_LISTED = re.compile(r"^\s*(\d+)(?:\t|:|-)(.*)$", re.M)  # cat -n (N<TAB>), grep -n (N: / N-), nl
-_LINE_EDIT = re.compile(r"sed\s+-i\s+(?:-e\s+)?['\"]?(\d+)\s*[sdcai]")
+# line numbers of at most 9 digits: a hostile file's 5,000-digit "line number" is not one (int() would refuse it)
+_LISTED = re.compile(r"^\s*(\d{1,9})(?:\t|:|-)(.*)$", re.M)  # cat -n (N<TAB>), grep -n (N: / N-), nl
+_LINE_EDIT = re.compile(r"sed\s+-i\s+(?:-e\s+)?['\"]?(\d{1,9})\s*[sdcai]")
 _DEF = re.compile(r"(?:async\s+)?def\s+(\w+)\s*\(|class\s+(\w+)\b")
-_SED_PRINT = re.compile(r"sed\s+-n\s+['\"]?(\d+)(?:,(\d+))?p")
+_SED_PRINT = re.compile(r"sed\s+-n\s+['\"]?(\d{1,9})(?:,(\d{1,9}))?p")
 
 
 @dataclass(frozen=True, slots=True)
