@@ -67,6 +67,8 @@ def test_find_task_resolves_built_in_ids() -> None:
     assert found is not None and found.data == planted.data
     assert find_task("swec-nosuchpkg-f-wrong_operator-3-s0-1") is None
     assert find_task("swe-s0-999999999-x-y") is None  # not generated that far
+    assert find_task("swe-s" + "9" * 5000 + "-1-x") is None  # a hostile record's id: past int()'s digit limit
+    assert find_task("swe-s1-" + "9" * 5000 + "-x") is None
     assert find_task("user-1") is None
     own = Task(id="user-1", prompt="p", kind="swe-lite", data={"repo": "r"})
     assert find_task("user-1", {"user-1": own}) == own

@@ -54,7 +54,7 @@ MAX_SOURCE_BYTES = 1 << 20
 MAX_ENTRIES = 20_000
 EXTRA_SHOWN = 10
 _CURRICULUM_ID = re.compile(r"^(swec-.+)-s\d+-\d+$")
-_PLANTED_ID = re.compile(r"^swe-s(\d+)-(\d+)-")
+_PLANTED_ID = re.compile(r"^swe-s(\d{1,20})-(\d{1,7})-")  # bounded: a hostile id's 5,000 digits are no number
 _STEP_PREFIX = re.compile(r"^s\d+-\d+-(.+)$")
 
 
