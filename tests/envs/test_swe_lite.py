@@ -261,6 +261,9 @@ def test_parse_pytest_summary() -> None:
     assert parse_pytest_summary("x\n3 passed in 0.01s") == {"passed": 3, "failed": 0, "errors": 0, "skipped": 0}
     assert parse_pytest_summary("1 failed, 1 passed, 2 errors in 1.0s")["errors"] == 2  # type: ignore[index]
     assert parse_pytest_summary("no summary here") is None
+    # the agent shapes a test command's output: a count past int()'s digit limit is no count, nor is its tail
+    assert parse_pytest_summary("9" * 5000 + " passed in 0.01s") is None
+    assert parse_pytest_summary("1 failed, " + "9" * 5000 + " passed in 0.01s")["passed"] == 0  # type: ignore[index]
 
 
 async def test_evaluate_before_reset_raises(make) -> None:  # type: ignore[no-untyped-def]

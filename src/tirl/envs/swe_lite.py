@@ -90,7 +90,9 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 SUBMIT = "submit"
 
-_SUMMARY_RE = re.compile(r"(\d+) (passed|failed|errors?|skipped)")
+# at most 12 digits, never the tail of a longer number: a test command's output is the agent's to shape, and a
+# 5,000-digit count made int() raise inside the evaluator
+_SUMMARY_RE = re.compile(r"(?<!\d)(\d{1,12}) (passed|failed|errors?|skipped)")
 
 
 def parse_pytest_summary(output: str) -> dict[str, int] | None:
