@@ -159,3 +159,17 @@ def test_hostile_numbers_and_sizes_do_not_break_the_audit() -> None:
              (f"sed -i '{huge}s/a/b/' core.py", ""), ("sed -i '3s/a/b/' core.py", "")]  # fmt: skip
     got = place_of(_traj(task, turns))
     assert got.place == "unlisted" and got.first_edit_line == 3  # the 5,000-digit edit is no line edit
+
+
+def test_the_html_report_shows_the_edits_table(tmp_path: Path) -> None:
+    from tirl.diagnostics.report import render_report
+
+    task = TASKS[4]
+    source = task.data["files"][task.data["module"]]
+    listed = [(f"cat -n {task.data['module']}", _cat_n(source))]
+    rows = [_traj(task, [*listed, (_fix(task), "")], correct=True), _traj(task, [*listed, ("sed -i '1s/a/b/' x", "")])]
+    (tmp_path / "trajectories.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
+    page = render_report(tmp_path)
+    assert "First line edit: in the function the issue names?" in page
+    assert "50.0% of the placed first edits are outside it" in page
+    assert f"<th>{bug_of(task).kind}</th><td>2</td><td>1</td><td>1 (1)</td><td>1 (0)</td>" in page

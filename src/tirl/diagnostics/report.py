@@ -322,6 +322,30 @@ def _audit_section(path: Path) -> str:
         f"tool errors: {te['total']} of {data['tool_messages']} tool messages.</p>"
         + (f"<table><tr><th>void reason</th><th>turns</th><th>examples</th></tr>{reasons}</table>" if reasons else "")
         + _dist_table(data)
+        + _edits_table(data.get("edits"))
+    )
+
+
+def _edits_table(edits: dict[str, Any] | None) -> str:
+    """Where SWE episodes' first edits landed (:mod:`tirl.diagnostics.swe_edits`); empty for other runs."""
+    if edits is None:
+        return ""
+    places = ("inside", "outside", "beyond_listing", "unlisted", "no_line_edit")
+
+    def row(name: str, cell: dict[str, Any]) -> str:
+        got = "".join(
+            f"<td>{cell[p]['count']} ({cell[p]['solved']})</td>" if p in cell else "<td>-</td>" for p in places
+        )
+        return f"<tr><th>{html.escape(name)}</th><td>{cell['trajectories']}</td><td>{cell['solved']}</td>{got}</tr>"
+
+    rows = row("all", edits) + "".join(row(f"policy v{v}", c) for v, c in edits["by_policy_version"].items())
+    rows += "".join(row(k, c) for k, c in edits["by_bug_class"].items())
+    share = edits["outside_share"]
+    said = "no first edit placed" if share is None else f"{share:.1%} of the placed first edits are outside it"
+    head = "".join(f"<th>{p} (solved)</th>" for p in places)
+    return (
+        f"<h3>First line edit: in the function the issue names?</h3><p>{said}.</p>"
+        f"<table><tr><th></th><th>trajectories</th><th>solved</th>{head}</tr>{rows}</table>"
     )
 
 
