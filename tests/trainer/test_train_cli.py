@@ -251,3 +251,35 @@ def test_eval_sampled_uses_the_training_sampling_and_repeats_itself(capsys) -> N
     assert sampled["tasks"] == again["tasks"]  # seeded per task: reproducible
     assert [t["id"] for t in sampled["tasks"]] == [t["id"] for t in greedy["tasks"]]  # the same tasks
     assert sampled["tasks"] != greedy["tasks"]  # but not the greedy episodes
+
+
+def test_eval_samples_reports_pass_at_k(capsys) -> None:
+    """``--sampled --samples 4``: four episodes of each of 8 tir-chain tasks, counted per task; pass@1 is the
+    episodes' accuracy and pass@k never falls as k grows; the same command repeats itself."""
+    base = ["eval", "--n", "8", "--json", "--set", "trainer.threads=1", "--sampled", "--samples", "4"]
+    outs = []
+    for _ in range(2):
+        code, out = _main(base, capsys)
+        assert code == 0
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    first, again = outs
+    passes = first["pass_at_k"]
+    assert first["n"] == 32 and passes["samples"] == 4 and len(passes["solved"]) == 8
+    ids = sorted({t["id"] for t in first["tasks"]})
+    assert sorted(passes["solved"]) == ids and all(0 <= c <= 4 for c in passes["solved"].values())
+    for tid, c in passes["solved"].items():  # the per-task counts are the episodes' own verdicts
+        assert c == sum(1 for t in first["tasks"] if t["id"] == tid and t["correct"])
+    at = passes["pass_at"]
+    assert at["1"] == pytest.approx(first["correct"] / 32)
+    assert at["1"] <= at["2"] <= at["4"] and at["4"] == pytest.approx(passes["ever_solved"] / 8)
+    assert again["pass_at_k"] == passes and again["tasks"] == first["tasks"]
+    code, out = _main([a for a in base if a != "--json"], capsys)  # the text output names the figures
+    assert code == 0 and f"pass@4 {at['4']:.3f}" in out and "tasks solved by at least one sample" in out
+
+
+@pytest.mark.parametrize(("extra", "says"), [(["--samples", "4"], "needs --sampled"),
+                                             (["--sampled", "--samples", "0"], "must be between 1 and")])  # fmt: skip
+def test_eval_samples_bad_values_are_one_error_line(extra: list[str], says: str, capsys) -> None:
+    code = main(["eval", "--n", "4", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and err.startswith("error: --samples") and "Traceback" not in err

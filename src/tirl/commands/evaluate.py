@@ -15,6 +15,9 @@ demonstrations, for choosing settings without looking at the held-out set.
 ``--sampled`` samples at ``generation.temperature``/``generation.top_p`` (what training samples; change them
 with ``--set``) instead of greedily: one episode per task, seeded per task, so the same command gives the
 same episodes — the solve rate RL's rollouts start from, which can be far below the greedy one.
+``--samples K`` (with ``--sampled``) draws K episodes per task, as a training step draws a group, and prints
+pass@k for k = 1, 2, 4, ..., K (:mod:`tirl.rollout.pass_at_k`): what the samples solve at all, the ceiling
+that reinforcing them can lift the greedy solve rate towards.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from tirl.cli import elapsed
 from tirl.config import TirlConfig, resolve_config
 from tirl.errors import InputError
 from tirl.trainer.preflight import context_warning, preflight, run_label
+
+#: The most episodes ``--samples`` draws per task (a typo of 1000 would run for hours).
+MAX_SAMPLES = 256
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="sample at generation.temperature/top_p (the training sampling) instead of greedy decoding",
     )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --sampled: K episodes per task and pass@k for k = 1, 2, 4, ..., K (default 1)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -76,6 +89,12 @@ def _model_dir(path: str | None) -> str | None:
 
 def _config(args: argparse.Namespace) -> TirlConfig:
     """The config of the evaluation, checked (:func:`~tirl.trainer.preflight.preflight`) before anything loads."""
+    if args.samples < 1 or args.samples > MAX_SAMPLES:
+        raise InputError("--samples", None, f"must be between 1 and {MAX_SAMPLES}, got {args.samples}",
+                         "give the number of episodes to draw per task, e.g. --samples 8")  # fmt: skip
+    if args.samples > 1 and not args.sampled:
+        raise InputError("--samples", None, "needs --sampled (greedy decoding draws the same episode every time)",
+                         "add --sampled, or drop --samples")  # fmt: skip
     sets = list(args.overrides)
     if args.n is not None:
         sets.append(f"env.eval_size={args.n}")
@@ -119,7 +138,7 @@ def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
 
 
 async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
-    from tirl.rollout.evaluation import eval_rollout_config, evaluate_policy
+    from tirl.rollout.evaluation import eval_rollout_config, evaluate_policy, evaluate_samples
     from tirl.rollout.strategies import make_strategy
     from tirl.trainer.progress import EvalProgress
     from tirl.trainer.wiring import TaskSets, build_parts
@@ -133,9 +152,15 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
         if args.sampled:  # the training runner (its temperature and top-p), one episode per task
             strategy = make_strategy(eval_rollout_config(cfg.rollout), parts.env_factory, parts.runner)
         what = f"{split} {run_label(cfg)} tasks"
-        async with EvalProgress(len(tasks), what, lambda: getattr(strategy, "last_board", None),
+        if args.samples > 1:
+            what = f"{args.samples} x {len(tasks)} {what}"
+        passes = None
+        async with EvalProgress(len(tasks) * args.samples, what, lambda: getattr(strategy, "last_board", None),
                                 enabled=not args.json):  # fmt: skip
-            rep = await evaluate_policy(strategy, tasks, step=cfg.trainer.seed)
+            if args.samples > 1:
+                rep, passes = await evaluate_samples(strategy, tasks, args.samples, step=cfg.trainer.seed)
+            else:
+                rep = await evaluate_policy(strategy, tasks, step=cfg.trainer.seed)
     finally:
         if strategy is not parts.eval_strategy:
             await strategy.close()
@@ -159,6 +184,7 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
         "mean_turns": rep.mean_turns,
         "wall_s": rep.wall_s,
         "tasks": [o.to_dict() for o in rep.outcomes()],
+        "pass_at_k": passes.to_dict() if passes is not None else None,
     }
 
 
@@ -179,4 +205,9 @@ def run(args: argparse.Namespace) -> int:
             f"({elapsed():.1f}s the whole command)"
         )
         print("terminations: " + ", ".join(f"{k} {v}" for k, v in out["terminations"].items()))
+        if out["pass_at_k"] is not None:
+            from tirl.rollout.pass_at_k import PassAtK
+
+            row = out["pass_at_k"]
+            print(PassAtK(samples=row["samples"], solved=row["solved"]).line())
     return 0

@@ -11,8 +11,9 @@ Each report lists its tasks' outcomes (:class:`TaskOutcome`, in the JSON of ``ev
 ``summary.json`` and ``tirl eval --json``), so two evaluations of the same tasks compare pair by pair
 (:class:`PairedChange`: McNemar's exact test).
 
-Not covered: pass@k (one sample per task) and writing a pipeline trace (the
-evaluation strategy has no trace file).
+:func:`evaluate_samples` draws several episodes per task (one request with that group size) for pass@k
+(:mod:`tirl.rollout.pass_at_k`). Not covered: writing a pipeline trace (the evaluation strategy has no
+trace file).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from tirl.config import RolloutConfig
 from tirl.envs.base import Task
 from tirl.rollout.base import EnvFactory, EpisodeRunner, RolloutRequest, RolloutStrategy
+from tirl.rollout.pass_at_k import PassAtK
 from tirl.types import Trajectory
 
 #: Episodes in flight during an evaluation (a batched generator fills its batches from them).
@@ -166,6 +168,20 @@ async def evaluate_policy(strategy: RolloutStrategy, tasks: Sequence[Task], *, s
     t0 = time.perf_counter()
     batch = await strategy.collect(RolloutRequest(tasks=list(tasks), group_size=1, step=step))
     return EvalReport.of(batch.trajectories, time.perf_counter() - t0)
+
+
+async def evaluate_samples(
+    strategy: RolloutStrategy, tasks: Sequence[Task], samples: int, *, step: int = 0
+) -> tuple[EvalReport, PassAtK]:
+    """``samples`` episodes per task through ``strategy`` (a sampling runner: a greedy one repeats itself).
+
+    One request with a group size of ``samples``, as a training step draws its groups: episode ``j`` of task
+    ``i`` is ``s{step}-t{i}-g{j}``, so a seeded runner samples each differently and the same call repeats.
+    The report counts every episode (``n`` = tasks × samples; its accuracy is pass@1).
+    """
+    t0 = time.perf_counter()
+    batch = await strategy.collect(RolloutRequest(tasks=list(tasks), group_size=samples, step=step))
+    return EvalReport.of(batch.trajectories, time.perf_counter() - t0), PassAtK.of(batch.trajectories, samples)
 
 
 async def evaluate_accuracy(
