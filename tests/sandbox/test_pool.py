@@ -287,6 +287,36 @@ def test_one_pool_used_from_two_event_loops(host_audit: object) -> None:
     assert settled(lambda: pids_of_uids(pool.uids)) == []
 
 
+def _live(pids: list[int]) -> list[int]:
+    """The pids of ``pids`` that are still running (not gone, not zombies)."""
+    out = []
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        if "State:\tZ" not in status:
+            out.append(pid)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["pool", "pool-process"])
+def test_a_pool_dropped_without_close_takes_its_servers_with_it(host_audit: object, backend: str) -> None:
+    """No ``close()``: once the pool is collected its servers (and, isolated, their sandboxes) are killed and
+    reaped and their host directories removed (each worker's ``weakref.finalize``; also at interpreter exit)."""
+    import gc
+
+    pool = make(backend, size=2)
+    assert asyncio.run(pool.run("print(7)")).stdout == "7\n"
+    pids = [w.proc.pid for w in pool._workers]
+    uids = set(pool.uids)
+    assert len(pids) == 2 and _live(pids) == pids  # running before the pool goes away
+    del pool
+    gc.collect()
+    assert settled(lambda: _live(pids)) == []
+    assert settled(lambda: pids_of_uids(uids)) == []  # an isolated server's sandbox went with it
+
+
 @pytest.mark.slow
 def test_load_500_runs_at_concurrency_32_leave_nothing_behind(host_audit: object) -> None:
     async def go() -> tuple[list[str], set[int]]:

@@ -22,7 +22,9 @@ reaches every other process of the namespace. Every request carries a nonce
 that its answer must repeat, and the server announces itself ready after each
 cleanup (the next request is read only then); one that does not within a few
 seconds is replaced and the request, which never ran, goes to a fresh one.
-Closing the pool kills each server's whole PID namespace.
+Closing the pool kills each server's whole PID namespace; a pool dropped without
+``close()`` does the same for each server when it is garbage-collected, or at
+interpreter exit (a ``weakref.finalize`` per server).
 
 Sessions (``run(..., session=key)``) are notebook-like. The first run of a key
 starts a dedicated server (in its own sandbox) with one long-lived kernel
@@ -88,6 +90,7 @@ import sys
 import tempfile
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Unpack
@@ -136,6 +139,27 @@ class _Call:
     memory_mb: int
 
 
+def _reap(proc: subprocess.Popen[bytes], tmp: Path | None, start: Launch | None) -> None:
+    """Kill a server's PID namespace and process group, reap it, close its pipes, remove its host directory.
+
+    A worker's finalizer (:class:`weakref.finalize` holds these, never the worker), so it runs exactly once: from
+    :meth:`_Worker.kill`, when the worker is collected, or at interpreter exit.
+    """
+    if start is not None:
+        start.kill_namespace()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for f in (proc.stdin, proc.stdout):
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if start is not None:
+        start.finish()  # its memory cgroup, once empty
+
+
 class _Worker:
     """One fork server (a bwrap-ed or plain ``python -c _server.py`` process).
 
@@ -159,6 +183,9 @@ class _Worker:
         os.set_blocking(self._in, False)
         os.set_blocking(self._out, False)
         self._buf = bytearray()
+        # kill() calls it; a worker dropped without kill() (a pool never closed) is reaped when collected or at
+        # interpreter exit, so its server and sandbox do not outlive it
+        self._reaper = weakref.finalize(self, _reap, proc, tmp, start)
 
     @property
     def alive(self) -> bool:
@@ -236,15 +263,8 @@ class _Worker:
         return reply
 
     def kill(self) -> None:
-        """Kill the server's PID namespace and process group (its sandbox dies with it) and reap it."""
-        if self.start is not None:
-            self.start.kill_namespace()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        self._close_pipes()
-        if self.start is not None:
-            self.start.finish()  # its memory cgroup, once empty
+        """Kill the server's PID namespace and process group (its sandbox dies with it) and reap it (once)."""
+        self._reaper()
 
     def limit(self, memory_mb: int) -> None:
         """Set the memory cgroup's limit for the next run (OSError: the kernel refused it)."""
@@ -260,14 +280,6 @@ class _Worker:
             return False
         seen, self.ooms = self.ooms, self.start.cgroup.oom_kills()
         return self.ooms > seen
-
-    def _close_pipes(self) -> None:
-        for f in (self.proc.stdin, self.proc.stdout):
-            if f is not None:
-                with contextlib.suppress(OSError):
-                    f.close()
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
 
     async def stop(self) -> None:
         """Ask the server to finish (EOF on its input), and kill it if it does not within 2 s."""
