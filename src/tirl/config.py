@@ -107,7 +107,7 @@ class EnvConfig:
     prompt_key: str = "prompt"  # task files: dotted path of the chat prompt
     answer_key: str | None = None  # dotted path of the ground truth; None: reward_model.ground_truth,
     # then reward_spec.ground_truth, then answer
-    difficulty: int = 1
+    difficulty: int = 1  # tir-math 1-5; swe-lite 1 planted bugs, 2 the curriculum, 3 its spec variant
     max_turns: int = 6  # tir-chain needs up to 6 (4 calls, a fixed error, the answer)
     eval_size: int = 200
     eval_split: Literal["heldout", "validation"] = "heldout"  # what the trainer evaluates: validation is for tuning

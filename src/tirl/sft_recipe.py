@@ -144,7 +144,8 @@ def sft_tasks(cfg: SFTConfig, n: int, seed: int, *, held_out: bool = False) -> l
     if cfg.env == "swe-lite":
         from tirl.envs.tasks.swe_curriculum import generate_curriculum
 
-        return generate_curriculum(n, seed=seed, split="validation" if held_out else "train")
+        spec = cfg.difficulty >= 3  # the spec curriculum
+        return generate_curriculum(n, seed=seed, split="validation" if held_out else "train", spec=spec)
     if cfg.env == "tir-chain":
         from tirl.envs.tasks.chain_gen import generate_chain_tasks
 

@@ -40,7 +40,7 @@ _SFT_OPTIONS = (
     ("batch_size", "episodes per step"),
     ("lr", "peak learning rate (AdamW, cosine decay)"),
     ("train_tasks", "generated tasks to demonstrate"),
-    ("difficulty", "tir-math difficulty (1-5)"),
+    ("difficulty", "tir-math difficulty (1-5); swe-lite: 3 or more draws the spec curriculum"),
     ("eval_every", "steps between held-out evaluations"),
     ("eval_tasks", "held-out tasks per evaluation"),
 )

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     elif env.difficulty >= 2:
         from tirl.envs.tasks.swe_curriculum import generate_curriculum
 
-        tasks = generate_curriculum(args.n, seed=args.seed, split=args.split or "train")
+        tasks = generate_curriculum(args.n, seed=args.seed, split=args.split or "train", spec=env.difficulty >= 3)
     else:
         from tirl.envs.tasks.swe_gen import generate_swe_tasks
 

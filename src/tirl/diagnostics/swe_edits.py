@@ -21,7 +21,8 @@ left margin (``grep -n -A4`` may cut the function short), the span is open: an e
 line is ``beyond_listing`` (it may be in the function or not), so neither ``inside`` nor ``outside`` is
 overstated. Counted per
 policy version (the training step's weights) and per bug class (read from swe-lite's task ids,
-``swec-<package>-<function>-<class>-<line>``), with the solved count of each cell.
+``swec-<package>-<function>-<class>-<line>``, ``swes-…`` for the spec curriculum), with the solved count of
+each cell.
 
 Not covered: edits by other tools (``python3`` scripts, ``patch``, ``ed``), files other than the one the
 listing showed, and task files whose prompts name no function (a user's own repositories: the trajectory
@@ -153,7 +154,7 @@ def _output_lines(content: str) -> list[str]:
 def bug_class(traj: Trajectory) -> str | None:
     """The planted bug's class from a swe-lite task id in the trajectory's group (None for other tasks)."""
     group = traj.group or ""
-    if "swec-" not in group:
+    if "swec-" not in group and "swes-" not in group:
         return None
     return next((kind for kind in BUG_KINDS if f"-{kind}-" in group), None)
 

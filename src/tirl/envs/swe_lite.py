@@ -306,13 +306,15 @@ class SweLiteEnv(ToolEnv):
 def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
     """Registry task source: the JSONL file ``config.tasks_file`` (first ``n``) or ``n`` generated tasks.
 
-    ``env.difficulty=1``: the 33 planted bugs of ``swe_programs.toml``; ``2`` or more: the curriculum
-    (:mod:`tirl.envs.tasks.swe_curriculum`), whose split follows the seed (held-out, validation, else train).
+    ``env.difficulty=1``: the 33 planted bugs of ``swe_programs.toml``; ``2``: the curriculum
+    (:mod:`tirl.envs.tasks.swe_curriculum`), whose split follows the seed (held-out, validation, else train);
+    ``3`` or more: the spec curriculum (the same bugs, each function with a docstring quoting its correct text).
     """
     if config.tasks_file:
         return load_swe_tasks(Path(config.tasks_file))[:n]
     if config.difficulty >= 2:
         from tirl.envs.tasks.swe_curriculum import generate_curriculum, split_for_seed
 
-        return generate_curriculum(n, seed=seed, split=split_for_seed(seed, config.seed))
+        split = split_for_seed(seed, config.seed)
+        return generate_curriculum(n, seed=seed, split=split, spec=config.difficulty >= 3)
     return generate_swe_tasks(n, seed=seed)

@@ -24,7 +24,8 @@ The status (:data:`STATUSES`):
   episode's files);
 * ``unresolved`` — the task could not be found (:func:`find_task`), so nothing was run.
 
-Covered tasks: the built-in generators' (``swec-…`` curriculum ids, ``swe-s…`` planted-bug ids), and
+Covered tasks: the built-in generators' (``swec-…`` curriculum ids and ``swes-…`` spec-curriculum ids,
+``swe-s…`` planted-bug ids), and
 any task given in ``tasks`` (a JSONL task file's, by id). Not covered: a task with its own
 ``test_command`` is judged by that command, as in training, so its rejudge is only as strong as the
 command; replays run the recorded messages, not the recorded tool outputs, so a command whose output
@@ -53,7 +54,7 @@ MAX_SOURCE_BYTES = 1 << 20
 #: the most workspace entries read; beyond it the rest are not listed (and not carried)
 MAX_ENTRIES = 20_000
 EXTRA_SHOWN = 10
-_CURRICULUM_ID = re.compile(r"^(swec-.+)-s\d+-\d+$")
+_CURRICULUM_ID = re.compile(r"^(swe([cs])-.+)-s\d+-\d+$")  # swec-: the curriculum; swes-: its spec variant
 _PLANTED_ID = re.compile(r"^swe-s(\d{1,20})-(\d{1,7})-")  # bounded: a hostile id's 5,000 digits are no number
 _STEP_PREFIX = re.compile(r"^s\d+-\d+-(.+)$")
 
@@ -106,7 +107,7 @@ def _find_one(task_id: str, tasks: Mapping[str, Task] | None) -> Task | None:
     if found:
         from tirl.envs.tasks.swe_curriculum import pools
 
-        for pool in pools().values():
+        for pool in pools(spec=found.group(2) == "s").values():
             for task in pool:
                 if task.id == found.group(1):
                     return task

@@ -26,6 +26,11 @@ splits are disjoint by program and by bug. :func:`split_for_seed` maps the
 trainer's evaluation and validation seeds (:mod:`tirl.trainer.wiring`) to
 their splits and every other seed (training steps, SFT) to ``train``.
 
+The spec curriculum (``env.difficulty=3``, ``pools(spec=True)``): the same programs, bugs, splits and
+prompts, with one docstring line in each function that quotes the correct text of its bug sites
+(:func:`~tirl.envs.tasks.swe_templates.with_spec`); the bug never touches it, so every class's fix can be
+read in the file (in the plain curriculum a wrong constant or operator cannot: the value is nowhere).
+
 Expert scripts: :mod:`tirl.envs.tasks.swe_experts`.
 
 Not covered: bugs that need more than one edit, several modules, programs
@@ -37,11 +42,11 @@ from __future__ import annotations
 
 import functools
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from tirl.envs.base import Task
-from tirl.envs.tasks.swe_templates import BUG_KINDS, TEMPLATES, Func, Site
+from tirl.envs.tasks.swe_templates import BUG_KINDS, TEMPLATES, Func, Site, with_spec
 
 KIND = "swe-lite"
 POOL_PROGRAMS = 300
@@ -179,7 +184,7 @@ def _bug(program: Program, fi: int, site: Site, buggy: str) -> Bug:
     return Bug(site.kind, func.name, at, site.old, site.new, site.decoy, first, length)
 
 
-def _task(program: Program, fi: int, site: Site, ns: dict[str, Any]) -> Task | None:
+def _task(program: Program, fi: int, site: Site, ns: dict[str, Any], prefix: str = "swec") -> Task | None:
     """The task of one site, or None when the check or the hidden tests would not catch it."""
     func = program.funcs[fi]
     buggy = program.source((fi, site))
@@ -214,7 +219,7 @@ def _task(program: Program, fi: int, site: Site, ns: dict[str, Any]) -> Task | N
         "check.py": check_script(program, visible, expected),
     }
     return Task(
-        id=f"swec-{program.package}-{func.name}-{site.kind}-{func.site_line(site)}",
+        id=f"{prefix}-{program.package}-{func.name}-{site.kind}-{func.site_line(site)}",
         prompt=prompt,
         kind=KIND,
         data={
@@ -261,18 +266,28 @@ def _bug_key(task: Task) -> tuple[str, str]:
     return "\n".join(lines[bug.first_line - 1 : bug.first_line - 1 + bug.length]), bug.kind
 
 
-@functools.lru_cache(maxsize=1)
-def pools() -> dict[Split, tuple[Task, ...]]:
-    """Every task of the curriculum by split (built once per process; about a second)."""
+def spec_program(program: Program) -> Program:
+    """``program`` with a spec docstring in each function (:func:`~tirl.envs.tasks.swe_templates.with_spec`)."""
+    return replace(program, funcs=tuple(with_spec(f) for f in program.funcs))
+
+
+@functools.lru_cache(maxsize=2)
+def pools(spec: bool = False) -> dict[Split, tuple[Task, ...]]:
+    """Every task of the curriculum by split (built once per process and variant; about a second).
+
+    ``spec``: the spec curriculum (``env.difficulty=3``): the same programs and bugs, each function with a
+    docstring quoting the correct text of its bug sites; task ids start ``swes-`` instead of ``swec-``.
+    """
     out: dict[Split, list[Task]] = {s: [] for s in SPLITS}
     seen: set[tuple[str, str]] = set()
+    prefix = "swes" if spec else "swec"
     for split in SPLITS:  # train first: a later split drops what an earlier one has
-        for program in (p for p in programs() if p.split == split):
+        for program in (spec_program(p) if spec else p for p in programs() if p.split == split):
             ns = _namespace(program.source(), program.package)
             prompts: set[str] = set()
             for fi, func in enumerate(program.funcs):
                 for site in func.sites:
-                    task = _task(program, fi, site, ns)
+                    task = _task(program, fi, site, ns, prefix)
                     if task is None or task.prompt in prompts or (split != "train" and _bug_key(task) in seen):
                         continue
                     prompts.add(task.prompt)
@@ -282,14 +297,17 @@ def pools() -> dict[Split, tuple[Task, ...]]:
 
 
 def generate_curriculum(
-    n: int, *, seed: int = 0, split: Split = "train", kinds: tuple[str, ...] | None = None
+    n: int, *, seed: int = 0, split: Split = "train", kinds: tuple[str, ...] | None = None, spec: bool = False
 ) -> list[Task]:
-    """``n`` tasks of ``split``, deterministic in ``seed``; cycles through the split before repeating."""
+    """``n`` tasks of ``split``, deterministic in ``seed``; cycles through the split before repeating.
+
+    ``spec``: the spec curriculum's tasks (:func:`pools`); the same seed draws the same bugs in the same order.
+    """
     if split not in SPLITS:
         raise ValueError(f"split {split!r} is not one of {', '.join(SPLITS)}")
     if kinds is not None and set(kinds) - set(BUG_KINDS):
         raise ValueError(f"unknown bug kinds {sorted(set(kinds) - set(BUG_KINDS))}; choose from {', '.join(BUG_KINDS)}")
-    pool = [t for t in pools()[split] if kinds is None or t.data["bug"]["kind"] in kinds]
+    pool = [t for t in pools(spec)[split] if kinds is None or t.data["bug"]["kind"] in kinds]
     rng = random.Random(f"swe-curriculum/{split}/{seed}")
     tasks: list[Task] = []
     order: list[int] = []
@@ -326,5 +344,6 @@ __all__ = [
     "pools",
     "program_task",
     "programs",
+    "spec_program",
     "split_for_seed",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 BUG_KINDS = (
     "wrong_operator",
@@ -57,8 +57,11 @@ class Func:
     cases: tuple[str, ...]
 
     def site_line(self, site: Site) -> int:
-        """The 0-based index of the one line that holds ``site.old`` (raises when not exactly one)."""
-        hits = [i for i, line in enumerate(self.lines) if site.old in line]
+        """The 0-based index of the one code line that holds ``site.old`` (raises when not exactly one).
+
+        A spec docstring (:func:`with_spec`) quotes every site's text; it is never the site.
+        """
+        hits = [i for i, line in enumerate(self.lines) if site.old in line and not line.startswith(SPEC_PREFIX)]
         if site.kind == "missing_return":
             hits = [i for i, line in enumerate(self.lines) if line == site.old]
         if len(hits) != 1:
@@ -67,6 +70,31 @@ class Func:
 
 
 Template = Callable[[random.Random, str], Func]
+
+#: How a spec docstring starts (the line after ``def``; :func:`with_spec`).
+SPEC_PREFIX = '    """Spec: '
+
+
+def spec_docstring(func: Func) -> str:
+    """The docstring line that quotes what each bug site of ``func`` reads when correct.
+
+    >>> f = Func("f", ("def f(x):", "    return x * 3 + 5"), (Site("wrong_constant", "+ 5", "+ 6"),
+    ...          Site("wrong_operator", "x * 3", "x + 3")), ("1",))
+    >>> spec_docstring(f).strip()[3:-3]
+    'Spec: `+ 5`, `x * 3`.'
+    """
+    quoted = [f"`{site.old}`" for site in func.sites if site.kind != "missing_return"]
+    return SPEC_PREFIX + (", ".join(quoted) if quoted else "returns its result") + '."""'
+
+
+def with_spec(func: Func) -> Func:
+    """``func`` with its :func:`spec_docstring` as the line after ``def`` (the spec curriculum, ``env.difficulty=3``).
+
+    A planted bug changes a code line, never the docstring, so the correct text of a wrong constant, operator,
+    argument order, bound or condition can be read in the file — what the plain curriculum's constant and
+    operator bugs lack (their fix needs a value that nothing in the workspace states).
+    """
+    return replace(func, lines=(func.lines[0], spec_docstring(func), *func.lines[1:]))
 
 
 def _other(r: random.Random, value: int, lo: int, hi: int) -> int:
