@@ -142,9 +142,9 @@ def sft_parts(cfg: SFTConfig, model: Any, tokenizer: Any, chat: ChatFormat, sand
 def sft_tasks(cfg: SFTConfig, n: int, seed: int, *, held_out: bool = False) -> list[Task]:
     """``n`` generated tasks of the configured family (swe-lite: its training split, validation when held out)."""
     if cfg.env == "swe-lite":
-        from tirl.envs.tasks.swe_curriculum import generate_curriculum
+        from tirl.envs.tasks.swe_curriculum import SPEC_DIFFICULTY, generate_curriculum
 
-        spec = cfg.difficulty >= 3  # the spec curriculum
+        spec = cfg.difficulty >= SPEC_DIFFICULTY
         return generate_curriculum(n, seed=seed, split="validation" if held_out else "train", spec=spec)
     if cfg.env == "tir-chain":
         from tirl.envs.tasks.chain_gen import generate_chain_tasks

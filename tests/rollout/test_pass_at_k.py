@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from tirl.rollout.evaluation import EvalReport, TaskOutcome
 from tirl.rollout.pass_at_k import PassAtK, pass_at_k, report_ks
 from tirl.types import Trajectory
 
@@ -51,6 +52,11 @@ def _traj(task: str, j: int, correct: bool | None) -> Trajectory:
     return Trajectory(id=f"s0-{task}-g{j}", messages=[], group=task, correct=correct)
 
 
+def _outcomes(trajs: list[Trajectory]) -> list[TaskOutcome]:
+    """What an evaluation hands PassAtK: each episode's outcome, keyed by its task (the trajectory's group)."""
+    return EvalReport.of(trajs, 0.0).outcomes()
+
+
 def test_pass_at_k_of_trajectories_against_reference() -> None:
     """Random outcomes for 20 tasks x 6 samples: counts per task and the mean of the reference per k."""
     r = random.Random(3)
@@ -59,7 +65,7 @@ def test_pass_at_k_of_trajectories_against_reference() -> None:
         _traj(t, j, ok if j % 2 else (True if ok else None)) for t, oks in outcomes.items() for j, ok in enumerate(oks)
     ]  # fmt: skip  (None: a failed episode, counted as wrong)
     r.shuffle(trajs)
-    rep = PassAtK.of(trajs, 6)
+    rep = PassAtK.of(_outcomes(trajs), 6)
     assert rep.solved == {t: sum(oks) for t, oks in sorted(outcomes.items())}
     for k in range(1, 7):
         want = sum(_reference(6, sum(oks), k) for oks in outcomes.values()) / 20
@@ -73,7 +79,7 @@ def test_pass_at_k_of_trajectories_against_reference() -> None:
 def test_uneven_samples_are_refused() -> None:
     trajs = [_traj("a", 0, True), _traj("a", 1, False), _traj("b", 0, False)]
     with pytest.raises(ValueError, match="b"):
-        PassAtK.of(trajs, 2)
+        PassAtK.of(_outcomes(trajs), 2)
 
 
 def test_no_tasks() -> None:

@@ -28,12 +28,15 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tirl.cli import elapsed
 from tirl.config import TirlConfig, resolve_config
 from tirl.errors import InputError
 from tirl.trainer.preflight import context_warning, preflight, run_label
+
+if TYPE_CHECKING:
+    from tirl.rollout.pass_at_k import PassAtK
 
 #: The most episodes ``--samples`` draws per task (a typo of 1000 would run for hours).
 MAX_SAMPLES = 256
@@ -137,7 +140,8 @@ def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
     return sections or None  # a model directory's config.json (transformers') has neither: not a run
 
 
-async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
+async def _run(args: argparse.Namespace, cfg: TirlConfig) -> tuple[dict[str, Any], PassAtK | None]:
+    """The evaluation's JSON record, and its pass@k counts under ``--samples`` (else None)."""
     from tirl.rollout.evaluation import eval_rollout_config, evaluate_policy, evaluate_samples
     from tirl.rollout.strategies import make_strategy
     from tirl.trainer.progress import EvalProgress
@@ -185,7 +189,7 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> dict[str, Any]:
         "wall_s": rep.wall_s,
         "tasks": [o.to_dict() for o in rep.outcomes()],
         "pass_at_k": passes.to_dict() if passes is not None else None,
-    }
+    }, passes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -194,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
-    out = asyncio.run(_run(args, cfg))
+    out, passes = asyncio.run(_run(args, cfg))
     if args.json:
         print(json.dumps(out))
     else:
@@ -205,9 +209,6 @@ def run(args: argparse.Namespace) -> int:
             f"({elapsed():.1f}s the whole command)"
         )
         print("terminations: " + ", ".join(f"{k} {v}" for k, v in out["terminations"].items()))
-        if out["pass_at_k"] is not None:
-            from tirl.rollout.pass_at_k import PassAtK
-
-            row = out["pass_at_k"]
-            print(PassAtK(samples=row["samples"], solved=row["solved"]).line())
+        if passes is not None:
+            print(passes.line())
     return 0

@@ -54,9 +54,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--split draws from the generated curriculum, not env.tasks_file — drop --split")
         tasks = load_swe_tasks(env.tasks_file)[: args.n]
     elif env.difficulty >= 2:
-        from tirl.envs.tasks.swe_curriculum import generate_curriculum
+        from tirl.envs.tasks.swe_curriculum import SPEC_DIFFICULTY, generate_curriculum
 
-        tasks = generate_curriculum(args.n, seed=args.seed, split=args.split or "train", spec=env.difficulty >= 3)
+        spec = env.difficulty >= SPEC_DIFFICULTY
+        tasks = generate_curriculum(args.n, seed=args.seed, split=args.split or "train", spec=spec)
     else:
         from tirl.envs.tasks.swe_gen import generate_swe_tasks
 

@@ -36,6 +36,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from tirl.envs.tasks.swe_curriculum import ID_PREFIXES
 from tirl.envs.tasks.swe_templates import BUG_KINDS
 from tirl.types import Role, Trajectory
 
@@ -154,7 +155,7 @@ def _output_lines(content: str) -> list[str]:
 def bug_class(traj: Trajectory) -> str | None:
     """The planted bug's class from a swe-lite task id in the trajectory's group (None for other tasks)."""
     group = traj.group or ""
-    if "swec-" not in group and "swes-" not in group:
+    if not any(prefix in group for prefix in ID_PREFIXES):
         return None
     return next((kind for kind in BUG_KINDS if f"-{kind}-" in group), None)
 

@@ -313,8 +313,8 @@ def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
     if config.tasks_file:
         return load_swe_tasks(Path(config.tasks_file))[:n]
     if config.difficulty >= 2:
-        from tirl.envs.tasks.swe_curriculum import generate_curriculum, split_for_seed
+        from tirl.envs.tasks.swe_curriculum import SPEC_DIFFICULTY, generate_curriculum, split_for_seed
 
         split = split_for_seed(seed, config.seed)
-        return generate_curriculum(n, seed=seed, split=split, spec=config.difficulty >= 3)
+        return generate_curriculum(n, seed=seed, split=split, spec=config.difficulty >= SPEC_DIFFICULTY)
     return generate_swe_tasks(n, seed=seed)

@@ -181,7 +181,8 @@ async def evaluate_samples(
     """
     t0 = time.perf_counter()
     batch = await strategy.collect(RolloutRequest(tasks=list(tasks), group_size=samples, step=step))
-    return EvalReport.of(batch.trajectories, time.perf_counter() - t0), PassAtK.of(batch.trajectories, samples)
+    report = EvalReport.of(batch.trajectories, time.perf_counter() - t0)
+    return report, PassAtK.of(report.outcomes(), samples)
 
 
 async def evaluate_accuracy(

@@ -19,9 +19,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tirl.types import Trajectory
+if TYPE_CHECKING:
+    from tirl.rollout.evaluation import TaskOutcome
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -62,13 +63,13 @@ class PassAtK:
     solved: dict[str, int]
 
     @classmethod
-    def of(cls, trajectories: Sequence[Trajectory], samples: int) -> PassAtK:
-        """Count the correct episodes per task (the trajectory's group); each task must have ``samples``."""
-        per_task = Counter(t.group or t.id for t in trajectories)
+    def of(cls, outcomes: Sequence[TaskOutcome], samples: int) -> PassAtK:
+        """Count the correct episodes per task (:meth:`EvalReport.outcomes`); each task must have ``samples``."""
+        per_task = Counter(o.id for o in outcomes)
         uneven = sorted(tid for tid, m in per_task.items() if m != samples)
         if uneven:
             raise ValueError(f"tasks without exactly {samples} episodes: {', '.join(uneven[:5])}")
-        correct = Counter(t.group or t.id for t in trajectories if t.correct is True)
+        correct = Counter(o.id for o in outcomes if o.correct)
         return cls(samples=samples, solved={tid: correct[tid] for tid in sorted(per_task)})
 
     def at(self, k: int) -> float:

@@ -49,6 +49,10 @@ from tirl.envs.base import Task
 from tirl.envs.tasks.swe_templates import BUG_KINDS, TEMPLATES, Func, Site, with_spec
 
 KIND = "swe-lite"
+#: ``env.difficulty`` from which swe-lite draws the spec curriculum (2: the plain one; 1: the 33 planted bugs)
+SPEC_DIFFICULTY = 3
+#: The task-id prefixes of the plain and the spec curriculum
+ID_PREFIXES = ("swec-", "swes-")
 POOL_PROGRAMS = 300
 FUNCS_PER_PROGRAM = 3
 Split = Literal["train", "heldout", "validation"]
@@ -184,7 +188,7 @@ def _bug(program: Program, fi: int, site: Site, buggy: str) -> Bug:
     return Bug(site.kind, func.name, at, site.old, site.new, site.decoy, first, length)
 
 
-def _task(program: Program, fi: int, site: Site, ns: dict[str, Any], prefix: str = "swec") -> Task | None:
+def _task(program: Program, fi: int, site: Site, ns: dict[str, Any], prefix: str = ID_PREFIXES[0]) -> Task | None:
     """The task of one site, or None when the check or the hidden tests would not catch it."""
     func = program.funcs[fi]
     buggy = program.source((fi, site))
@@ -219,7 +223,7 @@ def _task(program: Program, fi: int, site: Site, ns: dict[str, Any], prefix: str
         "check.py": check_script(program, visible, expected),
     }
     return Task(
-        id=f"{prefix}-{program.package}-{func.name}-{site.kind}-{func.site_line(site)}",
+        id=f"{prefix}{program.package}-{func.name}-{site.kind}-{func.site_line(site)}",
         prompt=prompt,
         kind=KIND,
         data={
@@ -280,7 +284,7 @@ def pools(spec: bool = False) -> dict[Split, tuple[Task, ...]]:
     """
     out: dict[Split, list[Task]] = {s: [] for s in SPLITS}
     seen: set[tuple[str, str]] = set()
-    prefix = "swes" if spec else "swec"
+    prefix = ID_PREFIXES[spec]
     for split in SPLITS:  # train first: a later split drops what an earlier one has
         for program in (spec_program(p) if spec else p for p in programs() if p.split == split):
             ns = _namespace(program.source(), program.package)
@@ -332,8 +336,10 @@ def split_for_seed(seed: int, env_seed: int = 0) -> Split:
 
 
 __all__ = [
+    "ID_PREFIXES",
     "KIND",
     "POOL_PROGRAMS",
+    "SPEC_DIFFICULTY",
     "SPLITS",
     "SUFFIXES",
     "SYLLABLES",
