@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tirl.rollout.evaluation import EvalReport, TaskOutcome
+from tirl.rollout.evaluation import EvalReport
 from tirl.rollout.pass_at_k import PassAtK, pass_at_k, report_ks
 from tirl.types import Trajectory
 
@@ -52,9 +52,9 @@ def _traj(task: str, j: int, correct: bool | None) -> Trajectory:
     return Trajectory(id=f"s0-{task}-g{j}", messages=[], group=task, correct=correct)
 
 
-def _outcomes(trajs: list[Trajectory]) -> list[TaskOutcome]:
-    """What an evaluation hands PassAtK: each episode's outcome, keyed by its task (the trajectory's group)."""
-    return EvalReport.of(trajs, 0.0).outcomes()
+def _outcomes(trajs: list[Trajectory]) -> list[tuple[str, bool]]:
+    """What an evaluation hands PassAtK: each episode's task (the trajectory's group) and verdict."""
+    return [(o.id, o.correct) for o in EvalReport.of(trajs, 0.0).outcomes()]
 
 
 def test_pass_at_k_of_trajectories_against_reference() -> None:

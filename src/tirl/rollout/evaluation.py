@@ -182,7 +182,7 @@ async def evaluate_samples(
     t0 = time.perf_counter()
     batch = await strategy.collect(RolloutRequest(tasks=list(tasks), group_size=samples, step=step))
     report = EvalReport.of(batch.trajectories, time.perf_counter() - t0)
-    return report, PassAtK.of(report.outcomes(), samples)
+    return report, PassAtK.of([(o.id, o.correct) for o in report.outcomes()], samples)
 
 
 async def evaluate_accuracy(

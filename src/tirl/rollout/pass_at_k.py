@@ -19,10 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tirl.rollout.evaluation import TaskOutcome
+from typing import Any
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -63,13 +60,16 @@ class PassAtK:
     solved: dict[str, int]
 
     @classmethod
-    def of(cls, outcomes: Sequence[TaskOutcome], samples: int) -> PassAtK:
-        """Count the correct episodes per task (:meth:`EvalReport.outcomes`); each task must have ``samples``."""
-        per_task = Counter(o.id for o in outcomes)
+    def of(cls, outcomes: Sequence[tuple[str, bool]], samples: int) -> PassAtK:
+        """Count the correct episodes per task; each task must have ``samples``.
+
+        ``outcomes``: ``(task id, correct)`` per episode, from an evaluation's ``EvalReport.outcomes()``.
+        """
+        per_task = Counter(tid for tid, _ in outcomes)
         uneven = sorted(tid for tid, m in per_task.items() if m != samples)
         if uneven:
             raise ValueError(f"tasks without exactly {samples} episodes: {', '.join(uneven[:5])}")
-        correct = Counter(o.id for o in outcomes if o.correct)
+        correct = Counter(tid for tid, ok in outcomes if ok)
         return cls(samples=samples, solved={tid: correct[tid] for tid in sorted(per_task)})
 
     def at(self, k: int) -> float:
