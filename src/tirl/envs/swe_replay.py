@@ -44,6 +44,7 @@ from typing import Literal
 
 from tirl.envs.base import Task
 from tirl.envs.swe_lite import SweLiteEnv
+from tirl.envs.tasks.swe_curriculum import ID_PREFIXES
 from tirl.envs.workspace import materialise
 from tirl.types import Role, Trajectory
 
@@ -54,7 +55,8 @@ MAX_SOURCE_BYTES = 1 << 20
 #: the most workspace entries read; beyond it the rest are not listed (and not carried)
 MAX_ENTRIES = 20_000
 EXTRA_SHOWN = 10
-_CURRICULUM_ID = re.compile(r"^(swe([cs])-.+)-s\d+-\d+$")  # swec-: the curriculum; swes-: its spec variant
+#: a curriculum task id (plain or spec, :data:`~tirl.envs.tasks.swe_curriculum.ID_PREFIXES`) and its sample suffix
+_CURRICULUM_ID = re.compile(r"^((" + "|".join(map(re.escape, ID_PREFIXES)) + r").+)-s\d+-\d+$")
 _PLANTED_ID = re.compile(r"^swe-s(\d{1,20})-(\d{1,7})-")  # bounded: a hostile id's 5,000 digits are no number
 _STEP_PREFIX = re.compile(r"^s\d+-\d+-(.+)$")
 
@@ -107,7 +109,7 @@ def _find_one(task_id: str, tasks: Mapping[str, Task] | None) -> Task | None:
     if found:
         from tirl.envs.tasks.swe_curriculum import pools
 
-        for pool in pools(spec=found.group(2) == "s").values():
+        for pool in pools(spec=found.group(2) == ID_PREFIXES[1]).values():
             for task in pool:
                 if task.id == found.group(1):
                     return task
