@@ -36,6 +36,7 @@ from tirl.config import RolloutConfig
 from tirl.envs.base import Env, Task
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.models.chat_format import ChatFormat
+from tirl.models.kernels import build_line
 from tirl.parsing import ParseRules
 from tirl.rollout.agent_loop import AgentLoop
 from tirl.rollout.base import EnvFactory, RolloutRequest
@@ -316,6 +317,7 @@ def write_card(out: Path, cfg: SFTConfig, result: SFTResult, command: str) -> No
         f"- {cfg.eval_split} accuracy (temperature 1) by step: {', '.join(f'{s}: {a:.3f}' for s, a in result.evals)}",
         f"- {cfg.eval_split} greedy accuracy after training: {result.greedy_accuracy}",
         f"- wall time: {result.wall_s:.0f} s",
+        f"- built with: {build_line()} (the weights' bytes repeat where these kernels match; tirl.models.kernels)",
         "",
     ]
     (out / "README.md").write_text("\n".join(lines), encoding="utf-8")

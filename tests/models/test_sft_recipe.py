@@ -29,6 +29,11 @@ def test_tirl_sft_writes_a_loadable_checkpoint_and_its_card(tmp_path: Path, caps
     assert f"saved {out} after 2 steps" in text
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "Rebuild: `tirl sft" in card and "steps: 2, batch 2" in card
+    # the kernels the bytes depend on (tirl.models.kernels): this process's torch and its ATen CPU capability
+    import torch
+
+    built = next(line for line in card.splitlines() if line.startswith("- built with: "))
+    assert f"torch {torch.__version__} (ATen CPU kernels {torch.backends.cpu.get_cpu_capability()})" in built
     policy = load_policy(str(out))  # the checkpoint loads as any model does
     assert sum(p.numel() for p in policy.model.parameters()) > 0
 
