@@ -71,6 +71,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from tirl.cli import OneLineParser  # noqa: E402
 from tirl.errors import TirlError, one_line  # noqa: E402
 from tirl.fileio import check_output, write_bytes, write_text  # noqa: E402
+from tirl.models.kernels import cpu_model  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 from bench_table import BENCHMARKS, NAMES, Bench, Figure, Result  # noqa: E402
@@ -174,12 +175,6 @@ def _git(*args: str) -> str:
 
 def machine() -> Machine:
     """Cores, CPU model, Python, torch and the commit (``+dirty`` when tracked files differ from it)."""
-    cpu = "unknown CPU"
-    if Path("/proc/cpuinfo").is_file():
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
     try:
         torch = metadata.version("torch")
     except metadata.PackageNotFoundError:
@@ -190,7 +185,7 @@ def machine() -> Machine:
     return Machine(
         cores=os.cpu_count() or 1,
         usable_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
-        cpu=cpu,
+        cpu=cpu_model(),
         python=f"{platform.python_implementation()} {platform.python_version()}",
         torch=torch,
         commit=commit,
