@@ -283,3 +283,11 @@ def test_eval_samples_bad_values_are_one_error_line(extra: list[str], says: str,
     code = main(["eval", "--n", "4", *extra])
     err = capsys.readouterr().err
     assert code == 2 and says in err and err.startswith("error: --samples") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("n", ["0", "-3", "1000001"])
+def test_eval_n_out_of_range_names_the_flag(n: str, capsys) -> None:
+    """``--n`` sets env.eval_size; its error names ``--n``, the flag typed (before: ``config env.eval_size=-3``)."""
+    code = main(["eval", "--env", "swe-lite", "--n", n])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: --n {n} is invalid") and err.count("\n") == 1

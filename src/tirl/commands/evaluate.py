@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tirl.cli import elapsed
 from tirl.config import TirlConfig, resolve_config
+from tirl.config_ranges import check_flag
 from tirl.errors import InputError
 from tirl.trainer.preflight import context_warning, preflight, run_label
 
@@ -98,6 +99,7 @@ def _config(args: argparse.Namespace) -> TirlConfig:
     if args.samples > 1 and not args.sampled:
         raise InputError("--samples", None, "needs --sampled (greedy decoding draws the same episode every time)",
                          "add --sampled, or drop --samples")  # fmt: skip
+    check_flag("--n", "env.eval_size", args.n)  # the error names the flag the user typed, not the key it sets
     sets = list(args.overrides)
     if args.n is not None:
         sets.append(f"env.eval_size={args.n}")
