@@ -61,7 +61,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -71,7 +70,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from tirl.cli import OneLineParser  # noqa: E402
 from tirl.errors import TirlError, one_line  # noqa: E402
 from tirl.fileio import check_output, write_bytes, write_text  # noqa: E402
-from tirl.models.kernels import cpu_model  # noqa: E402
+from tirl.models.kernels import cpu_model, package_version  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 from bench_table import BENCHMARKS, NAMES, Bench, Figure, Result  # noqa: E402
@@ -175,10 +174,6 @@ def _git(*args: str) -> str:
 
 def machine() -> Machine:
     """Cores, CPU model, Python, torch and the commit (``+dirty`` when tracked files differ from it)."""
-    try:
-        torch = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch = "not installed"
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
     if _git("status", "--porcelain", "--untracked-files=no"):
         commit += "+dirty"
@@ -187,7 +182,7 @@ def machine() -> Machine:
         usable_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
         cpu=cpu_model(),
         python=f"{platform.python_implementation()} {platform.python_version()}",
-        torch=torch,
+        torch=package_version("torch"),
         commit=commit,
     )
 

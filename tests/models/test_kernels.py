@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirl.models.kernels import BuildKernels, build_kernels, cpu_model
+from tirl.models.kernels import BuildKernels, build_kernels, cpu_model, package_version
 
 
 def _reference_cpu_model(text: str) -> str:
@@ -67,3 +67,8 @@ def test_the_capability_follows_the_environment_override(tmp_path: Path) -> None
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "DEFAULT"
+
+
+def test_package_version_against_importlib() -> None:
+    assert package_version("torch") == metadata.version("torch")
+    assert package_version("no-such-distribution-tirl") == "not installed"

@@ -51,7 +51,8 @@ def cpu_model(cpuinfo: Path = CPUINFO) -> str:
     return "unknown CPU"
 
 
-def _version(package: str) -> str:
+def package_version(package: str) -> str:
+    """The installed distribution's version, or ``not installed``."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
@@ -64,7 +65,7 @@ def build_kernels(cpuinfo: Path = CPUINFO) -> BuildKernels:
 
     return BuildKernels(
         torch=torch.__version__,
-        transformers=_version("transformers"),
+        transformers=package_version("transformers"),
         cpu_capability=str(torch.backends.cpu.get_cpu_capability()),
         cpu=cpu_model(cpuinfo),
     )
@@ -75,4 +76,4 @@ def build_line() -> str:
     return build_kernels().line()
 
 
-__all__ = ["CPUINFO", "BuildKernels", "build_kernels", "build_line", "cpu_model"]
+__all__ = ["CPUINFO", "BuildKernels", "build_kernels", "build_line", "cpu_model", "package_version"]
