@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 APT_PKGS := bubblewrap chromium
 
-.PHONY: install run test lint typecheck pytest clean sysdeps test-verl install-vllm gpu-check
+.PHONY: install run test lint typecheck pytest clean sysdeps constraints test-verl install-vllm gpu-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,10 +26,16 @@ sysdeps:
 	fi
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,ray,lora,integrations,wandb]'
+# Every version comes from constraints.txt (the set the suite last passed with; `make constraints` rewrites it).
+$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,ray,lora,integrations,wandb]'
 	touch $(STAMP)
+
+# Rewrite constraints.txt from .venv after a deliberate upgrade (then run `make test`); torch without its +cpu label.
+constraints: install
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/pip freeze --all --exclude-editable | grep -v '^pip==' | sed 's/+cpu$$//'; } \
+	  > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 install: sysdeps $(STAMP)
 
