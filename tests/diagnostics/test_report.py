@@ -47,6 +47,7 @@ def full_run_dir(root: Path) -> Path:
     after = {"accuracy": 0.9, "n": 200, "correct": 180, "mean_turns": 3.9, "terminations": {"answered": 198, "void": 2}}
     paired = {"n": 200, "both": 80, "gained": 100, "lost": 0, "neither": 20, "p_value": 1.6e-30}
     summary = {"steps": 200, "eval/before": before, "eval/after": after, "eval/paired": paired}
+    summary["built_with"] = "torch 2.13.0+cpu (ATen CPU kernels AVX2, MKL branch auto), transformers 5.25.0, Test <CPU>"
     (run / "summary.json").write_text(json.dumps(summary))
     (run / "config.json").write_text(json.dumps({"model": {"generator": "hf", "device": "cpu"}}))
     (run / "tb").mkdir()
@@ -83,6 +84,10 @@ def test_report_is_self_contained_with_all_sections(report: Path) -> None:
     assert "accuracy 0.400 → 0.900" in page and "<td>max_turns</td><td>50</td><td>0</td>" in page
     assert "Task by task: 100 solved after only, 0 before only, 80 both, 20 neither (McNemar exact p = 1.6e-30)" in page
     assert 'class="verdict expected">runner (normal for this job)' in page  # the in-process CPU generator
+    assert (
+        "Ran with torch 2.13.0+cpu (ATen CPU kernels AVX2, MKL branch auto), transformers 5.25.0, Test &lt;CPU&gt;:"
+        in page
+    )
     assert "events" not in page or "1 event file(s)" in page
 
 

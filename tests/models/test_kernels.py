@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 import torch
 
-from tirl.models.kernels import BuildKernels, build_kernels, cpu_model, package_version
+from tirl.cli import main
+from tirl.errors import ConfigError
+from tirl.models.kernels import PORTABLE_ENV, BuildKernels, build_kernels, cpu_model, package_version, pin_portable
 
 
 def _reference_cpu_model(text: str) -> str:
@@ -51,10 +55,11 @@ def test_this_process_kernels_and_versions(tmp_path: Path) -> None:
         torch=torch.__version__,
         transformers=metadata.version("transformers"),
         cpu_capability=str(torch.backends.cpu.get_cpu_capability()),
+        mkl_cbwr=os.environ.get("MKL_CBWR", "auto"),
         cpu="Test CPU 1",
     )
     line = got.line()
-    assert line.startswith(f"torch {torch.__version__} (ATen CPU kernels {got.cpu_capability})")
+    assert line.startswith(f"torch {torch.__version__} (ATen CPU kernels {got.cpu_capability}, MKL branch ")
     assert line.endswith(", Test CPU 1")
 
 
@@ -72,3 +77,48 @@ def test_the_capability_follows_the_environment_override(tmp_path: Path) -> None
 def test_package_version_against_importlib() -> None:
     assert package_version("torch") == metadata.version("torch")
     assert package_version("no-such-distribution-tirl") == "not installed"
+
+
+def _fresh(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_pin_portable_overrides_what_the_environment_asked_for() -> None:
+    """A fresh process started with AVX2 kernels asked for trains on the portable ones after the pin."""
+    code = (
+        "import os; from tirl.models.kernels import pin_portable\n"
+        "k = pin_portable(); print(k.cpu_capability, k.mkl_cbwr, os.environ['ONEDNN_MAX_CPU_ISA'], k.portable)"
+    )
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = _fresh(code, env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["DEFAULT", "COMPATIBLE", "SSE41", "True"]
+
+
+def test_pin_portable_refuses_a_process_whose_kernels_are_fixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After torch ran (this test process has), ATen's capability is fixed: the pin is an error, not a silent no-op."""
+    for key in PORTABLE_ENV:
+        monkeypatch.delenv(key, raising=False)  # restored after the test: the pin writes os.environ
+    torch.ones(4).sum()
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":  # this suite run already uses the scalar kernels
+        monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+        assert pin_portable().portable
+        return
+    with pytest.raises(ConfigError, match=r"--kernels portable: ATen's CPU kernels were already fixed at"):
+        pin_portable()
+
+
+def test_tirl_sft_kernels_portable_in_a_used_process_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for key in PORTABLE_ENV:
+        monkeypatch.delenv(key, raising=False)
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.fail(
+            "this check needs the native kernels in the test process; run the suite without ATEN_CPU_CAPABILITY"
+        )
+    out = tmp_path / "m"
+    assert main(["sft", "--out", str(out), "--kernels", "portable", "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --kernels portable: ATen's CPU kernels were already fixed")
+    assert not out.exists()

@@ -33,7 +33,7 @@ def test_tirl_sft_writes_a_loadable_checkpoint_and_its_card(tmp_path: Path, caps
     import torch
 
     built = next(line for line in card.splitlines() if line.startswith("- built with: "))
-    assert f"torch {torch.__version__} (ATen CPU kernels {torch.backends.cpu.get_cpu_capability()})" in built
+    assert f"torch {torch.__version__} (ATen CPU kernels {torch.backends.cpu.get_cpu_capability()}, MKL branch" in built
     policy = load_policy(str(out))  # the checkpoint loads as any model does
     assert sum(p.numel() for p in policy.model.parameters()) > 0
 

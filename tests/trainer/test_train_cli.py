@@ -13,6 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tests.tiny_run import save_tiny_model
 
 from tirl.cli import main
+from tirl.models.kernels import build_line
 from tirl.trainer.logging import REQUIRED_METRICS, read_metrics
 
 TIRL = [sys.executable, "-m", "tirl.cli"]
@@ -57,6 +58,7 @@ def test_train_writes_the_run_directory_and_eval_reads_the_checkpoint(model_dir:
     assert [r["step"] for r in rows] == [1, 2] and set(REQUIRED_METRICS) <= set(rows[0])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["eval/n"] == 4
+    assert summary["built_with"] == build_line()  # the torch/MKL kernels and CPU its figures repeat on
     for when in ("before", "after"):
         record = summary[f"eval/{when}"]
         assert record["n"] == 4 and sum(record["terminations"].values()) == 4

@@ -13,6 +13,10 @@ renders tools: ``--arch qwen2|llama`` (a fresh model with a byte-level BPE token
 it: ``--vocab``, ``--corpus``, ``--split-digits``) or ``--init DIR``. The shipped ``qwen2-chain`` is rebuilt by
 :data:`tirl.models.loading.QWEN2_CHAIN_SFT_COMMAND` (two stages).
 
+``--kernels portable`` pins ATen's and MKL's CPU dispatch in the process before the model loads
+(:func:`tirl.models.kernels.pin_portable`), so the checkpoint's bytes do not depend on the CPU's instruction
+set or vendor; the default ``native`` is faster and repeats its bytes on the same CPU type only.
+
 ``--env swe-lite`` demonstrates the swe-lite curriculum (training split; the stop-early accuracy is measured
 on its validation split) through the real swe-lite env and judge; ``--demos-out FILE`` also writes the
 demonstrations (trajectory JSONL with token ids and loss masks) before training.
@@ -32,6 +36,7 @@ from tirl.config_ranges import check_flag
 from tirl.errors import ConfigError
 from tirl.models.corpus import CORPORA
 from tirl.models.init import ARCHS, ModelSpec
+from tirl.models.kernels import KERNELS, pin_portable
 from tirl.models.tiny import TinyModelSpec
 from tirl.sft_config import SFTConfig
 
@@ -113,6 +118,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "short-context drill, the first stage of the tiny-swe chain in docs/training.md)",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument(
+        "--kernels",
+        choices=KERNELS,
+        default="native",
+        help="native: the CPU's fastest kernels (bytes repeat on the same CPU type); portable: ATen's scalar "
+        "kernels and MKL's COMPATIBLE branch, pinned in the process (tirl.models.kernels.PORTABLE_ENV), so the "
+        "bytes do not depend on the CPU's instruction set or vendor",
+    )
     parser.add_argument("--sandbox", choices=("auto", "bwrap", "process"), default="auto", help="sandbox backend")
 
 
@@ -173,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
     from tirl.sft_recipe import SFTRunOptions, run_sft
 
     cfg = _config(args)
+    if args.kernels == "portable":  # before the first kernel runs: ATen and MKL fix their dispatch then
+        pin_portable()
     spec = TinyModelSpec(
         hidden_size=args.hidden,
         layers=args.layers,

@@ -210,9 +210,15 @@ def _eval_section(summary: dict[str, Any]) -> str:
 
     paired = summary.get("eval/paired")
     pairs = f" Task by task: {PairedChange.from_dict(paired).line()}." if isinstance(paired, dict) else ""
+    built = summary.get("built_with")
+    ran = (
+        f" Ran with {html.escape(built)}: the run repeats to the digit where these match (tirl.models.kernels)."
+        if isinstance(built, str)
+        else ""
+    )
     return (
         f"<h2>Evaluation</h2><p>{html.escape(str(n))} tasks, greedy: accuracy {before.get('accuracy', 0):.3f} → "
-        f"{after.get('accuracy', 0):.3f}.{pairs}</p><div class='plots'>{img}</div>"
+        f"{after.get('accuracy', 0):.3f}.{pairs}{ran}</p><div class='plots'>{img}</div>"
         f"<table><tr><th>how episodes ended</th><th>before</th><th>after</th></tr>{rows}</table>"
     )
 

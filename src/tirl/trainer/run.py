@@ -51,6 +51,7 @@ from tirl.fileio import write_text
 from tirl.inference.base import Startable
 from tirl.integrations.wandb_sink import metric_sinks
 from tirl.jsonl import read_json
+from tirl.models.kernels import build_line
 from tirl.rollout.evaluation import EvalReport, PairedChange, TaskOutcome
 from tirl.trainer.checkpoint import ResumePoint, resume_point, warn_skipped
 from tirl.trainer.failfast import failed_error, summarize_failures
@@ -272,6 +273,7 @@ class TrainingRun:
         summary["skipped_steps"] = sum(1 for r in rows if r.get("train/skipped_step") == 1)
         summary["skipped_updates"] = sum(int(r.get("train/skipped_updates") or 0) for r in rows)
         summary["time/total_s"] = time.perf_counter() - started
+        summary["built_with"] = build_line()  # the kernels the figures repeat on to the digit (tirl.models.kernels)
         _write_json(self.run_dir / "summary.json", summary)
         report = write_report(self.run_dir)
         if report:
