@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from tests.cli_contract.cli_run import run_cli
+from tests.cli_contract.cli_run import assert_refused, run_cli
 
 from tirl.config import TirlConfig, config_to_dict, load_config, resolve_config, tirl_keys
 from tirl.config_presets import ENV_PRESETS
@@ -104,3 +104,12 @@ def test_train_warns_when_the_episode_cap_exceeds_the_models_positions(tmp_path:
     fits = load_config(None, ["env.name=swe-lite", tiny_tir, "generation.max_total_tokens=1024"])
     assert context_warning(fits) is None
     assert context_warning(load_config(None, ["env.name=swe-lite", f"model.path={tmp_path}"])) is None  # unreadable
+
+
+def test_config_show_refuses_an_unknown_env_as_train_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """``tirl config show --env typo`` used to print a config that ``tirl train`` would then refuse."""
+    assert_refused(run_cli(capsys, "config", "show", "--env", "swe-lit"), "unknown environment 'swe-lit'", "swe-lite")
+    assert_refused(run_cli(capsys, "config", "show", "--set", "env.name=nope"), "unknown environment 'nope'")
+    for name in ("pkg.mod:Factory", "skyrl-gym:gsm8k"):  # import strings and family variants: nothing imported
+        shown = run_cli(capsys, "config", "show", "--env", name)
+        assert shown.code == 0 and f'name = "{name}"  # --set' in shown.out

@@ -86,6 +86,9 @@ def test_bad_flags_and_an_existing_out_are_one_error_line(tmp_path: Path) -> Non
     line = one_error_line(tirl("model", "init", "--out", str(tmp_path / "full")))
     assert "exists and is not an empty directory" in line and "--out" in line
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
+    # a parent that exists but takes no new entry: the error names the user's --out, not a temporary name
+    line = one_error_line(tirl("model", "init", "--out", "/proc/tirl-model"))
+    assert line.startswith("error: /proc/tirl-model: cannot write in /proc (") and "writable directory" in line
     with pytest.raises(ConfigError, match="--hidden 100 is not divisible by --heads 3"):
         ModelSpec(hidden=100, heads=3).check()
 

@@ -70,6 +70,9 @@ def _show(args: argparse.Namespace) -> int:
         print(f"note: {note} (saved with the run)", file=sys.stderr)
     shortcut = [f"env.name={args.env}"] if args.env else []  # after --set, as tirl train's shortcuts
     resolved = resolve_config(args.config, [*args.overrides, *shortcut], base)
+    from tirl.envs.registry import get_spec
+
+    get_spec(resolved.config.env.name)  # an unknown env is tirl train's error line here too (nothing imported)
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
     sys.stdout.write(render_toml(resolved))

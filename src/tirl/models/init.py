@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch, tokenizers and transformers load in the builders: `tirl model --help` stays fast
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from tirl.errors import ConfigError, OutputError
+from tirl.errors import ConfigError, OutputError, describe
 from tirl.models.corpus import CORPORA, corpus_lines
 from tirl.models.template import ADDED_TOKENS, CHAT_TEMPLATE, EOS, EOT, SPECIAL_TOKENS
 
@@ -198,7 +198,11 @@ def init_model(spec: ModelSpec, out: str | Path) -> Path:
     check_out(path)
     tokenizer = spec_tokenizer(spec)
     model = build_model(spec, tokenizer)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as exc:  # the parent exists but takes no new entry (read-only, /proc, permissions)
+        problem = f"cannot write in {path.parent} ({exc.strerror or describe(exc)})"
+        raise OutputError(str(path), None, problem, "give --out a path in a writable directory") from None
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)

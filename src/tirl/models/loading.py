@@ -67,7 +67,7 @@ class Policy:
 
 def _check_dir(path: Path) -> None:
     if not path.exists():
-        raise InputError(str(path), None, "does not exist", "give a local Hugging Face model directory to --model")
+        raise InputError(str(path), None, "does not exist", "give a local Hugging Face model directory (config.json)")
     if not path.is_dir():
         raise InputError(str(path), None, "is not a directory", "give the directory that holds config.json")
     if not (path / "config.json").is_file():
@@ -75,7 +75,7 @@ def _check_dir(path: Path) -> None:
             str(path),
             None,
             "has no config.json, so it is not a Hugging Face model directory",
-            "save the model with save_pretrained(PATH) or point --model at the directory with config.json",
+            "save the model with save_pretrained(PATH) or give the directory that holds config.json",
         )
 
 
