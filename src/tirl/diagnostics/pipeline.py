@@ -119,10 +119,12 @@ def _numbered_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     The file's own line numbers for JSONL (blank lines skipped), the row's line under the header for a CSV.
     """
     p = Path(path)
+    if not p.is_file():
+        raise InputError(
+            str(p), None, "file not found", "give the run directory or its pipeline_trace.jsonl (tirl train writes it)"
+        )
     if p.suffix.lower() == ".csv":
         return [(i, row) for i, row in enumerate(read_rows(p), start=2)]
-    if not p.is_file():
-        read_rows(p)  # the one "file not found" error of the readers
     return [(n, row) for n, row in read_jsonl(p, torn_tail=True, objects=True, fix="write one snapshot per line")]
 
 
