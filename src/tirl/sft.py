@@ -297,10 +297,10 @@ def demonstration_prompts(env: str, difficulty: int = 1, *, n: int | None = None
     return frozenset()
 
 
-def write_card(out: Path, cfg: SFTConfig, result: SFTResult, command: str) -> None:
-    """A short README in the checkpoint directory saying how it was made."""
+def write_card(out: Path, cfg: SFTConfig, result: SFTResult, command: str, *, name: str | None = None) -> None:
+    """A short README in the checkpoint directory saying how it was made (titled ``name``, else ``out``'s name)."""
     lines = [
-        f"# {out.name}: a warm-started tirl policy",
+        f"# {name or out.name}: a warm-started tirl policy",
         "",
         f"Rebuild: `{command}`",
         "",

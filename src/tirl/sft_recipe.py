@@ -23,6 +23,7 @@ sandbox, and a GPU (the model stays on the CPU).
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,7 +42,7 @@ from tirl.inference.hf import HFGenerator
 from tirl.models.chat_format import ChatFormat, chat_format_for
 from tirl.models.init import ModelSpec, build_model, spec_tokenizer
 from tirl.models.loading import load_policy
-from tirl.models.tiny import TinyModelSpec, build_tiny_model, count_parameters, save_policy
+from tirl.models.tiny import TinyModelSpec, build_tiny_model, count_parameters
 from tirl.models.toolcalls import tools_for_env
 from tirl.parsing import ParseRules
 from tirl.rollout.agent_loop import AgentLoop
@@ -58,6 +59,7 @@ from tirl.sft import (
     train_sft,
     write_card,
 )
+from tirl.sft_checkpoint import check_sft_out, save_sft_checkpoint
 from tirl.types import Trajectory
 
 
@@ -289,8 +291,8 @@ def write_demonstrations(demos: list[Trajectory], path: str | Path) -> None:
 
 def run_sft(cfg: SFTConfig, options: SFTRunOptions) -> SFTResult:
     """Build demonstrations, train, evaluate, save ``options.out``; returns what the run did."""
-    out = Path(options.out)
-    check_output_dir(out)  # a bad --out fails now, not after training
+    out = check_output_dir(options.out)  # a bad --out fails now, not after training
+    check_sft_out(out)  # nor one that holds a run, a model tirl sft did not write, or a user's files
     if options.demos_out is not None:
         check_output(options.demos_out)
     refuse_overwrite(out, [options.init], option="--out")  # the starting checkpoint is an input
@@ -307,9 +309,10 @@ def run_sft(cfg: SFTConfig, options: SFTRunOptions) -> SFTResult:
             loop.run_until_complete(parts.close())
     finally:
         loop.close()
-    save_policy(model, tokenizer, out)
-    write_card(out, cfg, result, options.command)
-    cfg.log(f"saved {out} after {result.steps} steps ({result.wall_s:.0f}s); evals {result.evals}")
+    save_sft_checkpoint(
+        model, tokenizer, out, lambda d: write_card(d, cfg, result, options.command, name=Path(options.out).name)
+    )
+    cfg.log(f"saved {options.out} after {result.steps} steps ({result.wall_s:.0f}s); evals {result.evals}")
     return result
 
 
@@ -334,9 +337,12 @@ def _train(
         cfg.log(f"  eval: {report.correct}/{report.n} correct, ends {report.terminations}, {report.wall_s:.1f}s")
         return report.accuracy
 
-    def checkpoint(partial: SFTResult) -> None:  # a usable checkpoint after every evaluation
-        save_policy(model, tokenizer, options.out)
-        write_card(Path(options.out), cfg, partial, options.command)
+    out = Path(os.path.realpath(options.out))
+
+    def checkpoint(partial: SFTResult) -> None:  # a usable checkpoint after every evaluation, swapped in whole
+        save_sft_checkpoint(
+            model, tokenizer, out, lambda d: write_card(d, cfg, partial, options.command, name=Path(options.out).name)
+        )
 
     _copy_warmup(model, tokenizer, chat, cfg)
     result = train_sft(
