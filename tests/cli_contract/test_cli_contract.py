@@ -112,6 +112,32 @@ def test_sft_copy_short_share_is_a_share(capsys, tmp_path, value, advice):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("flags", "advice"),
+    [
+        (["--lr", "-1"], "--lr -1.0 is invalid: use a positive learning rate"),  # was torch's ValueError traceback
+        (["--lr", "0"], "--lr 0.0 is invalid"),  # trained nothing, silently
+        (["--copy-steps", "-1"], "--copy-steps -1 is invalid"),  # was made 0, silently
+        (["--stop-at-accuracy", "5"], "--stop-at-accuracy 5.0 is invalid"),  # could never stop, silently
+        (["--arch", "llama", "--init", "src/tirl/assets/tiny-tir"], "--arch llama with --init"),  # --arch was ignored
+        (["--heads", "0"], "--heads of a fresh tiny model must be >= 1"),
+        (["--hidden", "-8"], "--hidden and --heads of a fresh tiny model must be >= 1"),
+    ],
+)
+def test_sft_flags_out_of_range_are_refused_before_any_work(capsys, tmp_path, flags, advice):
+    out = run_cli(capsys, "sft", *flags, "--out", str(tmp_path / "out"))
+    assert_refused(out, advice)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("heads", ["-4", "129"])
+def test_model_init_heads_out_of_range_is_refused(capsys, tmp_path, heads):
+    """``--heads -4`` was silently the derived count (2); over --hidden cannot divide it."""
+    out = run_cli(capsys, "model", "init", "--hidden", "128", "--heads", heads, "--out", str(tmp_path / "m"))
+    assert_refused(out, f"--heads {heads} is out of range")
+    assert not (tmp_path / "m").exists()
+
+
 @pytest.mark.parametrize("value", ["inf", "nan", "-inf", "1e999"])
 def test_review_timeout_not_finite(capsys, tmp_path, value):
     bundle = tmp_path / "b.md"

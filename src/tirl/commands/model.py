@@ -38,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     init.add_argument("--layers", type=int, default=d.layers, help=f"transformer layers (default {d.layers})")
     init.add_argument("--hidden", type=int, default=d.hidden, help=f"hidden width (default {d.hidden})")
     init.add_argument("--vocab", type=int, default=d.vocab, help=f"vocabulary size (default {d.vocab})")
-    init.add_argument("--heads", type=int, default=0, help="attention heads (default: hidden/64, hidden/16 under 256)")
+    init.add_argument(
+        "--heads", type=int, default=0, help="attention heads (0, the default: hidden/64, hidden/16 under 256)"
+    )
     init.add_argument("--seed", type=int, default=d.seed, help="seed of the weights (default 0)")
     init.add_argument(
         "--corpus",

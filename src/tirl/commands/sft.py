@@ -28,6 +28,7 @@ This module only turns arguments into an :class:`~tirl.sft.SFTConfig` and
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -135,6 +136,18 @@ def _config(args: argparse.Namespace) -> SFTConfig:
     if not 1 <= args.difficulty <= 5:
         raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
     check_flag("--threads", "trainer.threads", args.threads)
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        raise ConfigError(f"--lr {args.lr} is invalid: use a positive learning rate, e.g. 1e-3")
+    if args.copy_steps < 0:
+        raise ConfigError(f"--copy-steps {args.copy_steps} is invalid: use 0 (no copy curriculum) or more")
+    if args.stop_at_accuracy is not None and not args.stop_at_accuracy <= 1.0:
+        raise ConfigError(
+            f"--stop-at-accuracy {args.stop_at_accuracy} is invalid: use an accuracy up to 1, or -1 (never)"
+        )
+    if args.init and args.arch != "tiny":
+        raise ConfigError(f"--arch {args.arch} with --init: the model and its tokenizer come from --init; drop --arch")
+    if not args.init and args.arch == "tiny" and (args.layers < 1 or args.hidden < 1 or args.heads < 1):
+        raise ConfigError("--layers, --hidden and --heads of a fresh tiny model must be >= 1")
     if not 0.0 <= args.copy_short_share <= 1.0:
         raise ConfigError(f"--copy-short-share {args.copy_short_share} is invalid: use a share from 0 to 1")
     if args.tools and args.env == "swe-lite":

@@ -73,6 +73,10 @@ class ModelSpec:
         min_vocab = 256 + len(SPECIAL_TOKENS) + len(ADDED_TOKENS)
         if not min_vocab <= self.vocab <= 262144:
             raise ConfigError(f"--vocab {self.vocab} is out of range: use {min_vocab} (the byte alphabet) to 262144")
+        if self.heads < 0 or self.heads > self.hidden:
+            raise ConfigError(
+                f"--heads {self.heads} is out of range: use 1 to --hidden, or 0 to derive it from --hidden"
+            )
         if self.hidden % self.n_heads:
             raise ConfigError(f"--hidden {self.hidden} is not divisible by --heads {self.n_heads}: choose them so")
 
