@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from tirl.errors import InputError, SetupError
+from tirl.errors import ConfigError, InputError, SetupError
 from tirl.models.builtin import (  # noqa: F401  (re-exported: the shipped models' names and rebuild commands)
     BUILTIN_MODELS,
     BUILTIN_SFT_COMMAND,
@@ -156,6 +156,30 @@ def _from_pretrained(p: Path, auto: Any, what: str, fix: str, **kwargs: Any) -> 
         ) from None
 
 
+def check_device(device: str) -> torch.device:
+    """The torch device ``device`` names, or :class:`ConfigError` when this process's torch cannot use it.
+
+    Covered: a name torch does not parse, ``cuda``/``cuda:N`` without a visible GPU (a CPU-only build, no
+    driver) or past the GPU count, ``mps`` where it is absent. Not covered: a GPU without enough free memory.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"model.device {device!r} is not a torch device: use cpu, cuda, cuda:N or auto") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(
+                f"model.device={device}: this torch ({torch.__version__}) sees no GPU here — use model.device=cpu "
+                "(or auto), or run on a machine with a CUDA build of torch and a driver"
+            )
+        if dev.index is not None and dev.index >= count:
+            raise ConfigError(f"model.device={device}: torch sees {count} GPU(s) here — use cuda:0 to cuda:{count - 1}")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"model.device={device}: MPS is not available here — use model.device=cpu")
+    return dev
+
+
 def load_policy(
     path: str | Path | None = None,
     *,
@@ -176,6 +200,7 @@ def load_policy(
     """
     if threads is not None:
         torch.set_num_threads(max(1, threads))
+    dev = check_device(device)  # before any file is read: a GPU-less torch fails here, not in model.to()
     if path is None:
         p = builtin_model_path(env, tools=need_tools)
         if not (p / "config.json").is_file():
@@ -204,7 +229,6 @@ def load_policy(
         "check that it is a causal LM saved with save_pretrained",
         dtype=_DTYPES[dtype],
     )
-    dev = torch.device(device)
     model.to(dev)  # type: ignore[arg-type]
     model.eval()
     try:

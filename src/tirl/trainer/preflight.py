@@ -116,11 +116,19 @@ def check_tools(cfg: TirlConfig, model_path: str | None = None) -> None:
 
 
 def preflight(cfg: TirlConfig, *, model_path: str | None = None) -> None:
-    """Every check above that can fail (an unknown env, tools the model cannot render)."""
+    """Every check above that can fail (an unknown env, tools the model cannot render), and the device.
+
+    The device is checked when the model loads in this process (``trainer.backend=local``); Ray's workers
+    check their own (:func:`tirl.models.loading.check_device`, in ``load_policy``).
+    """
     from tirl.envs.registry import get_spec
 
     get_spec(cfg.env.name)
     check_tools(cfg, model_path)
+    if cfg.trainer.backend == "local" and cfg.model.device != "cpu":
+        from tirl.models.loading import check_device
+
+        check_device(cfg.model.device)
 
 
 def anchor_paths(cfg: TirlConfig) -> TirlConfig:
