@@ -283,3 +283,17 @@ def test_toml_integer_beyond_64_bits_is_refused(capsys, tmp_path):
     cfg.write_text("[trainer]\nsteps = 1e300\n[filter]\nmin_valid_per_group = 99999999999999999999\n", encoding="utf-8")
     traj = write_jsonl(tmp_path / "t.jsonl", [TRAJ])
     assert_refused(run_cli(capsys, "filter", traj, "--verdicts", tmp_path / "v", "--config", cfg), "64 bits")
+
+
+@pytest.mark.parametrize(
+    ("flags", "advice"),
+    [
+        (["--log-level", "banana"], "invalid choice: 'banana'"),  # was a KeyError after "listening on"
+        (["--batch-window-ms", "-5"], "--batch-window-ms -5.0 is invalid"),  # was accepted
+        (["--arrival-gap-ms", "1e9"], "use milliseconds from 0 to 60000"),
+        (["--max-arrival-wait-ms", "-1"], "--max-arrival-wait-ms -1.0 is invalid"),
+    ],
+)
+def test_serve_flags_are_checked_before_the_port_is_bound(capsys, flags, advice):
+    out = run_cli(capsys, "serve", "--model", "src/tirl/assets/tiny-tir", "--port", "0", *flags)
+    assert_refused(out, advice)

@@ -22,7 +22,7 @@ def test_cpu_is_a_device() -> None:
 
 @pytest.mark.parametrize("name", ["gpu0", "cuda:-1", ""])
 def test_a_name_torch_does_not_parse_is_a_config_error(name: str) -> None:
-    with pytest.raises(ConfigError, match="is not a torch device"):
+    with pytest.raises(ConfigError, match=f"model.device={name!r} is not a torch device"):
         check_device(name)
 
 
@@ -42,3 +42,8 @@ def test_train_and_eval_refuse_it_before_any_run_directory(
     out = run_cli(capsys, command, "--set", f"model.device={MISSING_GPU}", *run_dir)
     assert_refused(out, f"model.device={MISSING_GPU}")
     assert not (tmp_path / "run").exists()
+
+
+def test_tirl_serve_names_its_own_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_cli(capsys, "serve", "--model", "src/tirl/assets/tiny-tir", "--device", MISSING_GPU, "--port", "0")
+    assert_refused(out, f"--device {MISSING_GPU}: ", "use --device cpu" if MISSING_GPU == "cuda" else "cuda:0")

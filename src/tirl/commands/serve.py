@@ -61,7 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="seconds a request (head and body) may take to arrive; slower ones get 408 and are closed (default 30)",
     )
-    parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=("critical", "error", "warning", "info", "debug", "trace"),
+        help="uvicorn log level (default warning)",
+    )
 
 
 def _bind(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
@@ -89,6 +94,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--request-timeout {args.request_timeout} is invalid: use seconds in (0, 3600]")
     if not 0 <= args.seed < 2**63:
         raise ConfigError(f"--seed {args.seed} is invalid: use 0 <= seed < 2**63")
+    for flag in ("batch_window_ms", "arrival_gap_ms", "max_arrival_wait_ms"):
+        value = getattr(args, flag)
+        if not 0 <= value <= 60_000:  # NaN fails too
+            name = "--" + flag.replace("_", "-")
+            raise ConfigError(f"{name} {value} is invalid: use milliseconds from 0 to 60000")
+    from tirl.models.loading import check_device
+
+    check_device(args.device, "--device")
     import uvicorn
 
     from tirl.inference.http_limits import uvicorn_limits

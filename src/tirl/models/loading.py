@@ -156,27 +156,32 @@ def _from_pretrained(p: Path, auto: Any, what: str, fix: str, **kwargs: Any) -> 
         ) from None
 
 
-def check_device(device: str) -> torch.device:
+def check_device(device: str, flag: str = "model.device") -> torch.device:
     """The torch device ``device`` names, or :class:`ConfigError` when this process's torch cannot use it.
 
+    ``flag`` is what the user set (``model.device``, or ``tirl serve``'s ``--device``); the message names it.
     Covered: a name torch does not parse, ``cuda``/``cuda:N`` without a visible GPU (a CPU-only build, no
     driver) or past the GPU count, ``mps`` where it is absent. Not covered: a GPU without enough free memory.
     """
+
+    def given(value: str) -> str:
+        return f"{flag} {value}" if flag.startswith("--") else f"{flag}={value}"
+
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ConfigError(f"model.device {device!r} is not a torch device: use cpu, cuda, cuda:N or auto") from None
+        raise ConfigError(f"{given(repr(device))} is not a torch device: use cpu, cuda, cuda:N or auto") from None
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
             raise ConfigError(
-                f"model.device={device}: this torch ({torch.__version__}) sees no GPU here — use model.device=cpu "
-                "(or auto), or run on a machine with a CUDA build of torch and a driver"
+                f"{given(device)}: this torch ({torch.__version__}) sees no GPU here — use {given('cpu')}, or run "
+                "on a machine with a CUDA build of torch and a driver"
             )
         if dev.index is not None and dev.index >= count:
-            raise ConfigError(f"model.device={device}: torch sees {count} GPU(s) here — use cuda:0 to cuda:{count - 1}")
+            raise ConfigError(f"{given(device)}: torch sees {count} GPU(s) here — use cuda:0 to cuda:{count - 1}")
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"model.device={device}: MPS is not available here — use model.device=cpu")
+        raise ConfigError(f"{given(device)}: MPS is not available here — use {given('cpu')}")
     return dev
 
 
