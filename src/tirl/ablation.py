@@ -65,7 +65,7 @@ from tirl.ablation_stats import (
     collapsed,
     reward_auc,
 )
-from tirl.errors import ConfigError
+from tirl.errors import ConfigError, SetupError
 
 MODES: tuple[str, ...] = ("off", "mask", "drop", "penalize", "roc")
 RATIO_SPIKE = 3.0  # a step whose max IS ratio exceeds this has a ratio spike (the dual-clip bound)
@@ -133,6 +133,8 @@ class AblationPlan:
         bad = [m for m in self.modes if m not in MODES]
         if bad or not self.modes:
             raise ConfigError(f"--modes {','.join(self.modes)!r} is invalid: choose from {','.join(MODES)}")
+        if len(set(self.modes)) != len(self.modes):  # each (mode, seed) is one run directory
+            raise ConfigError(f"--modes {','.join(self.modes)!r} names a mode twice: give each mode once")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
             raise ConfigError("--seeds is invalid: give a count >= 1 (seeds 0..N-1)")
         if self.steps < 1:
@@ -288,7 +290,10 @@ def _train(run_dir: Path, overrides: list[str], log: Path) -> None:
         proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False)
     if proc.returncode != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-        raise RuntimeError(f"training run {run_dir} failed (exit {proc.returncode}): {' | '.join(tail)}")
+        raise SetupError(
+            f"training run {run_dir} failed (exit {proc.returncode}): {' | '.join(tail)} — its log is {log}; "
+            "the runs that finished are in the table already written; fix the cause and rerun with a new --out"
+        )
 
 
 def run_ablation(

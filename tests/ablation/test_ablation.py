@@ -186,6 +186,7 @@ def test_dose_acceptance_rule() -> None:
     "args, needle",
     [
         (["--modes", "off,sometimes"], "--modes"),
+        (["--modes", "off,off"], "names a mode twice"),  # the second run found the first's directory: a traceback
         (["--seeds", "0"], "--seeds"),
         (["--set", "algo.lr=-1"], "algo.lr"),
         (["--level", "max"], "--level"),
@@ -199,6 +200,19 @@ def test_bad_input_is_one_error_line(tmp_path: Path, args: list[str], needle: st
     assert proc.returncode == 2
     assert proc.stderr.startswith("error:") and needle in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_failed_training_run_is_one_error_naming_its_log(tmp_path: Path) -> None:
+    """A sub-run's own failure (here: its directory already holds a run) is a SetupError, not a traceback."""
+    from tirl.ablation import _train
+    from tirl.errors import SetupError
+
+    run_dir = tmp_path / "off-seed0"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text("{}")
+    with pytest.raises(SetupError, match=r"training run .*off-seed0 failed \(exit 2\): .*already holds a run") as info:
+        _train(run_dir, ["trainer.steps=1"], tmp_path / "train.log")
+    assert f"its log is {tmp_path / 'train.log'}" in str(info.value) and "rerun with a new --out" in str(info.value)
 
 
 def test_tiny_real_ablation_prints_one_json_line(tmp_path: Path) -> None:
