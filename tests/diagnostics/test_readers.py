@@ -153,3 +153,15 @@ def test_skyrl_metrics(tmp_path: Path) -> None:
     assert log.format == "skyrl" and log.steps[:3] == [r["step"] for r in rows[:3]]
     diag = diagnose_training(log)
     assert diag.verdict == "void_leak" and [f.step for f in diag.findings] == [120]
+
+
+@pytest.mark.parametrize("text", ["", "\n", "Step\n"])
+def test_an_empty_or_header_only_csv_has_no_rows(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 0-byte CSV used to name no run at all: exit 0, nothing printed, a 0-byte --bundle, `{"runs": []}`."""
+    path = tmp_path / "export.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match="the log has no rows"):
+        load_logs([path])
+    assert main(["diagnose", "training", str(path), "--json"]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and got.err.startswith(f"error: {path}: the log has no rows")

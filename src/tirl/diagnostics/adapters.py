@@ -458,6 +458,8 @@ def load_logs(paths: list[str | Path] | list[Path], fmt: str = "auto", run: str 
             names = ", ".join(repr(r) for r in by_run if r is not None) or "none (the files name no run)"
             raise InputError(label, None, f"no run named {run!r}; runs found: {names}", "pass one of them to --run")
         by_run = {run: by_run[run]}
+    if not by_run:  # an empty CSV names no run at all: not zero logs diagnosed as nothing
+        raise InputError(label, None, "the log has no rows", "point at a metrics JSONL or a wandb CSV export")
     return [metrics_from_rows(_merge_by_step(parts), label, fmt, name) for name, parts in by_run.items()]
 
 
