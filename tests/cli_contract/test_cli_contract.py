@@ -297,3 +297,14 @@ def test_toml_integer_beyond_64_bits_is_refused(capsys, tmp_path):
 def test_serve_flags_are_checked_before_the_port_is_bound(capsys, flags, advice):
     out = run_cli(capsys, "serve", "--model", "src/tirl/assets/tiny-tir", "--port", "0", *flags)
     assert_refused(out, advice)
+
+
+@pytest.mark.parametrize(
+    ("flags", "advice"),
+    [(["--n", "99999999999"], "use a value in 1..1_000_000"), (["--seed", "-1"], "use a value in 0..4_294_967_295")],
+)
+def test_tasks_export_bounds_n_and_seed_as_eval_does(capsys, tmp_path, flags, advice):
+    """``--n 99999999999`` ran without end; ``--seed -1`` was accepted where ``tirl eval --seed -1`` is not."""
+    out = run_cli(capsys, "tasks", "export", "--out", str(tmp_path / "t"), *flags)
+    assert_refused(out, flags[0], advice)
+    assert not (tmp_path / "t").exists()

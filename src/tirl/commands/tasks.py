@@ -41,11 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Resolve the tasks, then write them (all or nothing)."""
     from tirl.config import resolve_config
+    from tirl.config_ranges import check_flag
     from tirl.errors import ConfigError
     from tirl.integrations.skyrl_swe import export_tasks
 
     if args.n < 1:
         raise ConfigError(f"--n {args.n}: export at least one task — use --n 1 or more")
+    check_flag("--n", "env.eval_size", args.n)  # 1 to 1,000,000 (99999999999 ran without end)
+    check_flag("--seed", "env.seed", args.seed)  # the env's seed range, as tirl eval --seed
     env = resolve_config(None, [*args.overrides, f"env.name={args.env}"]).config.env
     if env.tasks_file:
         from tirl.envs.tasks.swe_gen import load_swe_tasks
