@@ -294,3 +294,17 @@ def test_a_second_writer_of_a_run_is_refused(run: Path, capsys) -> None:
         proc.wait()
     code, err = _resume(run, capsys, steps=len(read_metrics(run)) + 1)
     assert code == 0, err  # the kernel released the dead writer's lock
+
+
+def test_a_file_added_to_every_checkpoint_is_named_with_its_fix(run: Path, capsys) -> None:
+    """A stray file (e.g. `tirl report --out` into a checkpoint) still refuses the checkpoint (an added file is how
+    an attacker would plant code), and the error now says that deleting the file is the fix."""
+    for ckpt in (run / "checkpoints").iterdir():
+        (ckpt / "report.html").write_text("<html></html>")
+    code, err = _resume(run, capsys, steps=3)
+    line = _one_error(code, err)
+    assert "report.html is not in the checksum list (added after the checkpoint was saved: delete it" in line
+    for ckpt in (run / "checkpoints").iterdir():
+        (ckpt / "report.html").unlink()
+    code, err = _resume(run, capsys, steps=3)
+    assert code == 0, err  # and deleting it is indeed enough

@@ -350,7 +350,7 @@ def verify_checkpoint(ckpt: Checkpoint) -> str | None:
     if problem is not None:
         return problem
     for rel in sorted(present - set(listed)):
-        return f"{rel} is not in the checksum list"
+        return f"{rel} is not in the checksum list (added after the checkpoint was saved: delete it if you added it)"
     for rel, (size, digest) in sorted(listed.items()):
         path = ckpt.path / rel
         if rel not in present:
