@@ -543,6 +543,8 @@ def resolve_config(
     notes: list[str] = []
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"config file {p} is a directory — give --config the path of a TOML file")
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist — check the path given to --config")
         data = _read_toml(p)

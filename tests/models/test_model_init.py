@@ -144,3 +144,18 @@ def test_generator_vllm_is_accepted_and_says_what_it_needs(tmp_path: Path) -> No
     line = one_error_line(proc)  # argparse accepts it; the set-up check names what is missing
     assert "vLLM" in line and "--generator openai" in line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", [["model", "check"], ["serve", "--port", "0", "--model"]])
+def test_a_run_directory_given_as_a_model_names_its_checkpoint(tmp_path: Path, command: list[str]) -> None:
+    """It said "has no tokenizer ... save_pretrained" (a run's config.json is tirl's own, not a model's)."""
+    run = tmp_path / "run"
+    for step in (1, 3, 2):
+        (run / "checkpoints" / f"step-{step}" / "model").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "metrics.jsonl").write_text("")
+    line = one_error_line(tirl(*command, str(run)))
+    assert (
+        line
+        == f"error: {run}: is a tirl run directory, not a model — give a checkpoint's model: {run}/checkpoints/step-3/model"
+    )

@@ -70,6 +70,14 @@ def _check_dir(path: Path) -> None:
         raise InputError(str(path), None, "does not exist", "give a local Hugging Face model directory (config.json)")
     if not path.is_dir():
         raise InputError(str(path), None, "is not a directory", "give the directory that holds config.json")
+    if (path / "checkpoints").is_dir() and (path / "metrics.jsonl").exists():  # its config.json is tirl's own
+        steps = sorted(
+            (int(d.name[5:]) for d in (path / "checkpoints").iterdir() if d.name[5:].isdigit() and d.is_dir()),
+        )
+        newest = f"{path}/checkpoints/step-{steps[-1]}/model" if steps else f"{path}/checkpoints/step-N/model"
+        raise InputError(
+            str(path), None, "is a tirl run directory, not a model", f"give a checkpoint's model: {newest}"
+        )
     if not (path / "config.json").is_file():
         raise InputError(
             str(path),
