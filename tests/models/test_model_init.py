@@ -155,7 +155,5 @@ def test_a_run_directory_given_as_a_model_names_its_checkpoint(tmp_path: Path, c
     (run / "config.json").write_text("{}")
     (run / "metrics.jsonl").write_text("")
     line = one_error_line(tirl(*command, str(run)))
-    assert (
-        line
-        == f"error: {run}: is a tirl run directory, not a model — give a checkpoint's model: {run}/checkpoints/step-3/model"
-    )
+    fix = f"give a checkpoint's model: {run}/checkpoints/step-3/model"
+    assert line == f"error: {run}: is a tirl run directory, not a model — {fix}"
