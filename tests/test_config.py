@@ -65,3 +65,16 @@ def test_list_overrides_take_a_toml_array_or_comma_separated_items() -> None:
     for bad, needle in (('["####", x]', "is not a TOML array"), ("[[[", "is not a TOML array"), ("[1, 2]", "string")):
         with pytest.raises(ConfigError, match=needle):
             markers(bad)
+
+
+def test_a_setting_the_rest_of_the_config_does_not_use_gets_a_note() -> None:
+    """``--base-url`` without ``--generator openai`` (and ``--ray-address`` without ``--backend ray``) did nothing,
+    silently; now the resolved config carries a note that tirl train and tirl config show print."""
+    from tirl.config import resolve_config
+
+    notes = resolve_config(None, ["model.base_url=http://gen:8000/v1", "trainer.ray_address=auto"]).notes
+    assert any(n.startswith("model.base_url is set but model.generator=hf does not use it") for n in notes)
+    assert any(n.startswith("trainer.ray_address is set but trainer.backend=local") for n in notes)
+    used = ["model.base_url=http://gen:8000/v1", "model.generator=openai", "trainer.ray_address=auto"]
+    used.append("trainer.backend=ray")
+    assert not [n for n in resolve_config(None, used).notes if "does not use it" in n]

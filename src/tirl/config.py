@@ -565,7 +565,21 @@ def resolve_config(
     for key, value in preset.items():
         _place(data, key, value, f"env {env_name} preset")
         sources[key] = f"env {env_name}"
-    return ResolvedConfig(_build(TirlConfig, data, ""), sources, notes)
+    config = _build(TirlConfig, data, "")
+    return ResolvedConfig(config, sources, [*notes, *unused_settings(config)])
+
+
+def unused_settings(cfg: TirlConfig) -> list[str]:
+    """Notes for keys that are set but that the rest of the config does not use (a flag that silently did nothing)."""
+    out = []
+    if cfg.model.base_url and cfg.model.generator != "openai":
+        out.append(
+            f"model.base_url is set but model.generator={cfg.model.generator} does not use it — add --generator "
+            "openai to generate through that server"
+        )
+    if cfg.trainer.ray_address and cfg.trainer.backend != "ray":
+        out.append("trainer.ray_address is set but trainer.backend=local does not use it — add --backend ray")
+    return out
 
 
 def load_config(

@@ -67,7 +67,7 @@ class Policy:
 
 def _check_dir(path: Path) -> None:
     if not path.exists():
-        raise InputError(str(path), None, "does not exist", "give a local Hugging Face model directory (config.json)")
+        raise InputError(str(path), None, "does not exist", "give --model (--init) a local Hugging Face model dir")
     if not path.is_dir():
         raise InputError(str(path), None, "is not a directory", "give the directory that holds config.json")
     if (path / "checkpoints").is_dir() and (path / "metrics.jsonl").exists():  # its config.json is tirl's own
