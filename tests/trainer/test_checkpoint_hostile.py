@@ -308,3 +308,20 @@ def test_a_file_added_to_every_checkpoint_is_named_with_its_fix(run: Path, capsy
         (ckpt / "report.html").unlink()
     code, err = _resume(run, capsys, steps=3)
     assert code == 0, err  # and deleting it is indeed enough
+
+
+def test_resuming_a_finished_run_says_how_to_continue_and_changes_nothing(run: Path, capsys) -> None:
+    """It said "training continues at step 3", trained nothing, and redid the after-evaluation and summary."""
+    before = _snapshot(run)
+    code, err = _resume(run, capsys, steps=2)
+    line = _one_error(code, err)
+    assert "finished: its last checkpoint is step 2 of trainer.steps=2" in line and "--steps 12" in line
+    assert _snapshot(run) == before
+
+
+def test_a_run_killed_before_its_summary_finishes_its_evaluation(run: Path, capsys) -> None:
+    (run / "summary.json").unlink()
+    code, err = _resume(run, capsys, steps=2)
+    assert code == 0, err
+    assert "its 2 steps are done; the evaluation after training and the summary run now" in err
+    assert (run / "summary.json").is_file()

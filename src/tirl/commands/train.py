@@ -216,7 +216,7 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
     from tirl.trainer.run import find_resume
 
     # resume: the checkpoint is found (and verified) before anything starts or is written, once for every rank
-    start = find_resume(run_dir, cfg.trainer.checkpoint_every) if args.resume else None
+    start = find_resume(run_dir, cfg.trainer.checkpoint_every, cfg.trainer.steps) if args.resume else None
     try:
         summary = _train(cfg, run_dir, args, start)
     except TirlError:

@@ -116,13 +116,15 @@ class ResumeFrom:
         return str(self.point.checkpoint.model_dir) if self.point else None
 
 
-def find_resume(run_dir: Path, checkpoint_every: int = 1) -> ResumeFrom:
+def find_resume(run_dir: Path, checkpoint_every: int = 1, steps: int | None = None) -> ResumeFrom:
     """The newest checkpoint of ``run_dir`` that can be resumed, announced on stderr with what was skipped.
 
     :class:`~tirl.errors.InputError` (one line naming the damage) when checkpoints exist but none verifies, and
     when the run has none although it must have written one: it logged a step after ``checkpoint_every`` (each
     checkpoint is complete before the next step starts) or it finished. Only a run killed before its first
-    checkpoint starts again at step 1.
+    checkpoint starts again at step 1. With ``steps`` (``trainer.steps``), a run that finished them all and wrote
+    its summary is an error saying how to continue it (it used to redo the after-evaluation and say training
+    continued); one killed after its last step but before its summary finishes its evaluation.
     """
     point = resume_point(run_dir)
     if point is None:
@@ -134,6 +136,17 @@ def find_resume(run_dir: Path, checkpoint_every: int = 1) -> ResumeFrom:
         print(f"resuming {run_dir}: it has no checkpoint yet, so training starts at step 1", file=sys.stderr)
         return ResumeFrom(None)
     ckpt = point.checkpoint
+    if steps is not None and ckpt.step >= steps:
+        if (run_dir / "summary.json").exists():
+            more = f"tirl train --resume {run_dir} --steps {ckpt.step + 10}"
+            raise InputError(str(run_dir), None, f"finished: its last checkpoint is step {ckpt.step} of "
+                             f"trainer.steps={steps} and its summary is written; nothing was changed",
+                             f"train it further with `{more}` (any number above {ckpt.step}), or evaluate it "
+                             f"with `tirl eval --model {run_dir}`")  # fmt: skip
+        warn_skipped(point.skipped, ckpt)
+        print(f"resuming {run_dir} from checkpoint {ckpt.path.name}: its {steps} steps are done; the evaluation "
+              "after training and the summary run now", file=sys.stderr)  # fmt: skip
+        return ResumeFrom(point)
     warn_skipped(point.skipped, ckpt)
     print(f"resuming {run_dir} from checkpoint {ckpt.path.name}: training continues at step {ckpt.step + 1}",
           file=sys.stderr)  # fmt: skip
@@ -177,7 +190,7 @@ class TrainingRun:
         """Config file, parts, generator start, task sets, reference model, trainer (restored on resume)."""
         cfg = self.cfg
         if self.resume and self.resume_from is None:  # before anything is written: a refusal changes nothing
-            self.resume_from = find_resume(self.run_dir, cfg.trainer.checkpoint_every)
+            self.resume_from = find_resume(self.run_dir, cfg.trainer.checkpoint_every, cfg.trainer.steps)
         start = self.resume_from
         _write_json(self.run_dir / "config.json", config_to_dict(cfg))
         self.tasks = TaskSets(cfg)  # a bad task-file row is an error before the model loads (minutes on a GPU)
