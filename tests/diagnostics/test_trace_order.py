@@ -62,12 +62,13 @@ def test_equal_times_pass(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("bad", "needle"),
     [
-        ({"t": float("nan")}, "lacks t"),
+        ({"t": float("nan")}, "has a non-number: t=nan"),
         ({"t": float("inf")}, "t=inf is not a time"),
         ({"t": -1e308}, r"t=-1e\+308 is not a time"),
         ({"run_queue": -1}, "run_queue=-1 is negative"),
-        ({"eval_queue": float("nan")}, "lacks eval_queue"),
-        ({"init_queue": "many"}, "lacks init_queue"),
+        ({"eval_queue": float("nan")}, "has a non-number: eval_queue=nan"),
+        ({"init_queue": "many"}, "has a non-number: init_queue='many'"),  # it said "lacks", of a key it has
+        ({"run_queue": None}, "has a non-number: run_queue=None"),
     ],
 )
 def test_out_of_range_values_are_refused_with_the_line(tmp_path: Path, bad: dict[str, object], needle: str) -> None:

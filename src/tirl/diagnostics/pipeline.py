@@ -141,13 +141,16 @@ def load_trace(path: str | Path) -> list[dict[str, Any]]:
         raise InputError(str(path), None, "the trace has no snapshots", "point at a pipeline_trace.jsonl")
     last_t, last_line = -_MAX_VALUE, 0
     for line, row in rows:
-        missing = [k for k in ("t", *QUEUES) if _num(row.get(k)) is None]
-        if missing:
+        missing = [k for k in ("t", *QUEUES) if k not in row]
+        not_numbers = [f"{k}={row[k]!r}"[:40] for k in ("t", *QUEUES) if k in row and _num(row[k]) is None]
+        if missing or not_numbers:
             found = ", ".join(sorted(row)) or "none"
+            problems = [f"lacks {', '.join(missing)} (keys found: {found})"] if missing else []
+            problems += [f"has a non-number: {', '.join(not_numbers)}"] if not_numbers else []
             raise InputError(
                 str(path),
                 line,
-                f"snapshot lacks {', '.join(missing)} (keys found: {found})",
+                f"snapshot {'; '.join(problems)}",
                 "each line needs t, init_queue, run_queue, eval_queue (see the pipeline trace format)",
             )
         t = float(row["t"])
