@@ -52,7 +52,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "review": ("review", "send an evidence bundle to an OpenAI-compatible endpoint"),
     "serve": ("serve", "serve a checkpoint with an OpenAI-compatible HTTP API"),
     "sandbox": ("sandbox", "run code in the sandbox (tirl sandbox exec FILE)"),
-    "model": ("model", "make a small random-weight model (init) or check a model directory (check)"),
+    "model": (
+        "model",
+        "make a small random-weight model (init), check a model directory (check), fold a LoRA adapter into its "
+        "base model (merge)",
+    ),
     "config": ("config", "print the resolved config with each value's source, or the TRL/verl names tirl reads"),
     "ablate": ("ablate", "the same job under each void-filter mode x seeds: table, plots, one JSON line"),
     "tasks": ("tasks", "write an env's tasks as files: SkyRL-style rows and swe-lite JSONL with their repositories"),

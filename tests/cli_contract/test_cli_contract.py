@@ -308,3 +308,11 @@ def test_tasks_export_bounds_n_and_seed_as_eval_does(capsys, tmp_path, flags, ad
     out = run_cli(capsys, "tasks", "export", "--out", str(tmp_path / "t"), *flags)
     assert_refused(out, flags[0], advice)
     assert not (tmp_path / "t").exists()
+
+
+def test_sandbox_exec_memory_flag_has_the_config_bound(capsys, tmp_path):
+    """The parser took 1..1048576, then the config refused 1 naming sandbox.memory_mb; now one line naming the flag."""
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    out = run_cli(capsys, "sandbox", "exec", "--memory-mb", "1", program)
+    assert_refused(out, "--memory-mb 1 is invalid: use a value in 64..")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tirl.cli import converted
 from tirl.config import SandboxConfig
+from tirl.config_ranges import check_flag
 from tirl.errors import InputError
 from tirl.sandbox import ExecResult, Sandbox, create_sandbox
 
@@ -114,6 +115,7 @@ async def _run_one(sandbox: Sandbox, code: str, lang: str, timeout_s: float) -> 
 
 def run(args: argparse.Namespace) -> int:
     """Run the files; exit status 0 when every one ran to completion with status 0, else 1."""
+    check_flag("--memory-mb", "sandbox.memory_mb", args.memory_mb)  # the error names the flag, not the key
     programs = [(path, read_program(path)) for path in args.file]  # every input checked before anything runs
     cfg = SandboxConfig(
         backend=args.backend,
