@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tirl.cli import main
-from tirl.diagnostics.review import check_base_url, is_local, read_key, review_bundle
+from tirl.diagnostics.review import check_base_url, is_local, names_the_model, read_key, review_bundle
 from tirl.errors import SetupError
 
 KEY = "sk-test-123"
@@ -141,6 +141,16 @@ def test_rejected_key_is_401_with_the_variable_name(server: str, bundle: Path, m
     assert "rejected the key in $MY_KEY (401" in err and "invalid_api_key" in err
 
 
+def test_a_local_server_that_wants_a_key_when_none_is_set(server: str, bundle: Path, monkeypatch, capsys) -> None:
+    """It said "rejected the key in $NOPE_UNSET", though the variable is unset and no key was sent."""
+    monkeypatch.delenv("NOPE_UNSET", raising=False)
+    argv = ["review", str(bundle), "--base-url", f"{server}/v1", "--model", "tiny-reviewer", "--env-key", "NOPE_UNSET"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "wants an API key (401" in err and "$NOPE_UNSET is not set — export NOPE_UNSET=<key>" in err
+    assert "rejected" not in err
+
+
 def test_unknown_model_lists_the_models(server: str, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with pytest.raises(SetupError) as exc:
@@ -208,3 +218,17 @@ def test_connection_refused(monkeypatch) -> None:
     port = _free_port()
     with pytest.raises(SetupError, match="cannot connect"):
         review_bundle("x", base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout_s=5)
+
+
+@pytest.mark.parametrize(
+    ("text", "model", "expected"),
+    [
+        ("no route /chat/completions; the API is under /v1 (e.g. /v1/models) — check the base URL", "tiny-tir", False),
+        ("model_not_found The model `gpt-x` does not exist", "gpt-x", True),
+        ("The model 'tiny-tir' is not served here", "tiny-tir", True),
+        ("Not Found", "tiny-tir", False),
+    ],
+)
+def test_a_404_is_about_the_model_only_when_it_names_it(text: str, model: str, expected: bool) -> None:
+    """tirl serve's no-route 404 mentions /v1/models: it was read as an unknown model, with the wrong fix."""
+    assert names_the_model(text, model) is expected

@@ -125,6 +125,16 @@ def _available_models(client: object) -> list[str]:
         return []
 
 
+def names_the_model(text: str, model: str) -> bool:
+    """Whether a 404's text is about the model (OpenAI's ``model_not_found``, or the id itself), not the path.
+
+    ``tirl serve``'s "no route /chat/completions; the API is under /v1 (e.g. /v1/models)" mentions models
+    but is about the base URL.
+    """
+    low = text.lower()
+    return "model_not_found" in low or (bool(model) and model.lower() in low)
+
+
 def review_bundle(
     bundle: str, *, base_url: str, model: str, env_key: str = "OPENAI_API_KEY", timeout_s: float = 120.0
 ) -> ReviewResult:
@@ -140,13 +150,19 @@ def review_bundle(
             messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": bundle}],
         )
     except openai.AuthenticationError as exc:
+        if key == "none":  # a local URL and no key set: nothing was sent, so nothing was "rejected"
+            state = "is empty" if env_key in os.environ else "is not set"
+            raise SetupError(
+                f"{url} wants an API key (401: {_error_text(exc)}), and ${env_key} {state} — export {env_key}=<key> "
+                "(or pass --env-key NAME of the variable that holds it)"
+            ) from None
         raise SetupError(
             f"{url} rejected the key in ${env_key} (401: {_error_text(exc)}) — check that ${env_key} holds a "
             f"key for this endpoint (a new terminal may not have it exported)"
         ) from None
     except openai.NotFoundError as exc:
         text = _error_text(exc)
-        if "model" in text.lower():
+        if names_the_model(text, model):
             listed = _available_models(client)
             hint = f"; models it lists: {', '.join(listed)}" if listed else ""
             raise SetupError(
