@@ -119,3 +119,25 @@ async def test_a_child_set_up_by_the_helpers_sees_what_preexec_fn_gives_it(monke
         assert chained["groups"] in ([], [65534])
     else:
         assert chained["uid"] == os.getuid() and resource.getrlimit(resource.RLIMIT_NOFILE)[0] != 33
+
+
+async def test_a_command_killed_at_its_deadline_is_never_reported_as_exit_255(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The kill at the deadline used proc.kill(), whose poll could reap the child under asyncio's watcher thread,
+    which then logged "Unknown child process pid N" and reported exit status 255 (measured: 27 of 400 commands
+    that end around a 50 ms deadline, as below). Now only the group kill runs: nothing but the watcher reaps."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="asyncio")
+    results = []
+    for _ in range(20):
+        batch = [
+            _spawn.spawn(["sh", "-c", f"sleep 0.0{i % 10}"], cwd=Path("/tmp"), env={"PATH": "/usr/bin:/bin"},
+                         limits=Limits(timeout_s=0.05), max_chars=100)
+            for i in range(20)
+        ]  # fmt: skip
+        results += await asyncio.gather(*batch)
+    assert [r.exit_code for r in results if r.exit_code == 255] == []
+    assert "Unknown child process" not in caplog.text
+    assert any(r.timed_out for r in results) and any(r.exit_code == 0 and not r.timed_out for r in results)

@@ -185,9 +185,10 @@ async def spawn(
         # Whatever happened, nothing of the group (or of the sandbox's PID namespace) may outlive the call.
         if launch is not None:
             launch.kill_namespace()
+        # The child leads its own session (start_new_session), so the group kill reaches it. Never
+        # proc.kill(): Popen.send_signal polls (waitpid WNOHANG) first, which could reap the child under
+        # asyncio's watcher thread, and the watcher then reports exit status 255 ("Unknown child process").
         _killpg(proc.pid)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
     await proc.wait()
     await _drain(proc, pumps, kill_grace_s)
     wall = time.monotonic() - start
