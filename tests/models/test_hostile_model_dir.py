@@ -331,8 +331,10 @@ def _adapter_config(**changes: object) -> Mutation:
         (_truncate("adapter_model.safetensors", 0.5), "adapter_model.safetensors"),
         (_adapter_config(r=8), "the LoRA adapter could not be loaded"),
         (lambda d: (d / "adapter_config.json").write_text("{"), "adapter_config.json: cannot be read"),
+        # peft then looked for the weights on the Hugging Face Hub: "ConnectError: Name or service not known"
+        (lambda d: (d / "adapter_model.safetensors").unlink(), "no adapter_model.safetensors — copy the whole"),
     ],
-    ids=["intact", "truncated-weights", "rank-mismatch", "bad-json"],
+    ids=["intact", "truncated-weights", "rank-mismatch", "bad-json", "no-weights"],
 )
 def test_hostile_adapter_directories(
     adapter: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Mutation, needle: str

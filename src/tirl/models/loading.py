@@ -136,6 +136,9 @@ def _load_adapter(path: Path, *, device: str, dtype: str, need_tools: bool, trai
     """
     check_entries(path)
     read_json_file(path / "adapter_config.json")
+    if not (path / "adapter_model.safetensors").is_file():  # else peft looks for it on the Hugging Face Hub
+        raise InputError(str(path), None, "has adapter_config.json but no adapter_model.safetensors",
+                         "copy the whole adapter directory that training saved (checkpoints/step-N/model)")  # fmt: skip
     for weights in sorted(path.glob("*.safetensors")):
         safetensors_header(weights)
     base = load_policy(adapter_base(path), device=device, dtype=dtype, need_tools=need_tools)
