@@ -187,6 +187,10 @@ def test_dose_acceptance_rule() -> None:
     [
         (["--modes", "off,sometimes"], "--modes"),
         (["--modes", "off,off"], "names a mode twice"),  # the second run found the first's directory: a traceback
+        (["--levels", "mismatch"], "--levels picks the levels of --dose"),  # ignored without --dose, silently
+        (["--dose", "--modes", "drop"], "--modes does not go with --dose"),  # ignored, silently
+        (["--steps", "2", "--set", "trainer.steps=9"], "use --steps instead"),  # --set won, silently
+        (["--seeds", "100000"], "--seeds 100000 is invalid: use 1 to 1000"),
         (["--seeds", "0"], "--seeds"),
         (["--set", "algo.lr=-1"], "algo.lr"),
         (["--level", "max"], "--level"),

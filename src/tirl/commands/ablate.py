@@ -44,7 +44,7 @@ from tirl.fileio import check_output_dir
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``tirl ablate``."""
     parser.add_argument(
-        "--modes", default=",".join(MODES), help=f"comma-separated filter modes (default {','.join(MODES)})"
+        "--modes", default=None, help=f"comma-separated filter modes (default {','.join(MODES)}; not with --dose)"
     )
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="number of paired seeds (seeds 0..N-1)")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps per run")
@@ -56,9 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--level", default="", help=f"a dose level added to the stress ({', '.join(DOSE_LEVELS)})")
     parser.add_argument("--dose", action="store_true", help="dose finding: off only, at every level of --levels")
-    parser.add_argument(
-        "--levels", default=",".join(DOSE_LEVELS), help="--dose: comma-separated levels (default: all, mildest first)"
-    )
+    parser.add_argument("--levels", default=None, help="--dose: comma-separated levels (default: all, mildest first)")
     parser.add_argument(
         "--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
         help="extra config override for every run, after the stress settings (repeatable)",
@@ -70,11 +68,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: the most paired seeds one ablation runs (each is one training run per mode)
+MAX_SEEDS = 1000
+
+
 def _levels(args: argparse.Namespace) -> tuple[str, ...]:
-    levels = tuple(v.strip() for v in args.levels.split(",") if v.strip())
+    given = args.levels if args.levels is not None else ",".join(DOSE_LEVELS)
+    levels = tuple(v.strip() for v in given.split(",") if v.strip())
     bad = [v for v in levels if v not in DOSE_LEVELS]
     if bad or not levels:
-        raise ConfigError(f"--levels {args.levels!r} is invalid: choose from {','.join(DOSE_LEVELS)}")
+        raise ConfigError(f"--levels {given!r} is invalid: choose from {','.join(DOSE_LEVELS)}")
     if args.level:
         raise ConfigError("--level and --dose do not go together: --dose runs every level of --levels")
     return levels
@@ -91,9 +94,18 @@ def _print_commands(plans: list[AblationPlan], out: Path, *, dose: bool) -> None
 
 def run(args: argparse.Namespace) -> int:
     """Run the plan (or the dose finding), write the outputs, print the table (and the JSON line)."""
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds {args.seeds} is invalid: use at least 1")
-    modes = ("off",) if args.dose else tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise ConfigError(f"--seeds {args.seeds} is invalid: use 1 to {MAX_SEEDS} (each seed is a run per mode)")
+    if args.levels is not None and not args.dose:  # it was ignored, silently
+        raise ConfigError("--levels picks the levels of --dose: add --dose, or use --level NAME for one ablation")
+    if args.modes is not None and args.dose:
+        raise ConfigError("--modes does not go with --dose: the dose step runs filter.mode=off only; drop --modes")
+    for override in args.overrides:  # --set trainer.steps=9 silently beat --steps
+        if override.split("=", 1)[0].strip() in ("trainer.steps", "trainer.seed", "filter.mode"):
+            key = override.split("=", 1)[0].strip()
+            flag = {"trainer.steps": "--steps", "trainer.seed": "--seeds", "filter.mode": "--modes"}[key]
+            raise ConfigError(f"--set {key}=... is what {flag} sets for every run: use {flag} instead")
+    modes = ("off",) if args.dose else tuple(m.strip() for m in (args.modes or ",".join(MODES)).split(",") if m.strip())
     levels = _levels(args) if args.dose else (args.level,)
     plans = [
         AblationPlan(modes=modes, seeds=tuple(range(args.seeds)), steps=args.steps, split=args.split,
