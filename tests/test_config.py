@@ -47,7 +47,7 @@ def test_errors_name_key_and_fix(override: str, message: str) -> None:
 def test_missing_and_bad_toml(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
-    with pytest.raises(ConfigError, match="is a directory — give --config the path of a TOML file"):
+    with pytest.raises(ConfigError, match=r"cannot be read \(Is a directory\) — check the path given to --config"):
         load_config(tmp_path)  # was "does not exist", of a directory that exists
     bad = tmp_path / "bad.toml"
     bad.write_text("[algo\n")

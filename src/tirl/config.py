@@ -4,12 +4,11 @@
 >>> (cfg.algo.clip_high, cfg.trainer.steps)
 (0.3, 5)
 
-Every section validates itself in ``__post_init__`` and raises :class:`~tirl.errors.ConfigError` naming the key, the
-bad value and the fix. Unknown keys are errors (with the closest valid key suggested), never silently ignored.
-Numbers are refused at parse time when they are not finite (``algo.lr=inf``, ``nan``, ``1e999``) or overflow
-(integers beyond 64 bits); a TOML file that is not UTF-8, nests too deeply or holds an over-long integer is one
-ConfigError. Every numeric key has a range (:data:`tirl.config_ranges.RANGES`, quoted in docs/configuration.md),
-checked at the end of its section's ``__post_init__``: ``trainer.threads=100000`` is refused with the range.
+Every section validates itself in ``__post_init__`` (ConfigError naming the key, the bad value and the fix); unknown
+keys are errors (the closest valid key suggested); numbers not finite (``inf``, ``1e999``) or beyond 64 bits, and a
+TOML file not UTF-8, too deep or with an over-long integer, are one ConfigError. Every numeric key has a range
+(:data:`tirl.config_ranges.RANGES`, in docs/configuration.md) checked at the end of its section; a key set but
+unused by the rest of the config is a note (:mod:`tirl.config_notes`).
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tirl.config_notes import unused_settings
 from tirl.config_ranges import check_section
 from tirl.errors import ConfigError
 
@@ -543,9 +543,7 @@ def resolve_config(
     notes: list[str] = []
     if path is not None:
         p = Path(path)
-        if p.is_dir():
-            raise ConfigError(f"config file {p} is a directory — give --config the path of a TOML file")
-        if not p.is_file():
+        if not p.exists():  # a directory is read below: "cannot be read (Is a directory)"
             raise ConfigError(f"config file {p} does not exist — check the path given to --config")
         data = _read_toml(p)
         for key, value in _leaves(data):
@@ -565,21 +563,7 @@ def resolve_config(
     for key, value in preset.items():
         _place(data, key, value, f"env {env_name} preset")
         sources[key] = f"env {env_name}"
-    config = _build(TirlConfig, data, "")
-    return ResolvedConfig(config, sources, [*notes, *unused_settings(config)])
-
-
-def unused_settings(cfg: TirlConfig) -> list[str]:
-    """Notes for keys that are set but that the rest of the config does not use (a flag that silently did nothing)."""
-    out = []
-    if cfg.model.base_url and cfg.model.generator != "openai":
-        out.append(
-            f"model.base_url is set but model.generator={cfg.model.generator} does not use it — add --generator "
-            "openai to generate through that server"
-        )
-    if cfg.trainer.ray_address and cfg.trainer.backend != "ray":
-        out.append("trainer.ray_address is set but trainer.backend=local does not use it — add --backend ray")
-    return out
+    return ResolvedConfig(cfg := _build(TirlConfig, data, ""), sources, [*notes, *unused_settings(cfg)])
 
 
 def load_config(
