@@ -563,7 +563,7 @@ def resolve_config(
     for key, value in preset.items():
         _place(data, key, value, f"env {env_name} preset")
         sources[key] = f"env {env_name}"
-    return ResolvedConfig(cfg := _build(TirlConfig, data, ""), sources, [*notes, *unused_settings(cfg)])
+    return ResolvedConfig(c := _build(TirlConfig, data, ""), sources, [*notes, *unused_settings(c.model, c.trainer)])
 
 
 def load_config(
