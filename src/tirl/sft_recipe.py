@@ -23,7 +23,6 @@ sandbox, and a GPU (the model stays on the CPU).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -304,16 +303,20 @@ def run_sft(cfg: SFTConfig, options: SFTRunOptions) -> SFTResult:
     try:
         parts = sft_parts(cfg, model, tokenizer, chat, options.sandbox)
         try:
-            result = _train(loop, cfg, options, model, tokenizer, chat, parts)
+            result = _train(loop, cfg, options, model, tokenizer, chat, parts, out)
         finally:
             loop.run_until_complete(parts.close())
     finally:
         loop.close()
-    save_sft_checkpoint(
-        model, tokenizer, out, lambda d: write_card(d, cfg, result, options.command, name=Path(options.out).name)
-    )
+    _save(model, tokenizer, out, cfg, result, options)
     cfg.log(f"saved {options.out} after {result.steps} steps ({result.wall_s:.0f}s); evals {result.evals}")
     return result
+
+
+def _save(model: Any, tokenizer: Any, out: Path, cfg: SFTConfig, result: SFTResult, options: SFTRunOptions) -> None:
+    """The checkpoint and its card (titled as the user named ``--out``) swapped into ``out`` whole."""
+    title = Path(options.out).name
+    save_sft_checkpoint(model, tokenizer, out, lambda d: write_card(d, cfg, result, options.command, name=title))
 
 
 def _train(
@@ -324,8 +327,9 @@ def _train(
     tokenizer: Any,
     chat: ChatFormat,
     parts: SFTParts,
+    out: Path,
 ) -> SFTResult:
-    """Demonstrations, copy curriculum, training with held-out evaluations and checkpoints, greedy evaluation."""
+    """Demonstrations, copy curriculum, training, checkpoints into ``out`` (the resolved --out), greedy evaluation."""
     demos = loop.run_until_complete(_demonstrations(cfg, chat, parts))
     if options.demos_out is not None:
         write_demonstrations(demos, options.demos_out)
@@ -337,12 +341,8 @@ def _train(
         cfg.log(f"  eval: {report.correct}/{report.n} correct, ends {report.terminations}, {report.wall_s:.1f}s")
         return report.accuracy
 
-    out = Path(os.path.realpath(options.out))
-
     def checkpoint(partial: SFTResult) -> None:  # a usable checkpoint after every evaluation, swapped in whole
-        save_sft_checkpoint(
-            model, tokenizer, out, lambda d: write_card(d, cfg, partial, options.command, name=Path(options.out).name)
-        )
+        _save(model, tokenizer, out, cfg, partial, options)
 
     _copy_warmup(model, tokenizer, chat, cfg)
     result = train_sft(

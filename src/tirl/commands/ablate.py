@@ -70,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 #: the most paired seeds one ablation runs (each is one training run per mode)
 MAX_SEEDS = 1000
+#: config keys the plan sets for every run, and the flag that sets them (a --set of one is refused)
+PLAN_KEYS = {"trainer.steps": "--steps", "trainer.seed": "--seeds", "filter.mode": "--modes"}
 
 
 def _levels(args: argparse.Namespace) -> tuple[str, ...]:
@@ -101,10 +103,11 @@ def run(args: argparse.Namespace) -> int:
     if args.modes is not None and args.dose:
         raise ConfigError("--modes does not go with --dose: the dose step runs filter.mode=off only; drop --modes")
     for override in args.overrides:  # --set trainer.steps=9 silently beat --steps
-        if override.split("=", 1)[0].strip() in ("trainer.steps", "trainer.seed", "filter.mode"):
-            key = override.split("=", 1)[0].strip()
-            flag = {"trainer.steps": "--steps", "trainer.seed": "--seeds", "filter.mode": "--modes"}[key]
-            raise ConfigError(f"--set {key}=... is what {flag} sets for every run: use {flag} instead")
+        key = override.split("=", 1)[0].strip()
+        if key in PLAN_KEYS:
+            raise ConfigError(
+                f"--set {key}=... is what {PLAN_KEYS[key]} sets for every run: use {PLAN_KEYS[key]} instead"
+            )
     modes = ("off",) if args.dose else tuple(m.strip() for m in (args.modes or ",".join(MODES)).split(",") if m.strip())
     levels = _levels(args) if args.dose else (args.level,)
     plans = [

@@ -71,10 +71,10 @@ def _check_dir(path: Path) -> None:
     if not path.is_dir():
         raise InputError(str(path), None, "is not a directory", "give the directory that holds config.json")
     if (path / "checkpoints").is_dir() and (path / "metrics.jsonl").exists():  # its config.json is tirl's own
-        steps = sorted(
-            (int(d.name[5:]) for d in (path / "checkpoints").iterdir() if d.name[5:].isdigit() and d.is_dir()),
-        )
-        newest = f"{path}/checkpoints/step-{steps[-1]}/model" if steps else f"{path}/checkpoints/step-N/model"
+        from tirl.trainer.checkpoint import step_dirs
+
+        steps = [d for _, d in step_dirs(path) if d.is_dir()]
+        newest = f"{steps[-1]}/model" if steps else f"{path}/checkpoints/step-N/model"
         raise InputError(
             str(path), None, "is a tirl run directory, not a model", f"give a checkpoint's model: {newest}"
         )

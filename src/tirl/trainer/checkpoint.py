@@ -195,18 +195,21 @@ def _read_entry(child: Path, step: int) -> Checkpoint | Skipped:
     return Checkpoint(path=child, step=step, state=state, policy_version=version)
 
 
+def step_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every ``checkpoints/step-N`` entry of a run, by step (nothing inside is read)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = ((_STEP_DIR.match(child.name), child) for child in root.iterdir())
+    return sorted((int(m.group(1)), child) for m, child in found if m)
+
+
 def scan_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[Skipped]]:
     """The ``step-N`` directories of a run: those whose ``state.json`` parsed, and the others; oldest first."""
-    root = Path(run_dir) / "checkpoints"
     good: list[Checkpoint] = []
     bad: list[Skipped] = []
-    if not root.is_dir():
-        return good, bad
-    for child in root.iterdir():
-        m = _STEP_DIR.match(child.name)
-        if not m:
-            continue
-        entry = _read_entry(child, int(m.group(1)))
+    for step, child in step_dirs(run_dir):
+        entry = _read_entry(child, step)
         (good if isinstance(entry, Checkpoint) else bad).append(entry)  # type: ignore[arg-type]
     return sorted(good, key=lambda c: c.step), sorted(bad, key=lambda s: s.path.name)
 

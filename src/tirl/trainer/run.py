@@ -143,13 +143,11 @@ def find_resume(run_dir: Path, checkpoint_every: int = 1, steps: int | None = No
                              f"trainer.steps={steps} and its summary is written; nothing was changed",
                              f"train it further with `{more}` (any number above {ckpt.step}), or evaluate it "
                              f"with `tirl eval --model {run_dir}`")  # fmt: skip
-        warn_skipped(point.skipped, ckpt)
-        print(f"resuming {run_dir} from checkpoint {ckpt.path.name}: its {steps} steps are done; the evaluation "
-              "after training and the summary run now", file=sys.stderr)  # fmt: skip
-        return ResumeFrom(point)
+        then = f"its {steps} steps are done; the evaluation after training and the summary run now"
+    else:
+        then = f"training continues at step {ckpt.step + 1}"
     warn_skipped(point.skipped, ckpt)
-    print(f"resuming {run_dir} from checkpoint {ckpt.path.name}: training continues at step {ckpt.step + 1}",
-          file=sys.stderr)  # fmt: skip
+    print(f"resuming {run_dir} from checkpoint {ckpt.path.name}: {then}", file=sys.stderr)
     return ResumeFrom(point)
 
 
