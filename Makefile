@@ -25,7 +25,7 @@ sysdeps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# Idempotent: re-installs only when pyproject.toml changed since the last install.
+# Idempotent: re-installs only when pyproject.toml or constraints.txt changed since the last install.
 # Every version comes from constraints.txt (the set the suite last passed with; `make constraints` rewrites it).
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
