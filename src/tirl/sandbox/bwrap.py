@@ -61,7 +61,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import random
+import secrets
 import shutil
 import stat
 import subprocess
@@ -85,10 +85,15 @@ _UID_SPAN = 100_000
 
 
 def sandbox_uid() -> int | None:
-    """A fresh unprivileged uid for one sandbox when we are root, else None (keep our own)."""
+    """A fresh unprivileged uid for one sandbox when we are root, else None (keep our own).
+
+    Drawn from the OS's entropy, not the ``random`` module: training seeds and restores that module's state
+    (a resumed run replays its checkpoint's), so two runs or two test workers would draw the same uids, and
+    sandboxes sharing a uid can signal and inspect each other's processes.
+    """
     if os.geteuid() != 0:
         return None
-    return _UID_BASE + random.randrange(_UID_SPAN)
+    return _UID_BASE + secrets.randbelow(_UID_SPAN)
 
 
 def _world_reachable(path: Path) -> bool:
