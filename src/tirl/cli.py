@@ -146,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # processes on a small CPU (measured 36 s -> 0.55 s for one 16-row generation batch on 2 busy cores).
     # It must be set before torch is first imported (the OpenMP runtime reads it once), so it is set here.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # transformers draws "Loading weights" / "Writing model shards" bars on stderr at every load and save; a
+    # command's own lines say what it did. huggingface_hub reads the variable once, at its import (a user's
+    # own setting wins).
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         module = importlib.import_module(f"tirl.commands.{module_name}")
     except ModuleNotFoundError as exc:
