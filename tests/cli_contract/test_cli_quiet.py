@@ -16,13 +16,18 @@ def _tirl(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
                           timeout=600, check=False)  # fmt: skip
 
 
+def _sft_argv(tmp_path: Path) -> list[str]:
+    """A one-step `tirl sft` from the shipped tiny model: it loads a model and saves one."""
+    return ["sft", "--env", "tir-chain", "--init", str(TINY), "--out", str(tmp_path / "s"), "--steps", "1",
+            "--copy-steps", "0", "--train-tasks", "2", "--batch-size", "2", "--eval-tasks", "1",
+            "--threads", "1"]  # fmt: skip
+
+
 def test_sft_loads_and_saves_without_progress_bars(tmp_path: Path) -> None:
     """`tirl sft --init` loads a model and saves one: before the fix stderr held "Loading weights: 100%|..."."""
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
     env["PYTHONPATH"] = f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    argv = ["sft", "--env", "tir-chain", "--init", str(TINY), "--out", str(tmp_path / "s"), "--steps", "1",
-            "--copy-steps", "0", "--train-tasks", "2", "--batch-size", "2", "--eval-tasks", "1", "--threads", "1"]  # fmt: skip
-    proc = _tirl(*argv, env=env)
+    proc = _tirl(*_sft_argv(tmp_path), env=env)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "s" / "model.safetensors").is_file()
     assert "Loading weights" not in proc.stderr and "Writing model shards" not in proc.stderr, proc.stderr
@@ -33,8 +38,6 @@ def test_a_users_own_progress_bar_setting_wins(tmp_path: Path) -> None:
     """The default is set with ``setdefault``: ``HF_HUB_DISABLE_PROGRESS_BARS=0`` brings the bars back."""
     env = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "0"}
     env["PYTHONPATH"] = f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    argv = ["sft", "--env", "tir-chain", "--init", str(TINY), "--out", str(tmp_path / "s"), "--steps", "1",
-            "--copy-steps", "0", "--train-tasks", "2", "--batch-size", "2", "--eval-tasks", "1", "--threads", "1"]  # fmt: skip
-    proc = _tirl(*argv, env=env)
+    proc = _tirl(*_sft_argv(tmp_path), env=env)
     assert proc.returncode == 0, proc.stderr
     assert "Loading weights" in proc.stderr, proc.stderr
