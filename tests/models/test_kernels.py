@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -122,3 +123,47 @@ def test_tirl_sft_kernels_portable_in_a_used_process_is_one_error_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --kernels portable: ATen's CPU kernels were already fixed")
     assert not out.exists()
+
+
+def test_tirl_train_kernels_portable_in_a_used_process_is_one_error_line_and_no_run_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pin runs in `tirl train`'s preflight: a process whose kernels are fixed names the key, makes no run."""
+    for key in PORTABLE_ENV:
+        monkeypatch.delenv(key, raising=False)
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.fail("this check needs the native kernels in the test process; run without ATEN_CPU_CAPABILITY")
+    run = tmp_path / "run"
+    argv = ["train", "--run-dir", str(run), "--set", "trainer.kernels=portable", "--set", "trainer.steps=1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: trainer.kernels=portable: ATen's CPU kernels were already")
+    assert not run.exists()
+
+
+def test_tirl_train_kernels_portable_on_ray_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ray workers do not inherit this process's environment: refused, naming the variables to set there."""
+    run = tmp_path / "run"
+    argv = ["train", "--run-dir", str(run), "--backend", "ray", "--set", "trainer.kernels=portable"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not reach Ray workers" in err[0] and "MKL_CBWR=COMPATIBLE" in err[0]
+    assert not run.exists()
+
+
+def test_tirl_train_kernels_portable_trains_on_the_pinned_kernels_and_says_so(tmp_path: Path) -> None:
+    """A fresh `tirl train` with the key set records the portable kernels in summary.json; the default, native."""
+    lines = {}
+    for kernels in ("portable", "native"):
+        run = tmp_path / kernels
+        code = (
+            "import sys; from tirl.cli import main\n"
+            f"sys.exit(main(['train', '--run-dir', {str(run)!r}, '--no-progress', '--set', 'trainer.steps=1', "
+            "'--set', 'env.eval_size=2', '--set', 'trainer.prompts_per_step=2', "
+            f"'--set', 'trainer.kernels={kernels}']))"
+        )
+        out = _fresh(code, {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV})
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines[kernels] = json.loads((run / "summary.json").read_text())["built_with"]
+    assert "ATen CPU kernels DEFAULT, MKL branch COMPATIBLE" in lines["portable"]
+    assert "MKL branch auto" in lines["native"] and "DEFAULT" not in lines["native"]

@@ -41,9 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from tirl.config import TirlConfig, resolve_config
-from tirl.errors import InputError, TirlError
+from tirl.errors import ConfigError, InputError, TirlError
 from tirl.fileio import check_output_dir, write_text
 from tirl.jsonl import read_json
+from tirl.models.kernels import PORTABLE_ENV, pin_portable
 from tirl.models.precision import check_training_precision
 from tirl.trainer.preflight import anchor_paths, answer_format_warning, context_warning, preflight, run_label
 from tirl.trainer.run_lock import LOCK_NAME, hold_run_dir
@@ -156,6 +157,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
             print(f"note: {note}", file=sys.stderr)
         cfg = resolved.config
         preflight(cfg)
+        pin_kernels(cfg)
         _write_notes(run_dir, [*saved_notes, *(n for n in resolved.notes if n not in saved_notes)])
         check_training_precision(cfg.model.dtype, cfg.algo.lora_rank)
         return cfg, run_dir, None
@@ -164,6 +166,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         print(f"note: {note}", file=sys.stderr)
     cfg = anchor_paths(resolved.config)  # the saved config names the same files from any directory (--resume)
     preflight(cfg)  # an unknown env, tools the model cannot render: before any directory or model
+    pin_kernels(cfg)
     check_training_precision(cfg.model.dtype, cfg.algo.lora_rank)  # before the run directory exists
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
     if args.run_dir:  # never overwrite an existing run: its metrics, trajectories and config
@@ -175,6 +178,24 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_notes(run_dir, resolved.notes)
     return cfg, run_dir, created
+
+
+def pin_kernels(cfg: TirlConfig) -> None:
+    """``trainer.kernels=portable``: pin the CPU kernels in this process before the model's first kernel.
+
+    :func:`tirl.models.kernels.pin_portable` sets :data:`~tirl.models.kernels.PORTABLE_ENV`; local ``--nproc``
+    ranks start later from this process and inherit it. Ray workers do not (their environment is the cluster's),
+    so that combination is refused rather than run on kernels the run's record would not name.
+    """
+    if cfg.trainer.kernels != "portable":
+        return
+    if cfg.trainer.backend == "ray":
+        pinned = " ".join(f"{k}={v}" for k, v in PORTABLE_ENV.items())
+        raise ConfigError(
+            "trainer.kernels=portable does not reach Ray workers: set " + pinned + " in the cluster's worker "
+            "environment and keep trainer.kernels=native, or train with trainer.backend=local"
+        )
+    pin_portable("trainer.kernels=portable")
 
 
 NOTES_FILE = "config_notes.json"

@@ -99,7 +99,7 @@ def build_kernels(cpuinfo: Path = CPUINFO) -> BuildKernels:
     )
 
 
-def pin_portable() -> BuildKernels:
+def pin_portable(option: str = "--kernels portable") -> BuildKernels:
     """Set :data:`PORTABLE_ENV` in this process and check that ATen took it; the kernels now in use.
 
     Must run before torch's first CPU kernel (ATen fixes its capability then, MKL its branch at its first
@@ -111,7 +111,7 @@ def pin_portable() -> BuildKernels:
     kernels = build_kernels()
     if not kernels.portable:
         raise ConfigError(
-            f"--kernels portable: ATen's CPU kernels were already fixed at {kernels.cpu_capability} in this "
+            f"{option}: ATen's CPU kernels were already fixed at {kernels.cpu_capability} in this "
             "process; run the command in a fresh process, or set "
             + " ".join(f"{k}={v}" for k, v in PORTABLE_ENV.items())
             + " before it starts"
