@@ -316,3 +316,30 @@ def test_sandbox_exec_memory_flag_has_the_config_bound(capsys, tmp_path):
     program.write_text("print(1)\n")
     out = run_cli(capsys, "sandbox", "exec", "--memory-mb", "1", program)
     assert_refused(out, "--memory-mb 1 is invalid: use a value in 64..")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "needle"),
+    [
+        ("latin1.py", "print('caf\u00e9')\n".encode("latin-1"), "is not UTF-8 text (byte 0xe9 at offset 10)"),
+        ("cookie.py", "# -*- coding: latin-1 -*-\nprint('caf\u00e9')\n".encode("latin-1"), "declares the encoding"),
+        ("bad.py", b"# -*- coding: no-such-codec -*-\nprint(1)\n", "encoding declaration Python refuses"),
+        ("nul.py", b"print(1)\x00\n", "contains a NUL byte at offset 8"),
+        ("latin1.sh", "echo caf\u00e9\n".encode("latin-1"), "is not UTF-8 text"),
+    ],
+)
+def test_sandbox_exec_refuses_a_program_that_is_not_utf8_text(capsys, tmp_path, name, data, needle):
+    """Before: the bytes were decoded with errors='replace' and ran with U+FFFD (exit 0), a NUL failed inside."""
+    program = tmp_path / name
+    program.write_bytes(data)
+    assert_refused(run_cli(capsys, "sandbox", "exec", "--backend", "process", program), str(program), needle)
+
+
+def test_sandbox_exec_runs_a_utf8_file_with_a_bom_as_python_does(capsys, tmp_path):
+    """Python drops a UTF-8 BOM (and accepts a utf-8 coding line); before, the BOM reached the sandbox: SyntaxError."""
+    program = tmp_path / "bom.py"
+    program.write_bytes(b"\xef\xbb\xbf# coding: utf-8\nprint('caf\xc3\xa9')\n")
+    out = run_cli(capsys, "sandbox", "exec", "--backend", "process", program)
+    assert out.code == 0, out
+    assert out.out.splitlines()[0] == "caf\u00e9"
+    assert "--- exit 0" in out.out

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import stat
 import sys
+import tokenize
 import warnings
 from pathlib import Path
 
@@ -72,8 +74,14 @@ def _lang(args: argparse.Namespace, path: Path) -> str:
     return "bash" if path.suffix in (".sh", ".bash") else "python"
 
 
-def read_program(path: Path) -> str:
-    """The text of ``path``: a readable regular file of at most 10 MB (InputError otherwise)."""
+def read_program(path: Path, lang: str = "python") -> str:
+    """The text of ``path``: a readable regular file of at most 10 MB in UTF-8 (InputError otherwise).
+
+    The sandbox runs text, written back as UTF-8, so a file in another encoding is refused rather than run with
+    U+FFFD in place of its bytes: a Python file's encoding is found as Python finds it (a UTF-8 BOM is dropped,
+    a PEP 263 coding line other than UTF-8 is refused), anything else must be plain UTF-8. A NUL byte, which no
+    program text can hold, is refused here too, naming the file instead of failing inside the sandbox.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the open
     except OSError as exc:
@@ -87,7 +95,36 @@ def read_program(path: Path) -> str:
         data = f.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise InputError(str(path), None, f"is larger than {MAX_FILE_BYTES >> 20} MB", "pass a smaller program")
-    return data.decode("utf-8", errors="replace")
+    return _decode(path, data, lang)
+
+
+def _utf8(path: Path, data: bytes, encoding: str = "utf-8") -> str:
+    """``data`` decoded (``utf-8`` or ``utf-8-sig``), or an InputError naming the first byte that is not UTF-8."""
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), None, f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+                         "re-encode the file as UTF-8") from None  # fmt: skip
+
+
+def _decode(path: Path, data: bytes, lang: str) -> str:
+    """``data`` as text (see :func:`read_program`), or an InputError naming the byte that is not."""
+    encoding = "utf-8"
+    if lang == "python":
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as exc:  # bytes that are not UTF-8 in its first lines, an unknown coding line, ...
+            _utf8(path, data)  # the first: name the byte
+            raise InputError(str(path), None, f"has an encoding declaration Python refuses ({exc.msg})",
+                             "re-encode the file as UTF-8 and drop the coding line") from None  # fmt: skip
+        if encoding not in ("utf-8", "utf-8-sig"):
+            raise InputError(str(path), None, f"declares the encoding {encoding}; the sandbox runs UTF-8 text",
+                             "re-encode the file as UTF-8 and drop the coding line") from None  # fmt: skip
+    text = _utf8(path, data, encoding)
+    if "\0" in text:
+        raise InputError(str(path), None, f"contains a NUL byte at offset {data.index(0)}",
+                         "remove it: a program's text cannot hold one") from None  # fmt: skip
+    return text
 
 
 def _print(path: Path, result: ExecResult, backend: str, many: bool) -> None:
@@ -116,7 +153,9 @@ async def _run_one(sandbox: Sandbox, code: str, lang: str, timeout_s: float) -> 
 def run(args: argparse.Namespace) -> int:
     """Run the files; exit status 0 when every one ran to completion with status 0, else 1."""
     check_flag("--memory-mb", "sandbox.memory_mb", args.memory_mb)  # the error names the flag, not the key
-    programs = [(path, read_program(path)) for path in args.file]  # every input checked before anything runs
+    programs = [
+        (path, read_program(path, _lang(args, path))) for path in args.file
+    ]  # every input checked before anything runs
     cfg = SandboxConfig(
         backend=args.backend,
         timeout_s=args.timeout,
