@@ -26,6 +26,11 @@ long job, so that a bad ``--out`` fails in the first second, not after
 training), and :func:`refuse_overwrite` refuses an output that is one of the
 command's inputs (``tirl filter X --kept X``).
 
+:func:`staged_dir` is the same for a directory (a saved model, an export): the
+block fills a new hidden directory beside the target, and only a block that
+finishes is renamed into place, so an interrupted write leaves no partial
+directory (see its doc for what the swap of an existing one covers).
+
 Not covered: writes to network file systems without rename atomicity, and
 outputs larger than memory for device targets.
 """
@@ -35,6 +40,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -43,7 +49,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from tirl.errors import OutputError
+from tirl.errors import OutputError, describe
 
 
 def _umask() -> int:
@@ -226,6 +232,60 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
             ) from None
         raise
     _fsync_dir(real.parent)
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """Move ``final`` aside whole (into a new ``.NAME.old.*`` beside it), rename ``tmp`` to ``final``, drop the old."""
+    old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+    os.replace(final, old / final.name)  # the old one moves into the empty directory, whole
+    os.replace(tmp, final)  # a crash (or this rename failing) leaves no final, the old one in .NAME.old.*/NAME
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def staged_dir(
+    target: str | Path, *, replace: bool, fix: str = "give a path in a writable directory"
+) -> Iterator[Path]:
+    """A new directory beside ``target`` for the block to fill; it becomes ``target`` only if the block succeeds.
+
+    The directory is a hidden sibling (``.NAME.*``, from :func:`tempfile.mkdtemp`: the same parent, so the
+    same file system, and private while it is filled); on success it gets ``0o777 & ~umask``, is renamed to
+    ``target`` and the parent is fsynced. An exception in the block removes it and leaves ``target`` as it
+    was. The parent must exist (create it first if wanted); one that takes no new entry (read-only, ``/proc``,
+    permissions) is an :class:`OutputError` that names ``target`` and ends with ``fix``.
+
+    * ``replace=False`` (create-only): ``target`` must be missing or an empty directory (else
+      :class:`OutputError` before the block runs); the rename onto it is one atomic step. A ``target`` that
+      someone fills while the block runs makes the rename fail (:class:`OSError`), nothing is overwritten.
+    * ``replace=True``: an existing ``target`` (whatever it holds) is first moved whole into a new
+      ``.NAME.old.*`` beside it, then the new one renamed in, then the old one removed. ``target`` is
+      always the whole old directory or the whole new one, but not atomically: a crash (or a failed second
+      rename) between the two renames leaves no ``target`` and the old one as ``.NAME.old.*/NAME``.
+
+    Not covered: the files' own contents are not fsynced here (the writer's job: :func:`fsync_file`); a
+    ``target`` on another file system than its parent (a mount point) cannot be renamed onto; two writers
+    of the same ``target`` at once (with ``replace``, the later swap wins); hidden temporary directories
+    left by a killed process are not cleaned up.
+    """
+    final = Path(target)
+    if not replace and final.exists() and (not final.is_dir() or any(final.iterdir())):
+        raise _refuse(final, "exists and is not an empty directory", "give a new or empty directory")
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    except OSError as exc:  # the parent is missing, or exists but takes no new entry
+        problem = f"cannot write in {final.parent} ({exc.strerror or describe(exc)})"
+        raise OutputError(str(final), None, problem, fix) from None
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 is for the build only
+        if replace and final.exists():
+            _swap_in(tmp, final)
+        else:
+            os.rename(tmp, final)  # onto a missing or empty directory: atomic
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(final.parent)
 
 
 def write_text(path: str | Path, text: str) -> None:

@@ -14,14 +14,12 @@ Not covered: two ``tirl sft`` processes writing the same ``--out`` at once (the 
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tirl.errors import OutputError
+from tirl.fileio import staged_dir
 from tirl.models.tiny import save_policy
 
 #: the names a saved checkpoint may hold (the Hugging Face layout of any tokenizer, and the card)
@@ -74,20 +72,9 @@ def check_sft_out(out: Path) -> None:
 def save_sft_checkpoint(model: Any, tokenizer: Any, out: Path, write_card: Callable[[Path], None]) -> None:
     """Save the model, the tokenizer and the card (``write_card(directory)``) beside ``out``, then swap them in."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged_dir(out, replace=True, fix="give --out a path in a writable directory") as tmp:
         save_policy(model, tokenizer, tmp)
         write_card(tmp)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / "checkpoint")  # a directory moves into the empty one, whole
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 __all__ = ["CARD_MARK", "CHECKPOINT_FILES", "check_sft_out", "save_sft_checkpoint"]

@@ -95,12 +95,10 @@ def _describe(path: str, *, need_tools: bool) -> None:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    import os
-    import shutil
-    import tempfile
     from pathlib import Path
 
     from tirl.errors import InputError
+    from tirl.fileio import staged_dir
     from tirl.models.init import check_out
     from tirl.models.loading import load_policy
     from tirl.models.memory import export_merged, is_adapter_dir
@@ -115,15 +113,8 @@ def _merge(args: argparse.Namespace) -> int:
         )
     check_out(out)
     policy = load_policy(src, train_adapter=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged_dir(out, replace=False, fix="give --out a path in a writable directory") as tmp:
         export_merged(policy.model, policy.tokenizer, tmp)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     print(f"wrote {out}: {src} merged into its base model")
     return 0
 

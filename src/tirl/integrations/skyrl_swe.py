@@ -39,10 +39,7 @@ directory (docs/envs.md says how to convert one by hand).
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +50,7 @@ from tirl.envs.tasks.files import TaskFileSpec, row_messages
 from tirl.envs.tasks.swe_gen import KIND, RepoFields, repo_fields
 from tirl.envs.workspace import write_tree
 from tirl.errors import InputError, OutputError
-from tirl.fileio import check_output_dir
+from tirl.fileio import check_output_dir, staged_dir
 from tirl.types import Role
 
 __all__ = ["DATA_SOURCE", "ENV_CLASS", "METHODS", "Exported", "export_tasks", "swe_row_task"]
@@ -182,8 +179,7 @@ def export_tasks(tasks: Sequence[Task], out: str | Path) -> Exported:
     if not tasks:
         raise ValueError("no tasks to export")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with staged_dir(target, replace=False) as tmp:
         used: set[str] = set()
         skyrl_rows, native_rows = [], []
         for task in tasks:
@@ -193,16 +189,5 @@ def export_tasks(tasks: Sequence[Task], out: str | Path) -> Exported:
         for name, rows in (("skyrl.jsonl", skyrl_rows), ("swe-lite.jsonl", native_rows)):
             text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
             (tmp / name).write_text(text, encoding="utf-8")
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 is for the build only
-        os.rename(tmp, target)  # onto a missing or empty directory: atomic
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return Exported(out=target, skyrl_file=target / "skyrl.jsonl", swe_file=target / "swe-lite.jsonl",
                     tasks=len(tasks))  # fmt: skip
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

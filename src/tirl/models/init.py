@@ -29,9 +29,6 @@ user data.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +36,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch, tokenizers and transformers load in the builders: `tirl model --help` stays fast
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from tirl.errors import ConfigError, OutputError, describe
+from tirl.errors import ConfigError, OutputError
+from tirl.fileio import staged_dir
 from tirl.models.corpus import CORPORA, corpus_lines
 from tirl.models.template import ADDED_TOKENS, CHAT_TEMPLATE, EOS, EOT, SPECIAL_TOKENS
 
@@ -202,18 +200,7 @@ def init_model(spec: ModelSpec, out: str | Path) -> Path:
     check_out(path)
     tokenizer = spec_tokenizer(spec)
     model = build_model(spec, tokenizer)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    except OSError as exc:  # the parent exists but takes no new entry (read-only, /proc, permissions)
-        problem = f"cannot write in {path.parent} ({exc.strerror or describe(exc)})"
-        raise OutputError(str(path), None, problem, "give --out a path in a writable directory") from None
-    try:
+    with staged_dir(path, replace=False, fix="give --out a path in a writable directory") as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        if path.exists():
-            path.rmdir()  # empty (checked above)
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
