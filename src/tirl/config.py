@@ -55,6 +55,7 @@ class ModelConfig:
     vllm_max_model_len: int | None = None  # generator=vllm: context length; None: generation.max_total_tokens
 
     def __post_init__(self) -> None:
+        _check(self.path is None or self.path.strip() != "", "model.path", self.path, "name a model directory")
         _check(self.generator != "openai" or bool(self.base_url), "model.base_url", self.base_url,
                "generator=openai needs a server, e.g. --base-url http://127.0.0.1:8000/v1")  # fmt: skip
         device = self.device.strip().lower()

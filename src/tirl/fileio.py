@@ -108,6 +108,8 @@ def check_output(path: str | Path) -> Path:
 def check_output_dir(path: str | Path) -> Path:
     """A directory tirl may write into (existing or creatable), or :class:`OutputError` — checked before a long job."""
     target = Path(path)
+    if str(path) == "":  # Path("") is the current directory
+        raise _refuse(target, "the output directory is empty", "give a directory path")
     real = Path(os.path.realpath(target))
     _existing_parent(real)
     if real.exists() and not real.is_dir():

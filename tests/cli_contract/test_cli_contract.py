@@ -343,3 +343,21 @@ def test_sandbox_exec_runs_a_utf8_file_with_a_bom_as_python_does(capsys, tmp_pat
     assert out.code == 0, out
     assert out.out.splitlines()[0] == "caf\u00e9"
     assert "--- exit 0" in out.out
+
+
+def test_an_empty_model_path_is_refused(capsys, tmp_path):
+    """``--set model.path=`` was accepted and `tirl eval` then loaded the current directory as the model."""
+    assert_refused(run_cli(capsys, "config", "show", "--set", "model.path="), "model.path", "name a model directory")
+    assert_refused(run_cli(capsys, "eval", "--set", "model.path=  "), "model.path")
+
+
+def test_tasks_export_refuses_env_name_in_set(capsys, tmp_path):
+    """``--set env.name=tir-chain`` was overridden by --env without a word: swe-lite tasks were written, exit 0."""
+    out = run_cli(capsys, "tasks", "export", "--out", str(tmp_path / "t"), "--set", "env.name=tir-chain")
+    assert_refused(out, "--set env.name", "use --env NAME")
+    assert not (tmp_path / "t").exists()
+
+
+def test_an_empty_output_directory_is_refused(capsys, tmp_path):
+    """``--out ''`` was read as the current directory ("exists and is not an empty directory")."""
+    assert_refused(run_cli(capsys, "tasks", "export", "--out", ""), "the output directory is empty")

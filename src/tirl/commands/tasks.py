@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--n {args.n}: export at least one task — use --n 1 or more")
     check_flag("--n", "env.eval_size", args.n)  # 1 to 1,000,000 (99999999999 ran without end)
     check_flag("--seed", "env.seed", args.seed)  # the env's seed range, as tirl eval --seed
+    if any(o.split("=", 1)[0].strip() == "env.name" for o in args.overrides):  # --env's value would win silently
+        raise ConfigError("--set env.name: tirl tasks export names its env with --env — use --env NAME")
     env = resolve_config(None, [*args.overrides, f"env.name={args.env}"]).config.env
     if env.tasks_file:
         from tirl.envs.tasks.swe_gen import load_swe_tasks
