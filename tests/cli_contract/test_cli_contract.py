@@ -361,3 +361,14 @@ def test_tasks_export_refuses_env_name_in_set(capsys, tmp_path):
 def test_an_empty_output_directory_is_refused(capsys, tmp_path):
     """``--out ''`` was read as the current directory ("exists and is not an empty directory")."""
     assert_refused(run_cli(capsys, "tasks", "export", "--out", ""), "the output directory is empty")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "advice"),
+    [("--max-output-chars", "10", "use a value in 64.."), ("--timeout", "100000", "use a value in (0, 86_400]")],
+)
+def test_sandbox_exec_flags_have_their_config_bounds(capsys, tmp_path, flag, value, advice):
+    """--max-output-chars 10 passed the parser (1..1048576), then the config refused it naming its key."""
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    assert_refused(run_cli(capsys, "sandbox", "exec", flag, value, program), f"{flag} ", advice)
