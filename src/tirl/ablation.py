@@ -66,6 +66,7 @@ from tirl.ablation_stats import (
     reward_auc,
 )
 from tirl.errors import ConfigError, SetupError
+from tirl.trainer import run_files
 
 MODES: tuple[str, ...] = ("off", "mask", "drop", "penalize", "roc")
 RATIO_SPIKE = 3.0  # a step whose max IS ratio exceeds this has a ratio spike (the dual-clip bound)
@@ -318,7 +319,7 @@ def run_ablation(
             if before is not None:  # same policy, same tasks, greedy: the before-eval is shared
                 (run_dir / "eval_before.json").write_bytes(before.read_bytes())
             t0 = time.perf_counter()
-            _train(run_dir, plan.overrides(mode, seed), run_dir / "train.log")
+            _train(run_dir, plan.overrides(mode, seed), run_dir / run_files.ARM_LOG)
             result = read_run(run_dir, mode, seed, time.perf_counter() - t0)
             before = before or run_dir / "eval_before.json"
             results.append(result)

@@ -47,6 +47,55 @@ def test_report_out_directory_or_under_a_file(capsys, tmp_path, where):
     assert_refused(run_cli(capsys, "report", run, "--out", target), str(target))
 
 
+def _full_run(tmp_path: Path) -> Path:
+    """A run directory with what `tirl train` writes (the files the report must never replace)."""
+    run = _run_dir(tmp_path)
+    for name in ("config.json", "eval_before.json", "summary.json", "config_notes.json"):
+        (run / name).write_text('{"x": 1}\n', encoding="utf-8")
+    (run / "tb").mkdir()
+    (run / "tb" / "events.out.tfevents.1.host").write_bytes(b"event")
+    (run / "checkpoints" / "step-1").mkdir(parents=True)
+    (run / "checkpoints" / "step-1" / "state.json").write_text('{"step": 1}\n', encoding="utf-8")
+    (run / ".lock").write_text("123\n", encoding="utf-8")
+    return run
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "config.json", "eval_before.json", "summary.json", "metrics.jsonl", ".lock", "config_notes.json",
+        "eval_after.json", "metrics.jsonl.torn", "tb/events.out.tfevents.1.host", "tb/new.html",
+        "checkpoints/step-1/state.json", "checkpoints/step-1/new.html", "checkpoints/new.html",
+        "tb/../config.json", "link-to-config", "link-to-checkpoint/new.html",
+    ],
+)  # fmt: skip
+def test_report_out_never_writes_into_the_run(capsys, tmp_path, target):
+    """``--out RUN/config.json`` (or under checkpoints/ or tb/) replaced the run's file with HTML, exit 0."""
+    run = _full_run(tmp_path)
+    os.symlink(run / "config.json", tmp_path / "link-to-config")
+    os.symlink(run / "checkpoints" / "step-1", tmp_path / "link-to-checkpoint")
+    before = _snapshot(run)
+    out = tmp_path / target if target.startswith("link") else run / target
+    outcome = run_cli(capsys, "report", run, "--out", out)
+    assert_refused(outcome, f"{out}: --out ", f"write the report to {run}/report.html or outside the run")
+    assert _snapshot(run) == before
+
+
+def test_report_out_may_be_a_new_name_at_the_top_of_the_run(capsys, tmp_path):
+    run = _full_run(tmp_path)
+    before = _snapshot(run)
+    for given in (run / "report-2.html", run / "tb" / ".." / "report-3.html", None):
+        outcome = run_cli(capsys, "report", run, *(["--out", given] if given else []))
+        assert outcome.code == 0, outcome.err
+    after = _snapshot(run)
+    assert sorted(set(after) - set(before)) == ["report-2.html", "report-3.html", "report.html"]
+    assert all(after[name] == data for name, data in before.items())
+
+
 def test_diagnose_bundle_under_a_file(capsys, tmp_path):
     run = _run_dir(tmp_path)
     target = run / "metrics.jsonl" / "b.md"

@@ -110,21 +110,58 @@ def test_report_shows_void_drift_with_its_onset(tmp_path: Path) -> None:
 
 
 def test_missing_parts_are_reported_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert main(["report", str(empty)]) == 0
-    page = (empty / "report.html").read_text()
-    assert "metrics.jsonl is absent" in page and "pipeline_trace.jsonl is absent" in page
-    assert "trajectories.jsonl is absent" in page and "<img" not in page
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    write_jsonl(partial / "metrics.jsonl", tirl_log(seed=1, inject="void_leak"))
+    capsys.readouterr()
+    assert main(["report", str(partial)]) == 0
+    assert capsys.readouterr().err == ""  # an absent part is said in the page, not warned about
+    page = (partial / "report.html").read_text()
+    assert "pipeline_trace.jsonl is absent" in page and "trajectories.jsonl is absent" in page
+
+
+def test_an_unreadable_part_is_one_warning_line_per_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The error was only inside the HTML: exit 0 and a silent stderr for a corrupt metrics line or a torn file."""
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "metrics.jsonl").write_text('{"epoch": 1}\n')
     (broken / "pipeline_trace.jsonl").write_text('{"t": 0}\n')
-    (broken / "summary.json").write_text("{not json")
-    page = write_report(broken).read_text()
+    (broken / "summary.json").write_text("{not json")  # read by two sections, warned about once
+    (broken / "trajectories.jsonl").write_text('{"id": "a", "messages": []}\n{"id": "b", "mess')  # torn
+    capsys.readouterr()
+    assert main(["report", str(broken)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4 and all(line.startswith(f"warning: {broken}/") for line in err), err
+    named = sorted(line.split(": ", 2)[1].split(":")[0].rsplit("/", 1)[1] for line in err)
+    assert named == ["metrics.jsonl", "pipeline_trace.jsonl", "summary.json", "trajectories.jsonl"]
+    assert any(f"{broken}/trajectories.jsonl:2: not valid JSON" in line for line in err)
+    page = (broken / "report.html").read_text()
     assert "could not read" in page and "keys found: epoch" in page and "not valid JSON" in page
-    assert main(["report", str(tmp_path / "nope")]) == 2
-    assert "not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [("empty", "holds no run: none of metrics.jsonl, pipeline_trace.jsonl, trajectories.jsonl, summary.json, tb/"),
+     ("notes", "holds no run: none of metrics.jsonl"), ("missing", "does not exist"), ("file", "is not a directory")],
+)  # fmt: skip
+def test_a_path_without_a_run_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: str, problem: str
+) -> None:
+    """An empty directory (or one with only notes.txt) gave exit 0 and an all-absent report; a missing path
+    was "not a directory"."""
+    path = tmp_path / make
+    if make in ("empty", "notes"):
+        path.mkdir()
+    if make == "notes":
+        (path / "notes.txt").write_text("hi")
+    if make == "file":
+        path.write_text("hi")
+    capsys.readouterr()
+    assert main(["report", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: {problem}"), err
+    assert err[0].endswith(" — give a run directory written by tirl train")
+    assert not (path / "report.html").exists() and not (tmp_path / "report.html").exists()
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (make sysdeps installs it)")

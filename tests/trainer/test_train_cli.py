@@ -14,6 +14,7 @@ from tests.tiny_run import save_tiny_model
 
 from tirl.cli import main
 from tirl.models.kernels import build_line
+from tirl.trainer import run_files
 from tirl.trainer.logging import REQUIRED_METRICS, read_metrics
 
 TIRL = [sys.executable, "-m", "tirl.cli"]
@@ -83,6 +84,8 @@ def test_train_writes_the_run_directory_and_eval_reads_the_checkpoint(model_dir:
     assert [r["step"] for r in read_metrics(run_dir)] == [1, 2, 3]
     assert (run_dir / "eval_before.json").read_text() == before
     assert json.loads((run_dir / "config.json").read_text())["trainer"]["steps"] == 3
+    unlisted = [p.name for p in run_dir.iterdir() if not run_files.is_run_file(p.name) and p.name != run_files.REPORT]
+    assert unlisted == []  # `tirl report --out` protects what the run wrote by this list: it must name every file
 
 
 def test_config_file_sets_the_run(model_dir: Path, tmp_path: Path, capsys) -> None:

@@ -46,6 +46,7 @@ from tirl.fileio import check_output_dir, write_text
 from tirl.jsonl import read_json
 from tirl.models.kernels import PORTABLE_ENV, pin_portable
 from tirl.models.precision import check_training_precision
+from tirl.trainer import run_files
 from tirl.trainer.preflight import anchor_paths, answer_format_warning, context_warning, preflight, run_label
 from tirl.trainer.run_lock import LOCK_NAME, hold_run_dir
 
@@ -198,7 +199,7 @@ def pin_kernels(cfg: TirlConfig) -> None:
     pin_portable("trainer.kernels=portable")
 
 
-NOTES_FILE = "config_notes.json"
+NOTES_FILE = run_files.NOTES
 
 
 def read_saved_notes(run_dir: Path) -> list[str]:

@@ -30,7 +30,7 @@ from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, load_trace
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines
-from tirl.errors import TirlError
+from tirl.errors import InputError, TirlError
 from tirl.fileio import write_text
 from tirl.jsonl import JSONProblem, parse_json
 
@@ -356,12 +356,7 @@ def _edits_table(edits: dict[str, Any] | None) -> str:
 
 
 def _summary_section(path: Path) -> str:
-    try:
-        data = parse_json(path.read_bytes())
-    except JSONProblem as exc:
-        return f"<h2>Summary</h2><p class='missing'>summary.json is not valid JSON: {html.escape(str(exc))}</p>"
-    if not isinstance(data, dict):
-        return "<h2>Summary</h2><p class='missing'>summary.json is not an object</p>"
+    data = _read_summary(path)
     scalars = {k: v for k, v in data.items() if not isinstance(v, dict | list)}
     rest = {k: v for k, v in data.items() if k not in scalars}
 
@@ -377,21 +372,28 @@ def _summary_section(path: Path) -> str:
 
 def _read_summary(path: Path) -> dict[str, Any]:
     try:
-        data = parse_json(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, JSONProblem) as exc:
-        raise TirlError(f"{path}: {exc}") from None
-    return data if isinstance(data, dict) else {}
+        data = parse_json(path.read_bytes())  # JSONProblem names bytes that are not UTF-8
+    except OSError as exc:
+        raise InputError(str(path), None, f"cannot be read ({exc.strerror or exc})", "check its permissions") from None
+    except JSONProblem as exc:
+        raise InputError(str(path), None, str(exc), "the file must hold one JSON object") from None
+    if not isinstance(data, dict):
+        raise InputError(str(path), None, f"is not an object but {type(data).__name__}", "restore it from the run")
+    return data
 
 
-def _guard(title: str, make: Any) -> str:
+def _guard(title: str, name: str, make: Any, problems: dict[str, str]) -> str:
+    """Section ``title`` from ``make()``; a file it cannot read (``name``) is a notice, and once in ``problems``."""
     try:
         return str(make())
     except TirlError as exc:
+        problems.setdefault(name, f"{exc} (left out of the report; the rest is written)")
         return f"<h2>{html.escape(title)}</h2><p class='missing'>could not read: {html.escape(str(exc))}</p>"
 
 
-def render_report(run_dir: Path) -> str:
-    """The report's HTML text."""
+def render_report(run_dir: Path, problems: dict[str, str] | None = None) -> str:
+    """The report's HTML text; each file a section could not read is named in ``problems`` (file name: why)."""
+    problems = {} if problems is None else problems
     present = {name: (run_dir / name).exists() for name in FILES}
     listing = "".join(
         f"<li>{html.escape(n)}: {'present' if ok else '<span class=missing>absent</span>'} — {html.escape(FILES[n])}"
@@ -401,15 +403,16 @@ def render_report(run_dir: Path) -> str:
     )
     parts = [f"<h1>tirl run report: {html.escape(str(run_dir))}</h1><ul>{listing}</ul>"]
     if present["summary.json"]:
-        parts.append(_summary_section(run_dir / "summary.json"))
-        parts.append(_guard("Evaluation", lambda: _eval_section(_read_summary(run_dir / "summary.json"))))
+        summary = run_dir / "summary.json"
+        parts.append(_guard("Summary", summary.name, lambda: _summary_section(summary), problems))
+        parts.append(_guard("Evaluation", summary.name, lambda: _eval_section(_read_summary(summary)), problems))
     if present["metrics.jsonl"]:
 
         def training() -> str:
             log = load_metrics(run_dir / "metrics.jsonl")
             return _training_section(log, diagnose_training(log))
 
-        parts.append(_guard("Training", training))
+        parts.append(_guard("Training", "metrics.jsonl", training, problems))
     else:
         parts.append("<h2>Training</h2><p class='missing'>metrics.jsonl is absent: no training plots.</p>")
     if present["pipeline_trace.jsonl"]:
@@ -419,11 +422,12 @@ def render_report(run_dir: Path) -> str:
             diag = diagnose_pipeline(rows, str(run_dir / "pipeline_trace.jsonl"))
             return _pipeline_section(rows, diag, _cpu_generator(run_dir))
 
-        parts.append(_guard("Pipeline", pipeline))
+        parts.append(_guard("Pipeline", "pipeline_trace.jsonl", pipeline, problems))
     else:
         parts.append("<h2>Pipeline</h2><p class='missing'>pipeline_trace.jsonl is absent: no queue plots.</p>")
     if present["trajectories.jsonl"]:
-        parts.append(_guard("Trajectory audit", lambda: _audit_section(run_dir / "trajectories.jsonl")))
+        audit = run_dir / "trajectories.jsonl"
+        parts.append(_guard("Trajectory audit", audit.name, lambda: _audit_section(audit), problems))
     else:
         parts.append("<h2>Trajectory audit</h2><p class='missing'>trajectories.jsonl is absent: no audit.</p>")
     if present["tb"]:
@@ -439,10 +443,13 @@ def render_report(run_dir: Path) -> str:
     )
 
 
-def write_report(run_dir: Path, out: Path | None = None) -> Path:
-    """Write ``run_dir/report.html`` (or ``out``) and return its path; ``tirl train`` calls this at the end."""
+def write_report(run_dir: Path, out: Path | None = None, *, problems: dict[str, str] | None = None) -> Path:
+    """Write ``run_dir/report.html`` (or ``out``) and return its path; ``tirl train`` calls this at the end.
+
+    ``problems``: filled with one line per file a section could not read (``tirl report`` prints them).
+    """
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / "report.html"
-    html_text = render_report(run_dir)
+    html_text = render_report(run_dir, problems)
     write_text(target, html_text)  # atomic, unique temp name, through links and devices
     return target

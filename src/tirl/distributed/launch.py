@@ -64,6 +64,7 @@ from tirl.distributed.ddp import (
     stop_followers,
 )
 from tirl.errors import SetupError
+from tirl.trainer import run_files
 from tirl.trainer.learner import Learner
 
 INIT_TIMEOUT_S = 300.0
@@ -138,7 +139,7 @@ class LocalRanks:
         fd, world.config_file = tempfile.mkstemp(prefix="tirl-dist-", suffix=".json")
         with os.fdopen(fd, "w") as fh:  # the config crosses the process boundary losslessly (config_from_dict)
             json.dump(config_to_dict(cfg), fh)
-        logs = world.run_dir / "ranks"
+        logs = world.run_dir / run_files.RANKS
         logs.mkdir(parents=True, exist_ok=True)
         for rank in range(1, nproc):
             cmd = [sys.executable, "-m", "tirl.distributed.follower", "--rank", str(rank), "--world", str(nproc)]

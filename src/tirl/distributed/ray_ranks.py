@@ -55,6 +55,7 @@ from tirl.distributed.ddp import (
 from tirl.distributed.follower import read_rank_config, serve
 from tirl.distributed.ray_backend import connect, ray_module
 from tirl.errors import SetupError, TirlError
+from tirl.trainer import run_files
 from tirl.trainer.learner import Learner
 
 
@@ -159,7 +160,7 @@ def train_on_ray(
 
     gpu = backend_for(cfg.model.device) == "nccl"
     outcome = ray.remote(Outcome).options(num_cpus=0).remote()
-    logs = Path(run_dir) / "ranks"
+    logs = Path(run_dir) / run_files.RANKS
     logs.mkdir(parents=True, exist_ok=True)
     trainer = TorchTrainer(
         rank_main,

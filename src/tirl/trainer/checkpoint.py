@@ -57,6 +57,7 @@ from transformers.utils import logging as hf_logging
 from tirl.errors import InputError, OutputError
 from tirl.fileio import fsync_file
 from tirl.jsonl import JSONProblem, parse_json
+from tirl.trainer import run_files
 from tirl.trainer.train_state import DamagedState, RngState, TrainingState, read_training_state, write_training_state
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -128,7 +129,7 @@ def save_checkpoint(
 
     Out of space: nothing is left behind and :class:`~tirl.errors.OutputError` says so.
     """
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / run_files.CHECKPOINTS
     tmp = root / f".tmp-step-{step}-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -197,7 +198,7 @@ def _read_entry(child: Path, step: int) -> Checkpoint | Skipped:
 
 def step_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
     """``(step, path)`` of every ``checkpoints/step-N`` entry of a run, by step (nothing inside is read)."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / run_files.CHECKPOINTS
     if not root.is_dir():
         return []
     found = ((_STEP_DIR.match(child.name), child) for child in root.iterdir())

@@ -36,6 +36,7 @@ from typing import IO, Any, Protocol
 
 from tirl.fileio import atomic_write
 from tirl.jsonl import JSONProblem, parse_json, read_jsonl
+from tirl.trainer import run_files
 from tirl.types import Trajectory
 
 # The metric names every step carries (a skipped step has them with null values).
@@ -97,7 +98,7 @@ def _keep_lines(path: Path, keep: int) -> None:
             if isinstance(step, int) and step <= keep:
                 kept.append(line)
     if damaged:
-        torn = path.with_name(path.name + ".torn")
+        torn = path.with_name(path.name + run_files.TORN)
         with torn.open("a", encoding="utf-8") as out:
             out.writelines(damaged)
             out.flush()
@@ -128,7 +129,7 @@ def _wait_past_event_files(tb_dir: Path) -> None:
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The complete lines of ``run_dir/metrics.jsonl``, in order."""
-    path = Path(run_dir) / "metrics.jsonl"
+    path = Path(run_dir) / run_files.METRICS
     if not path.exists():
         return []
     return [row for _, row in read_jsonl(path, torn_tail=True, objects=True)]
@@ -175,8 +176,8 @@ class RunLogger:
         self.sinks = list(sinks)
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.metrics_path = self.run_dir / "metrics.jsonl"
-        self.trajectories_path = self.run_dir / "trajectories.jsonl"
+        self.metrics_path = self.run_dir / run_files.METRICS
+        self.trajectories_path = self.run_dir / run_files.TRAJECTORIES
         if resume_step > 0 or self.metrics_path.exists():
             _keep_lines(self.metrics_path, resume_step)
             _keep_lines(self.trajectories_path, resume_step)
@@ -187,12 +188,12 @@ class RunLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            _wait_past_event_files(self.run_dir / "tb")
+            _wait_past_event_files(self.run_dir / run_files.TB)
             self._prev_hook = threading.excepthook  # before the writer: its thread writes the first event at once
             self._hook = threading.excepthook = _quiet_event_writer_errors(self._prev_hook)
             try:
                 self._tb = SummaryWriter(
-                    log_dir=str(self.run_dir / "tb"), purge_step=resume_step + 1 if resume_step > 0 else None
+                    log_dir=str(self.run_dir / run_files.TB), purge_step=resume_step + 1 if resume_step > 0 else None
                 )
             except BaseException:
                 self.close()  # the files, and the thread hook back
@@ -247,7 +248,7 @@ def log_eval_scalars(run_dir: str | Path, points: Sequence[tuple[int, dict[str, 
     """
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), filename_suffix=".eval")
+    writer = SummaryWriter(log_dir=str(Path(run_dir) / run_files.TB), filename_suffix=".eval")
     try:
         for step, record in points:
             for key in ("accuracy", "mean_turns"):

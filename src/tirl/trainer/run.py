@@ -53,6 +53,7 @@ from tirl.integrations.wandb_sink import metric_sinks
 from tirl.jsonl import read_json
 from tirl.models.kernels import build_line
 from tirl.rollout.evaluation import EvalReport, PairedChange, TaskOutcome
+from tirl.trainer import run_files
 from tirl.trainer.checkpoint import ResumePoint, resume_point, warn_skipped
 from tirl.trainer.failfast import failed_error, summarize_failures
 from tirl.trainer.learner import RankGroup, build_learner, load_reference
@@ -129,7 +130,7 @@ def find_resume(run_dir: Path, checkpoint_every: int = 1, steps: int | None = No
     point = resume_point(run_dir)
     if point is None:
         logged = max((r["step"] for r in read_metrics(run_dir) if isinstance(r.get("step"), int)), default=0)
-        if logged > checkpoint_every or (run_dir / "summary.json").exists():
+        if logged > checkpoint_every or (run_dir / run_files.SUMMARY).exists():
             raise InputError(str(run_dir), None, f"has no checkpoint, but it logged step {logged} (a checkpoint "
                              f"every {checkpoint_every} steps): its checkpoints are missing; nothing was changed",
                              "restore checkpoints/ from a copy, or start a new run with --run-dir")  # fmt: skip
@@ -137,7 +138,7 @@ def find_resume(run_dir: Path, checkpoint_every: int = 1, steps: int | None = No
         return ResumeFrom(None)
     ckpt = point.checkpoint
     if steps is not None and ckpt.step >= steps:
-        if (run_dir / "summary.json").exists():
+        if (run_dir / run_files.SUMMARY).exists():
             more = f"tirl train --resume {run_dir} --steps {ckpt.step + 10}"
             raise InputError(str(run_dir), None, f"finished: its last checkpoint is step {ckpt.step} of "
                              f"trainer.steps={steps} and its summary is written; nothing was changed",
@@ -190,12 +191,12 @@ class TrainingRun:
         if self.resume and self.resume_from is None:  # before anything is written: a refusal changes nothing
             self.resume_from = find_resume(self.run_dir, cfg.trainer.checkpoint_every, cfg.trainer.steps)
         start = self.resume_from
-        _write_json(self.run_dir / "config.json", config_to_dict(cfg))
+        _write_json(self.run_dir / run_files.CONFIG, config_to_dict(cfg))
         self.tasks = TaskSets(cfg)  # a bad task-file row is an error before the model loads (minutes on a GPU)
         self.parts = parts = build_parts(
             cfg,
             model_path=start.model_dir if start else None,
-            trace_path=str(self.run_dir / "pipeline_trace.jsonl"),
+            trace_path=str(self.run_dir / run_files.TRACE),
         )
         if isinstance(parts.generator, Startable):  # remote generators: check URL, key and model up front
             await parts.generator.start()
@@ -245,7 +246,7 @@ class TrainingRun:
         """Evaluation before, the steps, evaluation after; returns the evaluation part of the summary."""
         assert self.trainer is not None, "setup() first"
         tc = self.cfg.trainer
-        before_path = self.run_dir / "eval_before.json"
+        before_path = self.run_dir / run_files.EVAL_BEFORE
         if tc.eval_before_after and not before_path.exists():
             _write_json(before_path, await self.evaluate("before training"))
         await self.trainer.run()
@@ -285,7 +286,7 @@ class TrainingRun:
         summary["skipped_updates"] = sum(int(r.get("train/skipped_updates") or 0) for r in rows)
         summary["time/total_s"] = time.perf_counter() - started
         summary["built_with"] = build_line()  # the kernels the figures repeat on to the digit (tirl.models.kernels)
-        _write_json(self.run_dir / "summary.json", summary)
+        _write_json(self.run_dir / run_files.SUMMARY, summary)
         report = write_report(self.run_dir)
         if report:
             summary["report"] = report

@@ -26,8 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tirl.errors import InputError
+from tirl.trainer import run_files
 
-LOCK_NAME = ".lock"
+LOCK_NAME = run_files.LOCK
 _held: dict[str, list[int]] = {}  # lock path -> [fd, depth]: flock is per open file, so one fd per process
 
 
