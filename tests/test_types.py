@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tirl.types import Message, Role, Trajectory
 
 
@@ -42,3 +44,16 @@ def test_defaults_are_not_written_and_legacy_info_keys_are_read() -> None:
     assert (old.correct, old.policy_version, old.void, old.loss_weight) == (False, 7, True, 0.0)
     odd = Trajectory.from_dict({"id": "z", "messages": [], "correct": "yes", "void_turns": "1", "loss_weight": "x"})
     assert (odd.correct, odd.void_turns, odd.loss_weight) == (None, [], 1.0)  # wrong types: ignored, not trusted
+
+
+@pytest.mark.parametrize(("field", "value"), [("info", 5), ("info", [1]), ("info", "x"), ("error", {"m": 1})])
+def test_an_optional_field_of_the_wrong_type_is_refused(field: str, value: object) -> None:
+    """``"info": 5`` was kept as the info "dict" and crashed the audit (AttributeError: 'int' ... 'get')."""
+    with pytest.raises(ValueError, match=f"'{field}' must be"):
+        Trajectory.from_dict({"id": "x", "messages": [], field: value})
+
+
+def test_null_or_absent_info_and_error_read_as_empty() -> None:
+    for extra in ({}, {"info": None, "error": None}, {"info": {}}):
+        traj = Trajectory.from_dict({"id": "x", "messages": [], **extra})
+        assert traj.info == {} and traj.error is None

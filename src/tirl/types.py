@@ -287,8 +287,15 @@ class Trajectory:
         term = data.get("termination")
         traj_id = data.get("id", default_id)
         group = data.get("group")
-        info = data.get("info") or {}
-        legacy = info if isinstance(info, dict) else {}  # files written before these fields were typed
+        info = data.get("info")
+        if info is None:
+            info = {}
+        elif not isinstance(info, dict):  # "info": 5 crashed every reader that looks inside it
+            raise ValueError(f"'info' must be an object or null, got {type(info).__name__}")
+        error = data.get("error")
+        if error is not None and not isinstance(error, str):
+            raise ValueError(f"'error' must be a string or null, got {type(error).__name__}")
+        legacy = info  # files written before these fields were typed keep them in info
         correct = data.get("correct", legacy.get("correct"))
         version = data.get("policy_version", legacy.get("policy_version", 0))
         void_turns = data.get("void_turns", legacy.get("void_turns"))
@@ -300,7 +307,7 @@ class Trajectory:
             reward=None if reward is None else float(reward),
             answer=None if answer is None else str(answer),
             termination=TerminationReason(str(term)) if term in TerminationReason._value2member_map_ else None,
-            error=data.get("error"),
+            error=error,
             policy_version=int(version) if isinstance(version, int | float) else 0,
             correct=correct if isinstance(correct, bool) else None,
             void=bool(data.get("void", legacy.get("void", False))),

@@ -87,6 +87,27 @@ def test_deep_or_long_number_line_is_refused_with_its_line(capsys, tmp_path, lin
     assert_refused(run_cli(capsys, *argv), f"{path}:2")
 
 
+@pytest.mark.parametrize("info", ["5", "[1]", '"x"'])
+@pytest.mark.parametrize("command", ["filter", "audit", "report"])
+def test_an_info_that_is_not_an_object_names_its_line(capsys, tmp_path, info, command):
+    """``"info": 5`` crashed audit and report (AttributeError in audit_verdicts) and filter accepted it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "trajectories.jsonl"
+    path.write_text(json.dumps(TRAJ) + "\n" + json.dumps(TRAJ)[:-1] + f', "info": {info}}}\n', encoding="utf-8")
+    argv = {"filter": ["filter", path, "--verdicts", tmp_path / "v.jsonl"], "audit": ["audit", path]}
+    out = run_cli(capsys, *argv.get(command, ["report", run]))
+    if command != "report":
+        assert_refused(out, f"{path}:2: 'info' must be an object or null")
+        assert not (tmp_path / "v.jsonl").exists()
+        return
+    assert out.code == 0 and "Traceback" not in out.err, out.err  # the rest of the run is still reported
+    lines = out.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"warning: {path}:2: 'info' must be an object or null, got "), lines
+    assert lines[0].endswith("(left out of the report; the rest is written)")
+    assert "could not read" in (run / "report.html").read_text(encoding="utf-8")
+
+
 # ------------------------------------------------------------------ arguments
 def test_serve_port_out_of_range(capsys):
     assert_refused(run_cli(capsys, "serve", "--port", "99999"), "--port", "99999")

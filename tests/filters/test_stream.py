@@ -77,7 +77,8 @@ def valid_record(rng: random.Random, i: int) -> dict[str, Any]:
         "reward": [0.0, 1, BIG, -BIG, True, None, 1e300],
         "termination": ["void", "answer", "nope", 3, None, "void"],
         "group": ["g", BIG, 2.5, None],
-        "info": [{}, {"loss_weight": BIG}, {"deep": [[[[{"a": 1}]]]]}, "x", [1, 2]],
+        "info": [{}, {"loss_weight": BIG}, {"deep": [[[[{"a": 1}]]]]}, None],
+        "error": ["env.step failed", "", None],
         "loss_weight": [1.0, 0, BIG],
         "policy_version": [3, BIG, 2.5],
     }.items():
@@ -188,9 +189,13 @@ BAD = {
     "message not an object": '{"messages": ["hi"]}',
     "reward a string": '{"messages": [], "reward": "1"}',
     "unhashable termination": '{"messages": [], "termination": ["void"]}',
+    "info a number": '{"messages": [], "info": 5}',
+    "info a list": '{"messages": [], "info": [1]}',
+    "info a string": '{"messages": [], "info": "x"}',
+    "error not a string": '{"messages": [], "error": {"msg": "x"}}',
     "reward too large for a float": '{"messages": [], "reward": ' + "9" * 400 + "}",
     "too many digits": '{"messages": [], "x": ' + "9" * 5000 + "}",
-    "deep in an extra field": '{"messages": [], "info": ' + _deep(64) + "}",
+    "deep in an extra field": '{"messages": [], "extra": ' + _deep(64) + "}",
     "deep in a message": '{"messages": [{"role": "user", "content": "x", "meta": ' + _deep(62) + "}]}",
     "deep in arguments": '{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": '
     '{"name": "f", "arguments": ' + _deep(59) + "}}]}]}",
@@ -215,7 +220,7 @@ def test_a_bad_line_gives_the_reference_error(tmp_path: Path, name: str) -> None
 
 def test_depth_at_the_limit_is_accepted(tmp_path: Path) -> None:
     lines = [
-        '{"messages": [], "info": ' + _deep(63) + "}",
+        '{"messages": [], "extra": ' + _deep(63) + "}",
         '{"messages": [{"role": "user", "content": "x", "meta": ' + _deep(61) + "}]}",
     ]
     assert assert_same(write_lines(tmp_path / "in.jsonl", lines)).trajectories == 2
