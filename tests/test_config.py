@@ -31,7 +31,7 @@ def test_toml_then_overrides(tmp_path: Path) -> None:
         ("algo.group_size=1", "algo.group_size=1 is invalid: group-relative advantages need >= 2"),
         ("filter.mode=sometimes", "choose one of drop, mask, off"),
         ("algo.lr=fast", "algo.lr='fast' is invalid: use a number"),
-        ("algo.clip_hi=0.3", "did you mean 'clip_high'"),
+        ("algo.clip_hi=0.3", "did you mean 'algo.clip_high'"),
         ("trainer.steps=2.5", "use an integer"),
         ("nosuch.key=1", "unknown config key 'nosuch'"),
         ("algo", "is not key=value"),

@@ -19,24 +19,18 @@ import math
 import tomllib
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from tirl.config_notes import unused_settings
 from tirl.config_ranges import check_section
-from tirl.errors import ConfigError
-
-
-def _show(value: Any) -> str:
-    """``repr(value)``, cut to 60 characters (a 5000-digit value must not flood the error line)."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}...({len(text)} characters)"
+from tirl.errors import ConfigError, show_value
 
 
 def _check(cond: bool, key: str, value: Any, fix: str) -> None:
     if not cond:
-        raise ConfigError(f"config {key}={_show(value)} is invalid: {fix}")
+        raise ConfigError(f"config {key}={show_value(value)} is invalid: {fix}")
 
 
 @dataclass
@@ -348,18 +342,18 @@ def _coerce(value: Any, tp: Any, key: str, text: bool = True) -> Any:
                 return _coerce(value, arg, key, text)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"config {key}={_show(value)} is invalid")
+        raise ConfigError(errors[0] if errors else f"config {key}={show_value(value)} is invalid")
     if origin is Literal:
         if value in args:
             return value
-        raise ConfigError(f"config {key}={_show(value)} is invalid: choose one of {', '.join(map(str, args))}")
+        raise ConfigError(f"config {key}={show_value(value)} is invalid: choose one of {', '.join(map(str, args))}")
     if origin is list:
         (item,) = args
         if text and isinstance(value, str):
             value = _list_text(value, key)
         if not isinstance(value, list):
             raise ConfigError(
-                f"config {key}={_show(value)} is invalid: give a list (comma-separated on the command line)"
+                f"config {key}={show_value(value)} is invalid: give a list (comma-separated on the command line)"
             )
         return [_coerce(v, item, key, text) for v in value]
     if tp is bool:
@@ -367,40 +361,41 @@ def _coerce(value: Any, tp: Any, key: str, text: bool = True) -> Any:
             return value
         if text and isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
             return value.lower() in ("true", "1", "yes", "on")
-        raise ConfigError(f"config {key}={_show(value)} is invalid: use true or false")
+        raise ConfigError(f"config {key}={show_value(value)} is invalid: use true or false")
     if tp is int:
         if isinstance(value, bool):
-            raise ConfigError(f"config {key}={_show(value)} is invalid: use an integer")
+            raise ConfigError(f"config {key}={show_value(value)} is invalid: use an integer")
         try:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
             number = int(value)
         except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"config {key}={_show(value)} is invalid: use an integer") from None
+            raise ConfigError(f"config {key}={show_value(value)} is invalid: use an integer") from None
         if not -(2**63) <= number < 2**63:
-            raise ConfigError(f"config {key}={_show(value)} is invalid: the integer overflows 64 bits")
+            raise ConfigError(f"config {key}={show_value(value)} is invalid: the integer overflows 64 bits")
         return number
     if tp is float:
         if isinstance(value, bool):
-            raise ConfigError(f"config {key}={_show(value)} is invalid: use a number")
+            raise ConfigError(f"config {key}={show_value(value)} is invalid: use a number")
         try:
             real = float(value)
         except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"config {key}={_show(value)} is invalid: use a number") from None
+            raise ConfigError(f"config {key}={show_value(value)} is invalid: use a number") from None
         if not math.isfinite(real):
-            raise ConfigError(f"config {key}={_show(value)} is invalid: use a finite number")
+            raise ConfigError(f"config {key}={show_value(value)} is invalid: use a finite number")
         return real
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"config {key}={_show(value)} is invalid: use a string")
+        raise ConfigError(f"config {key}={show_value(value)} is invalid: use a string")
     return value
 
 
 def _unknown(key: str, valid: list[str]) -> ConfigError:
-    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=1)
+    section, _, name = key.rpartition(".")
+    close = [f"{section}.{c}" if section else c for c in difflib.get_close_matches(name, valid, n=1)]
     hint = f" — did you mean '{close[0]}'?" if close else f" — valid keys: {', '.join(sorted(valid))}"
-    return ConfigError(f"unknown config key '{key}'{hint}")
+    return ConfigError(f"unknown config key {show_value(key)}{hint}")
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
@@ -414,7 +409,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
-                raise ConfigError(f"config section [{full}] must be a table of keys")
+                given, first = show_value(value.value if isinstance(value, _Exact) else value), fields(tp)[0].name
+                raise ConfigError(f"config section [{full}] must be a table of keys, not {given} — set a key inside "
+                                  f"it: --set {full}.{first}=VALUE, or a [{full}] table in a TOML file")  # fmt: skip
             kwargs[key] = _build(tp, value, f"{full}.")  # type: ignore[arg-type]
         elif isinstance(value, _Exact):
             kwargs[key] = _coerce(value.value, tp, full, text=False)
@@ -442,7 +439,7 @@ def _list_text(text: str, key: str) -> list[Any]:
     except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
         reason = str(exc) if isinstance(exc, tomllib.TOMLDecodeError) else "unreadable"
         raise ConfigError(
-            f"config {key}={_show(text)} is not a TOML array ({reason}): quote each item, e.g. "
+            f"config {key}={show_value(text)} is not a TOML array ({reason}): quote each item, e.g. "
             f'{key}=["####", "a,b"], or write items comma-separated without brackets'
         ) from None
     return list(value)  # "v = [" always parses to an array
@@ -451,11 +448,11 @@ def _list_text(text: str, key: str) -> list[Any]:
 def parse_override(text: str) -> tuple[list[str], str]:
     """Split ``"algo.clip_high=0.3"`` into (["algo", "clip_high"], "0.3")."""
     if "=" not in text:
-        raise ConfigError(f"override {text!r} is not key=value — write e.g. algo.clip_high=0.3")
+        raise ConfigError(f"override {show_value(text)} is not key=value — write e.g. algo.clip_high=0.3")
     key, value = text.split("=", 1)
     parts = [p for p in key.strip().split(".") if p]
     if not parts:
-        raise ConfigError(f"override {text!r} has an empty key — write e.g. algo.clip_high=0.3")
+        raise ConfigError(f"override {show_value(text)} has an empty key — write e.g. algo.clip_high=0.3")
     return parts, value.strip()
 
 
@@ -557,7 +554,7 @@ def resolve_config(
         parts, value = parse_override(item)
         moved = translate(".".join(parts), value, keys.__contains__)
         notes += [moved.note] if moved.note else []
-        _place(data, moved.key, moved.value, f"override {item!r}")
+        _place(data, moved.key, moved.value, f"override {show_value(item)}")
         sources[moved.key] = "--set"
     env_name, preset = env_preset(data, sources, EnvConfig.name)  # the env's own defaults, under file and --set
     for key, value in preset.items():

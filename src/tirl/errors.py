@@ -57,6 +57,12 @@ def describe(exc: BaseException, *, where: bool = False) -> str:
     return out
 
 
+def show_value(value: object) -> str:
+    """``repr(value)``, cut to 60 characters: an echoed value (5000 digits, a 5000-character name) stays short."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...({len(text)} characters)"
+
+
 _BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 
 

@@ -119,8 +119,24 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_exists(path: str) -> None:
+    """A missing ``DIR`` of ``tirl model check DIR``, refused before torch loads with a fix that names this command.
+
+    (The loader's own message names ``--model (--init)``, the options of train and sft.)
+    """
+    from pathlib import Path
+
+    from tirl.errors import InputError
+
+    if not Path(path).expanduser().exists():
+        fix = "give `tirl model check DIR` a local Hugging Face model directory, e.g. one from `tirl model init"
+        raise InputError(path, None, "does not exist", fix + " --out DIR`")
+
+
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the sub-action."""
+    if args.action == "check":
+        _check_exists(args.path)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one summary line instead of per-shard progress bars

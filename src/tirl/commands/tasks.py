@@ -16,7 +16,6 @@ Only swe-lite exports; nothing is overwritten (``DIR`` must be new or empty).
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--split needs the curriculum (env.difficulty=2); the 33 planted bugs have no splits")
         tasks = generate_swe_tasks(args.n, seed=args.seed)
     done = export_tasks(tasks, args.out)
-    print(f"wrote {done.tasks} swe-lite tasks to {done.out}/", file=sys.stderr)
+    print(f"wrote {done.tasks} swe-lite tasks to {done.out}/")
     print(f"  SkyRL-style rows: tirl train --env skyrl-gym:swe-lite --set env.tasks_file={done.skyrl_file}")
     print(f"  swe-lite JSONL:   tirl train --env swe-lite --set env.tasks_file={done.swe_file}")
     return 0

@@ -98,7 +98,7 @@ def _shortcuts(args: argparse.Namespace) -> list[str]:
 
 def _new_run_dir(cfg: TirlConfig) -> Path:
     root = Path(cfg.trainer.run_dir)
-    label = run_label(cfg).replace("/", "-").replace(":", "-")  # the task file's name, else the env's
+    label = run_label(cfg).replace("/", "-").replace(":", "-")[:60]  # the task file's name, else the env's
     name = cfg.trainer.run_name or f"{time.strftime('%Y%m%d-%H%M%S')}-{label}"
     path = root / name
     n = 1

@@ -28,7 +28,7 @@ from typing import Any
 from tirl.config import EnvConfig
 from tirl.envs.base import Env, Task
 from tirl.envs.ood import wrap_ood
-from tirl.errors import ConfigError
+from tirl.errors import ConfigError, show_value
 from tirl.parsing import ParseRules
 
 EnvMaker = Callable[..., Env]
@@ -52,8 +52,9 @@ _REGISTRY: dict[str, EnvSpec] = {}
 def import_object(target: str, what: str) -> Any:
     """The object an import string ``'package.module:Name'`` names (``what`` words the error)."""
     module_name, sep, attr = target.partition(":")
+    shown, module_shown = show_value(target), show_value(module_name)  # a 5000-character name is not echoed whole
     if not sep or not module_name or not attr:
-        raise ConfigError(f"{what} {target!r} is not an import string — write it as 'package.module:Name'")
+        raise ConfigError(f"{what} {shown} is not an import string — write it as 'package.module:Name'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -64,15 +65,18 @@ def import_object(target: str, what: str) -> Any:
                 ", and put the directory that holds it on PYTHONPATH (PYTHONPATH=DIR tirl ...; the `tirl` command "
                 "does not search the current directory)"
             )
-        raise ConfigError(f"{what} {target!r}: cannot import module {module_name!r} ({exc}) — {fix}") from None
+        why = exc if len(str(exc)) <= 200 else type(exc).__name__  # "No module named" repeats a long name
+        raise ConfigError(f"{what} {shown}: cannot import module {module_shown} ({why}) — {fix}") from None
     obj: Any = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ConfigError(f"{what} {target!r}: module {module_name!r} has no {attr!r} — check the name") from None
+            raise ConfigError(
+                f"{what} {shown}: module {module_shown} has no {show_value(attr)} — check the name"
+            ) from None
     if not callable(obj):
-        raise ConfigError(f"{what} {target!r} is not callable")
+        raise ConfigError(f"{what} {shown} is not callable")
     return obj
 
 
@@ -123,7 +127,7 @@ def get_spec(name: str) -> EnvSpec:
         return EnvSpec(name=name, maker=name)
     known = ", ".join(sorted(_REGISTRY)) or "none"
     raise ConfigError(
-        f"unknown environment {name!r} (registered: {known}) — use one of them, "
+        f"unknown environment {show_value(name)} (registered: {known}) — use one of them, "
         "register it with tirl.envs.register_env, or give an import string 'package.module:Factory'"
     )
 
@@ -201,7 +205,7 @@ def load_tasks(config: EnvConfig, n: int | None = None, *, seed: int | None = No
     """
     spec = get_spec(config.name)
     if spec.tasks is None:
-        raise ConfigError(f"environment {config.name!r} registers no task source — pass tasks explicitly")
+        raise ConfigError(f"environment {show_value(config.name)} registers no task source — pass tasks explicitly")
     if isinstance(spec.tasks, str):
         spec.tasks = import_object(spec.tasks, "task source")
     source: TaskSource = spec.tasks  # type: ignore[assignment]
