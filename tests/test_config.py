@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,7 +49,7 @@ def test_errors_name_key_and_fix(override: str, message: str) -> None:
 def test_missing_and_bad_toml(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
-    with pytest.raises(ConfigError, match=r"cannot be read \(Is a directory\) — check the path given to --config"):
+    with pytest.raises(ConfigError, match=r"cannot be read \(Is a directory\) — check the --config path"):
         load_config(tmp_path)  # was "does not exist", of a directory that exists
     bad = tmp_path / "bad.toml"
     bad.write_text("[algo\n")
@@ -78,3 +80,19 @@ def test_a_setting_the_rest_of_the_config_does_not_use_gets_a_note() -> None:
     used = ["model.base_url=http://gen:8000/v1", "model.generator=openai", "trainer.ray_address=auto"]
     used.append("trainer.backend=ray")
     assert not [n for n in resolve_config(None, used).notes if "does not use it" in n]
+
+
+def test_a_config_that_never_ends_is_refused_after_a_bounded_read(tmp_path: Path) -> None:
+    """``--config /dev/zero`` (or /dev/full) was read to the end, which never comes: the machine ran out of memory."""
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"# " + b"x" * (1 << 20) + b"\n")
+    with pytest.raises(ConfigError, match=r"is larger than 1 MB — give a TOML config file"):
+        load_config(str(big), [])
+    # /dev/zero in a child whose address space is capped: a regression fails there, not on the whole machine
+    code = (
+        "from tirl.config import load_config\n"
+        "try:\n    load_config('/dev/zero', [])\nexcept Exception as e:\n    print(e)"
+    )
+    out = subprocess.run(["bash", "-c", f"ulimit -v 2000000; exec {sys.executable} -c \"$0\"", code],
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert "config file /dev/zero is larger than 1 MB" in out.stdout, out.stderr[-1000:]

@@ -456,18 +456,21 @@ def parse_override(text: str) -> tuple[list[str], str]:
     return parts, value.strip()
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a TOML config larger than this is not a config
+
+
 def _read_toml(p: Path) -> dict[str, Any]:
     """Parse a TOML file; every problem (bytes, syntax, depth, huge integers) is one ConfigError."""
-    try:
-        text = p.read_bytes().decode("utf-8")
+    try:  # bounded: /dev/zero or /dev/full as --config never ends (the whole machine went out of memory)
+        with p.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {p} is larger than {MAX_CONFIG_BYTES >> 20} MB — give a TOML config file")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"config file {p} is not UTF-8 text ({exc.reason} at byte {exc.start}) — re-encode it"
-        ) from None
+        raise ConfigError(f"config file {p} is not UTF-8 ({exc.reason} at byte {exc.start}) — re-encode it") from None
     except OSError as exc:
-        raise ConfigError(
-            f"config file {p} cannot be read ({exc.strerror}) — check the path given to --config"
-        ) from None
+        raise ConfigError(f"config file {p} cannot be read ({exc.strerror}) — check the --config path") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
