@@ -26,12 +26,7 @@ from typing import Any, Literal
 from tirl.config_notes import unused_settings
 from tirl.config_ranges import check_section
 from tirl.errors import ConfigError
-
-
-def _show(value: Any) -> str:
-    """``repr(value)``, cut to 60 characters (a 5000-digit value must not flood the error line)."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}...({len(text)} characters)"
+from tirl.errors import show as _show
 
 
 def _check(cond: bool, key: str, value: Any, fix: str) -> None:

@@ -26,7 +26,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from tirl.errors import ConfigError
+from tirl.errors import ConfigError, show
 
 
 def _cores() -> int:
@@ -151,8 +151,7 @@ def check_range(key: str, value: float | None) -> None:
     """
     advice = None if value is None else _advice(key, value)
     if advice is not None:
-        shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:40]}...({len(repr(value))} characters)"
-        raise ConfigError(f"config {key}={shown} is invalid: {advice}")
+        raise ConfigError(f"config {key}={show(value)} is invalid: {advice}")
 
 
 def check_flag(flag: str, key: str, value: float | None) -> None:

@@ -7,6 +7,8 @@ into one readable line and exit status 2, never a traceback.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TirlError(Exception):
     """Base class for errors that are reported to the user without a traceback."""
@@ -55,6 +57,16 @@ def describe(exc: BaseException, *, where: bool = False) -> str:
         if tb is not None:
             out += f" ({tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno})"
     return out
+
+
+def cut(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters with its length said: echoed input must not flood an error line."""
+    return text if len(text) <= limit else f"{text[: limit - 20]}...({len(text)} characters)"
+
+
+def show(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters (a 5000-digit value must not flood the error line)."""
+    return cut(repr(value))
 
 
 _BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
