@@ -50,8 +50,11 @@ Verdicts (``SEVERITY`` lists them from most to least severe):
 
 For the seed's verdicts a grad-norm bump is evidence, never a trigger: without an IS-ratio spike it
 is ordinary noise. IS-ratio spikes with neither a length spike nor a filter
-drop match no row of the table and are not reported. Missing values are
-skipped (a skipped step logs nulls).
+drop match no row of the table: they are no finding, but the diagnosis lists
+their steps (``unmatched_spikes``), so a healthy verdict does not claim there
+was no spike. The rules a log does not let run (no IS ratio, too few steps)
+are listed too (``not_checked``, :mod:`tirl.diagnostics.coverage`). Missing
+values are skipped (a skipped step logs nulls).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ from typing import Any
 
 from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.attribution import attribute_spikes, step_shares
+from tirl.diagnostics.coverage import not_checked
 from tirl.diagnostics.drift import find_drift
 from tirl.diagnostics.robust import Baseline, Side, baseline, log_values, median_after
 from tirl.diagnostics.thresholds import TrainingThresholds
@@ -127,6 +131,8 @@ class TrainingDiagnosis:
     steps: int
     findings: tuple[Finding, ...]
     run: str | None = None
+    unmatched_spikes: tuple[int, ...] = ()  # steps with an IS-ratio spike that matched no row of the table
+    not_checked: dict[str, str] = field(default_factory=dict)  # kind -> why its rule could not run (coverage)
 
     @property
     def verdict(self) -> str:
@@ -135,8 +141,19 @@ class TrainingDiagnosis:
         return next((k for k in SEVERITY if k in kinds), "healthy")
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` shape (with ``"run"`` when the log came from a wandb export that names its runs)."""
-        out: dict[str, Any] = {"verdict": self.verdict, "findings": [f.to_dict() for f in self.findings]}
+        """The ``--json`` shape (with ``"run"`` when the log came from a wandb export that names its runs).
+
+        ``steps``: the log's step count; ``unmatched_is_spikes``: the steps of IS-ratio spikes that matched no
+        row of the table (a healthy verdict with spikes); ``not_checked``: verdict kind -> why its rule could
+        not run on this log (:mod:`tirl.diagnostics.coverage`).
+        """
+        out: dict[str, Any] = {
+            "verdict": self.verdict,
+            "steps": self.steps,
+            "findings": [f.to_dict() for f in self.findings],
+            "unmatched_is_spikes": list(self.unmatched_spikes),
+            "not_checked": dict(self.not_checked),
+        }
         if self.run is not None:
             out = {"run": self.run, **out}
         return out
@@ -148,6 +165,19 @@ def _fmt(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_fmt(v) for v in value) + "]"
     return str(value)
+
+
+def steps_text(n: int) -> str:
+    """``"1 step"``, ``"20 steps"``."""
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
+def spikes_text(steps: tuple[int, ...]) -> str:
+    """``"an IS-ratio spike at step 12"``, ``"IS-ratio spikes at steps 3, 12"``, or the first and last of many."""
+    if len(steps) == 1:
+        return f"an IS-ratio spike at step {steps[0]}"
+    shown = ", ".join(map(str, steps)) if len(steps) <= 4 else f"{steps[0]}, {steps[1]}, … {steps[-1]}"
+    return f"IS-ratio spikes at {len(steps)} steps ({shown})"
 
 
 def evidence_lines(evidence: dict[str, Any]) -> list[str]:
@@ -166,7 +196,18 @@ def evidence_lines(evidence: dict[str, Any]) -> list[str]:
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
-    return None if x is None else round(x, nd)
+    """``x`` rounded; the float max (a logged ``Infinity``) is ``inf``, which ``--json`` writes as ``null``."""
+    if x is None:
+        return None
+    return math.inf if x >= sys.float_info.max else round(x, nd)
+
+
+_LOG_MAX = math.log(sys.float_info.max)
+
+
+def _exp(x: float) -> float:
+    """``exp`` of a log value; the log of the float max (an ``Infinity`` baseline) gives ``inf``."""
+    return math.inf if x >= _LOG_MAX - 1e-9 else math.exp(x)
 
 
 class _Series:
@@ -287,10 +328,10 @@ class _Signals:
         is_max, is_min = self.log.get("is_max"), self.log.get("is_min")
         ev: dict[str, Any] = {
             "is_ratio_max": _r(is_max[i]) if is_max else None,
-            "is_ratio_max_baseline": _r(math.exp(hi_med)) if hi_med is not None else None,
+            "is_ratio_max_baseline": _r(_exp(hi_med)) if hi_med is not None else None,
             "is_ratio_max_z": _r(self.is_max_log.z(i, hi), 2),
             "is_ratio_min": _r(is_min[i]) if is_min else None,
-            "is_ratio_min_baseline": _r(math.exp(lo_med)) if lo_med is not None else None,
+            "is_ratio_min_baseline": _r(_exp(lo_med)) if lo_med is not None else None,
             "is_ratio_min_z": _r(self.is_min_log.z(i, lo), 2),
         }
         if "before" in (hi, lo):
@@ -344,9 +385,12 @@ def _attribution_finding(log: MetricsLog, th: TrainingThresholds) -> Finding | N
     return Finding(found.kind, found.steps[0], found.steps, found.evidence)
 
 
-def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> list[Finding]:
+def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> tuple[list[Finding], list[int]]:
+    """The IS-spike findings, and the steps of the spikes that matched no row of the table."""
     sig = _Signals(log, th)
     out: list[Finding] = []
+    unmatched: list[int] = []
+    has_counts = any(log.get(k) is not None for k in ("valid", "void", "void_ratio"))
     for i, step in enumerate(log.steps):
         spike, ev = sig.is_spike(i)
         if not spike:
@@ -360,9 +404,15 @@ def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> list[Finding]:
             if longest is None:
                 evidence["note"] = "no max-length value for this step: the length condition was not checked"
             if drop_now is None:
-                evidence["note_valid"] = "no valid/void counts in this log (no filter): 'not reduced' assumed"
+                evidence["note_valid"] = (
+                    "too few steps with void/valid counts around this one for a baseline: 'not reduced' assumed"
+                    if has_counts
+                    else "no valid/void counts in this log (no filter): 'not reduced' assumed"
+                )
             out.append(Finding("void_leak", step, (step,), evidence))
-    return out
+        else:
+            unmatched.append(step)
+    return out, unmatched
 
 
 def _runs(indices: list[int]) -> list[list[int]]:
@@ -504,9 +554,18 @@ def _drift_finding(
 def diagnose_training(log: MetricsLog, thresholds: TrainingThresholds | None = None) -> TrainingDiagnosis:
     """Run every rule on ``log``; findings are ordered by step."""
     th = thresholds or TrainingThresholds()
-    drift, spikes = _drift_finding(log, th, _spike_findings(log, th))
+    spike_findings, unmatched = _spike_findings(log, th)
+    drift, spikes = _drift_finding(log, th, spike_findings)
     findings = spikes + _empty_batch_findings(log) + _inactive_findings(log, th) + ([drift] if drift else [])
     attribution = _attribution_finding(log, th)
     findings += [attribution] if attribution is not None else []
     findings.sort(key=lambda f: (f.steps[0] if f.steps else -1, SEVERITY.index(f.kind)))
-    return TrainingDiagnosis(path=log.path, format=log.format, steps=len(log), findings=tuple(findings), run=log.run)
+    return TrainingDiagnosis(
+        path=log.path,
+        format=log.format,
+        steps=len(log),
+        findings=tuple(findings),
+        run=log.run,
+        unmatched_spikes=tuple(unmatched),
+        not_checked=not_checked(log, th),
+    )
