@@ -120,3 +120,11 @@ def test_an_infinite_is_ratio_is_null_in_json_and_inf_in_text(
     _run(capsys, path, "--bundle", bundle)
     written = bundle.read_text(encoding="utf-8")
     assert "e+308" not in written and "Infinity" not in written and '"is_ratio_max": null' in written
+
+
+def test_a_spike_in_a_short_log_with_counts_does_not_say_the_log_has_none(tmp_path: Path) -> None:
+    rows = [r for r in tirl_log(n=20, seed=1) if all(v is not None for v in r.values())][:6]
+    rows[3]["train/is_ratio_max"], rows[3]["rollout/max_seq_len"] = 40.0, 4096  # the early-step rule's spike
+    (finding,) = diagnose_training(load_metrics(write_jsonl(tmp_path / "m.jsonl", rows))).findings
+    assert finding.kind == "void_leak"
+    assert finding.evidence["note_valid"].startswith("too few steps with void/valid counts")  # said "no counts"
