@@ -57,10 +57,14 @@ def describe(exc: BaseException, *, where: bool = False) -> str:
     return out
 
 
+def cut(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters with its length said: echoed input must not flood an error line."""
+    return text if len(text) <= limit else f"{text[: limit - 20]}...({len(text)} characters)"
+
+
 def show_value(value: object) -> str:
     """``repr(value)``, cut to 60 characters: an echoed value (5000 digits, a 5000-character name) stays short."""
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}...({len(text)} characters)"
+    return cut(repr(value))
 
 
 _BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")

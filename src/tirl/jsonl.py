@@ -32,7 +32,7 @@ import math
 import re
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
@@ -169,6 +169,7 @@ class ReadOptions(TypedDict, total=False):
     objects: bool
     fix: str
     missing_fix: str
+    on_torn: Callable[[int], None] | None
 
 
 def read_jsonl(path: str | Path, **options: Unpack[ReadOptions]) -> Iterator[tuple[int, Any]]:
@@ -176,7 +177,8 @@ def read_jsonl(path: str | Path, **options: Unpack[ReadOptions]) -> Iterator[tup
 
     ``comments``: skip lines starting with ``#``. ``torn_tail``: a last line
     without a newline that does not parse is ignored (a killed writer's
-    half line). ``objects``: a line that is not a JSON object is an error.
+    half line); ``on_torn`` is then called with its line number, so the
+    caller can say so. ``objects``: a line that is not a JSON object is an error.
     ``fix``/``missing_fix``: the fix named by a bad line's / a missing file's error.
     """
     for number, value, _ in read_jsonl_text(path, **options):
@@ -191,6 +193,7 @@ def read_jsonl_text(
     objects: bool = False,
     fix: str = "each line must be one JSON object",
     missing_fix: str = "check the path",
+    on_torn: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, Any, str]]:
     """:func:`read_jsonl` that also yields each line's text, stripped (to copy a line unchanged)."""
     p = Path(path)
@@ -199,6 +202,8 @@ def read_jsonl_text(
             try:
                 got = jsonl_line(p, number, raw, comments=comments, torn_tail=torn_tail, objects=objects, fix=fix)
             except _TornTail:
+                if on_torn is not None:
+                    on_torn(number)
                 return
             if got is not None:
                 yield number, *got

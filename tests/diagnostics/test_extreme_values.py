@@ -4,13 +4,15 @@ Covered: an IS-ratio max of ``Infinity`` (JSONL literal, and ``inf`` in a wandb 
 gives the same verdict as 33 or 1e308 at that step (the old reader dropped it as missing: verdict healthy);
 ±1e308 in any key of a log, at one step, every other step or every step, through ``tirl diagnose training``
 (a real subprocess) is a diagnosis with exit 0 or 1, never the old "too large to compute with" refusal; a
-void share outside [0, 1] reads exactly like a missing value. Not covered: an IS-ratio min of 0.
+void share outside [0, 1] reads exactly like a missing value; an IS ratio that blows up (``Infinity`` or 1e6)
+at step 10 of 20 and stays up is found at its onset. Not covered: an IS-ratio min of 0.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +96,36 @@ def test_extreme_values_anywhere_never_refuse_the_log(tmp_path: Path) -> None:
         done = _cli(_write(tmp_path / "m.jsonl", mutated))
         assert done.returncode in (0, 1) and not done.stderr, (key, done.returncode, done.stderr[-300:])
         assert json.loads(done.stdout)["verdict"], key
+
+
+def _blown_up(value: float, n: int = 20, onset: int = 10) -> list[dict[str, Any]]:
+    """A 20-step log whose IS-ratio max is ``value`` from step ``onset`` on (grad norm NaN, longest trajectory)."""
+    rng = random.Random(0)
+    rows = []
+    for step in range(1, n + 1):
+        blown = step >= onset
+        rows.append(
+            {
+                "step": step,
+                "rollout/trajectories": 16,
+                "filter/valid_trajectories": 14,
+                "filter/void_trajectories": 2,
+                "train/is_ratio_max": value if blown else round(1.2 * math.exp(rng.gauss(0, 0.1)), 4),
+                "train/grad_norm": math.nan if blown else round(rng.uniform(0.5, 1.0), 3),
+                "rollout/max_seq_len": 4096 if blown else 300 + rng.randrange(50),
+                "reward/mean": 0.5,
+            }
+        )
+    return rows
+
+
+@pytest.mark.parametrize("value", [math.inf, 1e6])
+def test_a_blow_up_that_stays_is_found_at_its_onset(tmp_path: Path, value: float) -> None:
+    """Before: from step 10 of 20 on, the blown-up steps were the majority of the centred window, so its median
+    was the blown-up level and no step was a spike (verdict healthy, 'no IS-ratio spike')."""
+    diag = diagnose_training(load_metrics(_write(tmp_path / "m.jsonl", _blown_up(value))))
+    assert diag.verdict == "void_leak"
+    first = diag.findings[0]
+    assert (first.kind, first.step) == ("void_leak", 10)
+    assert first.evidence["is_ratio_max_baseline"] < 2 and "steps before" in first.evidence["baseline"]
+    assert all(f.step is not None and f.step >= 10 for f in diag.findings)

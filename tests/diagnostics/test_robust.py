@@ -1,4 +1,5 @@
-"""The rolling robust baseline against a plain reference loop (numpy median/MAD)."""
+"""The rolling robust baselines (around a step, and of the steps before it) and the level after a step, against
+plain reference loops (numpy median/MAD)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import random
 import numpy as np
 import pytest
 
-from tirl.diagnostics.robust import MAD_TO_SD, baseline, log_values
+from tirl.diagnostics.robust import MAD_TO_SD, baseline, log_values, median_after
 
 
-def reference(values, index, window, min_points, abs_floor, rel_floor, count_floor):
+def reference(values, index, window, min_points, abs_floor, rel_floor, count_floor, side="around"):
     around = []
     for j in range(len(values)):
-        if j != index and abs(j - index) <= window and values[j] is not None:
+        inside = 0 < index - j <= window if side == "before" else (j != index and abs(j - index) <= window)
+        if inside and values[j] is not None:
             around.append(values[j])
     if len(around) < min_points:
         return None
@@ -26,16 +28,17 @@ def reference(values, index, window, min_points, abs_floor, rel_floor, count_flo
     return med, scale
 
 
+@pytest.mark.parametrize("side", ["around", "before"])
 @pytest.mark.parametrize("seed", range(6))
-def test_baseline_matches_reference_loop(seed: int) -> None:
+def test_baseline_matches_reference_loop(seed: int, side: str) -> None:
     rng = random.Random(seed)
     values = [None if rng.random() < 0.1 else rng.lognormvariate(0, 0.5) for _ in range(80)]
     window = rng.choice([3, 10, 20])
     floors = {"abs_floor": rng.choice([1e-6, 0.05]), "rel_floor": rng.choice([0.0, 0.02])}
     count = seed % 2 == 0
     for i in range(len(values)):
-        got = baseline(values, i, window=window, min_points=5, count_floor=count, **floors)
-        want = reference(values, i, window, 5, floors["abs_floor"], floors["rel_floor"], count)
+        got = baseline(values, i, window=window, min_points=5, count_floor=count, side=side, **floors)  # type: ignore[arg-type]
+        want = reference(values, i, window, 5, floors["abs_floor"], floors["rel_floor"], count, side)
         if want is None:
             assert got is None
             continue
@@ -60,3 +63,29 @@ def test_step_itself_is_excluded_and_flat_series_has_a_floor() -> None:
 
 def test_log_values_drops_non_positive() -> None:
     assert log_values([1.0, 0.0, None, -2.0, math.e]) == [0.0, None, None, None, 1.0]
+
+
+def test_the_baseline_before_a_step_sees_a_level_that_jumped_and_stayed() -> None:
+    """Blown up from index 9 of 20 on: the centred median is the blown-up level, the steps before are not."""
+    values = [1.0 + 0.01 * (j % 3) for j in range(9)] + [1e6] * 11
+    around = baseline(values, 9, window=20, min_points=8)
+    before = baseline(values, 9, window=20, min_points=8, side="before")
+    assert around is not None and around.median == 1e6 and around.z(values[9]) == 0  # the onset looks ordinary
+    assert before is not None and before.median == pytest.approx(1.01) and before.z(values[9]) > 1e6
+    assert baseline(values, 5, window=20, min_points=8, side="before") is None  # 5 steps before: too few
+
+
+def reference_after(values, index, window):
+    after = [values[j] for j in range(len(values)) if 0 < j - index <= window and values[j] is not None]
+    return float(np.median(np.array(after, dtype=float))) if after else None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_median_after_matches_reference_loop(seed: int) -> None:
+    rng = random.Random(seed)
+    values = [None if rng.random() < 0.2 else rng.lognormvariate(0, 1.0) for _ in range(50)]
+    window = rng.choice([1, 3, 20])
+    for i in range(len(values)):
+        want = reference_after(values, i, window)
+        got = median_after(values, i, window=window)
+        assert got == (None if want is None else pytest.approx(want, rel=1e-12))

@@ -128,7 +128,13 @@ def test_cli_json_shape_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFix
     assert set(f) == {"kind", "step", "steps", "evidence"} and f["step"] == 120 and f["steps"] == [120]
     healthy = write_jsonl(tmp_path / "h.jsonl", tirl_log(seed=0))
     assert main(["diagnose", "training", str(healthy), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"verdict": "healthy", "findings": []}
+    assert json.loads(capsys.readouterr().out) == {
+        "verdict": "healthy",
+        "steps": 200,
+        "findings": [],
+        "unmatched_is_spikes": [],
+        "not_checked": {},
+    }
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"x": 1}])
     assert main(["diagnose", "training", str(bad)]) == 2
     err = capsys.readouterr().err

@@ -10,10 +10,12 @@ docs/diagnostics.md; ``--bundle OUT.md`` also writes the evidence bundle for
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from tirl.diagnostics.adapters import FORMATS, load_logs
 from tirl.diagnostics.bundle import filter_config, pipeline_bundle, training_bundle
+from tirl.diagnostics.log_rows import resolve_training_log
 from tirl.diagnostics.pipeline import diagnose_pipeline, load_trace
 from tirl.diagnostics.render import print_pipeline, print_training
 from tirl.diagnostics.training import diagnose_training
@@ -53,8 +55,10 @@ def run(args: argparse.Namespace) -> int:
         refuse_overwrite(args.bundle, args.log if args.what == "training" else [args.trace], option="--bundle")
         check_output(args.bundle)
     if args.what == "training":
-        paths = [_in_run_dir(p, "metrics.jsonl") for p in args.log]
+        paths = [resolve_training_log(p) for p in args.log]
         logs = load_logs(paths, args.format, args.run)
+        for note in dict.fromkeys(note for log in logs for note in log.notes):  # a file of several runs: once
+            print(f"note: {note}", file=sys.stderr)
         diags = [diagnose_training(log) for log in logs]
         if args.bundle:
             bundles = [

@@ -3,6 +3,7 @@
 * :mod:`tirl.diagnostics.training` — ``void_leak`` / ``void_drift`` / ``late_filter`` / ``detector_inactive`` /
   ``empty_batch`` (the drift test itself: :mod:`tirl.diagnostics.drift`)
 * :mod:`tirl.diagnostics.adapters` / :mod:`tirl.diagnostics.wandb_csv` — tirl, verl, SimpleTIR logs; wandb exports
+  (:mod:`tirl.diagnostics.log_rows`: their rows checked and joined on the step)
 * :mod:`tirl.diagnostics.pipeline` — ``initializer`` / ``runner`` / ``evaluator`` / ``overall`` / ``starved``,
   each queue judged against its capacity
 * :mod:`tirl.diagnostics.thresholds` — the tuning of the training, drift and pipeline rules, in one place

@@ -32,10 +32,16 @@ step; TRL's ``trainer_state.json`` (its ``log_history``: training rows only, the
 wandb CSV export (:mod:`tirl.diagnostics.wandb_csv`: each run of a multi-run
 export is its own log, ``__MIN``/``__MAX`` bucket columns keep spikes that
 downsampling would hide). Several files of one run (one chart export per
-metric) are joined on the step.
+metric) are joined on the step. Reading, the step column, the cell check and
+the join are :mod:`tirl.diagnostics.log_rows`: a bad step (missing, ``"x"``,
+negative, a step logged twice with different values), a metric cell that is
+not a number (``"big"``, ``true``, a list) and files that disagree on a step
+are errors naming the file and line; a torn last JSONL line is skipped with
+a note (:attr:`MetricsLog.notes`).
 
 Missing values (``null``, ``NaN``, an empty CSV cell, a skipped step) become
-``None`` and are tolerated downstream. Non-finite and extreme values: an
+``None`` and are tolerated downstream; a log in which every value the format
+reads is missing is refused (nothing to diagnose). Non-finite and extreme values: an
 ``Infinity`` IS-ratio max (or grad norm) is the worst spike a log can hold (it
 reads as the largest float), never "missing"; a value a series cannot hold (a
 void share of 1e308, a negative count, ``-Infinity``) reads as missing; other
@@ -43,9 +49,10 @@ values beyond ±1e15 are clamped there, so no finite number overflows the
 rules' arithmetic and refuses the log. Not covered: an IS-ratio *min* of 0
 (the worst downward spike) reads as missing, like every ratio <= 0.
 
-Not covered: TensorBoard event files (export them to CSV first), a JSONL file
-with several runs interleaved, and metric names that contain ``" - "`` in a
-wandb export.
+Not covered: TensorBoard event files (refused, with the fix: the run's
+``metrics.jsonl``, or a CSV export with one column per metric), a JSONL file
+with several runs interleaved (refused where two rows of one step disagree),
+and metric names that contain ``" - "`` in a wandb export.
 """
 
 from __future__ import annotations
@@ -56,14 +63,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tirl.diagnostics.wandb_csv import read_wandb_csv
-from tirl.errors import InputError
-from tirl.jsonl import read_json, read_jsonl
+from tirl.diagnostics.log_rows import (
+    STEP_KEYS,
+    FileRows,
+    check_cells,
+    file_steps,
+    merge_by_step,
+    raw_number,
+    read_file_runs,
+)
+from tirl.errors import InputError, cut
 
 LogFormat = Literal["tirl", "verl", "simpletir", "trl", "skyrl"]
 FORMATS: tuple[str, ...] = ("auto", "tirl", "verl", "simpletir", "trl", "skyrl")
 
-STEP_KEYS: tuple[str, ...] = ("step", "_step", "Step", "training/global_step", "global_step", "trainer/global_step")
+__all__ = [
+    "FORMATS", "KEY_TABLES", "KNOWN_KEYS", "NEEDED", "STEP_KEYS", "MetricsLog",
+    "detect_format", "load_logs", "load_metrics", "metrics_from_rows", "read_rows",
+]  # fmt: skip
 
 # The attribution keys (tirl.trainer.attribution): tirl writes them all; tirl's verl patch writes the generator
 # side (trajectories, tokens, low-prob tokens, min log-probs), verl itself none.
@@ -202,6 +219,7 @@ class MetricsLog:
     rows: list[dict[str, Any]] = field(repr=False)
     keys: list[str] = field(default_factory=list, repr=False)
     run: str | None = None
+    notes: tuple[str, ...] = ()  # for the user, e.g. a torn last line that was skipped
 
     def get(self, name: str) -> list[float | None] | None:
         """The canonical series ``name``, or ``None`` when the log does not have it."""
@@ -209,29 +227,6 @@ class MetricsLog:
 
     def __len__(self) -> int:
         return len(self.steps)
-
-
-def _raw_number(value: Any) -> float | None:
-    """The float in a JSON value or a CSV cell (``inf``/``Infinity`` included); ``None`` when there is none."""
-    if value is None:
-        return None
-    if isinstance(value, bool | int | float):
-        try:
-            return float(value)
-        except OverflowError:  # an integer beyond the float range
-            return math.inf if value > 0 else -math.inf
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            return None
-    return None
-
-
-def _number(value: Any) -> float | None:
-    """A finite number, or ``None`` (missing, ``NaN``, ``±inf``)."""
-    f = _raw_number(value)
-    return f if f is not None and math.isfinite(f) else None
 
 
 # What each canonical series can physically hold: a value outside is not a measurement and reads as missing
@@ -266,7 +261,7 @@ def _canonical(value: Any, canon: str) -> float | None:
 
     +inf is the worst spike for ``_INF_IS_WORST``; values outside ``_DOMAIN`` are missing; others are clamped.
     """
-    f = _raw_number(value)
+    f = raw_number(value)
     if f is None or math.isnan(f):
         return None
     if f == math.inf and canon in _INF_IS_WORST:
@@ -279,77 +274,9 @@ def _canonical(value: Any, canon: str) -> float | None:
     return f if lo <= f <= hi else None
 
 
-def _flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in obj.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{name}/"))
-        else:
-            out[name] = value
-    return out
-
-
-def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
-    """Unwrap a line of verl's ``file`` logger, ``{"step": N, "data": {...}}`` (+ ``elapsed_seconds`` lately)."""
-    data = obj.get("data")
-    if isinstance(data, dict) and "step" in obj and set(obj) <= {"step", "data", "elapsed_seconds"}:
-        return {"step": obj["step"], **data}
-    return obj
-
-
-def _read_jsonl_rows(p: Path) -> list[dict[str, Any]]:
-    """Rows read with the one JSONL reader (:func:`tirl.jsonl.read_jsonl`); a killed run's torn last line is skipped.
-
-    A file that is one JSON document with a ``log_history`` list (TRL's ``trainer_state.json``) gives that list's
-    training rows instead.
-    """
-    if p.suffix.lower() == ".json" and (history := _log_history(p)) is not None:
-        return history
-    lines = read_jsonl(p, torn_tail=True, objects=True, fix="write one JSON object per step")
-    return [_flatten(_unwrap(obj)) for _, obj in lines]
-
-
-def _log_history(p: Path) -> list[dict[str, Any]] | None:
-    """The per-step training rows of a transformers ``trainer_state.json``; None when ``p`` is not one."""
-    state = read_json(p, missing_fix="check the path of the training log")
-    if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
-        return None
-    rows = []
-    for entry in state["log_history"]:
-        if not isinstance(entry, dict) or "step" not in entry:
-            continue
-        if "train_runtime" in entry or any(str(k).startswith("eval_") for k in entry):
-            continue  # the end-of-training summary and evaluation rows are not training steps
-        rows.append(_flatten(entry))
-    return rows
-
-
-def _is_csv(p: Path) -> bool:
-    return p.suffix.lower() == ".csv"
-
-
-def _existing(path: str | Path) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(str(p), None, "file not found", "check the path of the training log")
-    return p
-
-
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """The raw per-step rows of one JSONL or CSV file (CSV if the name ends in ``.csv``), runs not separated."""
-    p = _existing(path)
-    if _is_csv(p):
-        return [row for rows in read_wandb_csv(p).values() for row in rows]
-    return _read_jsonl_rows(p)
-
-
-def read_runs(path: str | Path) -> dict[str | None, list[dict[str, Any]]]:
-    """The rows of each run in one file: a wandb CSV may hold several; a JSONL file is one run (``None``)."""
-    p = _existing(path)
-    if _is_csv(p):
-        return dict(read_wandb_csv(p))
-    return {None: _read_jsonl_rows(p)}
+    return [row for part in read_file_runs(path).values() for row in part.rows]
 
 
 def detect_format(keys: set[str]) -> str | None:
@@ -371,22 +298,7 @@ def _needed_text() -> str:
 def _found_text(keys: set[str]) -> str:
     shown = sorted(keys)
     more = f" (+{len(shown) - 25} more)" if len(shown) > 25 else ""
-    return ", ".join(shown[:25]) + more if shown else "none"
-
-
-def _merge_by_step(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Rows of several files of one run (e.g. one wandb chart export per metric), joined on the step."""
-    if len(parts) == 1:
-        return parts[0]
-    merged: dict[float, dict[str, Any]] = {}
-    for rows in parts:
-        for i, row in enumerate(rows):
-            step_key = next((k for k in STEP_KEYS if _number(row.get(k)) is not None), None)
-            step = _number(row.get(step_key)) if step_key else float(i)
-            assert step is not None
-            target = merged.setdefault(step, {"step": step})
-            target.update({k: v for k, v in row.items() if v not in ("", None) or k not in target})
-    return [merged[k] for k in sorted(merged)]
+    return ", ".join(cut(k) for k in shown[:25]) + more if shown else "none"
 
 
 def _value(row: dict[str, Any], key: str, canon: str) -> float | None:
@@ -401,8 +313,19 @@ def _value(row: dict[str, Any], key: str, canon: str) -> float | None:
     return v
 
 
-def metrics_from_rows(rows: list[dict[str, Any]], path: str, fmt: str = "auto", run: str | None = None) -> MetricsLog:
-    """Map the rows of one run onto canonical series; raises :class:`InputError` if unusable."""
+def metrics_from_rows(
+    rows: list[dict[str, Any]],
+    steps: list[int],
+    path: str,
+    fmt: str = "auto",
+    run: str | None = None,
+    notes: tuple[str, ...] = (),
+) -> MetricsLog:
+    """Map the rows of one run (at ``steps``) onto canonical series; raises :class:`InputError` if unusable.
+
+    Unusable: no rows, an unknown format, none of the keys a diagnosis needs, or no value at all in the keys
+    the format reads (every one null, ``NaN`` or empty: nothing to diagnose).
+    """
     if not rows:
         raise InputError(path, None, "the log has no rows", "point at a metrics JSONL or a wandb CSV export")
     keys: set[str] = set()
@@ -431,27 +354,38 @@ def metrics_from_rows(rows: list[dict[str, Any]], path: str, fmt: str = "auto", 
             f"the {chosen} log has none of the keys a diagnosis needs; keys found: {_found_text(keys)}",
             f"the keys needed for {chosen} are {', '.join(NEEDED[chosen])}",
         )
-    step_key = next((k for k in STEP_KEYS if k in keys), None)
-    steps: list[int] = []
-    for i, row in enumerate(rows):
-        s = _number(row.get(step_key)) if step_key else None
-        steps.append(int(s) if s is not None else (steps[-1] + 1 if steps else i))
     series = {canon: [_value(row, key, canon) for row in rows] for canon, key in present.items()}
     _derive(series)
-    return MetricsLog(path=path, format=chosen, steps=steps, series=series, rows=rows, keys=sorted(keys), run=run)
+    if all(v is None for values in series.values() for v in values):
+        raise InputError(
+            where,
+            None,
+            f"none of the {len(present)} keys the {chosen} format reads has a value in the log's {len(rows)} "
+            "rows (all null, NaN or empty): nothing to diagnose",
+            "point at the log of a run that logged its metrics",
+        )
+    return MetricsLog(
+        path=path, format=chosen, steps=steps, series=series, rows=rows, keys=sorted(keys), run=run, notes=notes
+    )
+
+
+# Every key an adapter reads: their cells must be numbers (log_rows.check_cells), and files must agree on them.
+KNOWN_KEYS: frozenset[str] = frozenset(k for table in KEY_TABLES.values() for names in table.values() for k in names)
 
 
 def load_logs(paths: list[str | Path] | list[Path], fmt: str = "auto", run: str | None = None) -> list[MetricsLog]:
     """Every run in ``paths`` (several files are parts of the same runs, joined on the step), or only ``run``.
 
-    A wandb export that draws several runs gives one log per run, in the order of its columns.
+    A wandb export that draws several runs gives one log per run, in the order of its columns. Each file's
+    steps and metric cells are checked, and the files of a run must agree on each step
+    (:mod:`tirl.diagnostics.log_rows`); a problem raises :class:`InputError` naming the file and line.
     """
     if not paths:
         raise InputError("training log", None, "no file given", "pass a metrics JSONL or a wandb CSV export")
-    by_run: dict[str | None, list[list[dict[str, Any]]]] = {}
+    by_run: dict[str | None, list[FileRows]] = {}
     for path in paths:
-        for name, rows in read_runs(path).items():
-            by_run.setdefault(name, []).append(rows)
+        for name, part in read_file_runs(path).items():
+            by_run.setdefault(name, []).append(part)
     label = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
     if run is not None:
         if run not in by_run:
@@ -460,7 +394,14 @@ def load_logs(paths: list[str | Path] | list[Path], fmt: str = "auto", run: str 
         by_run = {run: by_run[run]}
     if not by_run:  # an empty CSV names no run at all: not zero logs diagnosed as nothing
         raise InputError(label, None, "the log has no rows", "point at a metrics JSONL or a wandb CSV export")
-    return [metrics_from_rows(_merge_by_step(parts), label, fmt, name) for name, parts in by_run.items()]
+    logs = []
+    for name, parts in by_run.items():
+        for part in parts:
+            check_cells(part, KNOWN_KEYS)
+        steps, rows = merge_by_step(((part, file_steps(part)) for part in parts), KNOWN_KEYS)
+        notes = tuple(note for part in parts for note in part.notes)
+        logs.append(metrics_from_rows(rows, steps, label, fmt, name, notes))
+    return logs
 
 
 def load_metrics(path: str | Path, fmt: str = "auto", run: str | None = None) -> MetricsLog:

@@ -19,6 +19,7 @@ import importlib.util
 import inspect
 import json
 import re
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,8 @@ from typing import Any
 from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.advice import check_first, where_to_look
 from tirl.diagnostics.pipeline import PipelineDiagnosis
-from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis
-from tirl.jsonl import JSONProblem, parse_json
+from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, spikes_text, steps_text
+from tirl.jsonl import JSONProblem, dumps_json, parse_json
 
 WINDOW = 20
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -45,7 +46,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 def _cell(v: float | None) -> str:
     if v is None:
         return "null"
-    return f"{v:.4g}"
+    return "inf" if v >= sys.float_info.max else f"{v:.4g}"  # a logged Infinity reads as the float max
 
 
 def log_window(log: MetricsLog, center_index: int, window: int = WINDOW, mark: set[int] | None = None) -> str:
@@ -204,10 +205,18 @@ def training_bundle(
     index = {s: i for i, s in enumerate(log.steps)}
     parts = [
         f"# Evidence bundle: training log `{log.path}`" + (f", run `{log.run}`" if log.run is not None else "") + "\n",
-        f"Format: {log.format}; {len(log)} steps; verdict: **{diag.verdict}**.\n",
+        f"Format: {log.format}; {steps_text(len(log))}; verdict: **{diag.verdict}**.\n",
         "The void-turn rule: an assistant turn with neither executable code nor a final answer is void; a "
         "trajectory with a void turn must leave the batch before advantages, ratios and KL are computed.\n",
     ]
+    if diag.unmatched_spikes:
+        spikes = spikes_text(diag.unmatched_spikes)
+        parts.append(f"{spikes[0].upper()}{spikes[1:]} matched no row of the symptom table (no longest trajectory, "
+                     "no filter drop in the step).\n")  # fmt: skip
+    if diag.not_checked:
+        parts.append(
+            "Not (fully) checked on this log: " + "; ".join(f"{k} ({v})" for k, v in diag.not_checked.items()) + ".\n"
+        )
     if not diag.findings:
         mid = len(log) // 2
         parts.append(_section("Log window (middle of the run, no finding)", log_window(log, mid)))
@@ -215,7 +224,7 @@ def training_bundle(
         center = index.get(f.steps[0], 0) if f.steps else 0
         body = (
             f"{SUMMARY[f.kind]}. Check first: {check_first(f.kind, log.format)}.\n\n"
-            f"```json\n{json.dumps(f.evidence, indent=2)}\n```\n\n"
+            f"```json\n{dumps_json(f.evidence, indent=2)}\n```\n\n"
             + log_window(log, center, mark={index[s] for s in f.steps if s in index})
         )
         where = f"step {f.step}" if f.step is not None else f"steps {f.steps[0]}–{f.steps[-1]}"

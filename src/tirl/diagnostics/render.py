@@ -12,7 +12,7 @@ from rich.table import Table
 
 from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.pipeline import PipelineDiagnosis
-from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, evidence_lines
+from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, evidence_lines, spikes_text, steps_text
 
 #: The width of a console that is not a terminal (a pipe, a file): wide enough that tables keep their natural
 #: width instead of being cut to rich's default of 80 columns. ``COLUMNS`` overrides it.
@@ -27,18 +27,42 @@ def output_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
 
 
-def healthy_line(filter_mode: str | None, has_ratio: bool = True) -> str:
-    """The line for a log without findings; it claims what the filter does only when the run's mode is known.
+_UNMATCHED = "matched no row of the table (neither the run's longest trajectory nor a filter drop in its step)"
+
+
+def _not_checked_text(not_checked: dict[str, str]) -> str:
+    return "not (fully) checked on this log: " + "; ".join(f"{kind} ({why})" for kind, why in not_checked.items())
+
+
+def healthy_line(
+    filter_mode: str | None,
+    has_ratio: bool = True,
+    unmatched: tuple[int, ...] = (),
+    not_checked: dict[str, str] | None = None,
+) -> str:
+    """The line for a log without findings: it claims only what was checked (and the filter's effect when known).
 
     ``has_ratio``: whether the log holds an IS ratio at all; without one (TRL's log, a verl run without rollout
     correction) the spike rules could not run, and the line says so instead of "no IS-ratio spike".
+    ``unmatched``: the steps of IS-ratio spikes that matched no row of the table (the line names them instead
+    of "no IS-ratio spike"). ``not_checked``: verdict kind -> why its rule could not run
+    (:func:`tirl.diagnostics.coverage.not_checked`); "no empty batch" is said only where that rule ran.
     """
-    text = "No symptom of the void-turn table: no IS-ratio spike, no empty batch"
+    rest = dict(not_checked or {})
     if not has_ratio:
         text = (
             "No symptom found, but the log has no IS ratio, so void_leak and late_filter (IS-ratio spikes) "
-            "were not checked; no empty batch"
+            "were not checked"
         )
+        rest = {k: v for k, v in rest.items() if k not in ("void_leak", "late_filter")}
+    elif unmatched:
+        text = f"No symptom of the void-turn table, but {spikes_text(unmatched)} {_UNMATCHED}"
+    else:
+        text = "No symptom of the void-turn table: no IS-ratio spike"
+    if "empty_batch" not in rest:
+        text += ("; " if not has_ratio or unmatched else ", ") + "no empty batch"
+    if rest:
+        text += "; " + _not_checked_text(rest)
     if filter_mode == "off":
         return text + "; filter.mode=off: void trajectories are counted but stay in the update."
     if filter_mode:
@@ -71,10 +95,11 @@ def print_training(
     style = "green" if diag.verdict == "healthy" else "bold red"
     run = f" run {diag.run!r}" if diag.run is not None else ""
     console.print(
-        f"[bold]{diag.path}[/bold]{run} ({diag.format} format, {diag.steps} steps): verdict [{style}]{diag.verdict}[/]"
+        f"[bold]{diag.path}[/bold]{run} ({diag.format} format, {steps_text(diag.steps)}): "
+        f"verdict [{style}]{diag.verdict}[/]"
     )
     if not diag.findings:
-        console.print(healthy_line(filter_mode, has_ratio))
+        console.print(healthy_line(filter_mode, has_ratio, diag.unmatched_spikes, diag.not_checked))
         return
     table = Table(show_lines=True)
     table.add_column("kind", style="bold", max_width=24)
@@ -89,6 +114,11 @@ def print_training(
             check_first(f.kind, diag.format),
         )
     console.print(table)
+    if diag.unmatched_spikes:
+        console.print(f"Also {spikes_text(diag.unmatched_spikes)} {_UNMATCHED}.")
+    if diag.not_checked:
+        text = _not_checked_text(diag.not_checked)
+        console.print(f"{text[0].upper()}{text[1:]}.")
 
 
 def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> None:

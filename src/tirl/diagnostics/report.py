@@ -29,7 +29,7 @@ from tirl.diagnostics.adapters import MetricsLog, load_metrics
 from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, load_trace
-from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines
+from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines, steps_text
 from tirl.errors import InputError, TirlError
 from tirl.fileio import write_text
 from tirl.jsonl import JSONProblem, parse_json
@@ -146,7 +146,7 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
         else "<p>No symptom of the void-turn table.</p>"
     )
     return (
-        f"<h2>Training: {_verdict(diag.verdict)}</h2><p>{len(log)} steps, {log.format} format. "
+        f"<h2>Training: {_verdict(diag.verdict)}</h2><p>{steps_text(len(log))}, {log.format} format. "
         f"Red dashed lines mark findings.</p>{table}<div class='plots'>{imgs}</div>"
     )
 

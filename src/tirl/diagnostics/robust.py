@@ -1,11 +1,24 @@
-"""Robust rolling baselines: how unusual one step is, compared with the steps around it.
+"""Robust rolling baselines: how unusual one step is, compared with the steps around it or before it.
 
 A step is compared with the median of the known values within ``window``
-steps on each side (the step itself excluded, so a spike cannot hide in its
-own baseline), scaled by the median absolute deviation (``1.4826 * MAD``,
-which equals the standard deviation for Gaussian noise). The scale has a
-floor (absolute and relative to the median) so that a perfectly flat series
-does not turn a rounding difference into an infinite z-score.
+steps on each side (``side="around"``; the step itself excluded, so a spike
+cannot hide in its own baseline), or within the ``window`` steps before it
+only (``side="before"``), scaled by the median absolute deviation
+(``1.4826 * MAD``, which equals the standard deviation for Gaussian noise).
+The scale has a floor (absolute and relative to the median) so that a
+perfectly flat series does not turn a rounding difference into an infinite
+z-score.
+
+Why two sides: a level that jumps and stays up (an IS ratio that blows up to
+``Infinity`` at step 10 of 20 and stays there) fills more than half of the
+centred window from its onset on, so the centred median *is* the blown-up
+level and the onset looks ordinary; against the steps before it, the onset
+is as unusual as it is. The steps before are fewer, so their baseline is
+noisier: the rules use it only for a level shift, when :func:`median_after`
+(the level of the steps after) is as unusual as the step itself
+(:mod:`tirl.diagnostics.training`). Not covered: a jump in the first
+``min_points`` steps (no step before it has a baseline) that also stays up
+to the end.
 
 >>> b = baseline([1.0, 1.1, 0.9, 1.0, 5.0, 1.05, 0.95], 4, window=3, min_points=3)
 >>> round(b.median, 3), b.z(5.0) > 10
@@ -18,7 +31,9 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+Side = Literal["around", "before"]
 MAD_TO_SD = 1.4826
 
 
@@ -44,13 +59,17 @@ def baseline(
     abs_floor: float = 1e-6,
     rel_floor: float = 0.0,
     count_floor: bool = False,
+    side: Side = "around",
 ) -> Baseline | None:
     """The baseline of ``values[index]`` from its neighbours; ``None`` with fewer than ``min_points``.
 
-    ``count_floor`` adds a Poisson floor ``sqrt(max(median, 1))`` to the scale, for event counts
-    whose MAD is coarse (a median of 2 void trajectories has a MAD of 1 or 0).
+    ``side``: ``"around"`` takes the known values within ``window`` steps on each side, ``"before"`` those
+    within the ``window`` steps before ``index`` only. ``count_floor`` adds a Poisson floor
+    ``sqrt(max(median, 1))`` to the scale, for event counts whose MAD is coarse (a median of 2 void
+    trajectories has a MAD of 1 or 0).
     """
-    lo, hi = max(0, index - window), min(len(values), index + window + 1)
+    lo = max(0, index - window)
+    hi = index if side == "before" else min(len(values), index + window + 1)
     around = [v for j in range(lo, hi) if j != index and (v := values[j]) is not None]
     if len(around) < min_points:
         return None
@@ -60,6 +79,12 @@ def baseline(
     if count_floor:
         scale = max(scale, math.sqrt(max(abs(med), 1.0)))
     return Baseline(median=med, scale=scale, points=len(around))
+
+
+def median_after(values: Sequence[float | None], index: int, *, window: int = 20) -> float | None:
+    """The median of the known values within ``window`` steps after ``index`` (``None`` when there are none)."""
+    after = [v for v in values[index + 1 : index + window + 1] if v is not None]
+    return statistics.median(after) if after else None
 
 
 def log_values(values: Sequence[float | None]) -> list[float | None]:

@@ -2,7 +2,12 @@
 
 Every rule compares a step with a rolling baseline of the steps around it
 (:mod:`tirl.diagnostics.robust`: median and MAD, the step itself excluded),
-so a spike means "unusual for this run", not "above a fixed number":
+so a spike means "unusual for this run", not "above a fixed number". Where
+the level shifted — the step *and* the level of the steps after it are that
+unusual against the steps before it — the baseline of the steps before
+counts too: an IS ratio that blows up at step 10 of 20 and stays up makes
+the blown-up level the median of the centred window, and the onset would
+look ordinary (the evidence then says ``baseline the steps before this one``):
 
 * **IS-ratio spike**: ``log(is_max)`` at least ``is_z`` robust z-scores above
   its baseline *and* at least ``is_factor`` times the baseline median (the
@@ -45,8 +50,11 @@ Verdicts (``SEVERITY`` lists them from most to least severe):
 
 For the seed's verdicts a grad-norm bump is evidence, never a trigger: without an IS-ratio spike it
 is ordinary noise. IS-ratio spikes with neither a length spike nor a filter
-drop match no row of the table and are not reported. Missing values are
-skipped (a skipped step logs nulls).
+drop match no row of the table: they are no finding, but the diagnosis lists
+their steps (``unmatched_spikes``), so a healthy verdict does not claim there
+was no spike. The rules a log does not let run (no IS ratio, too few steps)
+are listed too (``not_checked``, :mod:`tirl.diagnostics.coverage`). Missing
+values are skipped (a skipped step logs nulls).
 """
 
 from __future__ import annotations
@@ -60,8 +68,9 @@ from typing import Any
 
 from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.attribution import attribute_spikes, step_shares
+from tirl.diagnostics.coverage import not_checked
 from tirl.diagnostics.drift import find_drift
-from tirl.diagnostics.robust import Baseline, baseline, log_values
+from tirl.diagnostics.robust import Baseline, Side, baseline, log_values, median_after
 from tirl.diagnostics.thresholds import TrainingThresholds
 
 SEVERITY: tuple[str, ...] = (
@@ -122,6 +131,8 @@ class TrainingDiagnosis:
     steps: int
     findings: tuple[Finding, ...]
     run: str | None = None
+    unmatched_spikes: tuple[int, ...] = ()  # steps with an IS-ratio spike that matched no row of the table
+    not_checked: dict[str, str] = field(default_factory=dict)  # kind -> why its rule could not run (coverage)
 
     @property
     def verdict(self) -> str:
@@ -130,8 +141,19 @@ class TrainingDiagnosis:
         return next((k for k in SEVERITY if k in kinds), "healthy")
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` shape (with ``"run"`` when the log came from a wandb export that names its runs)."""
-        out: dict[str, Any] = {"verdict": self.verdict, "findings": [f.to_dict() for f in self.findings]}
+        """The ``--json`` shape (with ``"run"`` when the log came from a wandb export that names its runs).
+
+        ``steps``: the log's step count; ``unmatched_is_spikes``: the steps of IS-ratio spikes that matched no
+        row of the table (a healthy verdict with spikes); ``not_checked``: verdict kind -> why its rule could
+        not run on this log (:mod:`tirl.diagnostics.coverage`).
+        """
+        out: dict[str, Any] = {
+            "verdict": self.verdict,
+            "steps": self.steps,
+            "findings": [f.to_dict() for f in self.findings],
+            "unmatched_is_spikes": list(self.unmatched_spikes),
+            "not_checked": dict(self.not_checked),
+        }
         if self.run is not None:
             out = {"run": self.run, **out}
         return out
@@ -143,6 +165,19 @@ def _fmt(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_fmt(v) for v in value) + "]"
     return str(value)
+
+
+def steps_text(n: int) -> str:
+    """``"1 step"``, ``"20 steps"``."""
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
+def spikes_text(steps: tuple[int, ...]) -> str:
+    """``"an IS-ratio spike at step 12"``, ``"IS-ratio spikes at steps 3, 12"``, or the first and last of many."""
+    if len(steps) == 1:
+        return f"an IS-ratio spike at step {steps[0]}"
+    shown = ", ".join(map(str, steps)) if len(steps) <= 4 else f"{steps[0]}, {steps[1]}, … {steps[-1]}"
+    return f"IS-ratio spikes at {len(steps)} steps ({shown})"
 
 
 def evidence_lines(evidence: dict[str, Any]) -> list[str]:
@@ -161,36 +196,72 @@ def evidence_lines(evidence: dict[str, Any]) -> list[str]:
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
-    return None if x is None else round(x, nd)
+    """``x`` rounded; the float max (a logged ``Infinity``) is ``inf``, which ``--json`` writes as ``null``."""
+    if x is None:
+        return None
+    return math.inf if x >= sys.float_info.max else round(x, nd)
+
+
+_LOG_MAX = math.log(sys.float_info.max)
+
+
+def _exp(x: float) -> float:
+    """``exp`` of a log value; the log of the float max (an ``Infinity`` baseline) gives ``inf``."""
+    return math.inf if x >= _LOG_MAX - 1e-9 else math.exp(x)
 
 
 class _Series:
-    """A canonical series with cached baselines."""
+    """A canonical series with cached baselines: around each step, and of the steps before it."""
 
     def __init__(self, values: Sequence[float | None] | None, th: TrainingThresholds, **floors: Any) -> None:
         self.values = list(values) if values is not None else None
         self._th = th
         self._floors = floors
-        self._cache: dict[int, Baseline | None] = {}
+        self._cache: dict[tuple[int, Side], Baseline | None] = {}
 
     def at(self, i: int) -> float | None:
         return None if self.values is None else self.values[i]
 
-    def z(self, i: int) -> float | None:
+    def baseline(self, i: int, side: Side = "around") -> Baseline | None:
+        """The baseline of step ``i`` (None where the step has no value or too few neighbours)."""
         if self.values is None or self.values[i] is None:
             return None
-        if i not in self._cache:
-            self._cache[i] = baseline(
-                self.values, i, window=self._th.window, min_points=self._th.min_points, **self._floors
+        if (i, side) not in self._cache:
+            self._cache[i, side] = baseline(
+                self.values, i, window=self._th.window, min_points=self._th.min_points, side=side, **self._floors
             )
-        b = self._cache[i]
-        value = self.values[i]
+        return self._cache[i, side]
+
+    def z(self, i: int, side: Side = "around") -> float | None:
+        b, value = self.baseline(i, side), self.at(i)
         return None if b is None or value is None else b.z(value)
 
-    def median(self, i: int) -> float | None:
-        self.z(i)
-        b = self._cache.get(i)
+    def median(self, i: int, side: Side = "around") -> float | None:
+        b = self.baseline(i, side)
         return None if b is None else b.median
+
+    def after(self, i: int) -> float | None:
+        """The level of the steps after ``i`` (the median of their known values within the window)."""
+        return None if self.values is None else median_after(self.values, i, window=self._th.window)
+
+    def extreme_z(self, i: int, sign: float) -> tuple[float | None, Side]:
+        """The z-score of step ``i`` against its baseline, in the direction ``sign`` (+1 up, -1 down).
+
+        Against the steps around it, or against the steps before it where the level shifted: the step *and*
+        the level after it are that far out (the weaker of the two z-scores counts). A level that jumps and
+        stays up is unusual only against the steps before its onset (:mod:`tirl.diagnostics.robust`); a lone
+        bump is judged by the steps around it alone, whose baseline has more points.
+        """
+        around, value, after, before = self.z(i), self.at(i), self.after(i), self.baseline(i, "before")
+        if before is None or value is None or after is None:
+            return around, "around"
+        shift = min(sign * before.z(value), sign * before.z(after)) * sign
+        if around is None or sign * shift > sign * around:
+            return shift, "before"
+        return around, "around"
+
+
+_BEFORE_NOTE = "the steps before this one: the level jumped here and stayed up, so the steps around it share it"
 
 
 class _Signals:
@@ -212,41 +283,66 @@ class _Signals:
             log_values(log.get("grad_norm") or []) if log.get("grad_norm") else None, th, abs_floor=0.05
         )
 
-    def _extreme(self, series: _Series, i: int, sign: float) -> bool:
-        """``sign`` +1: an upward spike of a log series at ``i``; -1: a downward one."""
+    def _extreme_side(self, series: _Series, i: int, sign: float) -> str | None:
+        """Which baseline makes step ``i`` a spike of a log series (``sign`` +1 up, -1 down), or None.
+
+        ``"around"`` (the IS rule against the steps around), ``"before"`` (a level shift: the step and the level
+        of the steps after it both pass the rule against the steps before), ``"early"`` (no baseline yet: the
+        early-step rule, upward only).
+        """
         th = self.th
-        value, z, med = series.at(i), series.z(i), series.median(i)
+        value = series.at(i)
         if value is None:
-            return False
-        if z is None or med is None:  # no baseline yet: early steps still count (upward only)
+            return None
+        if series.baseline(i) is None:  # no baseline yet: early steps still count (upward only)
             if sign < 0:
-                return False
+                return None
             others = [v for j, v in enumerate(series.values or []) if j != i and v is not None]
             ref = statistics.median(others) if others else 0.0
-            return sign * value >= math.log(th.is_abs) and sign * (value - ref) >= math.log(th.is_big_factor)
-        jump, z = sign * (value - med), sign * z
-        return (z >= th.is_z and jump >= math.log(th.is_factor)) or (
-            sign > 0 and z >= th.is_big_z and jump >= math.log(th.is_big_factor)
-        )
+            early = sign * value >= math.log(th.is_abs) and sign * (value - ref) >= math.log(th.is_big_factor)
+            return "early" if early else None
+
+        def spike(b: Baseline, x: float) -> bool:
+            jump, z = sign * (x - b.median), sign * b.z(x)
+            return (z >= th.is_z and jump >= math.log(th.is_factor)) or (
+                sign > 0 and z >= th.is_big_z and jump >= math.log(th.is_big_factor)
+            )
+
+        around, before, after = series.baseline(i), series.baseline(i, "before"), series.after(i)
+        if around is not None and spike(around, value):
+            return "around"
+        if before is not None and after is not None and spike(before, value) and spike(before, after):
+            return "before"  # a level shift: the step and the steps after it are out against the steps before
+        return None
+
+    def _extreme(self, series: _Series, i: int, sign: float) -> bool:
+        """``sign`` +1: an upward spike of a log series at ``i``; -1: a downward one."""
+        return self._extreme_side(series, i, sign) is not None
 
     def is_spike(self, i: int) -> tuple[bool, dict[str, Any]]:
-        hi_med, lo_med = self.is_max_log.median(i), self.is_min_log.median(i)
+        hi_side = self._extreme_side(self.is_max_log, i, 1.0)
+        lo_side = self._extreme_side(self.is_min_log, i, -1.0)
+        hi: Side = "before" if hi_side == "before" else "around"
+        lo: Side = "before" if lo_side == "before" else "around"
+        hi_med, lo_med = self.is_max_log.median(i, hi), self.is_min_log.median(i, lo)
         is_max, is_min = self.log.get("is_max"), self.log.get("is_min")
-        ev = {
+        ev: dict[str, Any] = {
             "is_ratio_max": _r(is_max[i]) if is_max else None,
-            "is_ratio_max_baseline": _r(math.exp(hi_med)) if hi_med is not None else None,
-            "is_ratio_max_z": _r(self.is_max_log.z(i), 2),
+            "is_ratio_max_baseline": _r(_exp(hi_med)) if hi_med is not None else None,
+            "is_ratio_max_z": _r(self.is_max_log.z(i, hi), 2),
             "is_ratio_min": _r(is_min[i]) if is_min else None,
-            "is_ratio_min_baseline": _r(math.exp(lo_med)) if lo_med is not None else None,
-            "is_ratio_min_z": _r(self.is_min_log.z(i), 2),
+            "is_ratio_min_baseline": _r(_exp(lo_med)) if lo_med is not None else None,
+            "is_ratio_min_z": _r(self.is_min_log.z(i, lo), 2),
         }
-        return self._extreme(self.is_max_log, i, 1.0) or self._extreme(self.is_min_log, i, -1.0), ev
+        if "before" in (hi, lo):
+            ev["baseline"] = _BEFORE_NOTE
+        return hi_side is not None or lo_side is not None, ev
 
     def len_spike(self, i: int) -> tuple[bool | None, dict[str, Any]]:
         if self.max_len.values is None:
             return None, {}
-        z, value = self.max_len.z(i), self.max_len.at(i)
-        ev = {"max_len": value, "max_len_baseline": _r(self.max_len.median(i), 1), "max_len_z": _r(z, 2)}
+        (z, side), value = self.max_len.extreme_z(i, 1.0), self.max_len.at(i)
+        ev = {"max_len": value, "max_len_baseline": _r(self.max_len.median(i, side), 1), "max_len_z": _r(z, 2)}
         longest = max((v for v in self.max_len.values if v is not None), default=None)
         at_cap = value is not None and longest is not None and value >= 0.99 * longest
         if at_cap:
@@ -257,13 +353,14 @@ class _Signals:
 
     def dropped(self, i: int) -> tuple[bool | None, dict[str, Any]]:
         th = self.th
-        vz, dz, rz = self.valid.z(i), self.void.z(i), self.void_ratio.z(i)
+        (vz, v_side), (dz, d_side) = self.valid.extreme_z(i, -1.0), self.void.extreme_z(i, 1.0)
+        rz = self.void_ratio.extreme_z(i, 1.0)[0]
         ev = {
             "valid": self.valid.at(i),
-            "valid_baseline": _r(self.valid.median(i), 2),
+            "valid_baseline": _r(self.valid.median(i, v_side), 2),
             "valid_z": _r(vz, 2),
             "void": self.void.at(i),
-            "void_baseline": _r(self.void.median(i), 2),
+            "void_baseline": _r(self.void.median(i, d_side), 2),
         }
         if dz is not None or rz is not None:  # the void count is the direct measure
             return (dz is not None and dz >= th.drop_z) or (rz is not None and rz >= th.drop_z), ev
@@ -273,7 +370,7 @@ class _Signals:
 
     def grad_evidence(self, i: int) -> dict[str, Any]:
         g = self.log.get("grad_norm")
-        return {"grad_norm": _r(g[i]) if g else None, "grad_norm_z": _r(self.grad.z(i), 2)}
+        return {"grad_norm": _r(g[i]) if g else None, "grad_norm_z": _r(self.grad.extreme_z(i, 1.0)[0], 2)}
 
 
 def _attribution_finding(log: MetricsLog, th: TrainingThresholds) -> Finding | None:
@@ -288,9 +385,12 @@ def _attribution_finding(log: MetricsLog, th: TrainingThresholds) -> Finding | N
     return Finding(found.kind, found.steps[0], found.steps, found.evidence)
 
 
-def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> list[Finding]:
+def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> tuple[list[Finding], list[int]]:
+    """The IS-spike findings, and the steps of the spikes that matched no row of the table."""
     sig = _Signals(log, th)
     out: list[Finding] = []
+    unmatched: list[int] = []
+    has_counts = any(log.get(k) is not None for k in ("valid", "void", "void_ratio"))
     for i, step in enumerate(log.steps):
         spike, ev = sig.is_spike(i)
         if not spike:
@@ -304,9 +404,15 @@ def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> list[Finding]:
             if longest is None:
                 evidence["note"] = "no max-length value for this step: the length condition was not checked"
             if drop_now is None:
-                evidence["note_valid"] = "no valid/void counts in this log (no filter): 'not reduced' assumed"
+                evidence["note_valid"] = (
+                    "too few steps with void/valid counts around this one for a baseline: 'not reduced' assumed"
+                    if has_counts
+                    else "no valid/void counts in this log (no filter): 'not reduced' assumed"
+                )
             out.append(Finding("void_leak", step, (step,), evidence))
-    return out
+        else:
+            unmatched.append(step)
+    return out, unmatched
 
 
 def _runs(indices: list[int]) -> list[list[int]]:
@@ -448,9 +554,18 @@ def _drift_finding(
 def diagnose_training(log: MetricsLog, thresholds: TrainingThresholds | None = None) -> TrainingDiagnosis:
     """Run every rule on ``log``; findings are ordered by step."""
     th = thresholds or TrainingThresholds()
-    drift, spikes = _drift_finding(log, th, _spike_findings(log, th))
+    spike_findings, unmatched = _spike_findings(log, th)
+    drift, spikes = _drift_finding(log, th, spike_findings)
     findings = spikes + _empty_batch_findings(log) + _inactive_findings(log, th) + ([drift] if drift else [])
     attribution = _attribution_finding(log, th)
     findings += [attribution] if attribution is not None else []
     findings.sort(key=lambda f: (f.steps[0] if f.steps else -1, SEVERITY.index(f.kind)))
-    return TrainingDiagnosis(path=log.path, format=log.format, steps=len(log), findings=tuple(findings), run=log.run)
+    return TrainingDiagnosis(
+        path=log.path,
+        format=log.format,
+        steps=len(log),
+        findings=tuple(findings),
+        run=log.run,
+        unmatched_spikes=tuple(unmatched),
+        not_checked=not_checked(log, th),
+    )
