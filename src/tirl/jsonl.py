@@ -146,7 +146,7 @@ def parse_json(text: str | bytes, *, allow_nan: bool = True) -> Any:
 
 
 def open_input(p: Path, missing_fix: str = "check the path") -> Any:
-    """``p`` opened for binary reading; a missing file, a directory or an unreadable path raises :class:`InputError`."""
+    """``p`` opened for binary reading; a missing file, a directory, a device or an unreadable path: InputError."""
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -155,6 +155,8 @@ def open_input(p: Path, missing_fix: str = "check the path") -> Any:
         raise InputError(str(p), None, f"cannot be read ({exc.strerror})", missing_fix) from None
     if stat.S_ISDIR(st.st_mode):
         raise InputError(str(p), None, "is a directory, not a file", missing_fix)
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):  # /dev/zero never ends: read, it took all memory
+        raise InputError(str(p), None, "is a device, not a file", "give a file (or a pipe: `<(command)`)")
     try:
         return p.open("rb")
     except OSError as exc:

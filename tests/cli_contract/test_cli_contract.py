@@ -393,3 +393,11 @@ def test_sandbox_exec_flags_have_their_config_bounds(capsys, tmp_path, flag, val
     program = tmp_path / "p.py"
     program.write_text("print(1)\n")
     assert_refused(run_cli(capsys, "sandbox", "exec", flag, value, program), f"{flag} ", advice)
+
+
+@pytest.mark.parametrize("argv", [["filter", "/dev/zero", "--verdicts", "{tmp}/v.jsonl"], ["audit", "/dev/zero"]])
+def test_a_device_as_input_is_refused_before_it_is_read(capsys, tmp_path, argv):
+    """/dev/zero has no line end: read line by line it took the machine's memory (MemoryError under a cap)."""
+    out = run_cli(capsys, *[a.format(tmp=tmp_path) for a in argv])
+    assert_refused(out, "/dev/zero: is a device, not a file")
+    assert not (tmp_path / "v.jsonl").exists()
