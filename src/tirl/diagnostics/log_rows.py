@@ -151,6 +151,8 @@ def _existing(path: str | Path) -> Path:
     p = Path(path)
     if _is_tensorboard(p):
         raise InputError(str(p), None, "a TensorBoard event file, not a training log", TENSORBOARD_FIX)
+    if p.exists() and not p.is_file():  # a pipe or a device: the log's format is sniffed, so it is read twice
+        raise InputError(str(p), None, "is not a regular file (a pipe or a device)", "save the log to a file first")
     if not p.is_file():
         raise InputError(str(p), None, "file not found", "check the path of the training log")
     return p
