@@ -96,3 +96,12 @@ def test_a_config_that_never_ends_is_refused_after_a_bounded_read(tmp_path: Path
     out = subprocess.run(["bash", "-c", f"ulimit -v 2000000; exec {sys.executable} -c \"$0\"", code],
                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert "config file /dev/zero is larger than 1 MB" in out.stdout, out.stderr[-1000:]
+
+
+@pytest.mark.parametrize("langs", ['[""]', '["py thon"]', '["python", " "]'])
+def test_exec_langs_entries_must_be_one_word(tmp_path: Path, langs: str) -> None:
+    """A TOML ``exec_langs = [""]`` was accepted (every python fence then read as void) where --exec-langs '' is not."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[filter]\nexec_langs = {langs}\n")
+    with pytest.raises(ConfigError, match=r"filter\.exec_langs.*each one word"):
+        load_config(str(cfg), [])

@@ -7,8 +7,8 @@
 Every section validates itself in ``__post_init__`` (ConfigError naming the key, the bad value and the fix); unknown
 keys are errors (the closest valid key suggested); numbers not finite (``inf``, ``1e999``) or beyond 64 bits, and a
 TOML file not UTF-8, too deep or with an over-long integer, are one ConfigError. Every numeric key has a range
-(:data:`tirl.config_ranges.RANGES`, in docs/configuration.md) checked at the end of its section; a key set but
-unused by the rest of the config is a note (:mod:`tirl.config_notes`).
+(:data:`tirl.config_ranges.RANGES`, in docs/configuration.md) checked at the end of its section; a key set but unused
+by the rest of the config is a note (:mod:`tirl.config_notes`).
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ class FilterConfig:
     max_resample_rounds: int = 2
 
     def __post_init__(self) -> None:
-        _check(bool(self.exec_langs), "filter.exec_langs", self.exec_langs, "list at least one language")
+        _check(bool(self.exec_langs) and all(len(lang.split()) == 1 for lang in self.exec_langs), "filter.exec_langs",
+               self.exec_langs, "list at least one language, each one word (a fence's tag: python)")  # fmt: skip
         from tirl.parsing import ACTION_RULES  # the named rules live with the rule itself
 
         rules = ("auto", "fields", *ACTION_RULES)
@@ -456,16 +457,13 @@ def parse_override(text: str) -> tuple[list[str], str]:
     return parts, value.strip()
 
 
-MAX_CONFIG_BYTES = 1 << 20  # a TOML config larger than this is not a config
-
-
-def _read_toml(p: Path) -> dict[str, Any]:
+def _read_toml(p: Path, limit: int = 1 << 20) -> dict[str, Any]:
     """Parse a TOML file; every problem (bytes, syntax, depth, huge integers) is one ConfigError."""
     try:  # bounded: /dev/zero or /dev/full as --config never ends (the whole machine went out of memory)
         with p.open("rb") as fh:
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-        if len(data) > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config file {p} is larger than {MAX_CONFIG_BYTES >> 20} MB — give a TOML config file")
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise ConfigError(f"config file {p} is larger than {limit >> 20} MB — give a TOML config file")
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {p} is not UTF-8 ({exc.reason} at byte {exc.start}) — re-encode it") from None
