@@ -46,9 +46,13 @@ def test_defaults_are_not_written_and_legacy_info_keys_are_read() -> None:
     assert (odd.correct, odd.void_turns, odd.loss_weight) == (None, [], 1.0)  # wrong types: ignored, not trusted
 
 
-@pytest.mark.parametrize(("field", "value"), [("info", 5), ("info", [1]), ("info", "x"), ("error", {"m": 1})])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("info", 5), ("info", [1]), ("info", "x"), ("error", {"m": 1}), ("void", "false"), ("void", 0)],
+)
 def test_an_optional_field_of_the_wrong_type_is_refused(field: str, value: object) -> None:
-    """``"info": 5`` was kept as the info "dict" and crashed the audit (AttributeError: 'int' ... 'get')."""
+    """``"info": 5`` was kept as the info "dict" and crashed the audit (AttributeError: 'int' ... 'get');
+    ``"void": "false"`` was read as void (``bool("false")``)."""
     with pytest.raises(ValueError, match=f"'{field}' must be"):
         Trajectory.from_dict({"id": "x", "messages": [], field: value})
 

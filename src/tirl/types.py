@@ -296,6 +296,9 @@ class Trajectory:
         if error is not None and not isinstance(error, str):
             raise ValueError(f"'error' must be a string or null, got {type(error).__name__}")
         legacy = info  # files written before these fields were typed keep them in info
+        void = data.get("void", legacy.get("void", False))
+        if void is not None and not isinstance(void, bool):  # "false" (a string) was read as void
+            raise ValueError(f"'void' must be true, false or null, got {type(void).__name__}")
         correct = data.get("correct", legacy.get("correct"))
         version = data.get("policy_version", legacy.get("policy_version", 0))
         void_turns = data.get("void_turns", legacy.get("void_turns"))
@@ -310,7 +313,7 @@ class Trajectory:
             error=error,
             policy_version=int(version) if isinstance(version, int | float) else 0,
             correct=correct if isinstance(correct, bool) else None,
-            void=bool(data.get("void", legacy.get("void", False))),
+            void=bool(void),
             void_turns=[i for i in void_turns if isinstance(i, int)] if isinstance(void_turns, list) else [],
             loss_weight=float(weight) if isinstance(weight, int | float) else 1.0,
             info=info,

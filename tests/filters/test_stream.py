@@ -193,6 +193,8 @@ BAD = {
     "info a list": '{"messages": [], "info": [1]}',
     "info a string": '{"messages": [], "info": "x"}',
     "error not a string": '{"messages": [], "error": {"msg": "x"}}',
+    "void a string": '{"messages": [], "void": "false"}',
+    "void in info a number": '{"messages": [], "info": {"void": 0}}',
     "reward too large for a float": '{"messages": [], "reward": ' + "9" * 400 + "}",
     "too many digits": '{"messages": [], "x": ' + "9" * 5000 + "}",
     "deep in an extra field": '{"messages": [], "extra": ' + _deep(64) + "}",

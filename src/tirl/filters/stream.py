@@ -15,8 +15,8 @@ one of two paths:
   common types (``id`` and ``answer`` a string, an integer or absent; every
   message an object with a known role, string or null ``content`` and
   ``tool_call_id``, a list of ``tool_calls``; ``reward`` a number;
-  ``termination`` a string; ``info`` an object and ``error`` a string, or
-  absent) and whose nesting stays within :data:`tirl.jsonl.MAX_DEPTH`;
+  ``termination`` a string; ``info`` an object, ``error`` a string and
+  ``void`` a boolean, or absent) and whose nesting stays within :data:`tirl.jsonl.MAX_DEPTH`;
 * **the reference path** takes every other line: :func:`tirl.jsonl.jsonl_line`
   and :func:`tirl.jsonl.to_trajectory` (the one JSONL reader) and
   :func:`~tirl.filters.judge_trajectory`. Its value, or its error, is the
@@ -368,6 +368,9 @@ def _fields(
     info, error = obj.get("info"), obj.get("error")
     if (info is not None and type(info) is not dict) or (error is not None and type(error) is not str):
         return None  # the reference reader refuses them, naming the line
+    void = obj.get("void", info.get("void") if type(info) is dict else None)
+    if void is not None and type(void) is not bool:
+        return None  # "void": "false" likewise
     if term == _VOID and not void_turns:
         void_turns = [max(len(answers) - 1, 0)]  # the environment ended the episode as void (judge_trajectory)
     tid = obj.get("id", _ABSENT)
