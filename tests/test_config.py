@@ -105,3 +105,11 @@ def test_exec_langs_entries_must_be_one_word(tmp_path: Path, langs: str) -> None
     cfg.write_text(f"[filter]\nexec_langs = {langs}\n")
     with pytest.raises(ConfigError, match=r"filter\.exec_langs.*each one word"):
         load_config(str(cfg), [])
+
+
+def test_a_file_that_is_not_toml_names_the_fix(tmp_path: Path) -> None:
+    """The error said what was wrong and stopped there, with no fix."""
+    bad = tmp_path / "c.toml"
+    bad.write_text("not toml at all\n")
+    with pytest.raises(ConfigError, match=r"is not valid TOML: .* — fix that line"):
+        load_config(str(bad), [])

@@ -472,7 +472,7 @@ def _read_toml(p: Path, limit: int = 1 << 20) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+        raise ConfigError(f"config file {p} is not valid TOML: {exc} — fix that line") from None
     except RecursionError:
         raise ConfigError(f"config file {p} is nested too deeply — flatten its arrays and tables") from None
     except ValueError as exc:  # an integer over Python's 4300-digit conversion limit
