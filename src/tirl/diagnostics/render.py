@@ -99,7 +99,8 @@ def print_training(
         f"verdict [{style}]{diag.verdict}[/]"
     )
     if not diag.findings:
-        console.print(healthy_line(filter_mode, has_ratio, diag.unmatched_spikes, diag.not_checked))
+        # one line whatever its length (soft_wrap): a console of PIPE_WIDTH broke the longer healthy lines in two
+        console.print(healthy_line(filter_mode, has_ratio, diag.unmatched_spikes, diag.not_checked), soft_wrap=True)
         return
     table = Table(show_lines=True)
     table.add_column("kind", style="bold", max_width=24)
