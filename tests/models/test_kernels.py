@@ -109,15 +109,20 @@ def test_pin_portable_refuses_a_process_whose_kernels_are_fixed(monkeypatch: pyt
         pin_portable()
 
 
-def test_tirl_sft_kernels_portable_in_a_used_process_is_one_error_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _need_native_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clear the pin's variables (restored after the test); fail if this process already runs scalar kernels."""
     for key in PORTABLE_ENV:
         monkeypatch.delenv(key, raising=False)
     if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
         pytest.fail(
             "this check needs the native kernels in the test process; run the suite without ATEN_CPU_CAPABILITY"
         )
+
+
+def test_tirl_sft_kernels_portable_in_a_used_process_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _need_native_kernels(monkeypatch)
     out = tmp_path / "m"
     assert main(["sft", "--out", str(out), "--kernels", "portable", "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -129,10 +134,7 @@ def test_tirl_train_kernels_portable_in_a_used_process_is_one_error_line_and_no_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The pin runs in `tirl train`'s preflight: a process whose kernels are fixed names the key, makes no run."""
-    for key in PORTABLE_ENV:
-        monkeypatch.delenv(key, raising=False)
-    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
-        pytest.fail("this check needs the native kernels in the test process; run without ATEN_CPU_CAPABILITY")
+    _need_native_kernels(monkeypatch)
     run = tmp_path / "run"
     argv = ["train", "--run-dir", str(run), "--set", "trainer.kernels=portable", "--set", "trainer.steps=1"]
     assert main(argv) == 2
