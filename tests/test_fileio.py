@@ -1,15 +1,23 @@
-"""``tirl.fileio.staged_dir``: a directory output appears whole at its target or not at all."""
+"""``tirl.fileio.staged_dir``: a directory output appears whole at its target or not at all.
+
+The swap of an existing target is checked by killing a child process (SIGKILL) at every line of fileio that
+the swap runs, once with the atomic exchange and once with the two-rename fallback.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tirl import fileio
 from tirl.errors import OutputError
-from tirl.fileio import staged_dir
+from tirl.fileio import clean_staged, staged_dir
 
 
 def _tree(directory: Path) -> dict[str, str]:
@@ -103,10 +111,68 @@ def test_an_exception_removes_the_temporary_and_keeps_the_old_target(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-def test_a_crash_between_the_two_renames_leaves_the_old_one_beside_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("replace", [False, True])
+def test_every_file_and_directory_is_fsynced_before_the_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replace: bool
 ) -> None:
-    target = _fill(tmp_path / "out", {"old.txt": "old"})
+    """What the rename publishes is on disk: a power cut after it cannot leave empty files under the new name."""
+    target = tmp_path / "out"
+    if replace:
+        _fill(target, {"old.txt": "old"})
+    synced: list[str] = []
+    at_rename: list[set[str]] = []
+    real_fsync, real_rename, real_exchange = os.fsync, os.rename, fileio._exchange
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def rename(src: str | Path, dst: str | Path) -> None:
+        at_rename.append(set(synced))
+        real_rename(src, dst)
+
+    def exchange(a: Path, b: Path) -> bool:
+        at_rename.append(set(synced))
+        return real_exchange(a, b)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(os, "replace", rename)
+    monkeypatch.setattr(fileio, "_exchange", exchange, raising=False)
+    with staged_dir(target, replace=replace) as tmp:
+        _fill(tmp, {"a.txt": "a", "sub/deeper/b.txt": "b"})
+        (tmp / "link").symlink_to("/dev/zero")  # a link is not followed (fsync of /dev/zero would be the tell)
+        written = {str(tmp / rel) for rel in ("a.txt", "sub/deeper/b.txt", "sub/deeper", "sub", ".")}
+    monkeypatch.undo()
+    assert at_rename, "no rename or exchange was seen"
+    before = {os.path.normpath(p) for p in at_rename[0]}  # the first rename or exchange puts the new one in place
+    assert {os.path.normpath(p) for p in written} <= before
+    assert "/dev/zero" not in synced and _tree(target) == {"a.txt": "a", "sub/deeper/b.txt": "b"}
+
+
+def _no_exchange(a: Path, b: Path) -> bool:
+    return False  # a file system that refuses RENAME_EXCHANGE (NFS, some FUSE ones)
+
+
+@pytest.fixture
+def exchange_works(tmp_path: Path) -> None:
+    a, b = _fill(tmp_path / ".probe-a", {"f": "a"}), _fill(tmp_path / ".probe-b", {"f": "b"})
+    swapped = fileio._exchange(a, b)
+    for probe in (a, b):
+        _remove_tree(probe)
+    if not swapped:
+        pytest.skip(f"{tmp_path}'s file system refuses renameat2(RENAME_EXCHANGE)")
+
+
+def _remove_tree(path: Path) -> None:
+    for p in sorted(path.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    path.rmdir()
+
+
+def test_a_failed_second_rename_puts_the_old_directory_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the system cannot exchange: the swap is two renames, and a failing second one is undone."""
+    target = _fill(tmp_path / "out", {"old.txt": "old", "sub/x.txt": "x"})
     real_replace = os.replace
     calls: list[str] = []
 
@@ -116,13 +182,136 @@ def test_a_crash_between_the_two_renames_leaves_the_old_one_beside_it(
             raise OSError(5, "Input/output error")
         real_replace(src, dst)
 
+    monkeypatch.setattr(fileio, "_exchange", _no_exchange, raising=False)
     monkeypatch.setattr(os, "replace", second_rename_fails)
     with pytest.raises(OSError, match="Input/output error"), staged_dir(target, replace=True) as tmp:
         _fill(tmp, {"new.txt": "new"})
     monkeypatch.undo()
-    assert not target.exists()  # documented: the swap is two renames, not one
-    (old,) = tmp_path.iterdir()
-    assert old.name.startswith(".out.old.") and _tree(old) == {"out/old.txt": "old"}
+    assert len(calls) >= 2  # the failure did hit the second rename
+    assert _tree(target) == {"old.txt": "old", "sub/x.txt": "x"}  # the old one is back, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no .out.old.*, no staging directory
+
+
+def test_a_failed_exchange_leaves_the_old_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange_works: None
+) -> None:
+    target = _fill(tmp_path / "out", {"old.txt": "old"})
+
+    def exchange_fails(a: Path, b: Path) -> bool:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(fileio, "_exchange", exchange_fails)
+    with pytest.raises(OSError, match="Input/output error"), staged_dir(target, replace=True) as tmp:
+        _fill(tmp, {"new.txt": "new"})
+    assert _tree(target) == {"old.txt": "old"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_replace_onto_a_dangling_link_replaces_the_link(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    target.symlink_to(tmp_path / "nowhere")
+    with staged_dir(target, replace=True) as tmp:
+        _fill(tmp, {"a.txt": "a"})
+    assert not target.is_symlink() and _tree(target) == {"a.txt": "a"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+# Kills itself (SIGKILL: no handler, no finally) at the N-th line that runs in tirl/fileio.py once the block ends.
+_KILLED_CHILD = """
+import os, signal, sys
+from pathlib import Path
+import tirl.fileio as fileio
+
+target, kill_at = Path(sys.argv[1]), int(sys.argv[2])
+if sys.argv[3] == "no-exchange":
+    fileio._exchange = lambda a, b: False
+lines = 0
+
+def trace(frame, event, arg):
+    global lines
+    if frame.f_code.co_filename != fileio.__file__:
+        return None
+    if event == "line":
+        lines += 1
+        if lines == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return trace
+
+with fileio.staged_dir(target, replace=True) as tmp:
+    for i in range(3):
+        (tmp / f"new{i}.txt").write_text("new")
+    sys.settrace(trace)
+sys.settrace(None)
+"""
+OLD = {"old0.txt": "old", "old1.txt": "old"}
+NEW = {f"new{i}.txt": "new" for i in range(3)}
+
+
+def _kill_at_every_line(tmp_path: Path, mode: str) -> list[tuple[int, Path]]:
+    """Run the replace once per line of fileio it executes, killed at that line; (line, run directory) each."""
+    script = tmp_path / "child.py"
+    script.write_text(_KILLED_CHILD)
+    env = {**os.environ, "PYTHONPATH": str(Path(fileio.__file__).parents[1])}
+    killed: list[tuple[int, Path]] = []
+    for n in range(1, 400):
+        parent = tmp_path / f"kill-{n}"
+        _fill(parent / "out", OLD)
+        proc = subprocess.run([sys.executable, str(script), str(parent / "out"), str(n), mode], env=env, check=False)
+        if proc.returncode == 0:  # ran to the end: fewer than n lines
+            assert _tree(parent / "out") == NEW and sorted(p.name for p in parent.iterdir()) == ["out"]
+            return killed
+        assert proc.returncode == -signal.SIGKILL, proc.returncode
+        killed.append((n, parent))
+    raise AssertionError("the replace never finished")
+
+
+def test_a_kill_at_any_line_of_the_swap_leaves_the_old_or_the_new_target_whole(
+    tmp_path: Path, exchange_works: None
+) -> None:
+    killed = _kill_at_every_line(tmp_path, "exchange")
+    assert len(killed) > 5
+    seen = set()
+    for n, parent in killed:
+        target = parent / "out"
+        whole = _tree(target) if target.is_dir() else None
+        assert whole in (OLD, NEW), f"killed at line {n}: {sorted(p.name for p in parent.iterdir())}"
+        seen.add("old" if whole == OLD else "new")
+        assert clean_staged(target) is False
+        assert _tree(target) == whole and sorted(p.name for p in parent.iterdir()) == ["out"], n
+    assert seen == {"old", "new"}  # the kills fell on both sides of the swap
+
+
+def test_where_the_system_cannot_exchange_a_kill_between_the_renames_is_repaired(
+    tmp_path: Path,
+) -> None:
+    killed = _kill_at_every_line(tmp_path, "no-exchange")
+    missing = 0
+    for n, parent in killed:
+        target = parent / "out"
+        before = _tree(target) if target.is_dir() else None
+        if before is None:  # between the two renames: the old one is whole in .out.old.*/out
+            missing += 1
+            (aside,) = parent.glob(".out.old.*/out")
+            assert _tree(aside) == OLD, n
+        else:
+            assert before in (OLD, NEW), n
+        assert clean_staged(target) is (before is None)
+        assert _tree(target) == (before or OLD) and sorted(p.name for p in parent.iterdir()) == ["out"], n
+    assert missing >= 1  # the kills did hit the window this mode cannot close
+
+
+def test_clean_staged_touches_only_its_own_leftovers(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    _fill(tmp_path / ".out.abc123", {"half.txt": "half"})  # a killed block
+    _fill(tmp_path / ".out.old.xyz" / "out", OLD)  # a killed swap's old one
+    for other in (".outer.abc", ".out", ".out-x", "out.bak"):
+        _fill(tmp_path / other, {"mine.txt": "mine"})
+    assert clean_staged(target) is True
+    assert _tree(target) == OLD
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out", ".out-x", ".outer.abc", "out", "out.bak"]
+    _fill(tmp_path / ".out.old.later" / "out", {"older.txt": "x"})
+    assert clean_staged(target) is False  # out is there: the set-aside one is removed, not put back
+    assert _tree(target) == OLD and not (tmp_path / ".out.old.later").exists()
 
 
 def test_a_parent_that_takes_no_entry_names_the_target(tmp_path: Path) -> None:

@@ -29,7 +29,9 @@ command's inputs (``tirl filter X --kept X``).
 :func:`staged_dir` is the same for a directory (a saved model, an export): the
 block fills a new hidden directory beside the target, and only a block that
 finishes is renamed into place, so an interrupted write leaves no partial
-directory (see its doc for what the swap of an existing one covers).
+directory. An existing one is replaced by one atomic exchange on Linux (see
+its doc for the fallback elsewhere); :func:`clean_staged` tidies what a killed
+process left beside the target.
 
 Not covered: writes to network file systems without rename atomicity, and
 outputs larger than memory for device targets.
@@ -236,12 +238,111 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     _fsync_dir(real.parent)
 
 
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2  # linux/fs.h
+# Errors that say "this kernel, C library or file system cannot exchange" (EPERM: a seccomp filter's answer).
+_NO_EXCHANGE = {errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the entries ``a`` and ``b`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``).
+
+    False, with nothing changed, where this system or file system cannot (not Linux, a C library without
+    ``renameat2``, a file system that refuses the flag: NFS, some FUSE ones); any other failure raises
+    :class:`OSError`. Through ctypes: the standard library has no ``renameat2`` (nor any well-kept package).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes  # only here: the module is imported by every command
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # glibc < 2.28, musl
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _NO_EXCHANGE:
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def _remove(path: Path) -> None:
+    """Remove ``path`` whatever it is (a link or a file is unlinked, never followed); errors are ignored."""
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _swap_in(tmp: Path, final: Path) -> None:
-    """Move ``final`` aside whole (into a new ``.NAME.old.*`` beside it), rename ``tmp`` to ``final``, drop the old."""
+    """Put ``tmp`` at ``final`` and remove what was there, so that ``final`` is always one of them, whole.
+
+    One ``renameat2(RENAME_EXCHANGE)`` where the system has it (the old one then sits at ``tmp``); elsewhere
+    two renames (the old one into a new ``.NAME.old.*`` beside it, ``tmp`` onto ``final``), and when the
+    second fails the old one is renamed back before the error is raised.
+    """
+    if _exchange(tmp, final):
+        _remove(tmp)  # the old one: a kill before this leaves it as a hidden ``.NAME.*`` (clean_staged)
+        return
     old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
-    os.replace(final, old / final.name)  # the old one moves into the empty directory, whole
-    os.replace(tmp, final)  # a crash (or this rename failing) leaves no final, the old one in .NAME.old.*/NAME
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        os.replace(final, old / final.name)  # the old one moves into the empty directory, whole
+    except BaseException:
+        os.rmdir(old)
+        raise
+    try:
+        os.replace(tmp, final)  # a kill before this returns leaves no final: clean_staged puts the old one back
+    except BaseException as exc:
+        if not os.path.lexists(tmp):  # it did move (an interrupt right after the rename): the new one is in place
+            _remove(old)
+            raise
+        try:
+            os.replace(old / final.name, final)
+        except OSError as again:
+            exc.add_note(f"the old {final.name} could not be put back ({again.strerror}): it is in {old}")
+            raise
+        os.rmdir(old)
+        raise
+    _remove(old)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush to disk every regular file and directory under ``root`` (and ``root``); links are not followed."""
+    for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                fsync_file(path)
+        _fsync_dir(Path(dirpath))
+
+
+def clean_staged(target: str | Path, *, restore_only: bool = False) -> bool:
+    """Tidy what a killed :func:`staged_dir` left beside ``target``; True when the old ``target`` was put back.
+
+    A ``target`` that is missing while a ``.NAME.old.*/NAME`` is beside it (a kill between the two renames
+    of the swap where the system cannot exchange) gets that one back, the newest if several. Then, unless
+    ``restore_only``, every ``.NAME.*`` beside it is removed: half-filled staging directories and old ones
+    swapped out but not yet removed. Only for ``target``'s one writer (under a lock): a :func:`staged_dir`
+    block running in another process now would lose its directory.
+    """
+    final = Path(target)
+    prefix = f".{final.name}."
+    hidden = [p for p in final.parent.iterdir() if p.name.startswith(prefix)] if final.parent.is_dir() else []
+    restored = False
+    if not os.path.lexists(final):
+        aside = [p / final.name for p in hidden if p.name.startswith(f"{prefix}old.")]
+        aside = [p for p in aside if os.path.lexists(p)]
+        if aside:
+            back = max(aside, key=lambda p: p.parent.stat().st_mtime)
+            os.rename(back, final)
+            _fsync_dir(final.parent)
+            back.parent.rmdir()  # empty now
+            restored = True
+    if not restore_only:
+        for left in hidden:
+            _remove(left)
+    return restored
 
 
 @contextmanager
@@ -259,15 +360,25 @@ def staged_dir(
     * ``replace=False`` (create-only): ``target`` must be missing or an empty directory (else
       :class:`OutputError` before the block runs); the rename onto it is one atomic step. A ``target`` that
       someone fills while the block runs makes the rename fail (:class:`OSError`), nothing is overwritten.
-    * ``replace=True``: an existing ``target`` (whatever it holds) is first moved whole into a new
-      ``.NAME.old.*`` beside it, then the new one renamed in, then the old one removed. ``target`` is
-      always the whole old directory or the whole new one, but not atomically: a crash (or a failed second
-      rename) between the two renames leaves no ``target`` and the old one as ``.NAME.old.*/NAME``.
+    * ``replace=True``: an existing ``target`` (whatever it is: a directory, a file, a link, which is
+      replaced, never followed) is swapped with the new directory in one atomic step on Linux
+      (``renameat2(RENAME_EXCHANGE)``: ext4, XFS, Btrfs, tmpfs, overlayfs), and the old one removed from its
+      hidden name. At every instant ``target`` is the whole old directory or the whole new one, and a kill
+      at any moment leaves one of them there (plus a hidden ``.NAME.*`` for :func:`clean_staged`).
+      Where the exchange is refused (not Linux, NFS, some FUSE file systems) it is two renames: the old one
+      moves whole into a new ``.NAME.old.*`` beside it, then the new one is renamed in. If that second
+      rename fails, the old one is renamed back and the error raised (``target`` as it was); a *kill*
+      between the two leaves no ``target`` and the old one as ``.NAME.old.*/NAME``, which
+      :func:`clean_staged` puts back.
 
-    Not covered: the files' own contents are not fsynced here (the writer's job: :func:`fsync_file`); a
-    ``target`` on another file system than its parent (a mount point) cannot be renamed onto; two writers
-    of the same ``target`` at once (with ``replace``, the later swap wins); hidden temporary directories
-    left by a killed process are not cleaned up.
+    Every file and directory the block wrote is fsynced before the rename (links are not followed), so what
+    the rename publishes is on disk.
+
+    Covered: exceptions (``KeyboardInterrupt`` too) and ``kill -9`` at any moment, as above. Not covered:
+    power loss or a kernel crash before the parent's fsync may undo the swap (on a journaling file system
+    such as ext4 or XFS it is not torn; elsewhere, no promise); a ``target`` on another file system than its
+    parent (a mount point) cannot be renamed onto; two writers of the same ``target`` at once (with
+    ``replace``, the later swap wins); leftovers of a killed process are removed only by :func:`clean_staged`.
     """
     final = Path(target)
     if not replace and final.exists() and (not final.is_dir() or any(final.iterdir())):
@@ -280,12 +391,13 @@ def staged_dir(
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 is for the build only
-        if replace and final.exists():
+        _fsync_tree(tmp)
+        if replace and os.path.lexists(final):
             _swap_in(tmp, final)
         else:
             os.rename(tmp, final)  # onto a missing or empty directory: atomic
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)  # the new one (or, after an exchange, the old one: the new one is in place)
         raise
     _fsync_dir(final.parent)
 
