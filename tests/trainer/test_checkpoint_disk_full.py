@@ -1,4 +1,4 @@
-"""Disk full while a checkpoint is written: one ``error:`` line, exit 2, and no ``.tmp-step-N`` or ``step-N`` left.
+"""Disk full while a checkpoint is written: one ``error:`` line, exit 2, and no ``.step-N.*`` or ``step-N`` left.
 
 Two ways to run out of space: a real tmpfs too small for a checkpoint (root only: it mounts one; skipped
 elsewhere), and ``ENOSPC`` from ``fsync`` of a checkpoint file (how a network or thin-provisioned file system
@@ -31,14 +31,14 @@ def _assert_full_disk_refusal(code: int, err: str, run: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: "), err
     assert "no space" in lines[0].lower() and str(run) in lines[0] and "--resume" in lines[0], lines[0]
     ckpts = run / "checkpoints"
-    assert not ckpts.exists() or not list(ckpts.iterdir()), list(ckpts.iterdir())  # no .tmp-step-N, no step-1
+    assert not ckpts.exists() or not list(ckpts.iterdir()), list(ckpts.iterdir())  # no .step-1.* staging, no step-1
 
 
 def test_enospc_from_fsync_of_a_checkpoint_file(model_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     real_fsync = os.fsync
 
     def fsync(fd: int) -> None:
-        if "/checkpoints/.tmp-step-" in os.readlink(f"/proc/self/fd/{fd}"):
+        if "/checkpoints/.step-" in os.readlink(f"/proc/self/fd/{fd}"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_fsync(fd)
 

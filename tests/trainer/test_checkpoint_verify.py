@@ -58,10 +58,16 @@ def test_no_checkpoint_verifies(tmp_path, capsys):
     assert latest_checkpoint(tmp_path, verify=False) is not None
 
 
-def test_every_file_is_fsynced_before_the_rename(tmp_path, monkeypatch):
+@pytest.mark.parametrize("resave", [False, True], ids=["new-step", "step-saved-again"])
+def test_every_file_is_fsynced_before_the_rename(tmp_path, monkeypatch, resave):
+    """Before the staging directory gets its name (a rename, or the exchange that replaces a step saved again)."""
+    import tirl.fileio
+
+    if resave:
+        _save(tmp_path, (3,))
     synced: set[str] = set()
     renamed_with: list[set[str]] = []
-    real_fsync, real_rename = os.fsync, os.rename
+    real_fsync, real_rename, real_exchange = os.fsync, os.rename, tirl.fileio._exchange
 
     def fsync(fd: int) -> None:
         synced.add(os.readlink(f"/proc/self/fd/{fd}"))
@@ -71,13 +77,18 @@ def test_every_file_is_fsynced_before_the_rename(tmp_path, monkeypatch):
         renamed_with.append(set(synced))
         real_rename(src, dst, *a, **kw)
 
+    def exchange(a, b):
+        renamed_with.append(set(synced))
+        return real_exchange(a, b)
+
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(tirl.fileio, "_exchange", exchange)
     _save(tmp_path, (3,))
     (ckpt,) = list_checkpoints(tmp_path)
     tmp_names = {str(Path(p)) for p in renamed_with[-1]}
     for rel in [*ckpt.state["files"], "state.json"]:
-        assert any(name.endswith(f"/{rel}") and "/.tmp-step-3-" in name for name in tmp_names), rel
+        assert any(name.endswith(f"/{rel}") and "/checkpoints/.step-3." in name for name in tmp_names), rel
 
 
 def test_train_resume_skips_a_truncated_newest_checkpoint(tmp_path, capsys):

@@ -8,11 +8,20 @@ A checkpoint directory holds::
     rng.json                Python, NumPy and torch RNG states
     state.json              {"step": N, "policy_version": V, "files": {path: {"size", "sha256"}}}
 
-It is written into a temporary sibling directory and renamed into place, so
-``step-N`` either exists complete or not at all; a ``kill -9`` mid-write
-leaves only a ``.tmp-*`` directory, which the next save removes. Every file
-is fsynced before the rename. A save that runs out of space (``ENOSPC``,
-``EDQUOT``) removes its temporary directory and raises
+It is written into a hidden sibling directory (``.step-N.*``, by
+:func:`tirl.fileio.staged_dir`) and renamed into place, so ``step-N`` either
+exists complete or not at all. A step saved again (a resumed run redoing a
+step) is swapped with the old one in one atomic exchange on Linux, so
+``step-N`` is at every instant the whole old checkpoint or the whole new one;
+where the file system cannot exchange (NFS), a ``kill -9`` between the two
+renames leaves the old one as ``.step-N.old.*/step-N``, and the next resume or
+save puts it back. Every file is fsynced before the rename. A ``kill -9``
+mid-write leaves only hidden ``.step-N.*`` (or older tirl's ``.tmp-*``)
+directories, which no reader looks at (only ``step-N`` names are checkpoints)
+and the next save removes; old checkpoints beyond ``keep_last`` are renamed
+to a hidden name before they are deleted, so a kill mid-delete leaves no
+half checkpoint under a ``step-N`` name. A save that runs out of space
+(``ENOSPC``, ``EDQUOT``) removes its temporary directory and raises
 :class:`~tirl.errors.OutputError` (one ``error:`` line).
 
 Resume (:func:`resume_point`) takes the newest checkpoint that verifies:
@@ -55,12 +64,13 @@ from safetensors import SafetensorError, safe_open
 from transformers.utils import logging as hf_logging
 
 from tirl.errors import InputError, OutputError
-from tirl.fileio import fsync_file
+from tirl.fileio import clean_staged, fsync_file, staged_dir
 from tirl.jsonl import JSONProblem, parse_json
 from tirl.trainer import run_files
 from tirl.trainer.train_state import DamagedState, RngState, TrainingState, read_training_state, write_training_state
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+_STAGED = re.compile(r"^\.(step-\d+)\.")  # what staged_dir leaves beside step-N: .step-N.XXXX, .step-N.old.XXXX
 MAX_STEP = 10**12  # far beyond any run; a larger number in a directory name is not a step tirl wrote
 MAX_STATE_BYTES = 16 * 2**20  # state.json: a step, a version and one checksum line per file
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -130,21 +140,13 @@ def save_checkpoint(
     Out of space: nothing is left behind and :class:`~tirl.errors.OutputError` says so.
     """
     root = Path(run_dir) / run_files.CHECKPOINTS
-    tmp = root / f".tmp-step-{step}-{os.getpid()}"
+    final = root / f"step-{step}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        for stale in root.glob(".tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        full_state = _write(tmp, step, model, tokenizer, optimizer, state, rng)
-        final = root / f"step-{step}"
-        if final.is_symlink() or final.is_file():  # not a checkpoint tirl wrote: out of the way, never followed
-            final.unlink()
-        elif final.exists():  # re-saving a step (resumed run): replace it as a whole
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _fsync_dir(root)
+        clean_leftovers(run_dir)
+        with staged_dir(final, replace=True) as tmp:  # an old step-N (a file or a link too) is swapped out whole
+            full_state = _write(tmp, step, model, tokenizer, optimizer, state, rng)
     except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         if not _disk_full(exc):
             raise
         raise OutputError(
@@ -152,12 +154,40 @@ def save_checkpoint(
             f"free space, then continue the run with `tirl train --resume {run_dir}`",
         ) from None  # fmt: skip
     for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
-        shutil.rmtree(old.path, ignore_errors=True)
+        _delete(old.path)
     return Checkpoint(path=final, step=step, state=full_state, policy_version=int(full_state.get("policy_version", 0)))
 
 
+def _delete(path: Path) -> None:
+    """Remove a checkpoint: first renamed to a hidden ``.tmp-*`` name (one step), so no half of it keeps its name."""
+    doomed = path.with_name(f".tmp-deleted-{path.name}-{os.getpid()}")
+    try:
+        os.rename(path, doomed)
+    except OSError:
+        return  # already gone, or the directory takes no rename: left as it is, whole
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def clean_leftovers(run_dir: str | Path, *, restore_only: bool = False) -> list[str]:
+    """Tidy ``checkpoints/`` after a killed save; the names of the checkpoints put back.
+
+    A ``step-N`` swapped out but not yet replaced (``.step-N.old.*/step-N``, see the module doc) is put back
+    when ``step-N`` is missing; then, unless ``restore_only``, every hidden leftover is removed: staging
+    directories, old checkpoints swapped out but not yet deleted, ``.tmp-*``. The caller holds the run's lock
+    (a save in progress in another process would lose its directory).
+    """
+    root = Path(run_dir) / run_files.CHECKPOINTS
+    if not root.is_dir():
+        return []
+    staged = {m.group(1) for m in (_STAGED.match(p.name) for p in root.iterdir()) if m}
+    restored = [name for name in sorted(staged) if clean_staged(root / name, restore_only=restore_only)]
+    if not restore_only:
+        for stale in root.glob(".tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+    return restored
+
+
 def _write(tmp: Path, step: int, model: Any, tokenizer: Any, optimizer: Any, state: Any, rng: Any) -> dict[str, Any]:
-    tmp.mkdir()
     hf_logging.disable_progress_bar()  # transformers draws a shard-writing bar on every save
     model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")

@@ -54,7 +54,7 @@ from tirl.jsonl import read_json
 from tirl.models.kernels import build_line
 from tirl.rollout.evaluation import EvalReport, PairedChange, TaskOutcome
 from tirl.trainer import run_files
-from tirl.trainer.checkpoint import ResumePoint, resume_point, warn_skipped
+from tirl.trainer.checkpoint import ResumePoint, clean_leftovers, resume_point, warn_skipped
 from tirl.trainer.failfast import failed_error, summarize_failures
 from tirl.trainer.learner import RankGroup, build_learner, load_reference
 from tirl.trainer.logging import log_eval_scalars, read_metrics
@@ -120,6 +120,10 @@ class ResumeFrom:
 def find_resume(run_dir: Path, checkpoint_every: int = 1, steps: int | None = None) -> ResumeFrom:
     """The newest checkpoint of ``run_dir`` that can be resumed, announced on stderr with what was skipped.
 
+    A checkpoint that a killed save had set aside (``.step-N.old.*``, where the file system cannot swap in one
+    step) is first put back at ``step-N``, with a line saying so; hidden leftovers are otherwise left to the
+    next save (:func:`~tirl.trainer.checkpoint.clean_leftovers`).
+
     :class:`~tirl.errors.InputError` (one line naming the damage) when checkpoints exist but none verifies, and
     when the run has none although it must have written one: it logged a step after ``checkpoint_every`` (each
     checkpoint is complete before the next step starts) or it finished. Only a run killed before its first
@@ -127,6 +131,8 @@ def find_resume(run_dir: Path, checkpoint_every: int = 1, steps: int | None = No
     its summary is an error saying how to continue it (it used to redo the after-evaluation and say training
     continued); one killed after its last step but before its summary finishes its evaluation.
     """
+    for name in clean_leftovers(run_dir, restore_only=True):  # the run's lock is held: no save is under way
+        print(f"resuming {run_dir}: put back checkpoint {name}, set aside by a save that was killed", file=sys.stderr)
     point = resume_point(run_dir)
     if point is None:
         logged = max((r["step"] for r in read_metrics(run_dir) if isinstance(r.get("step"), int)), default=0)
