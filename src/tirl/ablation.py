@@ -66,6 +66,7 @@ from tirl.ablation_stats import (
     reward_auc,
 )
 from tirl.errors import ConfigError, SetupError
+from tirl.fileio import write_bytes
 from tirl.trainer import run_files
 
 MODES: tuple[str, ...] = ("off", "mask", "drop", "penalize", "roc")
@@ -316,8 +317,8 @@ def run_ablation(
         for mode in plan.modes:
             run_dir = out / f"{mode}-seed{seed}"
             run_dir.mkdir(parents=True, exist_ok=True)
-            if before is not None:  # same policy, same tasks, greedy: the before-eval is shared
-                (run_dir / "eval_before.json").write_bytes(before.read_bytes())
+            if before is not None:  # same policy, same tasks, greedy: the before-eval is shared (whole or not at all)
+                write_bytes(run_dir / "eval_before.json", before.read_bytes())
             t0 = time.perf_counter()
             _train(run_dir, plan.overrides(mode, seed), run_dir / run_files.ARM_LOG)
             result = read_run(run_dir, mode, seed, time.perf_counter() - t0)

@@ -30,7 +30,7 @@ from typing import Any
 
 from tirl.ablation import BOOTSTRAP_SEED, RATIO_SPIKE, RunResult
 from tirl.ablation_stats import COLLAPSE_RULE, bootstrap_ci, excludes_zero, fisher_exact, wilcoxon_signed_rank
-from tirl.fileio import write_text
+from tirl.fileio import atomic_write, write_text
 
 BASELINE = "off"
 
@@ -225,13 +225,15 @@ def figure(results: Sequence[RunResult]) -> Any:
 
 
 def plot(results: Sequence[RunResult], path: Path) -> Path:
-    """:func:`figure`, saved as a PNG at ``path``."""
+    """:func:`figure`, saved as a PNG at ``path`` (whole or not at all: the previous one stays if saving fails)."""
     import matplotlib.pyplot as plt
 
     fig = figure(results)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    try:
+        with atomic_write(path, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=80)
+    finally:
+        plt.close(fig)
     return path
 
 
