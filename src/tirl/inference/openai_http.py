@@ -54,6 +54,7 @@ import httpx
 import openai
 
 from tirl.errors import SetupError
+from tirl.fileio import staged_dir
 from tirl.inference.base import FinishReason, GenerationResult, SamplingParams
 from tirl.rollout.staleness import OldestStepFirst
 
@@ -348,7 +349,8 @@ class HTTPWeightSync:
     """``on_update(version)`` for a trainer whose generator is ``tirl serve``.
 
     Saves ``model`` and ``tokenizer`` (``save_pretrained``) to
-    ``directory/v{version}``, then ``POST {base_url}/load_weights`` with that
+    ``directory/v{version}`` (whole or not at all: :func:`tirl.fileio.staged_dir`,
+    which swaps out a ``v{version}`` already there), then ``POST {base_url}/load_weights`` with that
     path and the version, and sets ``generator.policy_version``. The directory
     must be readable by the server (same machine or a shared file system).
     Older versions beyond ``keep`` are deleted.
@@ -383,12 +385,9 @@ class HTTPWeightSync:
         t0 = time.perf_counter()
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"v{version}"
-        tmp = self.directory / f".v{version}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, safe_serialization=True)
-        self.tokenizer.save_pretrained(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        with staged_dir(final, replace=True) as tmp:  # a vN already there (a resumed run) is swapped out whole
+            self.model.save_pretrained(tmp, safe_serialization=True)
+            self.tokenizer.save_pretrained(tmp)
         try:
             r = httpx.post(
                 self.url,
