@@ -5,11 +5,11 @@
 (0.3, 5)
 
 Every section validates itself in ``__post_init__`` (ConfigError naming the key, the bad value and the fix); unknown
-keys are errors (the closest valid key suggested). Each value is read as its key's type by
-:func:`tirl.config_values.coerce`: a number that is not the one written (``1e-400`` read as 0.0, ``1e999``, ``inf``,
-a float for an integer key, beyond 64 bits) is a ConfigError, as is a TOML file not UTF-8, too deep or with an
-over-long integer. Every numeric key has a range (:data:`tirl.config_ranges.RANGES`, in docs/configuration.md)
-checked at the end of its section; a key set but unused by the rest of the config is a note
+keys are errors (the closest valid key suggested), and so is a key below a value (``algo.clip_high.x``). Each value
+is read as its key's type by :func:`tirl.config_values.coerce`: a number that is not the one written (``1e-400``
+read as 0.0, ``1e999``, ``inf``, a float for an integer key, beyond 64 bits) is a ConfigError, as is a TOML file not
+UTF-8, too deep or with an over-long integer. Every numeric key has a range (:data:`tirl.config_ranges.RANGES`, in
+docs/configuration.md) checked at the end of its section; a key set but unused by the rest of the config is a note
 (:mod:`tirl.config_notes`).
 """
 
@@ -26,7 +26,7 @@ from typing import Any, Literal
 from tirl.config_notes import unused_settings
 from tirl.config_ranges import check_section
 from tirl.config_values import coerce, toml_float
-from tirl.errors import ConfigError, show_value
+from tirl.errors import ConfigError, cut, show_value
 
 
 def _check(cond: bool, key: str, value: Any, fix: str) -> None:
@@ -325,6 +325,23 @@ class _Exact:
     value: Any
 
 
+def _not_a_section(key: str, given: dict[str, Any], where: str | None = None) -> ConfigError:
+    """``key`` (``algo.clip_high``) holds a value but was given keys below it (``given``: ``{"x": "0.3"}``).
+
+    ``where`` names the input (default: the first key given, ``config key 'algo.clip_high.x'``).
+    """
+    leaves = _leaves(given, f"{key}.")
+    value = leaves[0][1] if leaves else None
+    text = value if isinstance(value, str) else show_value(value) if isinstance(value, int | float) else "VALUE"
+    if where is None:
+        where = f"config key {show_value(leaves[0][0])}" if leaves else f"config table [{key}]"
+    section, _, name = key.rpartition(".")
+    return ConfigError(
+        f"{where}: {key} is a value, not a section — set it directly: --set {key}={cut(text)}"
+        + (f" (in a TOML file: {name} = ... under [{section}])" if section else "")
+    )
+
+
 def _unknown(key: str, valid: list[str]) -> ConfigError:
     section, _, name = key.rpartition(".")
     close = [f"{section}.{c}" if section else c for c in difflib.get_close_matches(name, valid, n=1)]
@@ -347,6 +364,8 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
                 raise ConfigError(f"config section [{full}] must be a table of keys, not {given} — set a key inside "
                                   f"it: --set {full}.{first}=VALUE, or a [{full}] table in a TOML file")  # fmt: skip
             kwargs[key] = _build(tp, value, f"{full}.")  # type: ignore[arg-type]
+        elif isinstance(value, dict):  # --set algo.clip_high.x=0.3, or a [algo.clip_high] table
+            raise _not_a_section(full, value)
         elif isinstance(value, _Exact):
             kwargs[key] = coerce(value.value, tp, full, text=False)
         else:
@@ -425,12 +444,21 @@ def _leaves(node: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 def _place(data: dict[str, Any], key: str, value: Any, where: str) -> None:
     parts = key.split(".")
     node = data
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1], start=1):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"{where}: '{part}' is a value, not a section")
+            if depth == 1:  # --set algo=3 before it: the section's own error (or an unknown key's)
+                _build(TirlConfig, {part: child}, "")
+            raise _not_a_section(".".join(parts[:depth]), _tree(parts[depth:], value), where)
         node = child
     node[parts[-1]] = value
+
+
+def _tree(parts: list[str], value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``["a", "b"]``."""
+    for part in reversed(parts):
+        value = {part: value}
+    return value  # type: ignore[no-any-return]
 
 
 def _drop(data: dict[str, Any], key: str) -> None:

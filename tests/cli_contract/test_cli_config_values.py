@@ -62,6 +62,29 @@ def test_an_integer_key_still_takes_integers(tmp_path):
     assert load_config(None, ["trainer.steps=3"]).trainer.steps == 3
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--set", "algo.clip_high.x=0.3"],
+        ["--set", "algo.clip_high=0.2", "--set", "algo.clip_high.x=0.3"],
+        ["--config", "TABLE"],
+    ],
+)
+def test_a_key_below_a_value_says_the_value_is_not_a_section(capsys, tmp_path, argv):
+    """It said ``config algo.clip_high={'x': '0.3'} is invalid: use a number``."""
+    table = tmp_path / "t.toml"
+    table.write_text("[algo.clip_high]\nx = 0.3\n", encoding="utf-8")
+    out = run_cli(capsys, "config", "show", *[table if a == "TABLE" else a for a in argv])
+    assert_refused(out, "algo.clip_high.x", "algo.clip_high is a value, not a section",
+                   "--set algo.clip_high=0.3", "clip_high = ... under [algo]")  # fmt: skip
+
+
+def test_a_value_given_for_a_section_before_a_key_in_it_names_the_section(capsys):
+    """``--set algo=3 --set algo.clip_high=0.3`` said ``'algo' is a value, not a section``: the value is the error."""
+    out = run_cli(capsys, "config", "show", "--set", "algo=3", "--set", "algo.clip_high=0.3")
+    assert_refused(out, "config section [algo] must be a table of keys, not '3'")
+
+
 def test_toml_float_keeps_the_text_only_of_a_float_that_does_not_fit() -> None:
     from tirl.config_values import FloatText, toml_float
 
