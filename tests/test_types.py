@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tirl.types import FieldError, Message, Role, Trajectory
+from tirl.types import FieldError, Message, Role, Trajectory, fields_ok, trajectory_fields
 
 
 def test_typed_facts_round_trip() -> None:
@@ -120,3 +122,27 @@ def test_null_or_absent_info_and_error_read_as_empty() -> None:
     for extra in ({}, {"info": None, "error": None}, {"info": {}}):
         traj = Trajectory.from_dict({"id": "x", "messages": [], **extra})
         assert traj.info == {} and traj.error is None
+
+
+_ODD = [None, True, False, 0, -1, 3, 2.5, 1e300, float("nan"), 10**400, "", "x", "void", [], [0], [True], [-1], {},
+        {"a": 1}]  # fmt: skip
+_NAMES = ["id", "group", "reward", "answer", "termination", "error", "info", "void", "correct", "policy_version",
+          "void_turns", "loss_weight", "extra"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    top=st.dictionaries(st.sampled_from(_NAMES), st.sampled_from(_ODD), max_size=5),
+    legacy=st.dictionaries(st.sampled_from(_NAMES), st.sampled_from(_ODD), max_size=3),
+    with_info=st.booleans(),
+)
+def test_fields_ok_agrees_with_the_reader(top: dict[str, object], legacy: dict[str, object], with_info: bool) -> None:
+    """The filter's fast path asks :func:`fields_ok`; the reference reader is :func:`trajectory_fields`."""
+    data = {**top, "info": legacy} if with_info else top
+    try:
+        trajectory_fields(data, "line-1")
+    except FieldError:
+        accepted = False
+    else:
+        accepted = True
+    assert fields_ok(data) is accepted, data

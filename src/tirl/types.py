@@ -184,6 +184,8 @@ def json_kind(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, int) and not _fits_float(value):
+        return f"an integer of {len(str(abs(value)))} digits (beyond 1.8e308)"
     if isinstance(value, int | float | str):
         return show_value(value)
     if isinstance(value, list):
@@ -191,17 +193,25 @@ def json_kind(value: Any) -> str:
     return "an object" if isinstance(value, dict) else type(value).__name__
 
 
-def _is_int(value: Any) -> bool:
-    return type(value) is int  # not bool: true is an int to Python, not to a JSON reader
-
-
 def _is_number(value: Any) -> bool:
-    return type(value) is int or type(value) is float
+    """A JSON number a float can hold: not a bool, not an integer beyond 1.8e308 (``float()`` overflows)."""
+    return type(value) is float or (type(value) is int and _fits_float(value))
+
+
+def _fits_float(value: int) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
 class _Spec:
-    """What one optional top-level field of a trajectory line may hold (``null`` reads as absent unless not)."""
+    """What one optional top-level field of a trajectory line may hold (``null`` reads as absent unless not).
+
+    ``ok`` tests ``type(v) is int``, never ``isinstance``: ``true`` is an int to Python, not to a JSON reader.
+    """
 
     ok: Callable[[Any], bool]
     expected: str
@@ -213,13 +223,13 @@ class _Spec:
 
 _TERMINATIONS = ", ".join(TerminationReason)
 _SPECS: dict[str, _Spec] = {
-    "id": _Spec(lambda v: type(v) is str or _is_int(v), "a string or an integer",
+    "id": _Spec(lambda v: type(v) is str or type(v) is int, "a string or an integer",
                 'write the id as a string, e.g. "id": "t1" (or leave it out: the line number names it)',
                 nullable=False),
-    "group": _Spec(lambda v: type(v) is str or _is_int(v), "a string, an integer or null",
+    "group": _Spec(lambda v: type(v) is str or type(v) is int, "a string, an integer or null",
                    'write the group as a string, e.g. "group": "task-3"'),
     "reward": _Spec(_is_number, "a number or null", "write the reward as a number (1 or 0, not true or false)"),
-    "answer": _Spec(lambda v: type(v) is str or _is_int(v) or (type(v) is float and math.isfinite(v)),
+    "answer": _Spec(lambda v: type(v) is str or type(v) is int or (type(v) is float and math.isfinite(v)),
                     "a string, a finite number or null", 'write the answer as a string, e.g. "answer": "3/4"'),
     "termination": _Spec(lambda v: type(v) is str and v in TerminationReason._value2member_map_,
                          f"one of {_TERMINATIONS} or null", "use one of those values, or leave the field out"),
@@ -227,11 +237,11 @@ _SPECS: dict[str, _Spec] = {
     "info": _Spec(lambda v: type(v) is dict, "an object or null", "put free-form extras in an object"),
     "void": _Spec(lambda v: type(v) is bool, "true, false or null", "write true or false", legacy=True),
     "correct": _Spec(lambda v: type(v) is bool, "true, false or null", "write true or false", legacy=True),
-    "policy_version": _Spec(lambda v: _is_int(v) and v >= 0, "an integer >= 0 or null",
+    "policy_version": _Spec(lambda v: type(v) is int and v >= 0, "an integer >= 0 or null",
                             "write the policy version as a whole number, e.g. 3", legacy=True),
     "void_turns": _Spec(lambda v: type(v) is list, "a list of integers >= 0 or null",
                         "list the void assistant turns by index from 0, e.g. [0, 2]", legacy=True,
-                        item=lambda i: _is_int(i) and i >= 0),
+                        item=lambda i: type(i) is int and i >= 0),
     "loss_weight": _Spec(_is_number, "a number or null", "write the weight as a number (0 takes it out of the loss)",
                          legacy=True),
 }  # fmt: skip
@@ -257,11 +267,28 @@ def _field(data: dict[str, Any], info: dict[str, Any], name: str) -> Any:
     return value
 
 
-def _as_float(name: str, value: int | float) -> float:
-    try:
-        return float(value)
-    except OverflowError:  # an integer of 400 digits
-        raise FieldError(f"'{name}' is too large for a number (beyond 1.8e308)", "write a smaller number") from None
+def _fits(spec: _Spec, value: Any) -> bool:
+    return spec.ok(value) and (spec.item is None or all(map(spec.item, value)))
+
+
+_LEGACY = tuple(name for name, spec in _SPECS.items() if spec.legacy)
+
+
+def fields_ok(data: dict[str, Any]) -> bool:
+    """Whether :func:`trajectory_fields` accepts ``data``: the same checks, nothing built (the filter's fast path)."""
+    for name, value in data.items():  # inlined: the fast path runs this on every line
+        spec = _SPECS.get(name)
+        if spec is None or (value is None and spec.nullable):
+            continue
+        if not spec.ok(value) or (spec.item is not None and not all(map(spec.item, value))):
+            return False
+    info = data.get("info")
+    if type(info) is dict and info:
+        for name in _LEGACY:
+            value = info.get(name)
+            if value is not None and name not in data and not _fits(_SPECS[name], value):
+                return False
+    return True
 
 
 def trajectory_fields(data: dict[str, Any], default_id: str) -> dict[str, Any]:
@@ -272,7 +299,7 @@ def trajectory_fields(data: dict[str, Any], default_id: str) -> dict[str, Any]:
     true`` the reward 1.0, ``"correct": "yes"`` no verdict). ``null`` reads as absent, except for ``id``; a
     missing ``id`` is ``default_id``. The typed facts (``void``, ``correct``, ...) of files written before they
     were typed are read from ``info``. Integers and finite floats of ``answer`` become their text (as the task
-    files' ground truth does). ``tirl filter``'s fast path calls this to check a line before it vouches for it.
+    files' ground truth does). ``tirl filter``'s fast path asks :func:`fields_ok` (the same checks) instead.
     """
     info = _field(data, {}, "info") or {}
     tid, group, answer = _field(data, info, "id"), _field(data, info, "group"), _field(data, info, "answer")
@@ -282,7 +309,7 @@ def trajectory_fields(data: dict[str, Any], default_id: str) -> dict[str, Any]:
     return {
         "id": default_id if tid is None else str(tid),
         "group": None if group is None else str(group),
-        "reward": None if reward is None else _as_float("reward", reward),
+        "reward": None if reward is None else float(reward),
         "answer": None if answer is None else str(answer),
         "termination": None if term is None else TerminationReason(term),
         "error": _field(data, info, "error"),
@@ -290,7 +317,7 @@ def trajectory_fields(data: dict[str, Any], default_id: str) -> dict[str, Any]:
         "correct": _field(data, info, "correct"),
         "void": bool(_field(data, info, "void")),
         "void_turns": list(void_turns or []),
-        "loss_weight": 1.0 if weight is None else _as_float("loss_weight", weight),
+        "loss_weight": 1.0 if weight is None else float(weight),
         "info": info,
     }
 

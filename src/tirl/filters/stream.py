@@ -15,7 +15,7 @@ one of two paths:
   common types (``id`` and ``answer`` a string, an integer or absent; every
   message an object with a known role, string or null ``content`` and
   ``tool_call_id``, a list of ``tool_calls`` or null; every other field of
-  the type :func:`tirl.types.trajectory_fields` requires, which it calls)
+  the type :func:`tirl.types.trajectory_fields` requires: :func:`tirl.types.fields_ok`)
   and whose nesting stays within :data:`tirl.jsonl.MAX_DEPTH`;
 * **the reference path** takes every other line: :func:`tirl.jsonl.jsonl_line`
   and :func:`tirl.jsonl.to_trajectory` (the one JSONL reader) and
@@ -65,7 +65,7 @@ from tirl.filters.forked import map_forked, usable_cpus
 from tirl.filters.void_turn import judge_trajectory
 from tirl.jsonl import JSONProblem, check_depth, jsonl_line, open_input, read_trajectory_lines, to_trajectory
 from tirl.parsing import ParseRules, Unsearched, answer_of, turn_acts
-from tirl.types import TerminationReason, ToolCall, trajectory_fields
+from tirl.types import TerminationReason, ToolCall, fields_ok
 
 __all__ = ["PARALLEL_BYTES", "FilePart", "JudgedFile", "judge_file", "judge_range", "reference_part"]
 
@@ -359,10 +359,8 @@ def _fields(
 
     The last final answer is searched only where the verdict uses it: a void trajectory that has an ``answer``.
     """
-    try:
-        trajectory_fields(obj, "")  # every field's type, as the reference reader checks it
-    except ValueError:
-        return None  # the reference reader refuses the line, naming it and the field
+    if not fields_ok(obj):  # a field of the wrong type: the reference reader refuses the line, naming the field
+        return None
     if obj.get("termination") == _VOID and not void_turns:
         void_turns = [max(len(answers) - 1, 0)]  # the environment ended the episode as void (judge_trajectory)
     tid = obj.get("id", _ABSENT)
