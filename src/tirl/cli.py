@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from tirl import __version__
+from tirl.config_values import misread
 from tirl.errors import TirlError, one_line
 
 T = TypeVar("T")
@@ -72,8 +73,14 @@ def converted(text: str, convert: Callable[[str], T], noun: str) -> T:
 
 
 def finite_float(text: str) -> float:
-    """An argparse type: a finite number (``inf``, ``nan`` and ``1e999`` are refused at parse time)."""
+    """An argparse type: a finite number that is the one written, checked at parse time.
+
+    Refused: ``inf``, ``nan``, ``1e999`` and ``1e-400`` (which reads as 0.0: :func:`tirl.config_values.misread`).
+    """
     value = converted(text, float, "a number")
+    why = misread(text, value)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} {why}")
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value

@@ -5,19 +5,19 @@
 (0.3, 5)
 
 Every section validates itself in ``__post_init__`` (ConfigError naming the key, the bad value and the fix); unknown
-keys are errors (the closest valid key suggested); numbers not finite (``inf``, ``1e999``) or beyond 64 bits, and a
-TOML file not UTF-8, too deep or with an over-long integer, are one ConfigError. Every numeric key has a range
-(:data:`tirl.config_ranges.RANGES`, in docs/configuration.md) checked at the end of its section; a key set but unused
-by the rest of the config is a note (:mod:`tirl.config_notes`).
+keys are errors (the closest valid key suggested), and so is a key below a value (``algo.clip_high.x``). Each value
+is read as its key's type by :func:`tirl.config_values.coerce`: a number that is not the one written (``1e-400``
+read as 0.0, ``1e999``, ``inf``, a float for an integer key, beyond 64 bits) is a ConfigError, as is a TOML file not
+UTF-8, too deep or with an over-long integer. Every numeric key has a range (:data:`tirl.config_ranges.RANGES`, in
+docs/configuration.md) checked at the end of its section; a key set but unused by the rest of the config is a note
+(:mod:`tirl.config_notes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 from tirl.config_notes import unused_settings
 from tirl.config_ranges import check_section
-from tirl.errors import ConfigError, show_value
+from tirl.config_values import coerce, toml_float
+from tirl.errors import ConfigError, cut, show_value
 
 
 def _check(cond: bool, key: str, value: Any, fix: str) -> None:
@@ -324,72 +325,21 @@ class _Exact:
     value: Any
 
 
-def _coerce(value: Any, tp: Any, key: str, text: bool = True) -> Any:
-    """Convert a TOML or command-line value (``text``) or a saved JSON value to the annotated type.
+def _not_a_section(key: str, given: dict[str, Any], where: str | None = None) -> ConfigError:
+    """``key`` (``algo.clip_high``) holds a value but was given keys below it (``given``: ``{"x": "0.3"}``).
 
-    Raises ConfigError when the value does not fit the type.
+    ``where`` names the input (default: the first key given, ``config key 'algo.clip_high.x'``).
     """
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        is_null = value is None or (text and isinstance(value, str) and value.lower() in ("none", "null"))
-        if is_null and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key, text)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"config {key}={show_value(value)} is invalid")
-    if origin is Literal:
-        if value in args:
-            return value
-        raise ConfigError(f"config {key}={show_value(value)} is invalid: choose one of {', '.join(map(str, args))}")
-    if origin is list:
-        (item,) = args
-        if text and isinstance(value, str):
-            value = _list_text(value, key)
-        if not isinstance(value, list):
-            raise ConfigError(
-                f"config {key}={show_value(value)} is invalid: give a list (comma-separated on the command line)"
-            )
-        return [_coerce(v, item, key, text) for v in value]
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if text and isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
-            return value.lower() in ("true", "1", "yes", "on")
-        raise ConfigError(f"config {key}={show_value(value)} is invalid: use true or false")
-    if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"config {key}={show_value(value)} is invalid: use an integer")
-        try:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            number = int(value)
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"config {key}={show_value(value)} is invalid: use an integer") from None
-        if not -(2**63) <= number < 2**63:
-            raise ConfigError(f"config {key}={show_value(value)} is invalid: the integer overflows 64 bits")
-        return number
-    if tp is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"config {key}={show_value(value)} is invalid: use a number")
-        try:
-            real = float(value)
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"config {key}={show_value(value)} is invalid: use a number") from None
-        if not math.isfinite(real):
-            raise ConfigError(f"config {key}={show_value(value)} is invalid: use a finite number")
-        return real
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"config {key}={show_value(value)} is invalid: use a string")
-    return value
+    leaves = _leaves(given, f"{key}.")
+    value = leaves[0][1] if leaves else None
+    text = value if isinstance(value, str) else show_value(value) if isinstance(value, int | float) else "VALUE"
+    if where is None:
+        where = f"config key {show_value(leaves[0][0])}" if leaves else f"config table [{key}]"
+    section, _, name = key.rpartition(".")
+    return ConfigError(
+        f"{where}: {key} is a value, not a section — set it directly: --set {key}={cut(text)}"
+        + (f" (in a TOML file: {name} = ... under [{section}])" if section else "")
+    )
 
 
 def _unknown(key: str, valid: list[str]) -> ConfigError:
@@ -414,10 +364,12 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
                 raise ConfigError(f"config section [{full}] must be a table of keys, not {given} — set a key inside "
                                   f"it: --set {full}.{first}=VALUE, or a [{full}] table in a TOML file")  # fmt: skip
             kwargs[key] = _build(tp, value, f"{full}.")  # type: ignore[arg-type]
+        elif isinstance(value, dict):  # --set algo.clip_high.x=0.3, or a [algo.clip_high] table
+            raise _not_a_section(full, value)
         elif isinstance(value, _Exact):
-            kwargs[key] = _coerce(value.value, tp, full, text=False)
+            kwargs[key] = coerce(value.value, tp, full, text=False)
         else:
-            kwargs[key] = _coerce(value, tp, full)
+            kwargs[key] = coerce(value, tp, full)
     return cls(**kwargs)
 
 
@@ -429,21 +381,6 @@ def _exact_tree(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
             raise ConfigError(f"saved config key {prefix}{key!r} is not a string — restore the config.json tirl wrote")
         out[key] = _exact_tree(value, f"{prefix}{key}.") if isinstance(value, dict) else _Exact(value)
     return out
-
-
-def _list_text(text: str, key: str) -> list[Any]:
-    """A command-line list: a TOML array (``["####", "a,b"]``) or comma-separated items (``####,ANS``)."""
-    if not text.lstrip().startswith("["):
-        return [v for v in (p.strip() for p in text.split(",")) if v]
-    try:
-        value = tomllib.loads(f"v = {text}")["v"]
-    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
-        reason = str(exc) if isinstance(exc, tomllib.TOMLDecodeError) else "unreadable"
-        raise ConfigError(
-            f"config {key}={show_value(text)} is not a TOML array ({reason}): quote each item, e.g. "
-            f'{key}=["####", "a,b"], or write items comma-separated without brackets'
-        ) from None
-    return list(value)  # "v = [" always parses to an array
 
 
 def parse_override(text: str) -> tuple[list[str], str]:
@@ -470,7 +407,7 @@ def _read_toml(p: Path, limit: int = 1 << 20) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"config file {p} cannot be read ({exc.strerror}) — check the --config path") from None
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text, parse_float=toml_float)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {p} is not valid TOML: {exc} — fix that line") from None
     except RecursionError:
@@ -507,12 +444,21 @@ def _leaves(node: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 def _place(data: dict[str, Any], key: str, value: Any, where: str) -> None:
     parts = key.split(".")
     node = data
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1], start=1):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"{where}: '{part}' is a value, not a section")
+            if depth == 1:  # --set algo=3 before it: the section's own error (or an unknown key's)
+                _build(TirlConfig, {part: child}, "")
+            raise _not_a_section(".".join(parts[:depth]), _tree(parts[depth:], value), where)
         node = child
     node[parts[-1]] = value
+
+
+def _tree(parts: list[str], value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``["a", "b"]``."""
+    for part in reversed(parts):
+        value = {part: value}
+    return value  # type: ignore[no-any-return]
 
 
 def _drop(data: dict[str, Any], key: str) -> None:

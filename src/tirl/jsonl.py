@@ -38,7 +38,7 @@ from typing import Any, TypedDict, Unpack
 
 from tirl.errors import InputError
 from tirl.fileio import atomic_write
-from tirl.types import Trajectory
+from tirl.types import FieldError, Trajectory
 
 __all__ = [
     "MAX_DEPTH",
@@ -273,16 +273,19 @@ def read_trajectory_lines(path: str | Path) -> Iterator[tuple[int, Trajectory, s
 
 
 def to_trajectory(path: str | Path, number: int, obj: Any) -> Trajectory:
-    """Line ``number``'s value as a :class:`Trajectory`; a wrong field or too large a number raises InputError."""
+    """Line ``number``'s value as a :class:`Trajectory`; a field of the wrong type or value raises InputError.
+
+    The error names the field and the type it must have (:func:`tirl.types.trajectory_fields`), and ends with
+    that field's fix.
+    """
     try:
         return Trajectory.from_dict(obj, default_id=f"line-{number}")
-    except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: "reward": 1e400 written as an integer
-        raise InputError(
-            str(path),
-            number,
-            str(exc),
-            'each line needs {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}',
-        ) from None
+    except (ValueError, TypeError) as exc:
+        fix = exc.fix if isinstance(exc, FieldError) else _LINE_FIX
+        raise InputError(str(path), number, str(exc), fix) from None
+
+
+_LINE_FIX = 'each line needs {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}'
 
 
 def _finite(value: Any) -> Any:

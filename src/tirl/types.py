@@ -13,9 +13,13 @@ and per-token metadata other than log-probs and the loss mask.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from tirl.errors import show_value
 
 
 class Role(StrEnum):
@@ -108,20 +112,22 @@ class Message:
     def from_dict(cls, data: Any) -> Message:
         """Parse a message dict; raises ``ValueError`` with the field that is wrong."""
         if not isinstance(data, dict):
-            raise ValueError(f"a message must be an object, got {type(data).__name__}")
+            raise ValueError(f"a message must be an object, got {json_kind(data)}")
         try:
             role = Role(str(data.get("role")))
         except ValueError:
             raise ValueError(f"message role {data.get('role')!r} is not one of system, user, assistant, tool") from None
         content = data.get("content")
         if content is not None and not isinstance(content, str):
-            raise ValueError(f"message content must be a string or null, got {type(content).__name__}")
-        raw_calls = data.get("tool_calls") or ()
-        if not isinstance(raw_calls, list | tuple):
-            raise ValueError("tool_calls must be a list")
+            raise ValueError(f"message content must be a string or null, got {json_kind(content)}")
+        raw_calls = data.get("tool_calls")
+        if raw_calls is None:
+            raw_calls = ()
+        elif not isinstance(raw_calls, list | tuple):  # {} and "" were read as no calls
+            raise ValueError(f"tool_calls must be a list or null, got {json_kind(raw_calls)}")
         call_id = data.get("tool_call_id")
         if call_id is not None and not isinstance(call_id, str):
-            raise ValueError(f"tool_call_id must be a string or null, got {type(call_id).__name__}")
+            raise ValueError(f"tool_call_id must be a string or null, got {json_kind(call_id)}")
         calls = tuple(ToolCall.from_dict(c) for c in raw_calls)
         return cls(role=role, content=content, tool_calls=calls, tool_call_id=call_id)
 
@@ -157,6 +163,163 @@ class StageTiming:
     started: float | None = None
     finished: float | None = None
     attempts: int = 0
+
+
+class FieldError(ValueError):
+    """A trajectory field of the wrong type or value: ``str()`` names the field, what it must be and what it is.
+
+    ``fix`` says what to write instead (the reader's ``error:`` line ends with it).
+    """
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(problem)
+        self.fix = fix
+
+
+def json_kind(value: Any) -> str:
+    """How an error names a JSON value: ``null``, ``true``, ``2.5``, ``NaN``, ``'yes'`` (cut short), ``a list``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, int) and not _fits_float(value):
+        return f"an integer of {len(str(abs(value)))} digits (beyond 1.8e308)"
+    if isinstance(value, int | float | str):
+        return show_value(value)
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def _is_number(value: Any) -> bool:
+    """A JSON number a float can hold: not a bool, not an integer beyond 1.8e308 (``float()`` overflows)."""
+    return type(value) is float or (type(value) is int and _fits_float(value))
+
+
+def _fits_float(value: int) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """What one optional top-level field of a trajectory line may hold (``null`` reads as absent unless not).
+
+    ``ok`` tests ``type(v) is int``, never ``isinstance``: ``true`` is an int to Python, not to a JSON reader.
+    """
+
+    ok: Callable[[Any], bool]
+    expected: str
+    fix: str
+    nullable: bool = True
+    legacy: bool = False  # files written before the typed facts keep this one in 'info'
+    item: Callable[[Any], bool] | None = None  # a list's items, each (the error names the first bad one)
+
+
+_TERMINATIONS = ", ".join(TerminationReason)
+_SPECS: dict[str, _Spec] = {
+    "id": _Spec(lambda v: type(v) is str or type(v) is int, "a string or an integer",
+                'write the id as a string, e.g. "id": "t1" (or leave it out: the line number names it)',
+                nullable=False),
+    "group": _Spec(lambda v: type(v) is str or type(v) is int, "a string, an integer or null",
+                   'write the group as a string, e.g. "group": "task-3"'),
+    "reward": _Spec(_is_number, "a number or null", "write the reward as a number (1 or 0, not true or false)"),
+    "answer": _Spec(lambda v: type(v) is str or type(v) is int or (type(v) is float and math.isfinite(v)),
+                    "a string, a finite number or null", 'write the answer as a string, e.g. "answer": "3/4"'),
+    "termination": _Spec(lambda v: type(v) is str and v in TerminationReason._value2member_map_,
+                         f"one of {_TERMINATIONS} or null", "use one of those values, or leave the field out"),
+    "error": _Spec(lambda v: type(v) is str, "a string or null", "write the error message as a string"),
+    "info": _Spec(lambda v: type(v) is dict, "an object or null", "put free-form extras in an object"),
+    "void": _Spec(lambda v: type(v) is bool, "true, false or null", "write true or false", legacy=True),
+    "correct": _Spec(lambda v: type(v) is bool, "true, false or null", "write true or false", legacy=True),
+    "policy_version": _Spec(lambda v: type(v) is int and v >= 0, "an integer >= 0 or null",
+                            "write the policy version as a whole number, e.g. 3", legacy=True),
+    "void_turns": _Spec(lambda v: type(v) is list, "a list of integers >= 0 or null",
+                        "list the void assistant turns by index from 0, e.g. [0, 2]", legacy=True,
+                        item=lambda i: type(i) is int and i >= 0),
+    "loss_weight": _Spec(_is_number, "a number or null", "write the weight as a number (0 takes it out of the loss)",
+                         legacy=True),
+}  # fmt: skip
+
+
+def _field(data: dict[str, Any], info: dict[str, Any], name: str) -> Any:
+    """The value of field ``name`` (``None`` when absent or null), checked against its spec; else FieldError."""
+    spec = _SPECS[name]
+    if name in data:
+        value, where = data[name], name
+    elif spec.legacy and name in info:
+        value, where = info[name], f"info.{name}"
+    else:
+        return None
+    if value is None and spec.nullable:
+        return None
+    if not spec.ok(value):
+        raise FieldError(f"'{where}' must be {spec.expected}, got {json_kind(value)}", spec.fix)
+    if spec.item is not None:
+        for k, item in enumerate(value):
+            if not spec.item(item):
+                raise FieldError(f"'{where}' must be {spec.expected}, got {json_kind(item)} at [{k}]", spec.fix)
+    return value
+
+
+def _fits(spec: _Spec, value: Any) -> bool:
+    return spec.ok(value) and (spec.item is None or all(map(spec.item, value)))
+
+
+_LEGACY = tuple(name for name, spec in _SPECS.items() if spec.legacy)
+
+
+def fields_ok(data: dict[str, Any]) -> bool:
+    """Whether :func:`trajectory_fields` accepts ``data``: the same checks, nothing built (the filter's fast path)."""
+    for name, value in data.items():  # inlined: the fast path runs this on every line
+        spec = _SPECS.get(name)
+        if spec is None or (value is None and spec.nullable):
+            continue
+        if not spec.ok(value) or (spec.item is not None and not all(map(spec.item, value))):
+            return False
+    info = data.get("info")
+    if type(info) is dict and info:
+        for name in _LEGACY:
+            value = info.get(name)
+            if value is not None and name not in data and not _fits(_SPECS[name], value):
+                return False
+    return True
+
+
+def trajectory_fields(data: dict[str, Any], default_id: str) -> dict[str, Any]:
+    """The fields of a trajectory line other than ``messages``, typed: :class:`Trajectory`'s keyword arguments.
+
+    Every field has one type (:data:`_SPECS`); any other raises :class:`FieldError` naming the field, the type
+    and the value: nothing is converted from another type (``"id": null`` was the id ``"None"``, ``"reward":
+    true`` the reward 1.0, ``"correct": "yes"`` no verdict). ``null`` reads as absent, except for ``id``; a
+    missing ``id`` is ``default_id``. The typed facts (``void``, ``correct``, ...) of files written before they
+    were typed are read from ``info``. Integers and finite floats of ``answer`` become their text (as the task
+    files' ground truth does). ``tirl filter``'s fast path asks :func:`fields_ok` (the same checks) instead.
+    """
+    info = _field(data, {}, "info") or {}
+    tid, group, answer = _field(data, info, "id"), _field(data, info, "group"), _field(data, info, "answer")
+    reward, term = _field(data, info, "reward"), _field(data, info, "termination")
+    version, void_turns = _field(data, info, "policy_version"), _field(data, info, "void_turns")
+    weight = _field(data, info, "loss_weight")
+    return {
+        "id": default_id if tid is None else str(tid),
+        "group": None if group is None else str(group),
+        "reward": None if reward is None else float(reward),
+        "answer": None if answer is None else str(answer),
+        "termination": None if term is None else TerminationReason(term),
+        "error": _field(data, info, "error"),
+        "policy_version": version or 0,
+        "correct": _field(data, info, "correct"),
+        "void": bool(_field(data, info, "void")),
+        "void_turns": list(void_turns or []),
+        "loss_weight": 1.0 if weight is None else float(weight),
+        "info": info,
+    }
 
 
 @dataclass(slots=True)
@@ -268,7 +431,7 @@ class Trajectory:
     def from_dict(cls, data: Any, *, default_id: str = "") -> Trajectory:
         """Parse one trajectory object; raises ``ValueError`` naming the field that is wrong."""
         if not isinstance(data, dict):
-            raise ValueError(f"a trajectory must be a JSON object, got {type(data).__name__}")
+            raise ValueError(f"a trajectory must be a JSON object, got {json_kind(data)}")
         if "messages" not in data:
             raise ValueError("missing the required field 'messages'")
         raw = data["messages"]
@@ -280,44 +443,7 @@ class Trajectory:
                 messages.append(Message.from_dict(m))
             except ValueError as exc:
                 raise ValueError(f"messages[{i}]: {exc}") from None
-        reward = data.get("reward")
-        if reward is not None and not isinstance(reward, int | float):
-            raise ValueError("'reward' must be a number or null")
-        answer = data.get("answer")
-        term = data.get("termination")
-        traj_id = data.get("id", default_id)
-        group = data.get("group")
-        info = data.get("info")
-        if info is None:
-            info = {}
-        elif not isinstance(info, dict):  # "info": 5 crashed every reader that looks inside it
-            raise ValueError(f"'info' must be an object or null, got {type(info).__name__}")
-        error = data.get("error")
-        if error is not None and not isinstance(error, str):
-            raise ValueError(f"'error' must be a string or null, got {type(error).__name__}")
-        legacy = info  # files written before these fields were typed keep them in info
-        void = data.get("void", legacy.get("void", False))
-        if void is not None and not isinstance(void, bool):  # "false" (a string) was read as void
-            raise ValueError(f"'void' must be true, false or null, got {type(void).__name__}")
-        correct = data.get("correct", legacy.get("correct"))
-        version = data.get("policy_version", legacy.get("policy_version", 0))
-        void_turns = data.get("void_turns", legacy.get("void_turns"))
-        weight = data.get("loss_weight", legacy.get("loss_weight", 1.0))
-        return cls(
-            id=str(traj_id),
-            group=None if group is None else str(group),
-            messages=messages,
-            reward=None if reward is None else float(reward),
-            answer=None if answer is None else str(answer),
-            termination=TerminationReason(str(term)) if term in TerminationReason._value2member_map_ else None,
-            error=error,
-            policy_version=int(version) if isinstance(version, int | float) else 0,
-            correct=correct if isinstance(correct, bool) else None,
-            void=bool(void),
-            void_turns=[i for i in void_turns if isinstance(i, int)] if isinstance(void_turns, list) else [],
-            loss_weight=float(weight) if isinstance(weight, int | float) else 1.0,
-            info=info,
-        )
+        return cls(messages=messages, **trajectory_fields(data, default_id))
 
     def to_json(self, *, tokens: bool = False) -> str:
         """One JSONL line."""

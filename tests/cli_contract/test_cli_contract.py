@@ -299,11 +299,18 @@ def test_review_bad_base_url(capsys, tmp_path, monkeypatch, url):
     assert_refused(out, "--base-url")
 
 
-def test_toml_integer_beyond_64_bits_is_refused(capsys, tmp_path):
+@pytest.mark.parametrize(
+    ("line", "advice"),
+    [
+        ("[filter]\nmin_valid_per_group = 99999999999999999999", "the integer overflows 64 bits"),
+        ("[trainer]\nsteps = 1e300", "trainer.steps=1e+300 is invalid: use an integer"),  # a float: not an integer
+    ],
+)
+def test_toml_integer_beyond_64_bits_is_refused(capsys, tmp_path, line, advice):
     cfg = tmp_path / "c.toml"
-    cfg.write_text("[trainer]\nsteps = 1e300\n[filter]\nmin_valid_per_group = 99999999999999999999\n", encoding="utf-8")
+    cfg.write_text(line + "\n", encoding="utf-8")
     traj = write_jsonl(tmp_path / "t.jsonl", [TRAJ])
-    assert_refused(run_cli(capsys, "filter", traj, "--verdicts", tmp_path / "v", "--config", cfg), "64 bits")
+    assert_refused(run_cli(capsys, "filter", traj, "--verdicts", tmp_path / "v", "--config", cfg), advice)
 
 
 @pytest.mark.parametrize(

@@ -67,20 +67,23 @@ def valid_record(rng: random.Random, i: int) -> dict[str, Any]:
         rng.choice(["assistant", "assistant", "tool", "user"]) for _ in range(rng.randint(0, 7))
     ]
     rec: dict[str, Any] = {"messages": [_message(rng, r) for r in roles]}
-    ids = ([f"t{i}", f't\u00e9"\\{i}\n', i, -i, "\U0001f600", 2**64 - 1], [BIG + i, 1.5, None, True])
+    ids = ([f"t{i}", f't\u00e9"\\{i}\n', i, -i, "\U0001f600", 2**64 - 1], [BIG + i, -BIG - i, ""])
     if rng.random() < 0.9:
         rec["id"] = _pick(rng, ids)
-    answers = (["3/4", "42", 42, None, "\\frac{3}{4}", "17", -(2**63)], [BIG, 0.75, [1], {"a": 1}])
+    answers = (["3/4", "42", 42, None, "\\frac{3}{4}", "17", -(2**63)], [BIG, 0.75, 1e300, -0.0])
     if rng.random() < 0.8:
         rec["answer"] = _pick(rng, answers)
     for key, values in {
-        "reward": [0.0, 1, BIG, -BIG, True, None, 1e300],
-        "termination": ["void", "answer", "nope", 3, None, "void"],
-        "group": ["g", BIG, 2.5, None],
+        "reward": [0.0, 1, BIG, -BIG, None, 1e300],
+        "termination": ["void", "answered", "max_turns", "error", None, "void"],
+        "group": ["g", BIG, 7, None],
         "info": [{}, {"loss_weight": BIG}, {"deep": [[[[{"a": 1}]]]]}, None],
         "error": ["env.step failed", "", None],
-        "loss_weight": [1.0, 0, BIG],
-        "policy_version": [3, BIG, 2.5],
+        "loss_weight": [1.0, 0, BIG, None],
+        "policy_version": [3, BIG, 0, None],
+        "correct": [True, False, None],
+        "void": [True, False, None],
+        "void_turns": [[0], [], [BIG], None],
     }.items():
         if rng.random() < 0.3:
             rec[key] = rng.choice(values)
@@ -155,7 +158,6 @@ def test_hand_written_tricky_lines_match_the_reference(tmp_path: Path) -> None:
         '{"id": "c\\u00e9\\ud83d\\ude00\\"\\\\\\/", "messages": []}',  # escapes in the id
         '{"messages": [], "id": 12345678901234567890123}',  # an int id beyond 64 bits
         '{"messages": [], "answer": 98765432109876543210, "id": "big-answer"}',
-        '{"messages": [], "id": 1e2}',
         '{"messages": [], "reward": NaN, "id": "nan"}',  # json.loads accepts NaN; orjson does not
         '{"messages": [], "reward": 1e400, "id": "inf"}',
         '{"messages": [], "id": "dup", "id": "dup2"}',  # the last duplicate key wins in both
@@ -165,7 +167,8 @@ def test_hand_written_tricky_lines_match_the_reference(tmp_path: Path) -> None:
         '{"messages": [{"role": "assistant", "content": "hi", "tool_calls": [{"function": {"name": "f", '
         '"arguments": {"deep": [[[[1]]]]}}}]}]}',
         "",
-        '{"messages": [{"role": "assistant", "content": "x", "tool_calls": {}}]}',  # falsy tool_calls: none
+        '{"messages": [{"role": "assistant", "content": "x", "tool_calls": []}]}',
+        '{"messages": [{"role": "assistant", "content": "x", "tool_calls": null}], "info": {"correct": true}}',
     ]
     assert_same(write_lines(tmp_path / "in.jsonl", lines))
     assert_same(write_lines(tmp_path / "torn.jsonl", lines[:3], final_newline=False))
@@ -196,6 +199,29 @@ BAD = {
     "void a string": '{"messages": [], "void": "false"}',
     "void in info a number": '{"messages": [], "info": {"void": 0}}',
     "reward too large for a float": '{"messages": [], "reward": ' + "9" * 400 + "}",
+    "loss_weight too large for a float": '{"messages": [], "loss_weight": ' + "9" * 400 + "}",
+    "id null": '{"messages": [], "id": null}',
+    "id true": '{"messages": [], "id": true}',
+    "id a float": '{"messages": [], "id": 1e2}',
+    "id beyond 64 bits as a float": '{"messages": [], "id": 1e30}',
+    "group a list": '{"messages": [], "group": [1]}',
+    "reward true": '{"messages": [], "reward": true}',
+    "answer a list": '{"messages": [], "answer": [1]}',
+    "answer false": '{"messages": [], "answer": false}',
+    "termination unknown": '{"messages": [], "termination": "nope"}',
+    "termination a number": '{"messages": [], "termination": 3}',
+    "correct a string": '{"messages": [], "correct": "yes"}',
+    "correct in info a number": '{"messages": [], "info": {"correct": 1}}',
+    "policy_version a float": '{"messages": [], "policy_version": 2.5}',
+    "policy_version true": '{"messages": [], "policy_version": true}',
+    "policy_version negative": '{"messages": [], "policy_version": -1}',
+    "policy_version in info a string": '{"messages": [], "info": {"policy_version": "3"}}',
+    "void_turns a string": '{"messages": [], "void_turns": "1"}',
+    "void_turns holding true": '{"messages": [], "void_turns": [0, true]}',
+    "loss_weight a string": '{"messages": [], "loss_weight": "x"}',
+    "loss_weight false": '{"messages": [], "loss_weight": false}',
+    "tool_calls an empty object": '{"messages": [{"role": "assistant", "content": "x", "tool_calls": {}}]}',
+    "tool_calls an empty string": '{"messages": [{"role": "assistant", "content": null, "tool_calls": ""}]}',
     "too many digits": '{"messages": [], "x": ' + "9" * 5000 + "}",
     "deep in an extra field": '{"messages": [], "extra": ' + _deep(64) + "}",
     "deep in a message": '{"messages": [{"role": "user", "content": "x", "meta": ' + _deep(62) + "}]}",

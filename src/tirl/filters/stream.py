@@ -14,9 +14,9 @@ one of two paths:
   whitespace is stripped, that ``orjson`` decodes, whose fields have the
   common types (``id`` and ``answer`` a string, an integer or absent; every
   message an object with a known role, string or null ``content`` and
-  ``tool_call_id``, a list of ``tool_calls``; ``reward`` a number;
-  ``termination`` a string; ``info`` an object, ``error`` a string and
-  ``void`` a boolean, or absent) and whose nesting stays within :data:`tirl.jsonl.MAX_DEPTH`;
+  ``tool_call_id``, a list of ``tool_calls`` or null; every other field of
+  the type :func:`tirl.types.trajectory_fields` requires: :func:`tirl.types.fields_ok`)
+  and whose nesting stays within :data:`tirl.jsonl.MAX_DEPTH`;
 * **the reference path** takes every other line: :func:`tirl.jsonl.jsonl_line`
   and :func:`tirl.jsonl.to_trajectory` (the one JSONL reader) and
   :func:`~tirl.filters.judge_trajectory`. Its value, or its error, is the
@@ -65,7 +65,7 @@ from tirl.filters.forked import map_forked, usable_cpus
 from tirl.filters.void_turn import judge_trajectory
 from tirl.jsonl import JSONProblem, check_depth, jsonl_line, open_input, read_trajectory_lines, to_trajectory
 from tirl.parsing import ParseRules, Unsearched, answer_of, turn_acts
-from tirl.types import TerminationReason, ToolCall
+from tirl.types import TerminationReason, ToolCall, fields_ok
 
 __all__ = ["PARALLEL_BYTES", "FilePart", "JudgedFile", "judge_file", "judge_range", "reference_part"]
 
@@ -317,7 +317,7 @@ def _checked_calls(m: dict[str, Any]) -> tuple[ToolCall, ...] | None:
     """A message's tool calls; None when the fast path cannot take the message.
 
     That is: extra keys nested too deep, a ``tool_call_id`` that is not a string or null, or ``tool_calls``
-    truthy but not a list within the depth limit.
+    neither null nor a list within the depth limit (``{}`` included: the reference reader refuses it).
     """
     if not m.keys() <= _MESSAGE_KEYS and not _shallow(m, 3):
         return None
@@ -325,7 +325,7 @@ def _checked_calls(m: dict[str, Any]) -> tuple[ToolCall, ...] | None:
     if cid is not None and type(cid) is not str:
         return None
     calls = m.get("tool_calls")
-    if not calls:
+    if calls is None:
         return ()
     if type(calls) is not list or not (_flat_calls(calls) or _shallow(calls, 4)):
         return None
@@ -359,19 +359,9 @@ def _fields(
 
     The last final answer is searched only where the verdict uses it: a void trajectory that has an ``answer``.
     """
-    reward = obj.get("reward")
-    if reward is not None and type(reward) is not float and type(reward) is not int and type(reward) is not bool:
+    if not fields_ok(obj):  # a field of the wrong type: the reference reader refuses the line, naming the field
         return None
-    term = obj.get("termination")
-    if term is not None and type(term) is not str:
-        return None
-    info, error = obj.get("info"), obj.get("error")
-    if (info is not None and type(info) is not dict) or (error is not None and type(error) is not str):
-        return None  # the reference reader refuses them, naming the line
-    void = obj.get("void", info.get("void") if type(info) is dict else None)
-    if void is not None and type(void) is not bool:
-        return None  # "void": "false" likewise
-    if term == _VOID and not void_turns:
+    if obj.get("termination") == _VOID and not void_turns:
         void_turns = [max(len(answers) - 1, 0)]  # the environment ended the episode as void (judge_trajectory)
     tid = obj.get("id", _ABSENT)
     if tid is _ABSENT:
