@@ -137,3 +137,31 @@ def test_a_missing_trace_is_named_as_a_trace(tmp_path: Path, name: str, capsys: 
     assert main(["diagnose", "pipeline", str(tmp_path / "run")]) == 2  # a run directory that does not exist
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "pipeline_trace.jsonl" in err[0], err
+
+
+def test_a_torn_last_line_is_skipped_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = trace("evaluator", 0, n=60)
+    p = write_jsonl(tmp_path / "pipeline_trace.jsonl", rows)
+    whole = diagnose_trace_file(p)
+    with p.open("a", encoding="utf-8") as fh:
+        fh.write('{"t": 99.0, "init_queue": 4, "run_q')  # a run killed mid-write
+    note = (
+        f"{p}:61: the last line is torn (no newline at its end and not valid JSON: a run killed mid-write) and "
+        "was skipped"
+    )  # the training-log reader's words (tirl.diagnostics.log_rows)
+    capsys.readouterr()
+    assert main(["diagnose", "pipeline", str(p), "--json"]) == 0
+    got = capsys.readouterr()
+    assert json.loads(got.out)["verdict"] == whole.verdict == "evaluator"  # the complete lines are judged
+    assert got.err == f"note: {note}\n"  # it was silent
+    assert main(["diagnose", "pipeline", str(tmp_path)]) == 0  # the run directory: the same note
+    assert capsys.readouterr().err == f"note: {note}\n"
+    notes: list[str] = []
+    assert load_trace(p, notes) == rows and notes == [note]
+
+
+def test_a_trace_whose_only_line_is_torn_is_refused_saying_so(tmp_path: Path) -> None:
+    p = tmp_path / "pipeline_trace.jsonl"
+    p.write_text('{"t": 0.0, "init_qu', encoding="utf-8")
+    with pytest.raises(InputError, match=r"no snapshots \(its only line is torn"):
+        load_trace(p)

@@ -76,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
                 print_training(d, filter_mode=mode if isinstance(mode, str) else None, has_ratio=has_ratio)
     else:
         args.trace = _in_run_dir(args.trace, "pipeline_trace.jsonl")
-        rows = load_trace(args.trace)
+        notes: list[str] = []
+        rows = load_trace(args.trace, notes)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         pdiag = diagnose_pipeline(rows, str(args.trace))
         if args.bundle:
             write_text(args.bundle, pipeline_bundle(rows, pdiag))

@@ -43,6 +43,9 @@ that backpressure is the design working, not a second bottleneck.
 * ``healthy``: none of these (also when utilisation is unknown — said so in
   the evidence).
 
+A torn last line of a JSONL trace (a run killed mid-write) is skipped, and :func:`load_trace` hands its note
+(``FILE:LINE: the last line is torn …``, the training-log reader's words) to the caller.
+
 Not covered: queues that are not in the trace (e.g. a server-side LLM
 queue), and per-slot batch occupancy of the generator.
 """
@@ -56,9 +59,9 @@ from pathlib import Path
 from typing import Any
 
 from tirl.diagnostics.adapters import read_rows
+from tirl.diagnostics.log_rows import jsonl_objects
 from tirl.diagnostics.thresholds import PipelineThresholds
 from tirl.errors import InputError
-from tirl.jsonl import read_jsonl
 
 QUEUES: tuple[str, str, str] = ("init_queue", "run_queue", "eval_queue")
 STAGES: tuple[str, str, str] = ("init", "run", "eval")
@@ -113,8 +116,8 @@ def _num(v: Any) -> float | None:
     return None if f != f else min(max(f, -_MAX_VALUE), _MAX_VALUE)
 
 
-def _numbered_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, snapshot)`` pairs.
+def _numbered_rows(path: str | Path, notes: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, snapshot)`` pairs; a torn last JSONL line is skipped and noted in ``notes``.
 
     The file's own line numbers for JSONL (blank lines skipped), the row's line under the header for a CSV.
     """
@@ -125,20 +128,28 @@ def _numbered_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         )
     if p.suffix.lower() == ".csv":
         return [(i, row) for i, row in enumerate(read_rows(p), start=2)]
-    return [(n, row) for n, row in read_jsonl(p, torn_tail=True, objects=True, fix="write one snapshot per line")]
+    rows, torn = jsonl_objects(p, fix="write one snapshot per line")
+    notes.extend(torn)
+    return rows
 
 
-def load_trace(path: str | Path) -> list[dict[str, Any]]:
+def load_trace(path: str | Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
     """Read and validate a trace: every snapshot needs ``t`` and the three queue depths.
+
+    ``notes``: receives a line for the user when the last line was torn and skipped (print it as ``note:``).
 
     ``t`` must be a number within ±1e12 that never runs backwards (tirl's tracer continues a resumed run's
     clock), and a depth a count >= 0 (``Infinity`` and values beyond 1e12 read as 1e12): a trace that breaks
     this is refused with the line, not sorted into shape (the old reader sorted it and called a backwards
     trace healthy).
     """
-    rows = _numbered_rows(path)
+    read_notes: list[str] = []
+    rows = _numbered_rows(path, read_notes)
+    if notes is not None:
+        notes.extend(read_notes)
     if not rows:
-        raise InputError(str(path), None, "the trace has no snapshots", "point at a pipeline_trace.jsonl")
+        torn = " (its only line is torn: a run killed mid-write)" if read_notes else ""
+        raise InputError(str(path), None, f"the trace has no snapshots{torn}", "point at a pipeline_trace.jsonl")
     last_t, last_line = -_MAX_VALUE, 0
     for line, row in rows:
         missing = [k for k in ("t", *QUEUES) if k not in row]
