@@ -139,6 +139,66 @@ def test_a_missing_trace_is_named_as_a_trace(tmp_path: Path, name: str, capsys: 
     assert len(err) == 1 and err[0].startswith("error: ") and "pipeline_trace.jsonl" in err[0], err
 
 
+def _snapshots(ts: list[float], **fields: float | None) -> list[dict[str, float | None]]:
+    queues = {"init_queue": 3.0, "run_queue": 1.0, "eval_queue": 0.0, "gpu_util": 0.9}
+    return [{"t": t, **queues, **fields} for t in ts]
+
+
+@pytest.mark.parametrize(
+    ("rows", "why"),
+    [
+        (_snapshots([0.0] * 20), "all 20 snapshots have the same time t=0, so the trace spans no time"),
+        (_snapshots([5.0] * 3), "all 3 snapshots have the same time t=5"),
+        (_snapshots([0.0]), "only one snapshot"),
+        (
+            _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=None),
+            "no work in the trace: every queue is empty in all 20 snapshots",
+        ),
+        (
+            _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=0.0),
+            "no work in the trace",
+        ),
+    ],
+    ids=["all-times-zero", "all-times-equal", "one-snapshot", "no-work", "no-work-generator-idle"],
+)
+def test_a_trace_that_cannot_support_a_verdict_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, float | None]], why: str
+) -> None:
+    """Each of these was `healthy` (one snapshot, zero time: the generator's 90 % alone; no work: "none of these")."""
+    diag = diagnose_pipeline(rows)
+    assert diag.verdict == "cannot_judge" and why in diag.evidence["cannot_judge"], diag.evidence
+    assert "notes" not in diag.evidence  # no notes that explain a verdict not given
+    p = write_jsonl(tmp_path / "pipeline_trace.jsonl", rows)
+    capsys.readouterr()
+    assert main(["diagnose", "pipeline", str(p)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].endswith("verdict cannot_judge") and len(lines) == 2, out
+    assert lines[1].startswith("cannot judge the pipeline: ") and why in lines[1]
+    assert "healthy" not in out and "next:" not in out
+    assert main(["diagnose", "pipeline", str(p), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["verdict"] == "cannot_judge" and why in got["evidence"]["cannot_judge"]
+
+
+def test_no_snapshots_cannot_be_judged() -> None:
+    diag = diagnose_pipeline([])
+    assert diag.verdict == "cannot_judge" and diag.evidence["cannot_judge"] == "no snapshots in the trace"
+
+
+def test_empty_queues_with_work_flowing_are_still_judged() -> None:
+    """The no-work rule is narrow: a busy generator, or busy workers and growing completions, show work."""
+    busy = _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=0.95)
+    assert diagnose_pipeline(busy).verdict == "healthy"
+    flowing = _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=None)
+    for i, r in enumerate(flowing):
+        r.update(run_busy=2.0, run_done=float(i))
+    diag = diagnose_pipeline(flowing)
+    assert diag.verdict == "healthy" and any("cannot be told" in n for n in diag.evidence["notes"])
+    idle = _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=0.1)
+    assert diagnose_pipeline(idle).verdict == "starved"
+
+
 def test_a_torn_last_line_is_skipped_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rows = trace("evaluator", 0, n=60)
     p = write_jsonl(tmp_path / "pipeline_trace.jsonl", rows)

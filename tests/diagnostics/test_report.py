@@ -177,3 +177,13 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> No
     assert shot.is_file(), res.stderr[-2000:]
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a rendered page, not a blank one
+
+
+def test_a_trace_that_cannot_be_judged_is_not_healthy_in_the_report(tmp_path: Path) -> None:
+    """A killed run's one snapshot: the section was `healthy` with a table of numbers no verdict stands on."""
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "pipeline_trace.jsonl", trace("healthy", 0)[:1])
+    page = write_report(run).read_text(encoding="utf-8")
+    assert 'Pipeline: <span class="verdict expected">cannot_judge</span>' in page
+    assert "Cannot judge the pipeline: only one snapshot" in page and "fill of capacity" not in page

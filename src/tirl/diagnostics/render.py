@@ -126,11 +126,12 @@ def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> N
     """The verdict, the per-queue evidence and the recommended next step."""
     console = console or output_console()
     ev = diag.evidence
-    style = "green" if diag.verdict == "healthy" else "bold red"
-    console.print(
-        f"[bold]{diag.path}[/bold] ({ev['snapshots']} snapshots, {ev['duration_s']} s): "
-        f"verdict [{style}]{diag.verdict}[/]"
-    )
+    style = {"healthy": "green", "cannot_judge": "yellow"}.get(diag.verdict, "bold red")
+    snapshots = "1 snapshot" if ev["snapshots"] == 1 else f"{ev['snapshots']} snapshots"
+    console.print(f"[bold]{diag.path}[/bold] ({snapshots}, {ev['duration_s']} s): verdict [{style}]{diag.verdict}[/]")
+    if diag.verdict == "cannot_judge":  # one line: why; no table of numbers that no verdict stands on
+        console.print(f"cannot judge the pipeline: {ev['cannot_judge']}", soft_wrap=True)
+        return
     table = Table()
     for col in ("queue", "time-avg depth", "fill", "max", "non-empty", "first→last third", "trend /s", "high"):
         table.add_column(col)

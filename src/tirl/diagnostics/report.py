@@ -109,7 +109,7 @@ def _img(title: str, data: str | None) -> str:
 
 
 def _verdict(v: str, expected: bool = False) -> str:
-    cls = "healthy" if v == "healthy" else "expected" if expected else "bad"
+    cls = "healthy" if v == "healthy" else "expected" if expected or v == "cannot_judge" else "bad"
     return f'<span class="verdict {cls}">{html.escape(v)}{" (normal for this job)" if expected else ""}</span>'
 
 
@@ -255,6 +255,9 @@ def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis, cpu_g
     ``cpu_generator``: the run sampled with the in-process generator on the CPU, where each Agent Runner
     worker waits on generation: a ``runner`` verdict is then the expected state, shown as such.
     """
+    if diag.verdict == "cannot_judge":
+        why = html.escape(diag.evidence["cannot_judge"])
+        return f"<h2>Pipeline: {_verdict(diag.verdict)}</h2><p>Cannot judge the pipeline: {why}.</p>"
     ts = [float(r["t"]) for r in rows]
     gaps = set(_gap_indices(ts))
 
