@@ -187,3 +187,24 @@ def test_a_trace_that_cannot_be_judged_is_not_healthy_in_the_report(tmp_path: Pa
     page = write_report(run).read_text(encoding="utf-8")
     assert 'Pipeline: <span class="verdict expected">cannot_judge</span>' in page
     assert "Cannot judge the pipeline: only one snapshot" in page and "fill of capacity" not in page
+
+
+def test_a_torn_last_line_is_a_note_on_stderr_and_in_the_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A killed run's torn last lines were skipped in silence by `tirl report` (and by the report `tirl train`
+    writes); the notes are those of `tirl diagnose training|pipeline`."""
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", tirl_log(seed=1))
+    write_jsonl(run / "pipeline_trace.jsonl", trace("runner", 0))
+    for name, half in (("metrics.jsonl", '{"step": 200, "train/is_r'), ("pipeline_trace.jsonl", '{"t": 300.0, "ini')):
+        with (run / name).open("a", encoding="utf-8") as fh:
+            fh.write(half)
+    torn = "the last line is torn (no newline at its end and not valid JSON: a run killed mid-write) and was skipped"
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"note: {run}/metrics.jsonl:201: {torn}", f"note: {run}/pipeline_trace.jsonl:401: {torn}"], err
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert f"note: {run}/metrics.jsonl:201: {torn}" in page and f"note: {run}/pipeline_trace.jsonl:401: " in page

@@ -30,7 +30,7 @@ from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, load_trace
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines, steps_text
-from tirl.errors import InputError, TirlError
+from tirl.errors import InputError, TirlError, one_line
 from tirl.fileio import write_text
 from tirl.jsonl import JSONProblem, parse_json
 
@@ -394,9 +394,17 @@ def _guard(title: str, name: str, make: Any, problems: dict[str, str]) -> str:
         return f"<h2>{html.escape(title)}</h2><p class='missing'>could not read: {html.escape(str(exc))}</p>"
 
 
-def render_report(run_dir: Path, problems: dict[str, str] | None = None) -> str:
-    """The report's HTML text; each file a section could not read is named in ``problems`` (file name: why)."""
+def _notes_html(notes: list[str]) -> str:
+    return "".join(f"<p class='missing'>note: {html.escape(n)}</p>" for n in notes)
+
+
+def render_report(run_dir: Path, problems: dict[str, str] | None = None, notes: list[str] | None = None) -> str:
+    """The report's HTML text; each file a section could not read is named in ``problems`` (file name: why).
+
+    ``notes``: receives the readers' notes (a torn last line that was skipped), which the sections also show.
+    """
     problems = {} if problems is None else problems
+    notes = [] if notes is None else notes
     present = {name: (run_dir / name).exists() for name in FILES}
     listing = "".join(
         f"<li>{html.escape(n)}: {'present' if ok else '<span class=missing>absent</span>'} — {html.escape(FILES[n])}"
@@ -413,7 +421,8 @@ def render_report(run_dir: Path, problems: dict[str, str] | None = None) -> str:
 
         def training() -> str:
             log = load_metrics(run_dir / "metrics.jsonl")
-            return _training_section(log, diagnose_training(log))
+            notes.extend(log.notes)
+            return _training_section(log, diagnose_training(log)) + _notes_html(list(log.notes))
 
         parts.append(_guard("Training", "metrics.jsonl", training, problems))
     else:
@@ -421,9 +430,11 @@ def render_report(run_dir: Path, problems: dict[str, str] | None = None) -> str:
     if present["pipeline_trace.jsonl"]:
 
         def pipeline() -> str:
-            rows = load_trace(run_dir / "pipeline_trace.jsonl")
+            read: list[str] = []
+            rows = load_trace(run_dir / "pipeline_trace.jsonl", read)
+            notes.extend(read)
             diag = diagnose_pipeline(rows, str(run_dir / "pipeline_trace.jsonl"))
-            return _pipeline_section(rows, diag, _cpu_generator(run_dir))
+            return _pipeline_section(rows, diag, _cpu_generator(run_dir)) + _notes_html(read)
 
         parts.append(_guard("Pipeline", "pipeline_trace.jsonl", pipeline, problems))
     else:
@@ -446,13 +457,25 @@ def render_report(run_dir: Path, problems: dict[str, str] | None = None) -> str:
     )
 
 
-def write_report(run_dir: Path, out: Path | None = None, *, problems: dict[str, str] | None = None) -> Path:
+def write_report(
+    run_dir: Path, out: Path | None = None, *, problems: dict[str, str] | None = None, notes: list[str] | None = None
+) -> Path:
     """Write ``run_dir/report.html`` (or ``out``) and return its path; ``tirl train`` calls this at the end.
 
-    ``problems``: filled with one line per file a section could not read (``tirl report`` prints them).
+    ``problems``: filled with one line per file a section could not read; ``notes``: with the readers' notes
+    (:func:`stderr_lines` makes the lines ``tirl report`` and ``tirl train`` print of both).
     """
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / "report.html"
-    html_text = render_report(run_dir, problems)
+    html_text = render_report(run_dir, problems, notes)
     write_text(target, html_text)  # atomic, unique temp name, through links and devices
     return target
+
+
+def stderr_lines(problems: dict[str, str], notes: list[str]) -> list[str]:
+    """What a report's reading left to say, for stderr; ``tirl report`` prints it, and ``tirl train`` at its end.
+
+    A ``warning:`` line per file a section could not read, then a ``note:`` line per reader's note (each once).
+    """
+    warnings = [f"warning: {one_line(problem)}" for problem in problems.values()]
+    return warnings + [f"note: {one_line(note)}" for note in dict.fromkeys(notes)]
