@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from diag_synth import issue10_run, tirl_log, trace, write_jsonl
+from diag_synth import as_verl, issue10_run, tirl_log, trace, write_jsonl
 
 from tirl.cli import main
 from tirl.diagnostics import write_report
@@ -208,3 +208,31 @@ def test_a_torn_last_line_is_a_note_on_stderr_and_in_the_page(
     assert err == [f"note: {run}/metrics.jsonl:201: {torn}", f"note: {run}/pipeline_trace.jsonl:401: {torn}"], err
     page = (run / "report.html").read_text(encoding="utf-8")
     assert f"note: {run}/metrics.jsonl:201: {torn}" in page and f"note: {run}/pipeline_trace.jsonl:401: " in page
+
+
+def test_a_healthy_training_section_says_what_it_did_not_check(tmp_path: Path) -> None:
+    """Six steps of a verl log (no counts): the page said "healthy" and "No symptom of the void-turn table."
+    where `tirl diagnose training` lists five rules it could not (fully) run; it now shows that same line."""
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", as_verl(tirl_log(seed=3))[:6])
+    (run / "config.json").write_text(json.dumps({"filter": {"mode": "off"}}))
+    page = write_report(run).read_text(encoding="utf-8")
+    assert 'Training: <span class="verdict healthy">healthy</span>' in page
+    assert "<p>No symptom of the void-turn table.</p>" not in page
+    assert (
+        "No symptom of the void-turn table: no IS-ratio spike; not (fully) checked on this log: void_leak (only" in page
+    )
+    assert "empty_batch (the log has no valid count or void share)" in page
+    assert "filter.mode=off: void trajectories are counted but stay in the update." in page
+
+
+def test_a_training_section_with_findings_names_unmatched_spikes(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = tirl_log(seed=1, inject="void_leak")
+    rows[60]["train/is_ratio_max"] = 33.0  # no longest trajectory, no filter drop in that step
+    write_jsonl(run / "metrics.jsonl", rows)
+    page = write_report(run).read_text(encoding="utf-8")
+    assert 'Training: <span class="verdict bad">void_leak</span>' in page
+    assert "Also an IS-ratio spike at step 60 matched no row of the table" in page

@@ -28,7 +28,9 @@ from typing import Any
 from tirl.diagnostics.adapters import MetricsLog, load_metrics
 from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.audit import audit_file
+from tirl.diagnostics.bundle import filter_config
 from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, load_trace
+from tirl.diagnostics.render import coverage_lines, has_ratio
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines, steps_text
 from tirl.errors import InputError, TirlError, one_line
 from tirl.fileio import write_text
@@ -113,7 +115,7 @@ def _verdict(v: str, expected: bool = False) -> str:
     return f'<span class="verdict {cls}">{html.escape(v)}{" (normal for this job)" if expected else ""}</span>'
 
 
-def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
+def _training_section(log: MetricsLog, diag: TrainingDiagnosis, filter_mode: str | None = None) -> str:
     xs = [float(s) for s in log.steps]
 
     def s(name: str) -> list[float | None]:
@@ -143,8 +145,9 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
     table = (
         f"<table><tr><th>kind</th><th>steps</th><th>evidence</th><th>check this first</th></tr>{rows}</table>"
         if rows
-        else "<p>No symptom of the void-turn table.</p>"
-    )
+        else ""
+    )  # then what the verdict did not check, as `tirl diagnose training` says it (a healthy verdict: one line)
+    table += "".join(f"<p>{html.escape(line)}</p>" for line in coverage_lines(diag, filter_mode, has_ratio(log)))
     return (
         f"<h2>Training: {_verdict(diag.verdict)}</h2><p>{steps_text(len(log))}, {log.format} format. "
         f"Red dashed lines mark findings.</p>{table}<div class='plots'>{imgs}</div>"
@@ -422,7 +425,10 @@ def render_report(run_dir: Path, problems: dict[str, str] | None = None, notes: 
         def training() -> str:
             log = load_metrics(run_dir / "metrics.jsonl")
             notes.extend(log.notes)
-            return _training_section(log, diagnose_training(log)) + _notes_html(list(log.notes))
+            section = filter_config(run_dir)  # the run's [filter], as `tirl diagnose training` reads it
+            mode = section.get("mode") if isinstance(section, dict) else None
+            section_html = _training_section(log, diagnose_training(log), mode if isinstance(mode, str) else None)
+            return section_html + _notes_html(list(log.notes))
 
         parts.append(_guard("Training", "metrics.jsonl", training, problems))
     else:
