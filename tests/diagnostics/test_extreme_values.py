@@ -5,7 +5,8 @@ gives the same verdict as 33 or 1e308 at that step (the old reader dropped it as
 ±1e308 in any key of a log, at one step, every other step or every step, through ``tirl diagnose training``
 (a real subprocess) is a diagnosis with exit 0 or 1, never the old "too large to compute with" refusal; a
 void share outside [0, 1] reads exactly like a missing value; an IS ratio that blows up (``Infinity`` or 1e6)
-at step 10 of 20 and stays up is found at its onset. Not covered: an IS-ratio min of 0.
+at step 10 of 20 and stays up is found at its onset, and so is one that starts within the first 8 steps (a
+smaller early jump that stays is listed in ``not_checked``). Not covered: an IS-ratio min of 0.
 """
 
 from __future__ import annotations
@@ -129,3 +130,42 @@ def test_a_blow_up_that_stays_is_found_at_its_onset(tmp_path: Path, value: float
     assert (first.kind, first.step) == ("void_leak", 10)
     assert first.evidence["is_ratio_max_baseline"] < 2 and "steps before" in first.evidence["baseline"]
     assert all(f.step is not None and f.step >= 10 for f in diag.findings)
+
+
+@pytest.mark.parametrize("onset", [2, 3, 5, 8])
+@pytest.mark.parametrize("value", [math.inf, 1e6, 40.0])
+def test_a_blow_up_in_the_first_steps_that_stays_is_found_at_its_onset(
+    tmp_path: Path, value: float, onset: int
+) -> None:
+    """Before: with fewer than 8 steps before the onset there was no baseline of the steps before, and the
+    centred one was the blown-up level: onsets at steps 2-5 were `healthy`, 6-8 were found only at step 9."""
+    diag = diagnose_training(load_metrics(_write(tmp_path / "m.jsonl", _blown_up(value, onset=onset))))
+    assert diag.verdict == "void_leak"
+    first = diag.findings[0]
+    assert (first.kind, first.step) == ("void_leak", onset)
+    assert first.evidence["is_ratio_max_baseline"] < 2 and first.evidence["is_ratio_max_z"] is None
+    assert first.evidence["baseline"].startswith(
+        f"the {onset - 1} step{'s' if onset > 2 else ''} before this one, too few for a rolling baseline"
+    )
+    assert "void_leak" not in diag.not_checked
+
+
+@pytest.mark.parametrize("onset", [2, 3, 5])
+def test_a_smaller_early_jump_that_stays_is_said_not_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], onset: int
+) -> None:
+    """A 5x jump that stays (below the early rule's 10 and 8x): no verdict can stand on it, so a healthy
+    verdict names it (it said "no IS-ratio spike")."""
+    from tirl.cli import main
+
+    path = _write(tmp_path / "m.jsonl", _blown_up(6.0, onset=onset))
+    diag = diagnose_training(load_metrics(path))
+    assert diag.verdict == "healthy" and diag.unmatched_spikes == ()
+    why = diag.not_checked["void_leak"]
+    assert why.startswith("only in part: the IS-ratio max rose ") and f"x at step {onset} (" in why
+    assert "-> 6) and stayed up" in why and "the early-step rule needs >= 10 and 8x the steps before" in why
+    assert diag.not_checked["late_filter"] == f"only in part: the IS-ratio rise at step {onset} (see void_leak)"
+    capsys.readouterr()
+    assert main(["diagnose", "training", str(path)]) == 0
+    line = " ".join(capsys.readouterr().out.split("\n", 1)[1].split())
+    assert "no IS-ratio spike" in line and "void_leak (only in part: the IS-ratio max rose" in line

@@ -137,3 +137,91 @@ def test_a_missing_trace_is_named_as_a_trace(tmp_path: Path, name: str, capsys: 
     assert main(["diagnose", "pipeline", str(tmp_path / "run")]) == 2  # a run directory that does not exist
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "pipeline_trace.jsonl" in err[0], err
+
+
+def _snapshots(ts: list[float], **fields: float | None) -> list[dict[str, float | None]]:
+    queues = {"init_queue": 3.0, "run_queue": 1.0, "eval_queue": 0.0, "gpu_util": 0.9}
+    return [{"t": t, **queues, **fields} for t in ts]
+
+
+@pytest.mark.parametrize(
+    ("rows", "why"),
+    [
+        (_snapshots([0.0] * 20), "all 20 snapshots have the same time t=0, so the trace spans no time"),
+        (_snapshots([5.0] * 3), "all 3 snapshots have the same time t=5"),
+        (_snapshots([0.0]), "only one snapshot"),
+        (
+            _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=None),
+            "no work in the trace: every queue is empty in all 20 snapshots",
+        ),
+        (
+            _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=0.0),
+            "no work in the trace",
+        ),
+    ],
+    ids=["all-times-zero", "all-times-equal", "one-snapshot", "no-work", "no-work-generator-idle"],
+)
+def test_a_trace_that_cannot_support_a_verdict_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, float | None]], why: str
+) -> None:
+    """Each of these was `healthy` (one snapshot, zero time: the generator's 90 % alone; no work: "none of these")."""
+    diag = diagnose_pipeline(rows)
+    assert diag.verdict == "cannot_judge" and why in diag.evidence["cannot_judge"], diag.evidence
+    assert "notes" not in diag.evidence  # no notes that explain a verdict not given
+    p = write_jsonl(tmp_path / "pipeline_trace.jsonl", rows)
+    capsys.readouterr()
+    assert main(["diagnose", "pipeline", str(p)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].endswith("verdict cannot_judge") and len(lines) == 2, out
+    assert lines[1].startswith("cannot judge the pipeline: ") and why in lines[1]
+    assert "healthy" not in out and "next:" not in out
+    assert main(["diagnose", "pipeline", str(p), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["verdict"] == "cannot_judge" and why in got["evidence"]["cannot_judge"]
+
+
+def test_no_snapshots_cannot_be_judged() -> None:
+    diag = diagnose_pipeline([])
+    assert diag.verdict == "cannot_judge" and diag.evidence["cannot_judge"] == "no snapshots in the trace"
+
+
+def test_empty_queues_with_work_flowing_are_still_judged() -> None:
+    """The no-work rule is narrow: a busy generator, or busy workers and growing completions, show work."""
+    busy = _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=0.95)
+    assert diagnose_pipeline(busy).verdict == "healthy"
+    flowing = _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=None)
+    for i, r in enumerate(flowing):
+        r.update(run_busy=2.0, run_done=float(i))
+    diag = diagnose_pipeline(flowing)
+    assert diag.verdict == "healthy" and any("cannot be told" in n for n in diag.evidence["notes"])
+    idle = _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=0.1)
+    assert diagnose_pipeline(idle).verdict == "starved"
+
+
+def test_a_torn_last_line_is_skipped_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = trace("evaluator", 0, n=60)
+    p = write_jsonl(tmp_path / "pipeline_trace.jsonl", rows)
+    whole = diagnose_trace_file(p)
+    with p.open("a", encoding="utf-8") as fh:
+        fh.write('{"t": 99.0, "init_queue": 4, "run_q')  # a run killed mid-write
+    note = (
+        f"{p}:61: the last line is torn (no newline at its end and not valid JSON: a run killed mid-write) and "
+        "was skipped"
+    )  # the training-log reader's words (tirl.diagnostics.log_rows)
+    capsys.readouterr()
+    assert main(["diagnose", "pipeline", str(p), "--json"]) == 0
+    got = capsys.readouterr()
+    assert json.loads(got.out)["verdict"] == whole.verdict == "evaluator"  # the complete lines are judged
+    assert got.err == f"note: {note}\n"  # it was silent
+    assert main(["diagnose", "pipeline", str(tmp_path)]) == 0  # the run directory: the same note
+    assert capsys.readouterr().err == f"note: {note}\n"
+    notes: list[str] = []
+    assert load_trace(p, notes) == rows and notes == [note]
+
+
+def test_a_trace_whose_only_line_is_torn_is_refused_saying_so(tmp_path: Path) -> None:
+    p = tmp_path / "pipeline_trace.jsonl"
+    p.write_text('{"t": 0.0, "init_qu', encoding="utf-8")
+    with pytest.raises(InputError, match=r"no snapshots \(its only line is torn"):
+        load_trace(p)

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from diag_synth import issue10_run, tirl_log, trace, write_jsonl
+from diag_synth import as_verl, issue10_run, tirl_log, trace, write_jsonl
 
 from tirl.cli import main
 from tirl.diagnostics import write_report
@@ -177,3 +177,62 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> No
     assert shot.is_file(), res.stderr[-2000:]
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a rendered page, not a blank one
+
+
+def test_a_trace_that_cannot_be_judged_is_not_healthy_in_the_report(tmp_path: Path) -> None:
+    """A killed run's one snapshot: the section was `healthy` with a table of numbers no verdict stands on."""
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "pipeline_trace.jsonl", trace("healthy", 0)[:1])
+    page = write_report(run).read_text(encoding="utf-8")
+    assert 'Pipeline: <span class="verdict expected">cannot_judge</span>' in page
+    assert "Cannot judge the pipeline: only one snapshot" in page and "fill of capacity" not in page
+
+
+def test_a_torn_last_line_is_a_note_on_stderr_and_in_the_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A killed run's torn last lines were skipped in silence by `tirl report` (and by the report `tirl train`
+    writes); the notes are those of `tirl diagnose training|pipeline`."""
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", tirl_log(seed=1))
+    write_jsonl(run / "pipeline_trace.jsonl", trace("runner", 0))
+    for name, half in (("metrics.jsonl", '{"step": 200, "train/is_r'), ("pipeline_trace.jsonl", '{"t": 300.0, "ini')):
+        with (run / name).open("a", encoding="utf-8") as fh:
+            fh.write(half)
+    torn = "the last line is torn (no newline at its end and not valid JSON: a run killed mid-write) and was skipped"
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"note: {run}/metrics.jsonl:201: {torn}", f"note: {run}/pipeline_trace.jsonl:401: {torn}"], err
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert f"note: {run}/metrics.jsonl:201: {torn}" in page and f"note: {run}/pipeline_trace.jsonl:401: " in page
+
+
+def test_a_healthy_training_section_says_what_it_did_not_check(tmp_path: Path) -> None:
+    """Six steps of a verl log (no counts): the page said "healthy" and "No symptom of the void-turn table."
+    where `tirl diagnose training` lists five rules it could not (fully) run; it now shows that same line."""
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", as_verl(tirl_log(seed=3))[:6])
+    (run / "config.json").write_text(json.dumps({"filter": {"mode": "off"}}))
+    page = write_report(run).read_text(encoding="utf-8")
+    assert 'Training: <span class="verdict healthy">healthy</span>' in page
+    assert "<p>No symptom of the void-turn table.</p>" not in page
+    assert (
+        "No symptom of the void-turn table: no IS-ratio spike; not (fully) checked on this log: void_leak (only" in page
+    )
+    assert "empty_batch (the log has no valid count or void share)" in page
+    assert "filter.mode=off: void trajectories are counted but stay in the update." in page
+
+
+def test_a_training_section_with_findings_names_unmatched_spikes(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = tirl_log(seed=1, inject="void_leak")
+    rows[60]["train/is_ratio_max"] = 33.0  # no longest trajectory, no filter drop in that step
+    write_jsonl(run / "metrics.jsonl", rows)
+    page = write_report(run).read_text(encoding="utf-8")
+    assert 'Training: <span class="verdict bad">void_leak</span>' in page
+    assert "Also an IS-ratio spike at step 60 matched no row of the table" in page

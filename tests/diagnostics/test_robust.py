@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from tirl.diagnostics.robust import MAD_TO_SD, baseline, log_values, median_after
+from tirl.diagnostics.robust import MAD_TO_SD, baseline, early_shift, log_values, median_after
 
 
 def reference(values, index, window, min_points, abs_floor, rel_floor, count_floor, side="around"):
@@ -89,3 +89,24 @@ def test_median_after_matches_reference_loop(seed: int) -> None:
         want = reference_after(values, i, window)
         got = median_after(values, i, window=window)
         assert got == (None if want is None else pytest.approx(want, rel=1e-12))
+
+
+def reference_shift(values, index, window, min_points):
+    prior = [values[j] for j in range(len(values)) if 0 < index - j <= window and values[j] is not None]
+    after = reference_after(values, index, window)
+    if values[index] is None or after is None or not prior or len(prior) >= min_points:
+        return None
+    return float(np.median(np.array(prior, dtype=float))), min(values[index], after), len(prior)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_early_shift_matches_reference_loop(seed: int) -> None:
+    """The few steps before a step (fewer than min_points: no baseline) against the level from the step on."""
+    rng = random.Random(seed)
+    values = [None if rng.random() < 0.2 else rng.lognormvariate(0, 1.0) for _ in range(30)]
+    for i in range(len(values)):
+        want = reference_shift(values, i, 20, 8)
+        got = early_shift(values, i, window=20, min_points=8)
+        assert (None if got is None else (got.before, got.level, got.points)) == (
+            None if want is None else (pytest.approx(want[0], rel=1e-12), want[1], want[2])
+        ), i

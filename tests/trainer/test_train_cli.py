@@ -296,3 +296,25 @@ def test_eval_n_out_of_range_names_the_flag(n: str, capsys) -> None:
     code = main(["eval", "--env", "swe-lite", "--n", n])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"error: --n {n} is invalid") and err.count("\n") == 1
+
+
+def test_the_end_of_a_run_prints_what_tirl_report_warns_about(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`tirl train` wrote report.html at its end but none of the warnings `tirl report` prints on stderr: a
+    section it could not read was visible only inside the page. The run itself is replaced by its summary step."""
+    import tirl.commands.train as train_command
+    from tirl.trainer.run import TrainingRun
+
+    def summary_only(cfg, run_dir: Path, args, start) -> dict:
+        (run_dir / "pipeline_trace.jsonl").write_text('{"t": 0}\n')  # a snapshot without its queue depths
+        return TrainingRun(cfg, run_dir, lock=False).summarize({}, time.perf_counter())
+
+    monkeypatch.setattr(train_command, "_train", summary_only)
+    run_dir = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["train", "--run-dir", str(run_dir), "--no-progress"]) == 0
+    train_err = capsys.readouterr().err
+    assert (run_dir / "report.html").is_file()
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "again.html")]) == 0
+    report_err = capsys.readouterr().err
+    assert report_err.startswith(f"warning: {run_dir}/pipeline_trace.jsonl:1: snapshot lacks init_queue"), report_err
+    assert report_err in train_err  # the same lines, from the same function

@@ -17,7 +17,7 @@ from tirl.diagnostics.adapters import FORMATS, load_logs
 from tirl.diagnostics.bundle import filter_config, pipeline_bundle, training_bundle
 from tirl.diagnostics.log_rows import resolve_training_log
 from tirl.diagnostics.pipeline import diagnose_pipeline, load_trace
-from tirl.diagnostics.render import print_pipeline, print_training
+from tirl.diagnostics.render import has_ratio, print_pipeline, print_training
 from tirl.diagnostics.training import diagnose_training
 from tirl.fileio import check_output, refuse_overwrite, write_text
 from tirl.jsonl import dumps_json
@@ -72,11 +72,13 @@ def run(args: argparse.Namespace) -> int:
             section = filter_config(paths[0].parent, args.config)  # the run's [filter], when it is known
             mode = section.get("mode") if isinstance(section, dict) else None
             for log, d in zip(logs, diags, strict=True):
-                has_ratio = any(v is not None for key in ("is_max", "is_min") for v in log.get(key) or [])
-                print_training(d, filter_mode=mode if isinstance(mode, str) else None, has_ratio=has_ratio)
+                print_training(d, filter_mode=mode if isinstance(mode, str) else None, has_ratio=has_ratio(log))
     else:
         args.trace = _in_run_dir(args.trace, "pipeline_trace.jsonl")
-        rows = load_trace(args.trace)
+        notes: list[str] = []
+        rows = load_trace(args.trace, notes)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         pdiag = diagnose_pipeline(rows, str(args.trace))
         if args.bundle:
             write_text(args.bundle, pipeline_bundle(rows, pdiag))

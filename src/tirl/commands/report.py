@@ -5,7 +5,9 @@ of a run's files (:data:`tirl.diagnostics.report.FILES`), and an output inside t
 new name at its top (``RUN_DIR/report.html``, the default, or e.g. ``RUN_DIR/report-v2.html``): never one of
 the run's own files (:mod:`tirl.trainer.run_files`) and never anything under ``checkpoints/``, ``tb/`` or
 another subdirectory, links and ``..`` resolved first. A section whose file cannot be read is a ``warning:``
-line on stderr (one per file) and a notice in the page; the rest of the report is still written (exit 0).
+line on stderr (one per file) and a notice in the page; the rest of the report is still written (exit 0). A torn
+last line of ``metrics.jsonl`` or ``pipeline_trace.jsonl`` (a killed run) is skipped with a ``note:`` line naming
+``FILE:LINE`` (and the same note in the page). ``tirl train`` prints the same lines at its end.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from tirl.diagnostics.report import FILES, write_report
-from tirl.errors import InputError, OutputError, one_line
+from tirl.diagnostics.report import FILES, stderr_lines, write_report
+from tirl.errors import InputError, OutputError
 from tirl.fileio import check_output, fd_alias
 from tirl.trainer import run_files
 
@@ -65,13 +67,14 @@ def check_out_of_run(out: Path, run_dir: Path, *, option: str = "--out") -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the report and print its path; warn once per file a section could not read."""
+    """Write the report and print its path; warn once per file a section could not read, and print the notes."""
     check_run_dir(args.run_dir)
     out = args.out if args.out is not None else args.run_dir / run_files.REPORT
     check_output(out)  # first: a directory, or a path under a file, is named as such
     check_out_of_run(out, args.run_dir, option="--out" if args.out is not None else "the report's path")
     problems: dict[str, str] = {}
-    print(write_report(args.run_dir, args.out, problems=problems))
-    for problem in problems.values():
-        print(f"warning: {one_line(problem)}", file=sys.stderr)
+    notes: list[str] = []
+    print(write_report(args.run_dir, args.out, problems=problems, notes=notes))
+    for line in stderr_lines(problems, notes):
+        print(line, file=sys.stderr)
     return 0

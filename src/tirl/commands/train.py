@@ -261,6 +261,8 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
             from tirl.rollout.evaluation import PairedChange
 
             print(f"  task by task: {PairedChange.from_dict(paired).line()}")
+    for line in summary.get("report_warnings", []):  # what `tirl report` says on stderr about this run's files
+        print(line, file=sys.stderr)
     print(f"run directory: {run_dir}")
     return 0
 

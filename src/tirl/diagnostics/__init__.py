@@ -4,7 +4,8 @@
   ``empty_batch`` (the drift test itself: :mod:`tirl.diagnostics.drift`)
 * :mod:`tirl.diagnostics.adapters` / :mod:`tirl.diagnostics.wandb_csv` — tirl, verl, SimpleTIR logs; wandb exports
   (:mod:`tirl.diagnostics.log_rows`: their rows checked and joined on the step)
-* :mod:`tirl.diagnostics.pipeline` — ``initializer`` / ``runner`` / ``evaluator`` / ``overall`` / ``starved``,
+* :mod:`tirl.diagnostics.pipeline` — ``initializer`` / ``runner`` / ``evaluator`` / ``overall`` / ``starved``
+  (``cannot_judge`` when the trace cannot support a verdict),
   each queue judged against its capacity
 * :mod:`tirl.diagnostics.thresholds` — the tuning of the training, drift and pipeline rules, in one place
 * :mod:`tirl.diagnostics.audit` — void reasons, detector-too-eager rate, turn/length/tool-error stats

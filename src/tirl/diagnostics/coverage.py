@@ -15,15 +15,26 @@ A rule needs its series and enough steps with a value in them (the numbers are t
   at least ``inactive_steps`` steps.
 * ``void_drift``: a void share (logged, or derived from the counts) in at least ``2 * min_window + 1``
   steps (:mod:`tirl.diagnostics.drift`).
+* ``void_leak`` / ``late_filter``, in part: an IS-ratio max that rose at least ``is_factor`` times within the
+  first steps (fewer than ``min_points`` with a value before it: no rolling baseline of the steps before) and
+  stayed up, but not as far as the early-step rule needs (``is_abs`` and ``is_big_factor`` times the steps
+  before), was not judged at that step: the note names the step and the two levels
+  (:func:`tirl.diagnostics.robust.early_shift`). A rise that was judged (a spike at that step, matched or not)
+  is not listed.
 
-Not covered: the attribution verdicts (``spikes_in_void``/``spikes_in_valid``), which need tirl's
+Not covered: an early fall of the IS-ratio min that stays down (no early rule looks downward); the
+attribution verdicts (``spikes_in_void``/``spikes_in_valid``), which need tirl's
 ``void/*`` keys and are not part of the seed's symptom table; a log whose values are spread so thinly that
 a step has too few neighbours within the window although the log has enough in all.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Collection
+
 from tirl.diagnostics.adapters import MetricsLog
+from tirl.diagnostics.robust import Shift, early_shift, log_values
 from tirl.diagnostics.thresholds import TrainingThresholds
 
 
@@ -36,8 +47,45 @@ def _steps(n: int) -> str:
     return f"{n} step" if n == 1 else f"{n} steps"
 
 
-def not_checked(log: MetricsLog, th: TrainingThresholds) -> dict[str, str]:
-    """Verdict kind -> why its rule could not run on ``log`` (``"only …"`` where it ran in part); see the module."""
+def unjudged_early_rise(log: MetricsLog, th: TrainingThresholds, judged: Collection[int] = ()) -> Shift | None:
+    """The first rise of the IS-ratio max in the early steps that stayed up and that no rule could judge.
+
+    A rise of at least ``is_factor`` times over the steps before it, where they are too few for a rolling
+    baseline, that does not clear the early-step rule. Indices in ``judged`` (spike steps) are skipped, and so
+    are the steps that only carry on a judged rise (their few steps before mix the two levels): a later rise
+    must also be ``is_factor`` times above the judged level.
+    """
+    values = log_values(log.get("is_max") or [])
+    factor = math.log(th.is_factor)
+    known_before, judged_level = 0, -math.inf
+    for i, value in enumerate(values):
+        if known_before >= th.min_points:
+            return None
+        known_before += value is not None
+        shift = early_shift(values, i, window=th.window, min_points=th.min_points)
+        if shift is None or not shift.clears(-math.inf, factor):
+            continue
+        if i in judged:
+            judged_level = max(judged_level, shift.level)
+        elif shift.level - judged_level >= factor and not shift.clears(math.log(th.is_abs), math.log(th.is_big_factor)):
+            return shift
+    return None
+
+
+def _early_rise_text(log: MetricsLog, shift: Shift, th: TrainingThresholds) -> str:
+    before, level = math.exp(shift.before), math.exp(shift.level)
+    return (
+        f"only in part: the IS-ratio max rose {level / before:.1f}x at step {log.steps[shift.index]} "
+        f"({before:.3g} -> {level:.3g}) and stayed up; with {_steps(shift.points)} before it there is no rolling "
+        f"baseline, and the early-step rule needs >= {th.is_abs:g} and {th.is_big_factor:g}x the steps before"
+    )
+
+
+def not_checked(log: MetricsLog, th: TrainingThresholds, judged: Collection[int] = ()) -> dict[str, str]:
+    """Verdict kind -> why its rule could not run on ``log`` (``"only …"`` where it ran in part); see the module.
+
+    ``judged``: the indices of the IS-spike steps (a rise judged there is not listed).
+    """
     out: dict[str, str] = {}
     baseline = th.min_points + 1
     ratio = _known(log, "is_max", "is_min")
@@ -62,6 +110,12 @@ def not_checked(log: MetricsLog, th: TrainingThresholds) -> dict[str, str]:
         out["detector_inactive"] = "the log has no valid count with a void count (or a void share)"
     elif len(log) < th.inactive_steps:
         out["detector_inactive"] = f"needs {th.inactive_steps} steps, the log has {_steps(len(log))}"
+    rise = unjudged_early_rise(log, th, judged)
+    if rise is not None:
+        out.setdefault("void_leak", _early_rise_text(log, rise, th))
+        out.setdefault(
+            "late_filter", f"only in part: the IS-ratio rise at step {log.steps[rise.index]} (see void_leak)"
+        )
     share, need = _known(log, "void_ratio"), 2 * th.drift.min_window + 1
     if share == 0:
         out["void_drift"] = "the log has no void share or void/valid counts"

@@ -183,6 +183,19 @@ def _jsonl_rows(p: Path) -> FileRows:
     """
     if p.suffix.lower() == ".json" and (history := _log_history(p)) is not None:
         return history
+    numbered, notes = jsonl_objects(p, fix="write one JSON object per step")
+    rows = [_flatten(_unwrap(obj)) for _, obj in numbered]
+    positions: list[Position] = [line for line, _ in numbered]
+    return FileRows(str(p), rows, positions, notes)
+
+
+def jsonl_objects(p: Path, *, fix: str) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
+    """``(line, object)`` pairs of a log a run appends to, and the notes for the user.
+
+    Read with the one JSONL reader (:func:`tirl.jsonl.read_jsonl`); a torn last line (no newline at its end,
+    not valid JSON: a run killed mid-write) is skipped with a note naming ``FILE:LINE``; any other bad line
+    raises :class:`InputError` with ``fix``. The training logs and the pipeline trace are read with it.
+    """
     notes: list[str] = []
 
     def torn(line: int) -> None:
@@ -191,12 +204,8 @@ def _jsonl_rows(p: Path) -> FileRows:
             "and was skipped"
         )
 
-    rows: list[dict[str, Any]] = []
-    positions: list[Position] = []
-    for line, obj in read_jsonl(p, torn_tail=True, objects=True, fix="write one JSON object per step", on_torn=torn):
-        rows.append(_flatten(_unwrap(obj)))
-        positions.append(line)
-    return FileRows(str(p), rows, positions, notes)
+    rows = list(read_jsonl(p, torn_tail=True, objects=True, fix=fix, on_torn=torn))
+    return rows, notes
 
 
 def read_file_runs(path: str | Path) -> dict[str | None, FileRows]:

@@ -43,6 +43,15 @@ that backpressure is the design working, not a second bottleneck.
 * ``healthy``: none of these (also when utilisation is unknown — said so in
   the evidence).
 
+Before any of these, a trace that cannot support a verdict gets ``cannot_judge``, with the reason in one
+line (``evidence["cannot_judge"]``): no snapshot, a single snapshot, snapshots that all share one ``t`` (the
+trace spans no time, so no depth can be averaged over time), or a trace that shows no work at all (every
+queue empty in every snapshot, and no busy or blocked worker, no completion and no generator use). Before,
+each of these was ``healthy``.
+
+A torn last line of a JSONL trace (a run killed mid-write) is skipped, and :func:`load_trace` hands its note
+(``FILE:LINE: the last line is torn …``, the training-log reader's words) to the caller.
+
 Not covered: queues that are not in the trace (e.g. a server-side LLM
 queue), and per-slot batch occupancy of the generator.
 """
@@ -56,13 +65,15 @@ from pathlib import Path
 from typing import Any
 
 from tirl.diagnostics.adapters import read_rows
+from tirl.diagnostics.log_rows import jsonl_objects
 from tirl.diagnostics.thresholds import PipelineThresholds
 from tirl.errors import InputError
-from tirl.jsonl import read_jsonl
 
 QUEUES: tuple[str, str, str] = ("init_queue", "run_queue", "eval_queue")
 STAGES: tuple[str, str, str] = ("init", "run", "eval")
-VERDICTS: tuple[str, ...] = ("initializer", "runner", "evaluator", "overall", "starved", "healthy")
+VERDICTS: tuple[str, ...] = (
+    "initializer", "runner", "evaluator", "overall", "starved", "healthy", "cannot_judge",
+)  # fmt: skip
 
 NEXT_STEP: dict[str, str] = {
     "initializer": "the Initializer: image/workspace cache hits, sandbox start time, storage speed, how many "
@@ -75,6 +86,8 @@ NEXT_STEP: dict[str, str] = {
     "starved": "supply and hidden barriers: task generation, whether bounded-queue backpressure misleads an "
     "upstream stage, an `await` that serialises episodes or a batch-wide wait",
     "healthy": "nothing to fix in the pipeline; change one variable at a time and compare queue depths and step time",
+    "cannot_judge": "the trace itself: record one over whole collects (tirl train writes pipeline_trace.jsonl, one "
+    "snapshot every rollout.trace_interval_s) and diagnose that",
 }
 
 
@@ -113,8 +126,8 @@ def _num(v: Any) -> float | None:
     return None if f != f else min(max(f, -_MAX_VALUE), _MAX_VALUE)
 
 
-def _numbered_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, snapshot)`` pairs.
+def _numbered_rows(path: str | Path, notes: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, snapshot)`` pairs; a torn last JSONL line is skipped and noted in ``notes``.
 
     The file's own line numbers for JSONL (blank lines skipped), the row's line under the header for a CSV.
     """
@@ -125,20 +138,28 @@ def _numbered_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         )
     if p.suffix.lower() == ".csv":
         return [(i, row) for i, row in enumerate(read_rows(p), start=2)]
-    return [(n, row) for n, row in read_jsonl(p, torn_tail=True, objects=True, fix="write one snapshot per line")]
+    rows, torn = jsonl_objects(p, fix="write one snapshot per line")
+    notes.extend(torn)
+    return rows
 
 
-def load_trace(path: str | Path) -> list[dict[str, Any]]:
+def load_trace(path: str | Path, notes: list[str] | None = None) -> list[dict[str, Any]]:
     """Read and validate a trace: every snapshot needs ``t`` and the three queue depths.
+
+    ``notes``: receives a line for the user when the last line was torn and skipped (print it as ``note:``).
 
     ``t`` must be a number within ±1e12 that never runs backwards (tirl's tracer continues a resumed run's
     clock), and a depth a count >= 0 (``Infinity`` and values beyond 1e12 read as 1e12): a trace that breaks
     this is refused with the line, not sorted into shape (the old reader sorted it and called a backwards
     trace healthy).
     """
-    rows = _numbered_rows(path)
+    read_notes: list[str] = []
+    rows = _numbered_rows(path, read_notes)
+    if notes is not None:
+        notes.extend(read_notes)
     if not rows:
-        raise InputError(str(path), None, "the trace has no snapshots", "point at a pipeline_trace.jsonl")
+        torn = " (its only line is torn: a run killed mid-write)" if read_notes else ""
+        raise InputError(str(path), None, f"the trace has no snapshots{torn}", "point at a pipeline_trace.jsonl")
     last_t, last_line = -_MAX_VALUE, 0
     for line, row in rows:
         missing = [k for k in ("t", *QUEUES) if k not in row]
@@ -298,11 +319,63 @@ def _verdict(
     return "healthy", notes
 
 
+def _shows_work(rows: list[dict[str, Any]]) -> bool:
+    """Whether anything in the trace shows work.
+
+    A queued episode, a busy or blocked worker, generator use, or a stage's completion count that grew.
+    """
+    counts = (*QUEUES, *(f"{s}_{k}" for s in STAGES for k in ("busy", "blocked")), "gpu_util")
+    if any((_num(r.get(k)) or 0.0) > 0 for r in rows for k in counts):
+        return True
+    for s in STAGES:
+        done = [d for r in rows if (d := _num(r.get(f"{s}_done"))) is not None]
+        if done and max(done) > min(done):
+            return True
+    return False
+
+
+def _rule_notes(verdict: str, capacity_known: bool, stages: dict[str, Any], th: PipelineThresholds) -> list[str]:
+    """What the rules could not see (no capacities) and backpressure that is not the verdict's."""
+    notes = []
+    if not capacity_known:
+        notes.append(
+            "no queue capacities in the trace: a queue counts as high only when the stage upstream is blocked on it "
+            "or it is rising; steady depths are not judged (tirl's pipeline writes X_queue_cap)"
+        )
+    if (stages.get("init_blocked_frac") or 0.0) >= th.blocked_frac and verdict != "runner":
+        notes.append("initializers are often blocked on the bounded run_queue: backpressure is the design working")
+    return notes
+
+
+def _unjudgeable(rows: list[dict[str, Any]], duration: float) -> str | None:
+    """Why the trace cannot support any verdict (one line), or None; see the module docstring."""
+    n = len(rows)
+    if n == 0:
+        return "no snapshots in the trace"
+    if n == 1:
+        return "only one snapshot, and depths over time need two or more at different times"
+    if duration <= 0:
+        return (
+            f"all {n} snapshots have the same time t={float(rows[0]['t']):g}, so the trace spans no time to average "
+            "queue depths over"
+        )
+    if not _shows_work(rows):
+        return (
+            f"no work in the trace: every queue is empty in all {n} snapshots and no stage shows a busy or blocked "
+            "worker, a completion or generator use (a trace taken outside any collect, or a writer that leaves "
+            "these fields at 0)"
+        )
+    return None
+
+
 def diagnose_pipeline(
     rows: list[dict[str, Any]], path: str = "", thresholds: PipelineThresholds | None = None
 ) -> PipelineDiagnosis:
     """The bottleneck verdict of a trace (see the module docstring for the rules)."""
     th = thresholds or PipelineThresholds()
+    if not rows:
+        why = _unjudgeable(rows, 0.0)
+        return PipelineDiagnosis(path, "cannot_judge", {"snapshots": 0, "duration_s": 0.0, "cannot_judge": why})
     ts = [float(r["t"]) for r in rows]
     w = _weights(ts, th.gap_factor)
     active_t: list[float] = []
@@ -316,15 +389,14 @@ def diagnose_pipeline(
     util = _wmean([_num(r.get("gpu_util")) for r in rows], w)
     stages = _stage_stats(rows, w, duration)
     high = _high(queues, rising, stages, th)
-    verdict, notes = _verdict(queues, high, rising, util, stages, th)
     capacity_known = all(queues[q]["capacity"] is not None for q in QUEUES)
-    if not capacity_known:
-        notes.append(
-            "no queue capacities in the trace: a queue counts as high only when the stage upstream is blocked on it "
-            "or it is rising; steady depths are not judged (tirl's pipeline writes X_queue_cap)"
-        )
-    if (stages.get("init_blocked_frac") or 0.0) >= th.blocked_frac and verdict != "runner":
-        notes.append("initializers are often blocked on the bounded run_queue: backpressure is the design working")
+    why = _unjudgeable(rows, duration)
+    notes: list[str] = []
+    if why is not None:  # no bottleneck and no health: the notes on the rules would explain a verdict not given
+        verdict = "cannot_judge"
+    else:
+        verdict, notes = _verdict(queues, high, rising, util, stages, th)
+        notes += _rule_notes(verdict, capacity_known, stages, th)
     evidence: dict[str, Any] = {
         "snapshots": len(rows),
         "duration_s": round(duration, 3),
@@ -338,6 +410,8 @@ def diagnose_pipeline(
     workers = {s: int(n) for s in STAGES if (n := _num(rows[-1].get(f"{s}_workers"))) is not None}
     if workers:
         evidence["workers"] = workers
+    if why is not None:
+        evidence["cannot_judge"] = why
     if notes:
         evidence["notes"] = notes
     return PipelineDiagnosis(path=path, verdict=verdict, evidence=evidence)

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.pipeline import PipelineDiagnosis
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, evidence_lines, spikes_text, steps_text
@@ -70,6 +71,26 @@ def healthy_line(
     return text + "."
 
 
+def has_ratio(log: MetricsLog) -> bool:
+    """Whether the log holds an IS-ratio value at all (without one, the spike rules could not run)."""
+    return any(v is not None for key in ("is_max", "is_min") for v in log.get(key) or [])
+
+
+def coverage_lines(diag: TrainingDiagnosis, filter_mode: str | None = None, ratio: bool = True) -> list[str]:
+    """What the verdict did not check, in the words of ``tirl diagnose training`` (the report shows the same).
+
+    Without findings: the one :func:`healthy_line`. With findings: the IS-ratio spikes that matched no row of the
+    table and the rules that could not run (:mod:`tirl.diagnostics.coverage`), one line each, when there are any.
+    """
+    if not diag.findings:
+        return [healthy_line(filter_mode, ratio, diag.unmatched_spikes, diag.not_checked)]
+    lines = [f"Also {spikes_text(diag.unmatched_spikes)} {_UNMATCHED}."] if diag.unmatched_spikes else []
+    if diag.not_checked:
+        text = _not_checked_text(diag.not_checked)
+        lines.append(f"{text[0].upper()}{text[1:]}.")
+    return lines
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -100,7 +121,7 @@ def print_training(
     )
     if not diag.findings:
         # one line whatever its length (soft_wrap): a console of PIPE_WIDTH broke the longer healthy lines in two
-        console.print(healthy_line(filter_mode, has_ratio, diag.unmatched_spikes, diag.not_checked), soft_wrap=True)
+        console.print(coverage_lines(diag, filter_mode, has_ratio)[0], soft_wrap=True)
         return
     table = Table(show_lines=True)
     table.add_column("kind", style="bold", max_width=24)
@@ -115,22 +136,20 @@ def print_training(
             check_first(f.kind, diag.format),
         )
     console.print(table)
-    if diag.unmatched_spikes:
-        console.print(f"Also {spikes_text(diag.unmatched_spikes)} {_UNMATCHED}.")
-    if diag.not_checked:
-        text = _not_checked_text(diag.not_checked)
-        console.print(f"{text[0].upper()}{text[1:]}.")
+    for line in coverage_lines(diag, filter_mode, has_ratio):
+        console.print(line)
 
 
 def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> None:
     """The verdict, the per-queue evidence and the recommended next step."""
     console = console or output_console()
     ev = diag.evidence
-    style = "green" if diag.verdict == "healthy" else "bold red"
-    console.print(
-        f"[bold]{diag.path}[/bold] ({ev['snapshots']} snapshots, {ev['duration_s']} s): "
-        f"verdict [{style}]{diag.verdict}[/]"
-    )
+    style = {"healthy": "green", "cannot_judge": "yellow"}.get(diag.verdict, "bold red")
+    snapshots = "1 snapshot" if ev["snapshots"] == 1 else f"{ev['snapshots']} snapshots"
+    console.print(f"[bold]{diag.path}[/bold] ({snapshots}, {ev['duration_s']} s): verdict [{style}]{diag.verdict}[/]")
+    if diag.verdict == "cannot_judge":  # one line: why; no table of numbers that no verdict stands on
+        console.print(f"cannot judge the pipeline: {ev['cannot_judge']}", soft_wrap=True)
+        return
     table = Table()
     for col in ("queue", "time-avg depth", "fill", "max", "non-empty", "first→last third", "trend /s", "high"):
         table.add_column(col)

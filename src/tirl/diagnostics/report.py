@@ -28,9 +28,11 @@ from typing import Any
 from tirl.diagnostics.adapters import MetricsLog, load_metrics
 from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.audit import audit_file
+from tirl.diagnostics.bundle import filter_config
 from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, load_trace
+from tirl.diagnostics.render import coverage_lines, has_ratio
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines, steps_text
-from tirl.errors import InputError, TirlError
+from tirl.errors import InputError, TirlError, one_line
 from tirl.fileio import write_text
 from tirl.jsonl import JSONProblem, parse_json
 
@@ -109,11 +111,11 @@ def _img(title: str, data: str | None) -> str:
 
 
 def _verdict(v: str, expected: bool = False) -> str:
-    cls = "healthy" if v == "healthy" else "expected" if expected else "bad"
+    cls = "healthy" if v == "healthy" else "expected" if expected or v == "cannot_judge" else "bad"
     return f'<span class="verdict {cls}">{html.escape(v)}{" (normal for this job)" if expected else ""}</span>'
 
 
-def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
+def _training_section(log: MetricsLog, diag: TrainingDiagnosis, filter_mode: str | None = None) -> str:
     xs = [float(s) for s in log.steps]
 
     def s(name: str) -> list[float | None]:
@@ -143,8 +145,9 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis) -> str:
     table = (
         f"<table><tr><th>kind</th><th>steps</th><th>evidence</th><th>check this first</th></tr>{rows}</table>"
         if rows
-        else "<p>No symptom of the void-turn table.</p>"
-    )
+        else ""
+    )  # then what the verdict did not check, as `tirl diagnose training` says it (a healthy verdict: one line)
+    table += "".join(f"<p>{html.escape(line)}</p>" for line in coverage_lines(diag, filter_mode, has_ratio(log)))
     return (
         f"<h2>Training: {_verdict(diag.verdict)}</h2><p>{steps_text(len(log))}, {log.format} format. "
         f"Red dashed lines mark findings.</p>{table}<div class='plots'>{imgs}</div>"
@@ -255,6 +258,9 @@ def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis, cpu_g
     ``cpu_generator``: the run sampled with the in-process generator on the CPU, where each Agent Runner
     worker waits on generation: a ``runner`` verdict is then the expected state, shown as such.
     """
+    if diag.verdict == "cannot_judge":
+        why = html.escape(diag.evidence["cannot_judge"])
+        return f"<h2>Pipeline: {_verdict(diag.verdict)}</h2><p>Cannot judge the pipeline: {why}.</p>"
     ts = [float(r["t"]) for r in rows]
     gaps = set(_gap_indices(ts))
 
@@ -391,9 +397,17 @@ def _guard(title: str, name: str, make: Any, problems: dict[str, str]) -> str:
         return f"<h2>{html.escape(title)}</h2><p class='missing'>could not read: {html.escape(str(exc))}</p>"
 
 
-def render_report(run_dir: Path, problems: dict[str, str] | None = None) -> str:
-    """The report's HTML text; each file a section could not read is named in ``problems`` (file name: why)."""
+def _notes_html(notes: list[str]) -> str:
+    return "".join(f"<p class='missing'>note: {html.escape(n)}</p>" for n in notes)
+
+
+def render_report(run_dir: Path, problems: dict[str, str] | None = None, notes: list[str] | None = None) -> str:
+    """The report's HTML text; each file a section could not read is named in ``problems`` (file name: why).
+
+    ``notes``: receives the readers' notes (a torn last line that was skipped), which the sections also show.
+    """
     problems = {} if problems is None else problems
+    notes = [] if notes is None else notes
     present = {name: (run_dir / name).exists() for name in FILES}
     listing = "".join(
         f"<li>{html.escape(n)}: {'present' if ok else '<span class=missing>absent</span>'} — {html.escape(FILES[n])}"
@@ -410,7 +424,11 @@ def render_report(run_dir: Path, problems: dict[str, str] | None = None) -> str:
 
         def training() -> str:
             log = load_metrics(run_dir / "metrics.jsonl")
-            return _training_section(log, diagnose_training(log))
+            notes.extend(log.notes)
+            section = filter_config(run_dir)  # the run's [filter], as `tirl diagnose training` reads it
+            mode = section.get("mode") if isinstance(section, dict) else None
+            section_html = _training_section(log, diagnose_training(log), mode if isinstance(mode, str) else None)
+            return section_html + _notes_html(list(log.notes))
 
         parts.append(_guard("Training", "metrics.jsonl", training, problems))
     else:
@@ -418,9 +436,11 @@ def render_report(run_dir: Path, problems: dict[str, str] | None = None) -> str:
     if present["pipeline_trace.jsonl"]:
 
         def pipeline() -> str:
-            rows = load_trace(run_dir / "pipeline_trace.jsonl")
+            read: list[str] = []
+            rows = load_trace(run_dir / "pipeline_trace.jsonl", read)
+            notes.extend(read)
             diag = diagnose_pipeline(rows, str(run_dir / "pipeline_trace.jsonl"))
-            return _pipeline_section(rows, diag, _cpu_generator(run_dir))
+            return _pipeline_section(rows, diag, _cpu_generator(run_dir)) + _notes_html(read)
 
         parts.append(_guard("Pipeline", "pipeline_trace.jsonl", pipeline, problems))
     else:
@@ -443,13 +463,25 @@ def render_report(run_dir: Path, problems: dict[str, str] | None = None) -> str:
     )
 
 
-def write_report(run_dir: Path, out: Path | None = None, *, problems: dict[str, str] | None = None) -> Path:
+def write_report(
+    run_dir: Path, out: Path | None = None, *, problems: dict[str, str] | None = None, notes: list[str] | None = None
+) -> Path:
     """Write ``run_dir/report.html`` (or ``out``) and return its path; ``tirl train`` calls this at the end.
 
-    ``problems``: filled with one line per file a section could not read (``tirl report`` prints them).
+    ``problems``: filled with one line per file a section could not read; ``notes``: with the readers' notes
+    (:func:`stderr_lines` makes the lines ``tirl report`` and ``tirl train`` print of both).
     """
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / "report.html"
-    html_text = render_report(run_dir, problems)
+    html_text = render_report(run_dir, problems, notes)
     write_text(target, html_text)  # atomic, unique temp name, through links and devices
     return target
+
+
+def stderr_lines(problems: dict[str, str], notes: list[str]) -> list[str]:
+    """What a report's reading left to say, for stderr; ``tirl report`` prints it, and ``tirl train`` at its end.
+
+    A ``warning:`` line per file a section could not read, then a ``note:`` line per reader's note (each once).
+    """
+    warnings = [f"warning: {one_line(problem)}" for problem in problems.values()]
+    return warnings + [f"note: {one_line(note)}" for note in dict.fromkeys(notes)]

@@ -16,9 +16,10 @@ level and the onset looks ordinary; against the steps before it, the onset
 is as unusual as it is. The steps before are fewer, so their baseline is
 noisier: the rules use it only for a level shift, when :func:`median_after`
 (the level of the steps after) is as unusual as the step itself
-(:mod:`tirl.diagnostics.training`). Not covered: a jump in the first
-``min_points`` steps (no step before it has a baseline) that also stays up
-to the end.
+(:mod:`tirl.diagnostics.training`). A jump in the first ``min_points``
+steps has too few steps before it for a baseline (no MAD, no z-score):
+:func:`early_shift` gives the level of the few steps before and the level
+from the step on, for a rule on the size of the jump alone.
 
 >>> b = baseline([1.0, 1.1, 0.9, 1.0, 5.0, 1.05, 0.95], 4, window=3, min_points=3)
 >>> round(b.median, 3), b.z(5.0) > 10
@@ -79,6 +80,38 @@ def baseline(
     if count_floor:
         scale = max(scale, math.sqrt(max(abs(med), 1.0)))
     return Baseline(median=med, scale=scale, points=len(around))
+
+
+@dataclass(frozen=True, slots=True)
+class Shift:
+    """A level shift at ``index`` seen against the few known values before it (too few for a baseline)."""
+
+    index: int
+    before: float  # the median of the known values before ``index`` (within the window)
+    level: float  # the lower of the value at ``index`` and the median of the known values after it
+    points: int  # how many known values before ``index``
+
+    def clears(self, floor: float, rise: float) -> bool:
+        """Whether the shifted level is at least ``floor`` and at least ``rise`` above the level before."""
+        return self.level >= floor and self.level - self.before >= rise
+
+
+def early_shift(values: Sequence[float | None], index: int, *, window: int = 20, min_points: int = 8) -> Shift | None:
+    """The shift at ``index`` against the steps before it, where they are too few for :func:`baseline`.
+
+    ``None`` where ``index`` has no value, no known value before or after it, or ``min_points`` or more
+    before it (then :func:`baseline` with ``side="before"`` applies).
+
+    >>> s = early_shift([1.0, 1.2, 40.0, 41.0, 39.0], 2, min_points=8)
+    >>> s.before, s.level, s.points
+    (1.1, 40.0, 2)
+    """
+    value = values[index]
+    prior = [v for v in values[max(0, index - window) : index] if v is not None]
+    after = median_after(values, index, window=window)
+    if value is None or after is None or not prior or len(prior) >= min_points:
+        return None
+    return Shift(index=index, before=statistics.median(prior), level=min(value, after), points=len(prior))
 
 
 def median_after(values: Sequence[float | None], index: int, *, window: int = 20) -> float | None:

@@ -15,7 +15,9 @@ look ordinary (the evidence then says ``baseline the steps before this one``):
   and ``is_big_factor`` times the median (a huge jump in a noisy run). Ratios
   are compared on a log scale. Early steps count: where too few steps exist
   for a baseline, an ``is_max`` of at least ``is_abs`` that is also
-  ``is_big_factor`` times the run's median is a spike. The two relaxed rules
+  ``is_big_factor`` times the run's median is a spike, and so is a jump in the first ``min_points`` steps
+  that stays up when the step and the level after it both pass that bar against the steps before it
+  (:func:`~tirl.diagnostics.robust.early_shift`; a smaller one is listed in ``not_checked``). The relaxed rules
   are for ``is_max`` only: the minimum over all tokens is heavy-tailed in
   real runs (0.03 against a median of 0.75 in a healthy tirl run).
 * **longest trajectory**: ``max_len`` at least ``len_z`` z-scores above
@@ -70,7 +72,7 @@ from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.attribution import attribute_spikes, step_shares
 from tirl.diagnostics.coverage import not_checked
 from tirl.diagnostics.drift import find_drift
-from tirl.diagnostics.robust import Baseline, Side, baseline, log_values, median_after
+from tirl.diagnostics.robust import Baseline, Shift, Side, baseline, early_shift, log_values, median_after
 from tirl.diagnostics.thresholds import TrainingThresholds
 
 SEVERITY: tuple[str, ...] = (
@@ -240,6 +242,12 @@ class _Series:
         b = self.baseline(i, side)
         return None if b is None else b.median
 
+    def shift(self, i: int) -> Shift | None:
+        """The level shift at ``i`` against the steps before it, where they are too few for a baseline."""
+        if self.values is None:
+            return None
+        return early_shift(self.values, i, window=self._th.window, min_points=self._th.min_points)
+
     def after(self, i: int) -> float | None:
         """The level of the steps after ``i`` (the median of their known values within the window)."""
         return None if self.values is None else median_after(self.values, i, window=self._th.window)
@@ -262,6 +270,10 @@ class _Series:
 
 
 _BEFORE_NOTE = "the steps before this one: the level jumped here and stayed up, so the steps around it share it"
+_EARLY_SHIFT_NOTE = (
+    "the {steps} before this one, too few for a rolling baseline: the level jumped here to at least {floor:g} and "
+    "{factor:g}x theirs, and stayed up"
+)
 
 
 class _Signals:
@@ -288,7 +300,9 @@ class _Signals:
 
         ``"around"`` (the IS rule against the steps around), ``"before"`` (a level shift: the step and the level
         of the steps after it both pass the rule against the steps before), ``"early"`` (no baseline yet: the
-        early-step rule, upward only).
+        early-step rule, upward only), ``"early_shift"`` (a level shift within the first ``min_points`` steps,
+        too few before it for a baseline: the step and the level after it both clear the early-step rule against
+        the steps before it, upward only).
         """
         th = self.th
         value = series.at(i)
@@ -299,8 +313,9 @@ class _Signals:
                 return None
             others = [v for j, v in enumerate(series.values or []) if j != i and v is not None]
             ref = statistics.median(others) if others else 0.0
-            early = sign * value >= math.log(th.is_abs) and sign * (value - ref) >= math.log(th.is_big_factor)
-            return "early" if early else None
+            if sign * value >= math.log(th.is_abs) and sign * (value - ref) >= math.log(th.is_big_factor):
+                return "early"
+            return "early_shift" if self._early_shift(series, i) is not None else None
 
         def spike(b: Baseline, x: float) -> bool:
             jump, z = sign * (x - b.median), sign * b.z(x)
@@ -313,7 +328,13 @@ class _Signals:
             return "around"
         if before is not None and after is not None and spike(before, value) and spike(before, after):
             return "before"  # a level shift: the step and the steps after it are out against the steps before
-        return None
+        return "early_shift" if sign > 0 and self._early_shift(series, i) is not None else None
+
+    def _early_shift(self, series: _Series, i: int) -> Shift | None:
+        """The shift at ``i`` when it clears the early-step rule against the few steps before it (else None)."""
+        shift = series.shift(i)
+        th = self.th
+        return shift if shift is not None and shift.clears(math.log(th.is_abs), math.log(th.is_big_factor)) else None
 
     def _extreme(self, series: _Series, i: int, sign: float) -> bool:
         """``sign`` +1: an upward spike of a log series at ``i``; -1: a downward one."""
@@ -336,6 +357,11 @@ class _Signals:
         }
         if "before" in (hi, lo):
             ev["baseline"] = _BEFORE_NOTE
+        if hi_side == "early_shift" and (shift := self.is_max_log.shift(i)) is not None:
+            ev["is_ratio_max_baseline"], ev["is_ratio_max_z"] = _r(_exp(shift.before)), None
+            ev["baseline"] = _EARLY_SHIFT_NOTE.format(
+                steps=steps_text(shift.points), floor=self.th.is_abs, factor=self.th.is_big_factor
+            )
         return hi_side is not None or lo_side is not None, ev
 
     def len_spike(self, i: int) -> tuple[bool | None, dict[str, Any]]:
@@ -560,6 +586,8 @@ def diagnose_training(log: MetricsLog, thresholds: TrainingThresholds | None = N
     attribution = _attribution_finding(log, th)
     findings += [attribution] if attribution is not None else []
     findings.sort(key=lambda f: (f.steps[0] if f.steps else -1, SEVERITY.index(f.kind)))
+    spike_steps = {f.step for f in spike_findings} | set(unmatched)
+    judged = [i for i, step in enumerate(log.steps) if step in spike_steps]
     return TrainingDiagnosis(
         path=log.path,
         format=log.format,
@@ -567,5 +595,5 @@ def diagnose_training(log: MetricsLog, thresholds: TrainingThresholds | None = N
         findings=tuple(findings),
         run=log.run,
         unmatched_spikes=tuple(unmatched),
-        not_checked=not_checked(log, th),
+        not_checked=not_checked(log, th, judged),
     )

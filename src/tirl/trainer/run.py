@@ -92,17 +92,27 @@ def paired_record(before: dict[str, Any], after: dict[str, Any]) -> dict[str, An
     return PairedChange.of(rows[0], rows[1]).to_dict()
 
 
-def write_report(run_dir: Path) -> str | None:
-    """The diagnostics report when the diagnostics are installed; a failure is a warning, never the run's."""
+def write_report(run_dir: Path) -> dict[str, Any]:
+    """The diagnostics report when the diagnostics are installed; a failure is a warning, never the run's.
+
+    Returns the summary's ``report`` (the path) and, when there are any, ``report_warnings``: the lines
+    ``tirl report`` prints on stderr (a section it could not read, a torn line it skipped), which ``tirl train``
+    prints at its end; ``{}`` without a report.
+    """
     try:
+        from tirl.diagnostics.report import stderr_lines
         from tirl.diagnostics.report import write_report as write
     except ImportError:
-        return None
+        return {}
+    problems: dict[str, str] = {}
+    notes: list[str] = []
     try:
-        return str(write(run_dir))
+        out: dict[str, Any] = {"report": str(write(run_dir, problems=problems, notes=notes))}
     except Exception as exc:  # the report is a bonus; the run already succeeded
         log.warning("the diagnostics report could not be written: %s", exc)
-        return None
+        return {}
+    lines = stderr_lines(problems, notes)
+    return {**out, "report_warnings": lines} if lines else out
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,9 +303,7 @@ class TrainingRun:
         summary["time/total_s"] = time.perf_counter() - started
         summary["built_with"] = build_line()  # the kernels the figures repeat on to the digit (tirl.models.kernels)
         _write_json(self.run_dir / run_files.SUMMARY, summary)
-        report = write_report(self.run_dir)
-        if report:
-            summary["report"] = report
+        summary.update(write_report(self.run_dir))
         return summary
 
     async def __call__(self) -> dict[str, Any]:
