@@ -95,6 +95,18 @@ def test_only_the_line_with_the_secret_is_a_verdict() -> None:
     assert read_verdict(f"{SECRET} {{", SECRET) is None
 
 
+def test_the_judge_program_fits_one_command_line() -> None:
+    """The judge goes to the sandbox as ``python -c CODE``; past MAX_ARG_STRLEN every verdict would be lost.
+
+    The sandbox refuses such code as the program's failure, so a judge grown too long would score every
+    episode 0 (``no_verdict``) rather than fail loudly: this test is the loud failure.
+    """
+    from tirl.sandbox._common import MAX_ARG_BYTES
+
+    size = len(os.fsencode(scorer.judge_code(60.0)))
+    assert size < MAX_ARG_BYTES // 2, f"the judge program is {size} bytes (limit {MAX_ARG_BYTES})"
+
+
 # --- episodes through the real sandbox -------------------------------------------------------------
 
 

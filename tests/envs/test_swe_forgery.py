@@ -20,7 +20,7 @@ import pytest
 
 from tirl.envs.swe_lite import expert_solution, generate_swe_tasks
 from tirl.testing import play
-from tirl.types import TerminationReason
+from tirl.types import Message, Role, TerminationReason, ToolCall
 
 TASK = generate_swe_tasks(1, seed=0, kinds=("wrong_operator",))[0]
 MODULE = TASK.data["module"]
@@ -209,3 +209,31 @@ async def test_the_honest_fix_still_passes_next_to_the_attack_files(make, attack
     result = await play(make(), TASK, [plant, patch, submit])
     assert result.reason is TerminationReason.SUBMITTED
     assert result.reward == 1.0, (attack, result.info.get("eval_output"))
+
+
+async def test_text_no_command_line_can_carry_is_a_failed_command_not_an_infrastructure_error(make) -> None:  # type: ignore[no-untyped-def]
+    """A tool call whose JSON arguments hold ``"\\ud800"``, and a 140 KB block: each a failed command, and on.
+
+    Both are the policy's text. Before the fix the sandbox could not start either (``bash -c`` carries the
+    code in argv: UnicodeEncodeError, E2BIG) and reported ``error``: the episode ended ``error``, an
+    infrastructure failure left out of the update, so any episode could leave its reward that way.
+    """
+    env = make()
+    await env.reset(TASK)
+    call = ToolCall("bash", '{"command": "echo \\ud800"}')
+    actions = [
+        Message(role=Role.ASSISTANT, content=None, tool_calls=(call,)),
+        Message(role=Role.ASSISTANT, content="```bash\n: '" + "x" * 140_000 + "'\n```"),
+    ]
+    _look, patch, submit = expert_solution(TASK)
+    try:
+        for action in actions:
+            step = await env.step(action)
+            assert step.reason is None and "error" not in step.info, step.info
+            assert step.info["exit_codes"] == [1] and "error: the code" in (step.observation[0].content or "")
+        await env.step(Message(role=Role.ASSISTANT, content=patch))
+        end = await env.step(Message(role=Role.ASSISTANT, content=submit))
+        assert end.reason is TerminationReason.SUBMITTED
+        assert (await env.evaluate()).reward == 1.0
+    finally:
+        await env.close()
