@@ -95,6 +95,18 @@ def test_only_the_line_with_the_secret_is_a_verdict() -> None:
     assert read_verdict(f"{SECRET} {{", SECRET) is None
 
 
+def test_the_judge_program_fits_one_command_line() -> None:
+    """The judge goes to the sandbox as ``python -c CODE``; past MAX_ARG_STRLEN every verdict would be lost.
+
+    The sandbox refuses such code as the program's failure, so a judge grown too long would score every
+    episode 0 (``no_verdict``) rather than fail loudly: this test is the loud failure.
+    """
+    from tirl.sandbox._common import MAX_ARG_BYTES
+
+    size = len(os.fsencode(scorer.judge_code(60.0)))
+    assert size < MAX_ARG_BYTES // 2, f"the judge program is {size} bytes (limit {MAX_ARG_BYTES})"
+
+
 # --- episodes through the real sandbox -------------------------------------------------------------
 
 
@@ -359,3 +371,49 @@ async def test_lowering_the_judges_limits_only_fails_tests(make) -> None:  # typ
     }
     result = await play(make(), task(files, hidden), SUBMIT)
     assert result.reward == 0.0 and result.info["tests_total"] == 3 and result.info["tests_passed"] == 1, result.info
+
+
+SHADOWING = {  # a package the judge imports itself: from pytest's bundle, and from the standard library
+    "tomli": (
+        "def loads(s):\n    return {}\n",
+        "import tomli\ndef test_loads():\n    assert tomli.loads('a = 1') == {'a': 1}\n",
+    ),
+    "statistics": (
+        "def mean(xs):\n    return sum(xs) / (len(xs) + 1)\n",
+        "from statistics import mean\ndef test_mean():\n    assert mean([1, 2, 3]) == 2\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHADOWING))
+async def test_a_repository_whose_package_the_judge_imports_itself_is_refused(  # type: ignore[no-untyped-def]
+    make, work_root: Path, name: str
+) -> None:
+    """``tomli/`` or ``statistics/`` in the repository: the judge would import its own copy and pass the tests.
+
+    Before the fix both tasks loaded, and an episode that changed nothing got reward 1.0 (the hidden tests
+    ran on the bundle's tomli and the standard library's statistics). Now the task file is refused at load
+    (it names the module and the fix), a task built in code is refused at reset (``init_failed``), and the
+    same repository with a ``test_command`` (run in the workspace, where the package comes first) loads.
+    """
+    import json
+
+    from tirl.envs.swe_lite import load_swe_tasks
+    from tirl.errors import InputError
+
+    source, test = SHADOWING[name]
+    repo, hidden = work_root / "repo", work_root / "hidden"
+    (repo / name).mkdir(parents=True)
+    (repo / name / "__init__.py").write_text(source)
+    hidden.mkdir()
+    (hidden / f"test_{name}.py").write_text(test)
+    row = {"repo": "repo", "prompt": "fix", "hidden_tests": "hidden"}
+    (work_root / "swe.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(InputError, match=f"'{name}'.*judge imports from its own copy.*test_command"):
+        load_swe_tasks(work_root / "swe.jsonl")
+    in_code = Task(id="shadow", prompt="fix", kind="swe-lite", data={"repo": str(repo), "hidden_tests": str(hidden)})
+    result = await play(make(), in_code, ["```bash\necho nothing\nsubmit\n```"])
+    assert result.reason is TerminationReason.INIT_FAILED and result.reward == 0.0, result
+    assert name in (result.error or ""), result.error
+    (work_root / "swe.jsonl").write_text(json.dumps(dict(row, test_command="python3 -m pytest -q hidden")) + "\n")
+    assert load_swe_tasks(work_root / "swe.jsonl")[0].data["test_command"]

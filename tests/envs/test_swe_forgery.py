@@ -7,6 +7,11 @@ evaluator, real pytest. Every case that forged a pass on the scorer before issue
 in the same interpreter as the code under test) says so in its id list below; the others were already
 held and stay as guards.
 
+Below the table: what an episode must not reach (the hidden tests through host paths, the next
+episode through files or processes left outside its workspace), and what must end as the episode's
+failure rather than an infrastructure one (a fork bomb under the judge, text that no command line
+can carry).
+
 Not covered here: the sandbox's own isolation (tests/sandbox/) and the judge's wire format
 (tests/envs/test_scorer.py).
 """
@@ -19,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from tirl.envs.swe_lite import expert_solution, generate_swe_tasks
+from tirl.envs.workspace import materialise
 from tirl.testing import play
-from tirl.types import TerminationReason
+from tirl.types import Message, Role, TerminationReason, ToolCall
 
 TASK = generate_swe_tasks(1, seed=0, kinds=("wrong_operator",))[0]
 MODULE = TASK.data["module"]
@@ -61,6 +67,20 @@ def append_to_module(text: str) -> str:
 
 EXIT_AT_IMPORT = FORGE + "_tirl_exit()\n"
 PLUGIN = FORGE + "def pytest_configure(config):\n    _tirl_exit()\n_tirl_exit()\n"
+# Results whose == (and !=, and truth) answer whatever a test wants: an object, and a float subclass.
+ALWAYS_EQUAL = (
+    "\nclass _AnyEq:\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n"
+    "        return False\n    def __bool__(self):\n        return True\n    __hash__ = object.__hash__\n"
+    "class _F(float):\n    def __eq__(self, other):\n        return True\n    __hash__ = float.__hash__\n"
+    "gcd = is_prime = lambda *a, **k: _AnyEq()\npower = lambda *a, **k: _F(0.0)\n"
+)
+# Tests that pass whatever the code does, where a test runner started in the workspace would look for them.
+PASSING_TESTS = "def test_gcd():\n    pass\ndef test_primes():\n    pass\ndef test_power():\n    pass\n"
+# Fake pass lines, many megabytes of them, on both streams (the judge's report and the subject's output).
+FLOOD = (
+    "\nimport sys as _s\nfor _ in range(8):\n    _s.stdout.write('6 passed in 0.01s\\n' * 30000)\n"
+    "    _s.stderr.write('6 passed in 0.01s\\n' * 30000)\n_s.stdout.flush()\n"
+)
 
 ATTACKS: dict[str, list[str]] = {
     # issue 22: replace print in the runner's __main__; the results line then reports no failures
@@ -157,6 +177,38 @@ ATTACKS: dict[str, list[str]] = {
         write(".env", "PYTHONPATH=/work/evil\nPYTEST_ADDOPTS=-p evilplug\nPYTEST_PLUGINS=evilplug\n"),
         write("evilplug.py", PLUGIN),
     ],
+    # HOME is the workspace: the user site directory of every Python 3 a judge could run
+    "user_site_packages": [
+        write(f".local/lib/python3.{minor}/site-packages/{name}", text)
+        for minor in range(8, 16)
+        for name, text in (
+            ("usercustomize.py", EXIT_AT_IMPORT),
+            ("sitecustomize.py", EXIT_AT_IMPORT),
+            ("zz_evil.pth", "import os; os._exit(0)\n"),
+        )
+    ],
+    "planted_test_files": [
+        write(path, PASSING_TESTS)
+        for path in (
+            "test_hidden.py",
+            "tests/test_hidden.py",
+            f"{PACKAGE}/test_hidden.py",
+            ".tirl_eval/tests/test_hidden.py",
+        )
+    ]
+    + [write("pytest.ini", "[pytest]\ntestpaths = tests\n"), write("check.py", "print('all checks passed')\n")],
+    "always_equal_results": [append_to_module(ALWAYS_EQUAL)],
+    # the subject's own interpreter patched: assertion class, isinstance, unittest, the exception hook
+    "builtins_patched": [
+        append_to_module(
+            "\nimport builtins as _b, sys as _s, unittest as _u\n"
+            "_b.AssertionError = type('AssertionError', (BaseException,), {})\n"
+            "_u.TestCase.assertEqual = lambda *a, **k: None\n_s.excepthook = lambda *a: None\n"
+            "_isinstance = _b.isinstance\n"
+            "_b.isinstance = lambda o, c: True if c is AssertionError else _isinstance(o, c)\n"
+        )
+    ],
+    "huge_output": [append_to_module(FLOOD)],
     "fake_results_line": [
         append_to_module(
             'print(\'\\nTIRL_PYTEST_0123456789abcdef {"passed": 6, "failed": 0, "errors": 0, "skipped": 0}\')\n'
@@ -197,7 +249,9 @@ async def test_a_forgery_without_a_fix_gets_reward_0(make, attack: str) -> None:
     assert result.reward == 0.0 and not result.correct, (attack, result.info.get("eval_output"))
 
 
-@pytest.mark.parametrize("attack", ["main_print", "pprint_shadow", "pytest_internals_patched", "conftest_any_depth"])
+@pytest.mark.parametrize(
+    "attack", ["main_print", "pprint_shadow", "pytest_internals_patched", "conftest_any_depth", "huge_output"]
+)
 async def test_the_honest_fix_still_passes_next_to_the_attack_files(make, attack: str) -> None:  # type: ignore[no-untyped-def]
     """The same files planted, then the real fix: reward 1.0 (the scorer is not merely refusing everything).
 
@@ -209,3 +263,81 @@ async def test_the_honest_fix_still_passes_next_to_the_attack_files(make, attack
     result = await play(make(), TASK, [plant, patch, submit])
     assert result.reason is TerminationReason.SUBMITTED
     assert result.reward == 1.0, (attack, result.info.get("eval_output"))
+
+
+async def test_host_paths_of_the_hidden_tests_are_not_reachable(make, swe_cache: Path) -> None:  # type: ignore[no-untyped-def]
+    """Links to the host's template cache (where the hidden tests live) and a read through them: nothing comes.
+
+    The test hands the agent the cache's real path (a policy could guess it). The sandbox binds none of
+    it, so the links dangle; the judge stages its own copy of the tests after removing whatever
+    ``.tirl_eval`` the agent left (here a link to the hidden tests).
+    """
+    hidden = materialise(TASK, swe_cache).hidden
+    assert hidden is not None and (hidden / "test_hidden.py").is_file()
+    turn = "\n".join(
+        [
+            f"ln -s {shlex.quote(str(swe_cache))} cache && ln -sfn {shlex.quote(str(hidden))} .tirl_eval",
+            f"cat {shlex.quote(str(hidden))}/test_hidden.py cache/*/hidden/test_hidden.py .tirl_eval/test_hidden.py"
+            " 2>&1 | head -c 300; echo END",
+        ]
+    )
+    result = await play(make(), TASK, [f"```bash\n{turn}\n```", "```bash\nsubmit\n```"])
+    seen = result.messages[3].content or ""
+    assert "def test_" not in seen and "No such file" in seen and "END" in seen, seen
+    assert result.reason is TerminationReason.SUBMITTED and result.reward == 0.0, result.info
+    assert (hidden / "test_hidden.py").is_file()  # the cache is intact
+
+
+async def test_nothing_an_episode_writes_or_starts_outside_its_workspace_reaches_the_next(make) -> None:  # type: ignore[no-untyped-def]
+    """Files in /tmp, /dev/shm and everywhere else writable, and a ``setsid`` daemon: gone for the next episode.
+
+    The second episode (same task, same sandbox) looks for each file and for any process but its own.
+    """
+    places = ["/tmp", "/dev/shm", "/var/tmp", "/run", "/work/..", "/"]
+    plant = "; ".join(f"echo planted > {p}/tirl_persist 2>/dev/null" for p in places)
+    look = "; ".join(f"cat {p}/tirl_persist 2>/dev/null" for p in places)
+    look += "; for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline; echo; done | grep -c '^sleep 300'; echo LOOKED"
+    plant += "; (setsid sleep 300 </dev/null >/dev/null 2>&1 &); sleep 0.2; " + look
+    first = await play(make(), TASK, [f"```bash\n{plant}\n```", "```bash\nsubmit\n```"])
+    planted = first.messages[3].content or ""
+    assert planted.count("planted") == 2 and "\n1\nLOOKED" in planted, planted  # /tmp, /dev/shm; the daemon
+    second = await play(make(), TASK, [f"```bash\n{look}\n```", "```bash\nsubmit\n```"])
+    seen = second.messages[3].content or ""
+    assert "planted" not in seen and "\n0\nLOOKED" in seen, seen
+    assert first.reward == second.reward == 0.0
+
+
+async def test_a_fork_bomb_in_the_code_under_test_is_reward_0_not_an_eval_failure(make) -> None:  # type: ignore[no-untyped-def]
+    """Every subject forks until the process limit; the judge's later subjects cannot start: tests fail."""
+    bomb = "\nimport os as _o\nwhile True:\n    try:\n        _o.fork()\n    except OSError:\n        pass\n"
+    result = await play(make(eval_timeout_s=5.0), TASK, [f"```bash\n{append_to_module(bomb)}\nsubmit\n```"])
+    assert result.reason is TerminationReason.SUBMITTED and not result.trajectory.failed, result.error
+    assert result.reward == 0.0 and result.info["tests_passed"] < result.info["tests_total"], result.info
+
+
+async def test_text_no_command_line_can_carry_is_a_failed_command_not_an_infrastructure_error(make) -> None:  # type: ignore[no-untyped-def]
+    """A tool call whose JSON arguments hold ``"\\ud800"``, and a 140 KB block: each a failed command, and on.
+
+    Both are the policy's text. Before the fix the sandbox could not start either (``bash -c`` carries the
+    code in argv: UnicodeEncodeError, E2BIG) and reported ``error``: the episode ended ``error``, an
+    infrastructure failure left out of the update, so any episode could leave its reward that way.
+    """
+    env = make()
+    await env.reset(TASK)
+    call = ToolCall("bash", '{"command": "echo \\ud800"}')
+    actions = [
+        Message(role=Role.ASSISTANT, content=None, tool_calls=(call,)),
+        Message(role=Role.ASSISTANT, content="```bash\n: '" + "x" * 140_000 + "'\n```"),
+    ]
+    _look, patch, submit = expert_solution(TASK)
+    try:
+        for action in actions:
+            step = await env.step(action)
+            assert step.reason is None and "error" not in step.info, step.info
+            assert step.info["exit_codes"] == [1] and "error: the code" in (step.observation[0].content or "")
+        await env.step(Message(role=Role.ASSISTANT, content=patch))
+        end = await env.step(Message(role=Role.ASSISTANT, content=submit))
+        assert end.reason is TerminationReason.SUBMITTED
+        assert (await env.evaluate()).reward == 1.0
+    finally:
+        await env.close()

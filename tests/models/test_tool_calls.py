@@ -110,6 +110,28 @@ def test_arguments_too_deep_for_the_json_parser_are_not_an_action() -> None:
     assert judge_message(deep).kind is ActionKind.VOID  # an OpenAI-shaped call straight from a file or a client
 
 
+def test_a_lone_surrogate_escape_in_a_call_becomes_u_fffd_and_the_trajectory_can_be_written(tmp_path: Path) -> None:
+    """``\\ud800`` in a sampled block (the policy's text) decodes to a lone surrogate; it becomes U+FFFD.
+
+    Before, the call's arguments held the surrogate: ``Trajectory.to_json()`` could not be encoded as UTF-8,
+    so the trainer's trajectory log raised UnicodeEncodeError and the run stopped. Escaped pairs stay the
+    character they spell; the call is still an action.
+    """
+    from tirl.jsonl import read_trajectories
+
+    body = '{"name": "bash\\udc00", "arguments": {"command": "echo \\ud800 \\ud83d\\ude00", "k": ["\\udfff"]}}'
+    parsed = parse_tool_calls(f"<tool_call>\n{body}\n</tool_call>")
+    msg = Message(role=Role.ASSISTANT, content=parsed.content, tool_calls=parsed.tool_calls)
+    log = tmp_path / "trajectories.jsonl"
+    with log.open("w", encoding="utf-8") as f:  # as the trainer's log opens it
+        f.write(Trajectory(id="t", messages=[msg]).to_json() + "\n")
+    ((_, back),) = list(read_trajectories(log))
+    assert back.messages[0].tool_calls == parsed.tool_calls
+    (call,) = parsed.tool_calls
+    assert call.name == "bash\ufffd" and call.arguments == {"command": "echo \ufffd \U0001f600", "k": ["\ufffd"]}
+    assert judge_message(msg).kind is ActionKind.TOOL_CALL
+
+
 def test_a_template_without_tool_support_is_named() -> None:
     support = template_supports_tools(chatml_tokenizer())
     assert not support.ok

@@ -313,3 +313,38 @@ async def test_a_nul_byte_is_an_error_result_not_an_exception(host_audit: object
         await sb.close()
     for r in (py, sh):
         assert r.exit_code != 0 and not r.ok and "NUL" in r.stderr, r
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "pool", "process", "pool-process"])
+async def test_code_no_command_line_can_carry_is_a_failing_result_not_a_sandbox_error(
+    host_audit: object, backend: str
+) -> None:
+    """A lone surrogate (a tool call's ``"\\ud800"``) or a program over MAX_ARG_STRLEN: the program's failure.
+
+    ``bash -c CODE`` and ``python -c CODE`` carry the code in argv. Before the fix ``execve`` refused both
+    (UnicodeEncodeError, E2BIG) and the fresh backends returned ``error`` (the sandbox broke): the episode
+    ended ``error``, outside the update. The warm pool's Python gets its code through a pipe and has no
+    length limit.
+    """
+    from tirl.sandbox._common import MAX_ARG_BYTES
+
+    sb = make(backend, **({"size": 1} if backend.startswith("pool") else {}))
+    padding = "x" * (MAX_ARG_BYTES - 4)
+    try:
+        refused = {
+            "surrogate bash": await sb.run("echo '\ud800'", lang="bash"),
+            "surrogate python": await sb.run("print('\ud800')"),
+            "long bash": await sb.run(f": '{padding}x'", lang="bash"),
+        }
+        longest = await sb.run(f": '{padding}'", lang="bash")  # MAX_ARG_BYTES exactly: it runs
+        long_python = await sb.run(f"'{padding}x'\nprint('ran')")
+    finally:
+        await sb.close()
+    for what, r in refused.items():
+        assert r.error is None and r.exit_code == 1 and not r.ok, (what, r)
+    assert "MAX_ARG_STRLEN" in refused["long bash"].stderr and "U+D800" in refused["surrogate bash"].stderr
+    assert longest.ok, longest
+    if backend.startswith("pool"):
+        assert long_python.ok and long_python.stdout == "ran\n", long_python
+    else:
+        assert long_python.error is None and long_python.exit_code == 1 and "MAX_ARG_STRLEN" in long_python.stderr

@@ -30,12 +30,13 @@ import json
 import os
 import secrets
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from tirl.envs import scorer_bundle, scorer_runner, scorer_wire
 from tirl.envs.base import EnvError
-from tirl.envs.workspace import clear_path
+from tirl.envs.workspace import PYTEST_MODULES, clear_path
 from tirl.sandbox.base import ExecResult, Sandbox
 
 EVAL_DIR = ".tirl_eval"
@@ -67,6 +68,32 @@ class Judgement:
     failure: str | None  # None, "workspace_full", "staging_failed", "no_verdict", "timed_out"
     result: ExecResult | None
     detail: str = ""
+
+
+def shadowed_modules(repo: Path, hidden: Path) -> list[str]:
+    """The modules the hidden tests import that ``repo`` provides but the judge imports from its own copy.
+
+    The judge resolves a name itself when it can (the standard library, pytest and its dependencies in the
+    bundle, ``pygments``); only the others go to the subject. A repository whose top level holds such a
+    package or module (``tomli/``, ``statistics.py``) would be judged on the judge's copy, whatever the
+    agent did. ``repo`` and ``hidden`` are the task's own directories (never the workspace); a test file
+    that does not parse is left to the judge (a collection error).
+    """
+    own = {n.removesuffix(".py") for n in PYTEST_MODULES} | {"pygments"} | set(sys.stdlib_module_names)
+    top = {p.name.removesuffix(".py") for p in repo.iterdir() if p.is_dir() or p.suffix == ".py"}
+    sources = []
+    for path in sorted(hidden.rglob("*.py")):
+        try:
+            sources.append(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+    imported: set[str] = set()
+    for source in sources:
+        try:
+            imported |= scorer_runner.imported_names([source])
+        except (SyntaxError, ValueError):
+            continue
+    return sorted(imported & top & own)
 
 
 def staging_failure(exc: OSError) -> str:

@@ -53,6 +53,7 @@ persist between commands (files do); ``python`` may not exist in the sandbox,
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import secrets
@@ -66,8 +67,8 @@ from tirl.config import EnvConfig
 from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, Task
 from tirl.envs.common import block_lang
 from tirl.envs.observation import clip
-from tirl.envs.scorer import EVAL_DIR, Judgement, judge, staging_failure
-from tirl.envs.tasks.swe_gen import expert_solution, generate_swe_tasks, load_swe_tasks
+from tirl.envs.scorer import EVAL_DIR, Judgement, judge, shadowed_modules, staging_failure
+from tirl.envs.tasks.swe_gen import SHADOW_FIX, expert_solution, generate_swe_tasks, load_swe_tasks, shadow_problem
 from tirl.envs.tool_env import ToolEnv, ToolEnvOptions, call_arguments
 from tirl.envs.workspace import Workspace, clear_path, default_cache_dir, materialise, provision, pytest_bundle
 from tirl.parsing import ActionKind, TurnVerdict
@@ -108,6 +109,12 @@ def parse_pytest_summary(output: str) -> dict[str, int] | None:
                 counts["errors" if word.startswith("error") else word] += int(number)
             return counts
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _shadowed(repo: Path, hidden: Path) -> tuple[str, ...]:
+    """:func:`~tirl.envs.scorer.shadowed_modules` once per template (templates do not change)."""
+    return tuple(shadowed_modules(repo, hidden))
 
 
 def _split_submit(body: str) -> tuple[str, bool]:
@@ -160,8 +167,15 @@ class SweLiteEnv(ToolEnv):
         return None if self._workspace is None else self._workspace.path
 
     async def setup(self, task: Task) -> dict[str, Any]:
-        """Materialise the template (cached) and copy it into a fresh workspace (Initializer stage)."""
+        """Materialise the template (cached) and copy it into a fresh workspace (Initializer stage).
+
+        A task for the judge whose repository provides a module the judge imports itself is refused
+        (:class:`~tirl.envs.base.EnvError`): its hidden tests would run on the judge's copy.
+        """
         template = materialise(task, self.cache_dir)
+        judged = template.hidden is not None and not isinstance(task.data.get("test_command"), str)
+        if judged and (shadowed := _shadowed(template.repo, template.hidden)):
+            raise EnvError(f"task {task.id!r}: {shadow_problem(list(shadowed))}; {SHADOW_FIX}")
         self._workspace = provision(template, self.work_root)
         self._hidden = template.hidden
         return {

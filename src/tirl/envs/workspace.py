@@ -199,7 +199,7 @@ def _traversable(path: Path) -> bool:
 
 # pytest and its pure-Python dependencies (the back-ports only where this Python has them installed); the judge
 # imports nothing else from site-packages, and stubs pygments (colour only).
-_PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py.py", "exceptiongroup", "tomli")
+PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py.py", "exceptiongroup", "tomli")
 
 
 def pytest_bundle(cache_dir: Path) -> Path:
@@ -224,7 +224,7 @@ def pytest_bundle(cache_dir: Path) -> Path:
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = cache_dir / f".pytest-{uuid.uuid4().hex}.zip"
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as zf:
-        for name in _PYTEST_MODULES:
+        for name in PYTEST_MODULES:
             src = site / name
             if not src.exists():
                 continue

@@ -24,6 +24,9 @@ an unclosed ``<tool_call>``, or ``arguments`` that are a string which does not
 parse as JSON give a :class:`ToolCall` whose arguments are the raw text (and
 whose name is ``None`` when none can be read), which is *not* an action.
 Arguments nested too deep for the JSON parser become ``None`` (also not an action).
+A lone surrogate that an escape in the block makes (``"\ud800"``) becomes U+FFFD, as invalid UTF-8 in
+tool output does: a message must stay valid Unicode (the trajectory writer encodes it as UTF-8, and
+the sandbox cannot pass it to a program).
 
 Not covered: other tool-call conventions (Llama 3.1 ``<|python_tag|>``,
 Mistral ``[TOOL_CALLS]``, JSON without markers); text that the model writes
@@ -65,10 +68,36 @@ def _call(body: str, call_id: str) -> ToolCall:
         return ToolCall(name=found.group(1) if found else None, arguments=raw, id=call_id)
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return ToolCall(name=None, arguments=raw, id=call_id)
+    if "\\u" in raw:  # only an escape makes a lone surrogate; the sampled text itself is valid Unicode
+        obj = _without_lone_surrogates(obj)
     args = obj.get("arguments", {})
     if not isinstance(args, dict | str):  # a list or a number is not an arguments object: never an action
         return ToolCall(name=obj["name"], arguments=None, id=call_id)
     return ToolCall(name=obj["name"], arguments=args, id=call_id)
+
+
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")  # json.loads joins escaped pairs: what is left is lone
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD; iterative, any depth."""
+
+    def clean(node: Any) -> Any:
+        return _LONE_SURROGATE.sub("\ufffd", node) if isinstance(node, str) else node
+
+    root: list[Any] = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        parent, key = stack.pop()
+        node = parent[key]
+        if isinstance(node, dict):
+            node = parent[key] = {clean(k): v for k, v in node.items()}
+            stack.extend((node, k) for k in node)
+        elif isinstance(node, list):
+            stack.extend((node, i) for i in range(len(node)))
+        else:
+            parent[key] = clean(node)
+    return root[0]
 
 
 def parse_tool_calls(text: str, *, id_prefix: str = "call") -> ParsedTurn:

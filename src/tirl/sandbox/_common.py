@@ -15,7 +15,8 @@ from tirl.sandbox._wire import BYTES_MARKER, TRUNCATION_MARKER, CappedBuffer, cu
 from tirl.sandbox.base import ExecResult
 
 __all__ = ["BYTES_MARKER", "CLEAN_ENV", "TRUNCATION_MARKER", "CappedBuffer", "Limits", "cut_text"]
-__all__ += ["apply_rlimits", "build_result", "exit_status", "memory_exceeded", "nul_result", "rlimit_values"]
+__all__ += ["MAX_ARG_BYTES", "apply_rlimits", "argv_result", "build_result", "exit_status", "memory_exceeded"]
+__all__ += ["nul_result", "rlimit_values"]
 
 # What a sandboxed program sees as its environment; nothing of the parent's leaks in.
 CLEAN_ENV: dict[str, str] = {
@@ -126,3 +127,37 @@ def exit_status(status: int) -> int:
     if os.WIFSIGNALED(status):
         return -os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
+
+
+#: The longest program a command line carries (``bash -c CODE``, ``python -c CODE``): Linux's MAX_ARG_STRLEN,
+#: 32 pages of 4 KiB, less the argument's closing NUL.
+MAX_ARG_BYTES = 32 * 4096 - 1
+
+
+def argv_result(code: str) -> ExecResult | None:
+    r"""The failed result for code that no command line can carry, else None (for backends that exec it in argv).
+
+    ``execve`` refuses a NUL byte (:func:`nul_result`), a character the file system encoding cannot write (a
+    lone surrogate: a tool call's JSON arguments ``"\ud800"`` decode to one) and an argument longer than
+    :data:`MAX_ARG_BYTES`. Like the NUL byte, each is the program's failure (exit status 1, the reason on
+    stderr), never a sandbox ``error``: the program's text is the policy's to choose, and an ``error`` ends the
+    episode as an infrastructure failure, outside the update.
+    """
+    if (refused := nul_result(code)) is not None:
+        return refused
+    try:
+        size = len(os.fsencode(code))
+    except UnicodeEncodeError as exc:
+        char = f"U+{ord(code[exc.start]):04X}"
+        message = (
+            f"error: the code holds a lone surrogate ({char} at character {exc.start}), which no command line "
+            "can carry; write the character as an escape sequence instead\n"
+        )
+        return ExecResult(stdout="", stderr=message, exit_code=1)
+    if size > MAX_ARG_BYTES:
+        message = (
+            f"error: the code is {size:,} bytes; a command line carries at most {MAX_ARG_BYTES:,} (Linux's "
+            "MAX_ARG_STRLEN); write long text to a file in pieces (several commands that append to it)\n"
+        )
+        return ExecResult(stdout="", stderr=message, exit_code=1)
+    return None

@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Unpack
 
 from tirl.errors import SetupError
-from tirl.sandbox._common import CLEAN_ENV, Limits, nul_result
+from tirl.sandbox._common import CLEAN_ENV, Limits, argv_result
 from tirl.sandbox._launch import DEFAULT_INODES, MOUNT_POINT, Launch, can_mount, prepare
 from tirl.sandbox._seccomp import seccomp_problem
 from tirl.sandbox._spawn import spawn
@@ -280,7 +280,7 @@ class BwrapSandbox(Sandbox):
         """Run ``req.code`` in a fresh sandbox; ``req.session`` is accepted but state is not kept."""
         code, workdir = req.code, req.workdir
         limits = Limits(timeout_s=req.timeout_s, memory_mb=req.memory_mb, fsize_mb=self.disk_mb)
-        if (refused := nul_result(code)) is not None:
+        if (refused := argv_result(code)) is not None:  # bash -c / python -c: the code is an argument
             return refused
         prog = [self.python, "-I", "-c", code] if req.lang == "python" else ["/bin/bash", "-c", code]
         owner = None

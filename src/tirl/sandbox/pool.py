@@ -95,7 +95,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Unpack
 
-from tirl.sandbox._common import CLEAN_ENV, build_result, nul_result
+from tirl.sandbox._common import CLEAN_ENV, argv_result, build_result, nul_result
 from tirl.sandbox._launch import DEFAULT_INODES, Launch
 from tirl.sandbox._wire import FRAME, OP_RUN, READY, decode_answer, encode_request, frame
 from tirl.sandbox.base import ExecResult, RunDefaults, RunRequest, Sandbox
@@ -432,7 +432,8 @@ class WarmPool(Sandbox):
             return ExecResult("", "", None, error="the sandbox pool is closed")
         code, lang, workdir, session = req.code, req.lang, req.workdir, req.session
         timeout, memory = req.timeout_s, req.memory_mb
-        if (refused := nul_result(code)) is not None:
+        # Python runs in the forked server (its code comes through a pipe); bash is exec-ed with the code in argv
+        if (refused := nul_result(code) if lang == "python" else argv_result(code)) is not None:
             return refused
         if workdir is not None:  # the servers have their own workspaces: a fresh run binds this one
             if self._fresh is None:

@@ -36,7 +36,7 @@ import warnings
 from pathlib import Path
 from typing import Unpack
 
-from tirl.sandbox._common import CLEAN_ENV, Limits, nul_result
+from tirl.sandbox._common import CLEAN_ENV, Limits, argv_result
 from tirl.sandbox._spawn import spawn
 from tirl.sandbox.base import ExecResult, RunDefaults, RunRequest, Sandbox
 
@@ -63,7 +63,7 @@ class ProcessSandbox(Sandbox):
     async def _run(self, req: RunRequest) -> ExecResult:
         """Run ``req.code`` once; ``req.session`` is accepted but state is not kept (each run is fresh)."""
         code = req.code
-        if (refused := nul_result(code)) is not None:
+        if (refused := argv_result(code)) is not None:  # bash -c / python -c: the code is an argument
             return refused
         # The process count covers all of the user's processes here, so it can only stop a runaway bomb.
         limits = Limits(timeout_s=req.timeout_s, memory_mb=req.memory_mb, nproc=1024)

@@ -18,8 +18,9 @@ cannot forge; a ``test_command`` runs with bash in the workspace (after
 ``hidden_tests`` is copied there under its own name) and its verdict is only as
 trustworthy as the command. ``id`` is optional. Relative paths are relative to
 the JSONL file. ``hidden_tests`` inside ``repo`` (or ``repo`` inside it) is refused: the
-workspace is a copy of the repository. :func:`repo_fields` makes these checks (SkyRL-style
-rows reuse them: :mod:`tirl.integrations.skyrl_swe`).
+workspace is a copy of the repository. So is a judged repository whose package the judge imports from
+its own copy (``tomli``, ``statistics``: the standard library, pytest and its dependencies).
+:func:`repo_fields` makes these checks (SkyRL-style rows reuse them: :mod:`tirl.integrations.skyrl_swe`).
 """
 
 from __future__ import annotations
@@ -188,7 +189,8 @@ def repo_fields(
     prefixes the problem (``"row 3: "`` for parquet); every problem is an :class:`InputError` naming the
     file, the line and the field. Refused besides a missing or wrong field: hidden tests inside the
     repository (or the repository inside them), since the workspace is a copy of the whole repository and
-    the agent would read them.
+    the agent would read them; and, for hidden tests without a command, a repository package that the
+    judge imports from its own copy (:func:`shadow_problem`), since the judge would test that copy.
     """
     base = Path(path).parent
     where = (str(path), line)
@@ -223,7 +225,27 @@ def repo_fields(
             raise InputError(*where, f"{at}{prefix}hidden_tests {str(hidden)!r} is inside {where_repo} (or holds "
                              "it): the workspace is a copy of the repository, so the agent would read the hidden "
                              "tests", "move the hidden tests to a directory outside the repository")  # fmt: skip
+        if judged:
+            from tirl.envs.scorer import shadowed_modules  # here: it imports the sandbox, which filters never need
+
+            if shadowed := shadowed_modules(repo, hidden):
+                raise InputError(*where, f"{at}{shadow_problem(shadowed)}", SHADOW_FIX)
     return RepoFields(repo, hidden, command)
+
+
+SHADOW_FIX = "rename the repository's package, or give the task a test_command (run in the workspace instead)"
+
+
+def shadow_problem(names: list[str]) -> str:
+    """Why a repository that provides a module the judge imports itself cannot be judged.
+
+    ``names``: what :func:`~tirl.envs.scorer.shadowed_modules` found.
+    """
+    return (
+        f"the hidden tests import {', '.join(map(repr, names))}, which the repository provides but the judge "
+        "imports from its own copy (the standard library, or pytest and its dependencies): every episode would "
+        "be judged on that copy, not on the agent's code"
+    )
 
 
 def load_swe_tasks(path: str | Path) -> list[Task]:
