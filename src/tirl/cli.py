@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("train", "train a policy with GRPO/PPO (no arguments: the built-in CPU job)"),
     "sft": ("sft", "warm-start the built-in tiny model on generated demonstrations"),
     "eval": ("evaluate", "measure the accuracy of a checkpoint on a fixed evaluation set"),
+    "compare": ("compare", "two evaluations of the same tasks, task by task: the change, its 95% CI and p-value"),
     "filter": ("filter", "judge trajectories with the void-turn rule; write verdicts and kept ones"),
     "audit": ("audit", "void-turn statistics, detector-too-eager rate, turn and tool-error stats"),
     "diagnose": ("diagnose", "verdicts from a training log or a pipeline trace"),

@@ -1,0 +1,92 @@
+"""``tirl compare`` on files shaped as ``tirl eval --json`` and a run's ``summary.json`` write them.
+
+The writers themselves are exercised for real in tests/trainer/test_train_cli.py (a run's summary) and the
+``tirl eval`` tests; here the records are built to the same shape so that every figure is known.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_run import assert_refused, run_cli
+
+from tirl.ablation_stats import mcnemar_exact
+
+
+def _record(solved: dict[str, int], k: int, **extra: object) -> dict[str, object]:
+    tasks = [{"id": t, "correct": j < s, "termination": "submitted", "turns": 3}
+             for t, s in sorted(solved.items()) for j in range(k)]  # fmt: skip
+    decoding = "greedy" if k == 1 else "sampled (temperature 0.7, top-p 1)"
+    return {"model": "m", "split": "validation", "decoding": decoding, "tasks": tasks, **extra}
+
+
+def _write(path: Path, value: object) -> Path:
+    path.write_text(json.dumps(value), encoding="utf-8")
+    return path
+
+
+def test_two_sampled_evaluations(capsys, tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.json", _record({"t1": 0, "t2": 1, "t3": 2, "t4": 0}, 4))
+    b = _write(tmp_path / "b.json", _record({"t1": 2, "t2": 1, "t3": 4, "t4": 0}, 4))
+    got = run_cli(capsys, "compare", a, b)
+    assert got.code == 0, got.err
+    assert "solve rate (pass@1): 0.1875 -> 0.4375: +25.0 points" in got.out
+    assert "2 tasks up, 0 down, 2 equal; Wilcoxon signed-rank exact p = 0.5" in got.out
+    assert "pass@4: 2 -> 3 of 4: 1 solved after only, 0 before only" in got.out
+    record = json.loads(run_cli(capsys, "compare", a, b, "--json").out)
+    assert record["n"] == 4 and record["samples"] == [4, 4] and record["change_points"] == pytest.approx(25.0)
+
+
+def test_a_run_directory_alone_is_its_before_and_after(capsys, tmp_path: Path) -> None:
+    before = {f"t{i}": int(i < 3) for i in range(10)}
+    after = {f"t{i}": int(i >= 2) for i in range(10)}  # t0, t1 lost; t3..t9 gained
+    summary = {"run_dir": str(tmp_path), "eval/before": _record(before, 1), "eval/after": _record(after, 1)}
+    _write(tmp_path / "summary.json", summary)
+    got = run_cli(capsys, "compare", tmp_path)
+    assert got.code == 0, got.err
+    assert "solved: 0.3000 -> 0.8000: +50.0 points" in got.out
+    assert f"7 tasks up, 2 down, 1 equal; McNemar exact p = {mcnemar_exact(7, 2):.3g}" in got.out
+    other = _write(tmp_path / "e.json", _record(before, 1))
+    assert "solved: 0.3000 -> 0.8000" in run_cli(capsys, "compare", other, tmp_path).out  # a run dir: its after
+
+
+def test_different_decodings_are_compared_with_a_note(capsys, tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.json", _record({"t1": 1, "t2": 0}, 1))
+    b = _write(tmp_path / "b.json", _record({"t1": 3, "t2": 1}, 4))
+    got = run_cli(capsys, "compare", a, b)
+    assert got.code == 0 and "note: the two evaluations decode differently" in got.err
+    assert "paired: 2 tasks (1 vs 4 episodes per task)" in got.out
+
+
+@pytest.mark.parametrize(
+    ("value", "needles"),
+    [
+        ([1, 2], ["is not an evaluation record (a JSON list)"]),
+        ({"tasks": []}, ["holds no per-task results"]),
+        ({"tasks": [{"id": 3, "correct": True}]}, ["tasks[0]", "string 'id'"]),
+        ({"tasks": [{"id": "a", "correct": 1}]}, ["tasks[0]", "boolean 'correct'"]),
+        (
+            {"tasks": [{"id": "a", "correct": True}, {"id": "a", "correct": True}, {"id": "b", "correct": True}]},
+            ["task 'b' has 1 episodes where the others have 2"],
+        ),
+    ],
+)
+def test_a_bad_evaluation_is_one_error_line(capsys, tmp_path: Path, value: object, needles: list[str]) -> None:
+    good = _write(tmp_path / "good.json", _record({"a": 1, "b": 0}, 1))
+    bad = _write(tmp_path / "bad.json", value)
+    assert_refused(run_cli(capsys, "compare", good, bad), "bad.json", *needles)
+
+
+def test_refusals_name_the_input_and_the_fix(capsys, tmp_path: Path) -> None:
+    one = _write(tmp_path / "one.json", _record({"a": 1}, 1))
+    other = _write(tmp_path / "other.json", _record({"b": 1}, 1))
+    assert_refused(run_cli(capsys, "compare", one, other), "no task in common", "same env, split, seed")
+    assert_refused(run_cli(capsys, "compare", one), "one.json", "a comparison needs two")
+    assert_refused(run_cli(capsys, "compare", tmp_path / "missing.json", one), "missing.json", "does not exist")
+    assert_refused(run_cli(capsys, "compare", tmp_path), "has no summary.json")
+    _write(tmp_path / "summary.json", {"run_dir": "x", "eval/before": None})
+    assert_refused(run_cli(capsys, "compare", tmp_path), "holds no evaluation before and after training")
+    (tmp_path / "torn.json").write_text("{", encoding="utf-8")
+    assert_refused(run_cli(capsys, "compare", one, tmp_path / "torn.json"), "torn.json")
