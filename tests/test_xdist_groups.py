@@ -63,6 +63,23 @@ def test_{name}(i):
 
 
 PLAIN = _noting("plain", 4)
+#: PLAIN whose tests each wait (up to 20 s) until the other worker has noted a plain test too. With plain tests as
+#: single-test units, the free worker takes the next one while this one waits, so the spread over both workers no
+#: longer depends on which worker starts first on a loaded machine (instant tests could all land on one); with
+#: plain tests grouped into one unit, no other worker ever notes one and the assertion below fails.
+PLAIN_WAITING = (
+    PLAIN
+    + """
+    import time
+
+    me = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if any(ln.startswith("plain ") and not ln.endswith(" " + me) for ln in LOG.read_text().splitlines()):
+            return
+        time.sleep(0.05)
+"""
+)
 RAY = _noting("ray", 3)
 
 
@@ -87,7 +104,7 @@ def _session(
 
 
 def test_a_module_fixture_is_built_once_and_the_ray_modules_share_a_worker(tmp_path: Path) -> None:
-    files = {f"tests/test_plain_{i}.py": PLAIN for i in range(4)}
+    files = {f"tests/test_plain_{i}.py": PLAIN_WAITING for i in range(4)}
     files["tests/test_shared.py"] = SHARED
     files["tests/distributed/test_ray_cluster.py"] = RAY
     files["tests/distributed/test_ray_more.py"] = RAY  # a second SAME_WORKER module, named to the copied conftest
