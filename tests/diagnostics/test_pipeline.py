@@ -10,6 +10,7 @@ from diag_synth import trace, write_jsonl
 
 from tirl.cli import main
 from tirl.diagnostics.pipeline import NEXT_STEP, diagnose_pipeline, diagnose_trace_file, load_trace
+from tirl.diagnostics.thresholds import PipelineThresholds
 from tirl.errors import InputError
 
 KINDS = ("healthy", "initializer", "runner", "evaluator", "overall", "starved")
@@ -144,6 +145,22 @@ def _snapshots(ts: list[float], **fields: float | None) -> list[dict[str, float 
     return [{"t": t, **queues, **fields} for t in ts]
 
 
+def _collects(steps: int, during: int) -> list[dict[str, float | None]]:
+    """tirl's trace of ``steps`` collects: ``during`` snapshots while each runs, then the one after it has drained.
+
+    Collects shorter than the trace interval (a tiny `tirl train` run) leave only the drained one.
+    """
+    rows: list[dict[str, float | None]] = []
+    idle = {f"{s}_{k}": 0.0 for s in ("init", "run", "eval") for k in ("busy", "blocked")}
+    for step in range(steps):
+        for _ in range(during):
+            rows.append({"step": step, "init_queue": 2.0, "run_queue": 1.0, "eval_queue": 0.0, "gpu_util": 0.9,
+                         **idle, "run_busy": 4.0})  # fmt: skip
+        rows.append({"step": step, "init_queue": 0.0, "run_queue": 0.0, "eval_queue": 0.0, "gpu_util": 0.8, **idle,
+                     "eval_done": 4.0 * (step + 1)})  # fmt: skip
+    return [{"t": 0.25 * i, **row} for i, row in enumerate(rows)]
+
+
 @pytest.mark.parametrize(
     ("rows", "why"),
     [
@@ -158,8 +175,19 @@ def _snapshots(ts: list[float], **fields: float | None) -> list[dict[str, float 
             _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=0.0),
             "no work in the trace",
         ),
+        (_snapshots([0.0, 1.0]), "only 2 snapshots, and the rules need 6: the rising rule compares the first third"),
+        (_snapshots([0.5 * i for i in range(5)]), "only 5 snapshots, and the rules need 6"),
+        (
+            _snapshots([0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 2.0]),
+            "only 3 of the 8 snapshots count (5 with no time to the next snapshot or a pause after it)",
+        ),
+        (_collects(8, during=0), "only 0 of the 8 snapshots count (8 written after a collect had drained the"),
+        (_collects(2, during=2), "only 4 of the 6 snapshots count (2 written after a collect had drained the"),
     ],
-    ids=["all-times-zero", "all-times-equal", "one-snapshot", "no-work", "no-work-generator-idle"],
+    ids=[
+        *("all-times-zero", "all-times-equal", "one-snapshot", "no-work", "no-work-generator-idle", "two-snapshots"),
+        *("five-snapshots", "equal-times-count-once", "only-ends-of-collects", "two-short-collects"),
+    ],
 )
 def test_a_trace_that_cannot_support_a_verdict_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, float | None]], why: str
@@ -179,6 +207,14 @@ def test_a_trace_that_cannot_support_a_verdict_says_so(
     assert main(["diagnose", "pipeline", str(p), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["verdict"] == "cannot_judge" and why in got["evidence"]["cannot_judge"]
+
+
+def test_six_snapshots_that_count_are_judged() -> None:
+    """The least the rules need (PipelineThresholds.min_snapshots): two per third of the trace."""
+    assert diagnose_pipeline(_snapshots([0.5 * i for i in range(6)])).verdict == "healthy"
+    assert diagnose_pipeline(_collects(3, during=2)).verdict == "healthy"  # 6 during the collects, 3 ends not counted
+    seven = PipelineThresholds(min_snapshots=7)
+    assert diagnose_pipeline(_snapshots([0.5 * i for i in range(6)]), thresholds=seven).verdict == "cannot_judge"
 
 
 def test_no_snapshots_cannot_be_judged() -> None:

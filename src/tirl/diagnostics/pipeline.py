@@ -45,9 +45,15 @@ that backpressure is the design working, not a second bottleneck.
 
 Before any of these, a trace that cannot support a verdict gets ``cannot_judge``, with the reason in one
 line (``evidence["cannot_judge"]``): no snapshot, a single snapshot, snapshots that all share one ``t`` (the
-trace spans no time, so no depth can be averaged over time), or a trace that shows no work at all (every
-queue empty in every snapshot, and no busy or blocked worker, no completion and no generator use). Before,
-each of these was ``healthy``.
+trace spans no time, so no depth can be averaged over time), fewer than ``min_snapshots`` (6) snapshots that
+count, or a trace that shows no work at all (every queue empty in every snapshot, and no busy or blocked
+worker, no completion and no generator use). Before, each of these was ``healthy``. Six is the least on
+which the rising rule compares two readings with two (the mean of the first third of the snapshots with the
+last third's; below two a third, one noisy snapshot makes a rise). A snapshot counts when it carries time (a
+weight of the averages: not at the time of the next one, not before a pause) and is not the drained end of a
+collect: the snapshot tirl's tracer writes after each collect (the last of its ``step``, every queue empty,
+no worker busy) shows no queue at work, and a collect shorter than ``rollout.trace_interval_s`` leaves only
+that one.
 
 A torn last line of a JSONL trace (a run killed mid-write) is skipped, and :func:`load_trace` hands its note
 (``FILE:LINE: the last line is torn …``, the training-log reader's words) to the caller.
@@ -347,7 +353,41 @@ def _rule_notes(verdict: str, capacity_known: bool, stages: dict[str, Any], th: 
     return notes
 
 
-def _unjudgeable(rows: list[dict[str, Any]], duration: float) -> str | None:
+def _drained_end(rows: list[dict[str, Any]], i: int) -> bool:
+    """Whether snapshot ``i`` is the one tirl's tracer writes after a collect: the last of its ``step``, drained.
+
+    Drained: every queue empty and every stage's ``X_busy`` present and 0 (and none blocked): no episode left in
+    the pipeline. A trace without ``step`` or ``X_busy`` has none.
+    """
+    step = rows[i].get("step")
+    if step is None or (i + 1 < len(rows) and rows[i + 1].get("step") == step):
+        return False
+    r = rows[i]
+    idle = all(_num(r.get(f"{s}_busy")) == 0 and not _num(r.get(f"{s}_blocked")) for s in STAGES)
+    return idle and all(_num(r[q]) == 0 for q in QUEUES)
+
+
+def _too_few(rows: list[dict[str, Any]], w: list[float], th: PipelineThresholds) -> str | None:
+    """Why the snapshots that count are fewer than ``th.min_snapshots`` (one line), or None.
+
+    A snapshot counts when it carries time (a weight of the time averages) and is not a drained end of a collect.
+    """
+    ends = [_drained_end(rows, i) for i in range(len(rows))]
+    counted = sum(wi > 0 and not end for wi, end in zip(w, ends, strict=True))
+    if counted >= th.min_snapshots:
+        return None
+    drained, timeless = sum(ends), sum(wi <= 0 and not end for wi, end in zip(w, ends, strict=True))
+    left = [f"{drained} written after a collect had drained the pipeline"] if drained else []
+    left += [f"{timeless} with no time to the next snapshot or a pause after it"] if timeless else []
+    which = f"{counted} of the {len(rows)} snapshots count ({', '.join(left)})" if left else f"{counted} snapshots"
+    return (
+        f"only {which}, and the rules need {th.min_snapshots}: the rising rule compares the first third of the "
+        "trace with the last, and a third of fewer than two snapshots is a single reading (a lower "
+        "rollout.trace_interval_s takes more)"
+    )
+
+
+def _unjudgeable(rows: list[dict[str, Any]], w: list[float], duration: float, th: PipelineThresholds) -> str | None:
     """Why the trace cannot support any verdict (one line), or None; see the module docstring."""
     n = len(rows)
     if n == 0:
@@ -359,6 +399,9 @@ def _unjudgeable(rows: list[dict[str, Any]], duration: float) -> str | None:
             f"all {n} snapshots have the same time t={float(rows[0]['t']):g}, so the trace spans no time to average "
             "queue depths over"
         )
+    few = _too_few(rows, w, th)
+    if few is not None:
+        return few
     if not _shows_work(rows):
         return (
             f"no work in the trace: every queue is empty in all {n} snapshots and no stage shows a busy or blocked "
@@ -374,7 +417,7 @@ def diagnose_pipeline(
     """The bottleneck verdict of a trace (see the module docstring for the rules)."""
     th = thresholds or PipelineThresholds()
     if not rows:
-        why = _unjudgeable(rows, 0.0)
+        why = _unjudgeable(rows, [], 0.0, th)
         return PipelineDiagnosis(path, "cannot_judge", {"snapshots": 0, "duration_s": 0.0, "cannot_judge": why})
     ts = [float(r["t"]) for r in rows]
     w = _weights(ts, th.gap_factor)
@@ -390,7 +433,7 @@ def diagnose_pipeline(
     stages = _stage_stats(rows, w, duration)
     high = _high(queues, rising, stages, th)
     capacity_known = all(queues[q]["capacity"] is not None for q in QUEUES)
-    why = _unjudgeable(rows, duration)
+    why = _unjudgeable(rows, w, duration, th)
     notes: list[str] = []
     if why is not None:  # no bottleneck and no health: the notes on the rules would explain a verdict not given
         verdict = "cannot_judge"
