@@ -40,8 +40,23 @@ that backpressure is the design working, not a second bottleneck.
 * ``initializer``: ``init_queue`` high — or non-empty most of the time while
   the generator is idle — and ``run_queue`` low;
 * ``starved``: all low but the generator idle;
-* ``healthy``: none of these (also when utilisation is unknown — said so in
-  the evidence).
+* ``healthy``: none of these.
+
+A rule that the trace does not let run in full is listed in ``not_checked`` (verdict kind -> why; ``"only in
+part: …"`` where it ran in part), as ``diagnose training`` lists its own, and a ``healthy`` verdict with such a
+list is healthy only in part. Only the rules tried before the verdict given are listed (in the order
+``overall``, ``evaluator``, ``runner``, ``initializer``, ``starved``), as only they could have given another:
+
+* no ``gpu_util``: ``starved`` (not run at all) and, when ``init_queue`` held work at least ``busy_frac`` of
+  the time, the ``initializer``'s idle-generator half; an ``evaluator`` verdict on queues that are all high and
+  all rising could have been ``overall``;
+* a queue without its capacity that is not high and held work at least ``busy_frac`` of the time (a steady
+  depth, not judged): the rule of its stage and ``overall`` (when the other queues are high or unjudged too and
+  the runners' blocking does not make it the evaluator's backpressure). A queue that held work less often is
+  not high at any capacity, and its missing capacity hides nothing;
+* no ``run_blocked``: an ``overall`` verdict (all three high) could have been the evaluator's backpressure.
+
+``cannot_judge`` lists nothing: it judged nothing.
 
 Before any of these, a trace that cannot support a verdict gets ``cannot_judge``, with the reason in one
 line (``evidence["cannot_judge"]``): no snapshot, a single snapshot, snapshots that all share one ``t`` (the
@@ -66,7 +81,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -99,11 +114,16 @@ NEXT_STEP: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class PipelineDiagnosis:
-    """One verdict with the evidence behind it and the recommended next step."""
+    """One verdict with the evidence behind it and the recommended next step.
+
+    ``not_checked``: verdict kind -> why its rule could not run on the trace (``"only in part: …"`` where it ran
+    in part); only rules that could have given another verdict, empty when every rule ran.
+    """
 
     path: str
     verdict: str
     evidence: dict[str, Any]
+    not_checked: dict[str, str] = field(default_factory=dict)
 
     @property
     def next_step(self) -> str:
@@ -111,8 +131,8 @@ class PipelineDiagnosis:
         return NEXT_STEP[self.verdict]
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` shape."""
-        return {"verdict": self.verdict, "evidence": self.evidence}
+        """The ``--json`` shape: ``verdict``, ``evidence`` and ``not_checked`` (``{}`` when every rule ran)."""
+        return {"verdict": self.verdict, "evidence": self.evidence, "not_checked": dict(self.not_checked)}
 
 
 _MAX_VALUE = 1e12  # no time in seconds, queue depth or count in a trace comes near it; beyond, sums overflow
@@ -320,9 +340,7 @@ def _verdict(
         return "initializer", notes
     if idle:
         return "starved", notes
-    if util is None:
-        notes.append("no gpu_util in the trace: an idle accelerator (starved) cannot be told from healthy")
-    return "healthy", notes
+    return "healthy", notes  # without gpu_util, starved was not checked: see _not_checked
 
 
 def _shows_work(rows: list[dict[str, Any]]) -> bool:
@@ -351,6 +369,59 @@ def _rule_notes(verdict: str, capacity_known: bool, stages: dict[str, Any], th: 
     if (stages.get("init_blocked_frac") or 0.0) >= th.blocked_frac and verdict != "runner":
         notes.append("initializers are often blocked on the bounded run_queue: backpressure is the design working")
     return notes
+
+
+#: The verdicts in the order the rules try them (the most downstream congested stage first): a rule that could not
+#: run can have hidden a verdict before the one given, never one after it.
+ORDER: tuple[str, ...] = ("overall", "evaluator", "runner", "initializer", "starved", "healthy")
+_KIND_OF_QUEUE = {"init_queue": "initializer", "run_queue": "runner", "eval_queue": "evaluator"}
+
+
+def _not_checked(
+    verdict: str, queues: dict[str, Any], high: dict[str, bool], rising: dict[str, bool], util: float | None,
+    stages: dict[str, Any], th: PipelineThresholds,
+) -> dict[str, str]:  # fmt: skip
+    """Verdict kind -> why its rule could not run on the trace (``"only in part: …"`` where it ran in part).
+
+    Only the rules that could have given another verdict than ``verdict`` (see the module docstring).
+    """
+    if verdict not in ORDER:
+        return {}
+    before = ORDER[: ORDER.index(verdict)]
+    why: dict[str, list[str]] = {}
+    blocked = (stages.get("run_blocked_frac") or 0.0) >= th.blocked_frac
+    idle = util is not None and util < th.idle_util
+    steady = [q for q in QUEUES if queues[q]["fill_mean"] is None and not high[q]]
+    steady = [q for q in steady if queues[q]["nonempty_frac"] >= th.busy_frac]  # less often: not high at any cap
+    if steady:
+        its = "its capacity" if len(steady) == 1 else "their capacities"
+        text = (
+            f"{', '.join(steady)} held work most of the time, and without {its} in the trace a steady depth is not "
+            "judged"
+        )
+        kinds = {_KIND_OF_QUEUE[q] for q in steady}
+        if all(high[q] or q in steady for q in QUEUES) and (not blocked or (all(rising.values()) and not idle)):
+            kinds.add("overall")  # all three high could have been overall (not the evaluator's backpressure)
+        for kind in (k for k in before if k in kinds):
+            why.setdefault(kind, []).append(text)
+    if util is None and verdict == "healthy":
+        why["starved"] = ["the trace has no gpu_util, so an idle generator cannot be seen"]
+        if queues["init_queue"]["nonempty_frac"] >= th.busy_frac:
+            why.setdefault("initializer", []).append(
+                "whether the generator was idle while init_queue held work needs gpu_util in the trace"
+            )
+    if util is None and verdict == "evaluator" and all(high.values()) and all(rising.values()):
+        why["overall"] = [
+            "every queue is high and rising, and whether the generator was busy meanwhile (too little capacity "
+            "everywhere, not the evaluator's backpressure) needs gpu_util in the trace"
+        ]
+    rising_busy = all(rising.values()) and util is not None and not idle  # overall whether runners block or not
+    if verdict == "overall" and not rising_busy and "run_blocked_frac" not in stages:
+        why["evaluator"] = [
+            "every queue is high, and whether the runners were blocked on a full eval_queue (the evaluator's "
+            "backpressure) needs run_blocked in the trace"
+        ]
+    return {k: ("" if k == "starved" else "only in part: ") + "; ".join(why[k]) for k in ORDER if k in why}
 
 
 def _drained_end(rows: list[dict[str, Any]], i: int) -> bool:
@@ -435,11 +506,13 @@ def diagnose_pipeline(
     capacity_known = all(queues[q]["capacity"] is not None for q in QUEUES)
     why = _unjudgeable(rows, w, duration, th)
     notes: list[str] = []
+    unchecked: dict[str, str] = {}
     if why is not None:  # no bottleneck and no health: the notes on the rules would explain a verdict not given
         verdict = "cannot_judge"
     else:
         verdict, notes = _verdict(queues, high, rising, util, stages, th)
         notes += _rule_notes(verdict, capacity_known, stages, th)
+        unchecked = _not_checked(verdict, queues, high, rising, util, stages, th)
     evidence: dict[str, Any] = {
         "snapshots": len(rows),
         "duration_s": round(duration, 3),
@@ -457,7 +530,7 @@ def diagnose_pipeline(
         evidence["cannot_judge"] = why
     if notes:
         evidence["notes"] = notes
-    return PipelineDiagnosis(path=path, verdict=verdict, evidence=evidence)
+    return PipelineDiagnosis(path=path, verdict=verdict, evidence=evidence, not_checked=unchecked)
 
 
 def diagnose_trace_file(path: str | Path, thresholds: PipelineThresholds | None = None) -> PipelineDiagnosis:
