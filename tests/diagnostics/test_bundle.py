@@ -106,6 +106,16 @@ def test_pipeline_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     text = out.read_text()
     assert "Verdict: **evaluator**" in text and "Backpressure from a bounded queue is a feature" in text
     assert text.count("\n| ") >= 40 and "rollout/pipeline.py" in text
+    rows = trace("healthy", 0)
+    for r in rows:
+        r["gpu_util"] = None
+    write_jsonl(p, rows)
+    out.unlink()
+    assert main(["diagnose", "pipeline", str(p), "--bundle", str(out)]) == 0
+    assert (  # what the verdict did not check, in the words of the verdict line (the bundle said only **healthy**)
+        "Verdict: **healthy** (only in part) — not (fully) checked on this trace: starved (the trace has no "
+        "gpu_util, so an idle generator cannot be seen). Next: check nothing to fix" in out.read_text()
+    )
 
 
 TIRL_INTERNALS = ("tirl.parsing", "filter.max_resample_rounds", "filter.mode", "tirl audit", "VoidTurnFilter")

@@ -10,6 +10,7 @@ from diag_synth import trace, write_jsonl
 
 from tirl.cli import main
 from tirl.diagnostics.pipeline import NEXT_STEP, diagnose_pipeline, diagnose_trace_file, load_trace
+from tirl.diagnostics.thresholds import PipelineThresholds
 from tirl.errors import InputError
 
 KINDS = ("healthy", "initializer", "runner", "evaluator", "overall", "starved")
@@ -22,6 +23,7 @@ def test_each_bottleneck_is_named(kind: str, seed: int) -> None:
     assert diag.verdict == kind
     assert diag.next_step == NEXT_STEP[kind]
     assert diag.evidence["capacity_known"] is True
+    assert diag.not_checked == {}  # capacities, gpu_util and the blocked counts are in the trace: every rule ran
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -105,13 +107,104 @@ def test_time_average_weights_by_interval() -> None:
     assert diagnose_pipeline(rows).evidence["queues"]["init_queue"]["mean"] == pytest.approx(4.0)
 
 
-def test_no_gpu_util_is_said_not_guessed() -> None:
+STARVED_UNCHECKED = "the trace has no gpu_util, so an idle generator cannot be seen"
+
+
+def test_no_gpu_util_is_said_not_guessed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A starved trace without gpu_util: healthy, only in part. It was plain healthy with a note under the table."""
     rows = trace("starved", 0)
     for r in rows:
         r["gpu_util"] = None
     diag = diagnose_pipeline(rows)
     assert diag.verdict == "healthy"
-    assert any("cannot be told" in n for n in diag.evidence["notes"])
+    assert diag.not_checked == {"starved": STARVED_UNCHECKED}  # init_queue rarely held work: initializer ran in full
+    p = write_jsonl(tmp_path / "pipeline_trace.jsonl", rows)
+    capsys.readouterr()
+    assert main(["diagnose", "pipeline", str(p)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(
+        f"verdict healthy (only in part) — not (fully) checked on this trace: starved ({STARVED_UNCHECKED})"
+    )
+    assert main(["diagnose", "pipeline", str(p), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["verdict"] == "healthy" and got["not_checked"] == {"starved": STARVED_UNCHECKED}
+
+
+def test_without_gpu_util_an_init_queue_holding_work_checks_the_initializer_only_in_part() -> None:
+    """The initializer rule's second half (init_queue non-empty most of the time while the generator is idle)."""
+    rows = trace("healthy_busy", 0)
+    for r in rows:
+        r["gpu_util"] = None
+    got = diagnose_pipeline(rows).not_checked
+    assert got["initializer"] == (
+        "only in part: whether the generator was idle while init_queue held work needs gpu_util in the trace"
+    )
+    assert list(got) == ["initializer", "starved"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_steady_deep_queues_without_capacities_are_healthy_only_in_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int
+) -> None:
+    """The 'overall' trace without its capacities: every queue 15-30 deep all the time, nothing blocked or rising.
+
+    Healthy, because a steady depth is not judged without a capacity; it said so only in a note under the table.
+    """
+    diag = diagnose_pipeline(trace("overall", seed, caps=False))
+    steady = (
+        "only in part: init_queue, run_queue, eval_queue held work most of the time, and without their capacities "
+        "in the trace a steady depth is not judged"
+    )
+    assert diag.verdict == "healthy"
+    assert diag.not_checked == dict.fromkeys(("overall", "evaluator", "runner", "initializer"), steady)
+    p = write_jsonl(tmp_path / "pipeline_trace.jsonl", trace("overall", seed, caps=False))
+    capsys.readouterr()
+    assert main(["diagnose", "pipeline", str(p)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(  # the four kinds share one reason: named together
+        f"verdict healthy (only in part) — not (fully) checked on this trace: overall, evaluator, runner, "
+        f"initializer ({steady})"
+    )
+    assert main(["diagnose", "pipeline", str(p), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["not_checked"] == diag.not_checked
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_queue_that_is_mostly_empty_needs_no_capacity(seed: int) -> None:
+    """Not high at any capacity (non-empty under busy_frac of the time): the missing capacity hid nothing."""
+    diag = diagnose_pipeline(trace("healthy", seed, caps=False))
+    assert all(q["nonempty_frac"] < 0.6 for q in diag.evidence["queues"].values())
+    assert diag.verdict == "healthy" and diag.not_checked == {}
+
+
+def test_a_verdict_names_only_the_rules_before_it_that_could_not_run() -> None:
+    """The runner verdict without capacities: only the rules tried before it (the evaluator's, overall) count."""
+    rows = trace("runner", 0, caps=False)
+    for r in rows:
+        r["eval_queue"] = 3  # steady, never rising, the runners never blocked on it: with a cap of 4 it was full
+    diag = diagnose_pipeline(rows)
+    assert diag.verdict == "runner"
+    assert list(diag.not_checked) == ["overall", "evaluator"]
+    assert "eval_queue held work most of the time" in diag.not_checked["evaluator"]
+    assert "init_queue, eval_queue held work" in diag.not_checked["overall"]  # init_queue: also without its cap
+
+
+def test_overall_needs_gpu_util_and_evaluator_backpressure_needs_run_blocked() -> None:
+    rising = trace("overall_rising", 3)
+    for r in rising:
+        r["run_blocked"] = 12  # the runners wait on the full eval_queue all along
+    assert diagnose_pipeline(rising).verdict == "overall"  # still rising everywhere with the generator busy
+    for r in rising:
+        r["gpu_util"] = None
+    diag = diagnose_pipeline(rising)  # whether the generator was busy is unknown: the evaluator's backpressure
+    assert diag.verdict == "evaluator" and list(diag.not_checked) == ["overall"]
+    assert "whether the generator was busy meanwhile" in diag.not_checked["overall"]
+    steady = trace("overall", 0)
+    for r in steady:
+        del r["run_blocked"]
+    diag = diagnose_pipeline(steady)  # all high, nothing seen blocked: overall; blocked unknown
+    assert diag.verdict == "overall" and list(diag.not_checked) == ["evaluator"]
+    assert "needs run_blocked in the trace" in diag.not_checked["evaluator"]
 
 
 def test_bad_trace_names_line_and_keys(tmp_path: Path) -> None:
@@ -125,7 +218,8 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = write_jsonl(tmp_path / "pipeline_trace.jsonl", trace("initializer", 0))
     assert main(["diagnose", "pipeline", str(p), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"verdict", "evidence"} and out["verdict"] == "initializer"
+    assert set(out) == {"verdict", "evidence", "not_checked"} and out["verdict"] == "initializer"
+    assert out["not_checked"] == {}
     assert diagnose_trace_file(p).verdict == "initializer"
 
 
@@ -144,6 +238,22 @@ def _snapshots(ts: list[float], **fields: float | None) -> list[dict[str, float 
     return [{"t": t, **queues, **fields} for t in ts]
 
 
+def _collects(steps: int, during: int) -> list[dict[str, float | None]]:
+    """tirl's trace of ``steps`` collects: ``during`` snapshots while each runs, then the one after it has drained.
+
+    Collects shorter than the trace interval (a tiny `tirl train` run) leave only the drained one.
+    """
+    rows: list[dict[str, float | None]] = []
+    idle = {f"{s}_{k}": 0.0 for s in ("init", "run", "eval") for k in ("busy", "blocked")}
+    for step in range(steps):
+        for _ in range(during):
+            rows.append({"step": step, "init_queue": 2.0, "run_queue": 1.0, "eval_queue": 0.0, "gpu_util": 0.9,
+                         **idle, "run_busy": 4.0})  # fmt: skip
+        rows.append({"step": step, "init_queue": 0.0, "run_queue": 0.0, "eval_queue": 0.0, "gpu_util": 0.8, **idle,
+                     "eval_done": 4.0 * (step + 1)})  # fmt: skip
+    return [{"t": 0.25 * i, **row} for i, row in enumerate(rows)]
+
+
 @pytest.mark.parametrize(
     ("rows", "why"),
     [
@@ -158,8 +268,19 @@ def _snapshots(ts: list[float], **fields: float | None) -> list[dict[str, float 
             _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=0.0),
             "no work in the trace",
         ),
+        (_snapshots([0.0, 1.0]), "only 2 snapshots, and the rules need 6: the rising rule compares the first third"),
+        (_snapshots([0.5 * i for i in range(5)]), "only 5 snapshots, and the rules need 6"),
+        (
+            _snapshots([0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 2.0]),
+            "only 3 of the 8 snapshots count (5 with no time to the next snapshot or a pause after it)",
+        ),
+        (_collects(8, during=0), "only 0 of the 8 snapshots count (8 written after a collect had drained the"),
+        (_collects(2, during=2), "only 4 of the 6 snapshots count (2 written after a collect had drained the"),
     ],
-    ids=["all-times-zero", "all-times-equal", "one-snapshot", "no-work", "no-work-generator-idle"],
+    ids=[
+        *("all-times-zero", "all-times-equal", "one-snapshot", "no-work", "no-work-generator-idle", "two-snapshots"),
+        *("five-snapshots", "equal-times-count-once", "only-ends-of-collects", "two-short-collects"),
+    ],
 )
 def test_a_trace_that_cannot_support_a_verdict_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, float | None]], why: str
@@ -181,6 +302,14 @@ def test_a_trace_that_cannot_support_a_verdict_says_so(
     assert got["verdict"] == "cannot_judge" and why in got["evidence"]["cannot_judge"]
 
 
+def test_six_snapshots_that_count_are_judged() -> None:
+    """The least the rules need (PipelineThresholds.min_snapshots): two per third of the trace."""
+    assert diagnose_pipeline(_snapshots([0.5 * i for i in range(6)])).verdict == "healthy"
+    assert diagnose_pipeline(_collects(3, during=2)).verdict == "healthy"  # 6 during the collects, 3 ends not counted
+    seven = PipelineThresholds(min_snapshots=7)
+    assert diagnose_pipeline(_snapshots([0.5 * i for i in range(6)]), thresholds=seven).verdict == "cannot_judge"
+
+
 def test_no_snapshots_cannot_be_judged() -> None:
     diag = diagnose_pipeline([])
     assert diag.verdict == "cannot_judge" and diag.evidence["cannot_judge"] == "no snapshots in the trace"
@@ -194,7 +323,7 @@ def test_empty_queues_with_work_flowing_are_still_judged() -> None:
     for i, r in enumerate(flowing):
         r.update(run_busy=2.0, run_done=float(i))
     diag = diagnose_pipeline(flowing)
-    assert diag.verdict == "healthy" and any("cannot be told" in n for n in diag.evidence["notes"])
+    assert diag.verdict == "healthy" and diag.not_checked == {"starved": STARVED_UNCHECKED}
     idle = _snapshots([0.5 * i for i in range(20)], init_queue=0, run_queue=0, eval_queue=0, gpu_util=0.1)
     assert diagnose_pipeline(idle).verdict == "starved"
 

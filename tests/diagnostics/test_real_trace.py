@@ -2,6 +2,7 @@
 
 Each scenario makes one stage clearly slow (sleeps), runs one collect with the
 real pipeline and trace writer, and checks that the verdict names that stage.
+The trace of a real `tirl train` run (tiny random model) is judged in full: every rule ran.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
 
+from tirl.cli import main
 from tirl.config import RolloutConfig
 from tirl.diagnostics.pipeline import diagnose_trace_file
 from tirl.envs.base import EvalResult, StepResult, Task
@@ -87,3 +90,28 @@ async def test_verdict_names_the_slow_stage_on_a_real_trace(slow: str, tmp_path:
     assert caps == {"init_queue_cap": 24, "run_queue_cap": 32, "eval_queue_cap": 32}
     assert (first["init_workers"], first["run_workers"], first["eval_workers"]) == (iw, rw, ew)
     assert diag.evidence["capacity_known"] is True
+
+
+@pytest.mark.slow
+def test_the_trace_of_a_real_train_run_is_judged_with_every_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tirl train` writes the capacities, the blocked counts and gpu_util (the hf generator's busy time).
+
+    A tiny run's collect ends within one default trace interval (0.25 s), leaving only the drained end of each
+    collect: ``cannot_judge``. At 2 ms the trace sees the collects at work, and the verdict lists nothing unchecked.
+    """
+    model = save_tiny_model(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    args = ["train", "--model", str(model), "--steps", "2", "--run-dir", str(run_dir), *TINY_TRAIN_ARGS]
+    assert main([*args, "--set", "rollout.trace_interval_s=0.002"]) == 0
+    capsys.readouterr()
+    assert main(["diagnose", "pipeline", str(run_dir), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    ev = got["evidence"]
+    assert got["verdict"] != "cannot_judge" and "cannot_judge" not in ev, ev
+    assert got["not_checked"] == {}, got["not_checked"]
+    assert ev["capacity_known"] is True and ev["generator_busy_frac"] is not None and ev["snapshots"] >= 12
+    assert main(["diagnose", "pipeline", str(run_dir)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(f"verdict {got['verdict']}"), first  # nothing after the verdict's name

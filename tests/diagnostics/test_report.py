@@ -189,6 +189,23 @@ def test_a_trace_that_cannot_be_judged_is_not_healthy_in_the_report(tmp_path: Pa
     assert "Cannot judge the pipeline: only one snapshot" in page and "fill of capacity" not in page
 
 
+def test_a_healthy_pipeline_verdict_that_could_not_check_starved_says_only_in_part(tmp_path: Path) -> None:
+    """A trace without gpu_util: the section was a green `healthy` with no word of what it could not check."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = trace("healthy", 0)
+    for r in rows:
+        r["gpu_util"] = None
+    write_jsonl(run / "pipeline_trace.jsonl", rows)
+    page = write_report(run).read_text(encoding="utf-8")
+    assert 'Pipeline: <span class="verdict expected">healthy (only in part)</span>' in page
+    said = "Not (fully) checked on this trace: starved (the trace has no gpu_util, so an idle generator cannot be seen)"
+    assert f"<p>{said}.</p>" in page  # the words of `tirl diagnose pipeline`
+    write_jsonl(run / "pipeline_trace.jsonl", trace("healthy", 0))
+    page = write_report(run).read_text(encoding="utf-8")
+    assert 'Pipeline: <span class="verdict healthy">healthy</span>' in page and "Not (fully) checked" not in page
+
+
 def test_a_torn_last_line_is_a_note_on_stderr_and_in_the_page(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,8 +5,8 @@
 * :mod:`tirl.diagnostics.adapters` / :mod:`tirl.diagnostics.wandb_csv` — tirl, verl, SimpleTIR logs; wandb exports
   (:mod:`tirl.diagnostics.log_rows`: their rows checked and joined on the step)
 * :mod:`tirl.diagnostics.pipeline` — ``initializer`` / ``runner`` / ``evaluator`` / ``overall`` / ``starved``
-  (``cannot_judge`` when the trace cannot support a verdict),
-  each queue judged against its capacity
+  (``cannot_judge`` when the trace cannot support a verdict; ``not_checked``: the rules the trace did not let
+  run in full), each queue judged against its capacity
 * :mod:`tirl.diagnostics.thresholds` — the tuning of the training, drift and pipeline rules, in one place
 * :mod:`tirl.diagnostics.audit` — void reasons, detector-too-eager rate, turn/length/tool-error stats
 * :mod:`tirl.diagnostics.report` — :func:`write_report` (self-contained HTML)

@@ -27,6 +27,7 @@ from typing import Any
 from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.advice import check_first, where_to_look
 from tirl.diagnostics.pipeline import PipelineDiagnosis
+from tirl.diagnostics.render import pipeline_coverage
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, spikes_text, steps_text
 from tirl.jsonl import JSONProblem, dumps_json, parse_json
 
@@ -247,7 +248,7 @@ def pipeline_bundle(rows: list[dict[str, Any]], diag: PipelineDiagnosis, samples
         table.append("| " + " | ".join(str(r.get(k)) for k in keys) + " |")
     parts = [
         f"# Evidence bundle: pipeline trace `{diag.path}`\n",
-        f"Verdict: **{diag.verdict}**. Next: check {diag.next_step}.\n",
+        f"Verdict: **{diag.verdict}**{pipeline_coverage(diag)}. Next: check {diag.next_step}.\n",
         "Backpressure from a bounded queue is a feature: a full run_queue that blocks the Initializer is the "
         "design working.\n",
         _section("Evidence", "```json\n" + json.dumps(diag.evidence, indent=2) + "\n```"),

@@ -40,14 +40,35 @@ that backpressure is the design working, not a second bottleneck.
 * ``initializer``: ``init_queue`` high — or non-empty most of the time while
   the generator is idle — and ``run_queue`` low;
 * ``starved``: all low but the generator idle;
-* ``healthy``: none of these (also when utilisation is unknown — said so in
-  the evidence).
+* ``healthy``: none of these.
+
+A rule that the trace does not let run in full is listed in ``not_checked`` (verdict kind -> why; ``"only in
+part: …"`` where it ran in part), as ``diagnose training`` lists its own, and a ``healthy`` verdict with such a
+list is healthy only in part. Only the rules tried before the verdict given are listed (in the order
+``overall``, ``evaluator``, ``runner``, ``initializer``, ``starved``), as only they could have given another:
+
+* no ``gpu_util``: ``starved`` (not run at all) and, when ``init_queue`` held work at least ``busy_frac`` of
+  the time, the ``initializer``'s idle-generator half; an ``evaluator`` verdict on queues that are all high and
+  all rising could have been ``overall``;
+* a queue without its capacity that is not high and held work at least ``busy_frac`` of the time (a steady
+  depth, not judged): the rule of its stage and ``overall`` (when the other queues are high or unjudged too and
+  the runners' blocking does not make it the evaluator's backpressure). A queue that held work less often is
+  not high at any capacity, and its missing capacity hides nothing;
+* no ``run_blocked``: an ``overall`` verdict (all three high) could have been the evaluator's backpressure.
+
+``cannot_judge`` lists nothing: it judged nothing.
 
 Before any of these, a trace that cannot support a verdict gets ``cannot_judge``, with the reason in one
 line (``evidence["cannot_judge"]``): no snapshot, a single snapshot, snapshots that all share one ``t`` (the
-trace spans no time, so no depth can be averaged over time), or a trace that shows no work at all (every
-queue empty in every snapshot, and no busy or blocked worker, no completion and no generator use). Before,
-each of these was ``healthy``.
+trace spans no time, so no depth can be averaged over time), fewer than ``min_snapshots`` (6) snapshots that
+count, or a trace that shows no work at all (every queue empty in every snapshot, and no busy or blocked
+worker, no completion and no generator use). Before, each of these was ``healthy``. Six is the least on
+which the rising rule compares two readings with two (the mean of the first third of the snapshots with the
+last third's; below two a third, one noisy snapshot makes a rise). A snapshot counts when it carries time (a
+weight of the averages: not at the time of the next one, not before a pause) and is not the drained end of a
+collect: the snapshot tirl's tracer writes after each collect (the last of its ``step``, every queue empty,
+no worker busy) shows no queue at work, and a collect shorter than ``rollout.trace_interval_s`` leaves only
+that one.
 
 A torn last line of a JSONL trace (a run killed mid-write) is skipped, and :func:`load_trace` hands its note
 (``FILE:LINE: the last line is torn …``, the training-log reader's words) to the caller.
@@ -60,7 +81,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +114,16 @@ NEXT_STEP: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class PipelineDiagnosis:
-    """One verdict with the evidence behind it and the recommended next step."""
+    """One verdict with the evidence behind it and the recommended next step.
+
+    ``not_checked``: verdict kind -> why its rule could not run on the trace (``"only in part: …"`` where it ran
+    in part); only rules that could have given another verdict, empty when every rule ran.
+    """
 
     path: str
     verdict: str
     evidence: dict[str, Any]
+    not_checked: dict[str, str] = field(default_factory=dict)
 
     @property
     def next_step(self) -> str:
@@ -105,8 +131,8 @@ class PipelineDiagnosis:
         return NEXT_STEP[self.verdict]
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` shape."""
-        return {"verdict": self.verdict, "evidence": self.evidence}
+        """The ``--json`` shape: ``verdict``, ``evidence`` and ``not_checked`` (``{}`` when every rule ran)."""
+        return {"verdict": self.verdict, "evidence": self.evidence, "not_checked": dict(self.not_checked)}
 
 
 _MAX_VALUE = 1e12  # no time in seconds, queue depth or count in a trace comes near it; beyond, sums overflow
@@ -314,9 +340,7 @@ def _verdict(
         return "initializer", notes
     if idle:
         return "starved", notes
-    if util is None:
-        notes.append("no gpu_util in the trace: an idle accelerator (starved) cannot be told from healthy")
-    return "healthy", notes
+    return "healthy", notes  # without gpu_util, starved was not checked: see _not_checked
 
 
 def _shows_work(rows: list[dict[str, Any]]) -> bool:
@@ -347,7 +371,94 @@ def _rule_notes(verdict: str, capacity_known: bool, stages: dict[str, Any], th: 
     return notes
 
 
-def _unjudgeable(rows: list[dict[str, Any]], duration: float) -> str | None:
+#: The verdicts in the order the rules try them (the most downstream congested stage first): a rule that could not
+#: run can have hidden a verdict before the one given, never one after it.
+ORDER: tuple[str, ...] = ("overall", "evaluator", "runner", "initializer", "starved", "healthy")
+_KIND_OF_QUEUE = {"init_queue": "initializer", "run_queue": "runner", "eval_queue": "evaluator"}
+
+
+def _not_checked(
+    verdict: str, queues: dict[str, Any], high: dict[str, bool], rising: dict[str, bool], util: float | None,
+    stages: dict[str, Any], th: PipelineThresholds,
+) -> dict[str, str]:  # fmt: skip
+    """Verdict kind -> why its rule could not run on the trace (``"only in part: …"`` where it ran in part).
+
+    Only the rules that could have given another verdict than ``verdict`` (see the module docstring).
+    """
+    if verdict not in ORDER:
+        return {}
+    before = ORDER[: ORDER.index(verdict)]
+    why: dict[str, list[str]] = {}
+    blocked = (stages.get("run_blocked_frac") or 0.0) >= th.blocked_frac
+    idle = util is not None and util < th.idle_util
+    steady = [q for q in QUEUES if queues[q]["fill_mean"] is None and not high[q]]
+    steady = [q for q in steady if queues[q]["nonempty_frac"] >= th.busy_frac]  # less often: not high at any cap
+    if steady:
+        its = "its capacity" if len(steady) == 1 else "their capacities"
+        text = (
+            f"{', '.join(steady)} held work most of the time, and without {its} in the trace a steady depth is not "
+            "judged"
+        )
+        kinds = {_KIND_OF_QUEUE[q] for q in steady}
+        if all(high[q] or q in steady for q in QUEUES) and (not blocked or (all(rising.values()) and not idle)):
+            kinds.add("overall")  # all three high could have been overall (not the evaluator's backpressure)
+        for kind in (k for k in before if k in kinds):
+            why.setdefault(kind, []).append(text)
+    if util is None and verdict == "healthy":
+        why["starved"] = ["the trace has no gpu_util, so an idle generator cannot be seen"]
+        if queues["init_queue"]["nonempty_frac"] >= th.busy_frac:
+            why.setdefault("initializer", []).append(
+                "whether the generator was idle while init_queue held work needs gpu_util in the trace"
+            )
+    if util is None and verdict == "evaluator" and all(high.values()) and all(rising.values()):
+        why["overall"] = [
+            "every queue is high and rising, and whether the generator was busy meanwhile (too little capacity "
+            "everywhere, not the evaluator's backpressure) needs gpu_util in the trace"
+        ]
+    rising_busy = all(rising.values()) and util is not None and not idle  # overall whether runners block or not
+    if verdict == "overall" and not rising_busy and "run_blocked_frac" not in stages:
+        why["evaluator"] = [
+            "every queue is high, and whether the runners were blocked on a full eval_queue (the evaluator's "
+            "backpressure) needs run_blocked in the trace"
+        ]
+    return {k: ("" if k == "starved" else "only in part: ") + "; ".join(why[k]) for k in ORDER if k in why}
+
+
+def _drained_end(rows: list[dict[str, Any]], i: int) -> bool:
+    """Whether snapshot ``i`` is the one tirl's tracer writes after a collect: the last of its ``step``, drained.
+
+    Drained: every queue empty and every stage's ``X_busy`` present and 0 (and none blocked): no episode left in
+    the pipeline. A trace without ``step`` or ``X_busy`` has none.
+    """
+    step = rows[i].get("step")
+    if step is None or (i + 1 < len(rows) and rows[i + 1].get("step") == step):
+        return False
+    r = rows[i]
+    idle = all(_num(r.get(f"{s}_busy")) == 0 and not _num(r.get(f"{s}_blocked")) for s in STAGES)
+    return idle and all(_num(r[q]) == 0 for q in QUEUES)
+
+
+def _too_few(rows: list[dict[str, Any]], w: list[float], th: PipelineThresholds) -> str | None:
+    """Why the snapshots that count are fewer than ``th.min_snapshots`` (one line), or None.
+
+    A snapshot counts when it carries time (a weight of the time averages) and is not a drained end of a collect.
+    """
+    ends = [_drained_end(rows, i) for i in range(len(rows))]
+    counted = sum(wi > 0 and not end for wi, end in zip(w, ends, strict=True))
+    if counted >= th.min_snapshots:
+        return None
+    drained, timeless = sum(ends), sum(wi <= 0 and not end for wi, end in zip(w, ends, strict=True))
+    left = [f"{drained} written after a collect had drained the pipeline"] if drained else []
+    left += [f"{timeless} with no time to the next snapshot or a pause after it"] if timeless else []
+    which = f"{counted} of the {len(rows)} snapshots count ({', '.join(left)})" if left else f"{counted} snapshots"
+    return (
+        f"only {which}, and the rules need {th.min_snapshots}: the rising rule compares the first third of the "
+        "trace with the last, and a third of fewer than two snapshots is a single reading (a lower "
+        "rollout.trace_interval_s takes more)"
+    )
+
+
+def _unjudgeable(rows: list[dict[str, Any]], w: list[float], duration: float, th: PipelineThresholds) -> str | None:
     """Why the trace cannot support any verdict (one line), or None; see the module docstring."""
     n = len(rows)
     if n == 0:
@@ -359,6 +470,9 @@ def _unjudgeable(rows: list[dict[str, Any]], duration: float) -> str | None:
             f"all {n} snapshots have the same time t={float(rows[0]['t']):g}, so the trace spans no time to average "
             "queue depths over"
         )
+    few = _too_few(rows, w, th)
+    if few is not None:
+        return few
     if not _shows_work(rows):
         return (
             f"no work in the trace: every queue is empty in all {n} snapshots and no stage shows a busy or blocked "
@@ -374,7 +488,7 @@ def diagnose_pipeline(
     """The bottleneck verdict of a trace (see the module docstring for the rules)."""
     th = thresholds or PipelineThresholds()
     if not rows:
-        why = _unjudgeable(rows, 0.0)
+        why = _unjudgeable(rows, [], 0.0, th)
         return PipelineDiagnosis(path, "cannot_judge", {"snapshots": 0, "duration_s": 0.0, "cannot_judge": why})
     ts = [float(r["t"]) for r in rows]
     w = _weights(ts, th.gap_factor)
@@ -390,13 +504,15 @@ def diagnose_pipeline(
     stages = _stage_stats(rows, w, duration)
     high = _high(queues, rising, stages, th)
     capacity_known = all(queues[q]["capacity"] is not None for q in QUEUES)
-    why = _unjudgeable(rows, duration)
+    why = _unjudgeable(rows, w, duration, th)
     notes: list[str] = []
+    unchecked: dict[str, str] = {}
     if why is not None:  # no bottleneck and no health: the notes on the rules would explain a verdict not given
         verdict = "cannot_judge"
     else:
         verdict, notes = _verdict(queues, high, rising, util, stages, th)
         notes += _rule_notes(verdict, capacity_known, stages, th)
+        unchecked = _not_checked(verdict, queues, high, rising, util, stages, th)
     evidence: dict[str, Any] = {
         "snapshots": len(rows),
         "duration_s": round(duration, 3),
@@ -414,7 +530,7 @@ def diagnose_pipeline(
         evidence["cannot_judge"] = why
     if notes:
         evidence["notes"] = notes
-    return PipelineDiagnosis(path=path, verdict=verdict, evidence=evidence)
+    return PipelineDiagnosis(path=path, verdict=verdict, evidence=evidence, not_checked=unchecked)
 
 
 def diagnose_trace_file(path: str | Path, thresholds: PipelineThresholds | None = None) -> PipelineDiagnosis:

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tirl.diagnostics.adapters import MetricsLog
@@ -140,13 +141,40 @@ def print_training(
         console.print(line)
 
 
+def pipeline_not_checked(diag: PipelineDiagnosis) -> str:
+    """``not (fully) checked on this trace: KIND (why); …``, or ``""`` when every rule ran.
+
+    From :attr:`PipelineDiagnosis.not_checked`; kinds with the same reason are named together. ``tirl diagnose
+    pipeline``, the report and the bundle say it in these words.
+    """
+    kinds_by_why: dict[str, list[str]] = {}
+    for kind, why in diag.not_checked.items():
+        kinds_by_why.setdefault(why, []).append(kind)
+    parts = [f"{', '.join(kinds)} ({why})" for why, kinds in kinds_by_why.items()]
+    return "not (fully) checked on this trace: " + "; ".join(parts) if parts else ""
+
+
+def pipeline_coverage(diag: PipelineDiagnosis) -> str:
+    """What follows the verdict's name: `` (only in part)`` after ``healthy``, then `` — not (fully) checked …``."""
+    unchecked = pipeline_not_checked(diag)
+    if not unchecked:
+        return ""
+    return f"{' (only in part)' if diag.verdict == 'healthy' else ''} — {unchecked}"
+
+
 def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> None:
-    """The verdict, the per-queue evidence and the recommended next step."""
+    """The verdict (with what it did not check), the per-queue evidence and the recommended next step."""
     console = console or output_console()
     ev = diag.evidence
     style = {"healthy": "green", "cannot_judge": "yellow"}.get(diag.verdict, "bold red")
+    if diag.verdict == "healthy" and diag.not_checked:
+        style = "yellow"
     snapshots = "1 snapshot" if ev["snapshots"] == 1 else f"{ev['snapshots']} snapshots"
-    console.print(f"[bold]{diag.path}[/bold] ({snapshots}, {ev['duration_s']} s): verdict [{style}]{diag.verdict}[/]")
+    console.print(
+        f"[bold]{escape(diag.path)}[/bold] ({snapshots}, {ev['duration_s']} s): verdict [{style}]{diag.verdict}[/]"
+        + escape(pipeline_coverage(diag)),
+        soft_wrap=True,  # one line whatever its length, as the healthy line of diagnose training
+    )
     if diag.verdict == "cannot_judge":  # one line: why; no table of numbers that no verdict stands on
         console.print(f"cannot judge the pipeline: {ev['cannot_judge']}", soft_wrap=True)
         return

@@ -30,7 +30,7 @@ from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.bundle import filter_config
 from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, load_trace
-from tirl.diagnostics.render import coverage_lines, has_ratio
+from tirl.diagnostics.render import coverage_lines, has_ratio, pipeline_not_checked
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines, steps_text
 from tirl.errors import InputError, TirlError, one_line
 from tirl.fileio import write_text
@@ -110,9 +110,12 @@ def _img(title: str, data: str | None) -> str:
     return f'<figure><img alt="{alt}" src="data:image/png;base64,{data}"></figure>'
 
 
-def _verdict(v: str, expected: bool = False) -> str:
-    cls = "healthy" if v == "healthy" else "expected" if expected or v == "cannot_judge" else "bad"
-    return f'<span class="verdict {cls}">{html.escape(v)}{" (normal for this job)" if expected else ""}</span>'
+def _verdict(v: str, expected: bool = False, partial: bool = False) -> str:
+    """The verdict's badge; ``partial``: a ``healthy`` verdict that some rule could not check (yellow)."""
+    partial = partial and v == "healthy"
+    cls = "expected" if expected or partial or v == "cannot_judge" else "healthy" if v == "healthy" else "bad"
+    extra = " (normal for this job)" if expected else " (only in part)" if partial else ""
+    return f'<span class="verdict {cls}">{html.escape(v)}{extra}</span>'
 
 
 def _training_section(log: MetricsLog, diag: TrainingDiagnosis, filter_mode: str | None = None) -> str:
@@ -299,8 +302,11 @@ def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis, cpu_g
         else ""
     )
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in ev.get("notes", []))
+    if diag.not_checked:  # what the verdict did not check, in the words of `tirl diagnose pipeline`
+        unchecked = pipeline_not_checked(diag)
+        note += f"<p>{html.escape(unchecked[0].upper() + unchecked[1:])}.</p>"
     return (
-        f"<h2>Pipeline: {_verdict(diag.verdict, expected)}</h2>{note}"
+        f"<h2>Pipeline: {_verdict(diag.verdict, expected, partial=bool(diag.not_checked))}</h2>{note}"
         f"<p>{ev['snapshots']} snapshots over {ev['duration_s']} s; generator busy "
         f"{'unknown' if util_v is None else f'{util_v:.0%}'}. Next: check {html.escape(diag.next_step)}.</p>"
         f"<table><tr><th>queue</th><th>time-avg depth</th><th>fill of capacity</th><th>max</th><th>non-empty</th>"

@@ -65,8 +65,15 @@ class TrainingThresholds:
 
 @dataclass(frozen=True, slots=True)
 class PipelineThresholds:
-    """Tuning of the pipeline rules (fractions of capacity and of time; ``rise_items`` is a noise floor)."""
+    """Tuning of the pipeline rules (fractions of capacity and of time; ``rise_items`` is a noise floor).
 
+    ``min_snapshots``: the fewest snapshots a trace is judged on (fewer: ``cannot_judge``). The rising rule
+    compares the mean of the first third of the snapshots with the last third's: below two snapshots a third,
+    each "mean" is one reading and one noisy snapshot makes a rise. With six, "non-empty ``busy_frac`` of the
+    time" is four snapshots of six, no longer "every snapshot" (as it is of two).
+    """
+
+    min_snapshots: int = 6
     high_frac: float = 0.25
     busy_frac: float = 0.6
     idle_util: float = 0.5
