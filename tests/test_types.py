@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -153,3 +155,18 @@ def test_fields_ok_agrees_with_the_reader(top: dict[str, object], legacy: dict[s
     else:
         accepted = True
     assert fields_ok(data) is accepted, data
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"reward": math.nan}, "reward is NaN"),
+        ({"loss_weight": -math.inf}, "loss_weight is -Infinity"),
+        ({"info": {"eval": {"step_rewards": [0.5, math.inf]}}}, "info.eval.step_rewards[1] is Infinity"),
+    ],
+)
+def test_to_json_never_writes_nan_or_infinity(fields: dict[str, object], where: str) -> None:
+    """``json.dumps`` wrote ``NaN``/``Infinity``: not JSON, refused by other tools and now by tirl's own reader."""
+    traj = Trajectory(id="s1-t0-g0", messages=[], **fields)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=rf"^trajectory 's1-t0-g0': {re.escape(where)}, which JSON cannot hold"):
+        traj.to_json()

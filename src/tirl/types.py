@@ -452,8 +452,35 @@ class Trajectory:
         return cls(messages=messages, **trajectory_fields(data, default_id))
 
     def to_json(self, *, tokens: bool = False) -> str:
-        """One JSONL line."""
-        return json.dumps(self.to_dict(tokens=tokens), ensure_ascii=False)
+        """One JSONL line of strict JSON: a NaN or infinite number raises ``ValueError`` naming where it is.
+
+        ``NaN``/``Infinity`` are not JSON (other tools refuse the line, tirl's reader too), so none is written.
+        tirl's own trajectories never hold one: the Evaluator stage stores rewards and ``info["eval"]``
+        through :func:`tirl.envs.base.checked_result`.
+        """
+        data = self.to_dict(tokens=tokens)
+        try:
+            return json.dumps(data, ensure_ascii=False, allow_nan=False)
+        except ValueError:
+            where = _nonfinite_at(data)
+            if where is None:
+                raise
+            raise ValueError(
+                f"trajectory {self.id!r}: {where[0]} is {json_kind(where[1])}, which JSON cannot hold — "
+                "store a finite number or None"
+            ) from None
+
+
+def _nonfinite_at(value: Any, path: str = "") -> tuple[str, float] | None:
+    """The first non-finite float in ``value`` as ``(path, value)``: ``("info.eval.step_rewards[1]", nan)``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
+    for key, item in items:
+        found = _nonfinite_at(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 @dataclass(slots=True)
