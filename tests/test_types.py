@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -58,8 +60,11 @@ WRONG_TYPES = [
     ("id", True, "a string or an integer", "true"),  # "True"
     ("id", 1.5, "a string or an integer", "1.5"),  # "1.5" (1e2 became "100.0")
     ("group", [1], "a string, an integer or null", "a list"),  # "[1]"
-    ("reward", True, "a number or null", "true"),  # 1.0
-    ("reward", "1", "a number or null", "'1'"),
+    ("reward", True, "a finite number or null", "true"),  # 1.0
+    ("reward", "1", "a finite number or null", "'1'"),
+    ("reward", float("nan"), "a finite number or null", "NaN"),  # NaN, into every reader's statistics
+    ("reward", float("inf"), "a finite number or null", "Infinity"),  # also what 1e400 reads as
+    ("reward", float("-inf"), "a finite number or null", "-Infinity"),
     ("answer", [1], "a string, a finite number or null", "a list"),  # "[1]"
     ("answer", False, "a string, a finite number or null", "false"),  # "False"
     ("termination", "nope", "one of answered, submitted, void", "'nope'"),  # no termination
@@ -73,8 +78,12 @@ WRONG_TYPES = [
     ("void_turns", "1", "a list of integers >= 0 or null", "'1'"),  # []
     ("void_turns", [0, "1"], "a list of integers >= 0 or null", "'1' at [1]"),  # [0]
     ("void_turns", [True], "a list of integers >= 0 or null", "true at [0]"),  # [True]
-    ("loss_weight", "x", "a number or null", "'x'"),  # 1.0
-    ("loss_weight", False, "a number or null", "false"),  # 0.0
+    ("loss_weight", "x", "a finite number >= 0 or null", "'x'"),  # 1.0
+    ("loss_weight", False, "a finite number >= 0 or null", "false"),  # 0.0
+    ("loss_weight", -1, "a finite number >= 0 or null", "-1"),  # out of the loss, as 0
+    ("loss_weight", -0.5, "a finite number >= 0 or null", "-0.5"),
+    ("loss_weight", float("nan"), "a finite number >= 0 or null", "NaN"),  # out of the loss, as 0
+    ("loss_weight", float("inf"), "a finite number >= 0 or null", "Infinity"),  # in the loss, as 1
 ]
 
 
@@ -124,8 +133,8 @@ def test_null_or_absent_info_and_error_read_as_empty() -> None:
         assert traj.info == {} and traj.error is None
 
 
-_ODD = [None, True, False, 0, -1, 3, 2.5, 1e300, float("nan"), 10**400, "", "x", "void", [], [0], [True], [-1], {},
-        {"a": 1}]  # fmt: skip
+_ODD = [None, True, False, 0, -1, 3, 2.5, -0.5, -0.0, 1e300, float("nan"), float("inf"), float("-inf"), 10**400, "",
+        "x", "void", [], [0], [True], [-1], {}, {"a": 1}]  # fmt: skip
 _NAMES = ["id", "group", "reward", "answer", "termination", "error", "info", "void", "correct", "policy_version",
           "void_turns", "loss_weight", "extra"]  # fmt: skip
 
@@ -146,3 +155,18 @@ def test_fields_ok_agrees_with_the_reader(top: dict[str, object], legacy: dict[s
     else:
         accepted = True
     assert fields_ok(data) is accepted, data
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"reward": math.nan}, "reward is NaN"),
+        ({"loss_weight": -math.inf}, "loss_weight is -Infinity"),
+        ({"info": {"eval": {"step_rewards": [0.5, math.inf]}}}, "info.eval.step_rewards[1] is Infinity"),
+    ],
+)
+def test_to_json_never_writes_nan_or_infinity(fields: dict[str, object], where: str) -> None:
+    """``json.dumps`` wrote ``NaN``/``Infinity``: not JSON, refused by other tools and now by tirl's own reader."""
+    traj = Trajectory(id="s1-t0-g0", messages=[], **fields)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=rf"^trajectory 's1-t0-g0': {re.escape(where)}, which JSON cannot hold"):
+        traj.to_json()

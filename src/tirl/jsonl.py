@@ -46,6 +46,7 @@ __all__ = [
     "atomic_write",
     "check_depth",
     "jsonl_line",
+    "nonfinite_to_null",
     "open_input",
     "parse_json",
     "read_jsonl",
@@ -288,16 +289,20 @@ def to_trajectory(path: str | Path, number: int, obj: Any) -> Trajectory:
 _LINE_FIX = 'each line needs {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}'
 
 
-def _finite(value: Any) -> Any:
+def nonfinite_to_null(value: Any) -> Any:
+    """``value`` with every non-finite float (in dicts, lists and tuples, at any depth) replaced by ``None``.
+
+    Containers are copied (tuples become lists); other values are returned as they are.
+    """
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: nonfinite_to_null(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [nonfinite_to_null(v) for v in value]
     return value
 
 
 def dumps_json(value: Any, *, indent: int | None = None) -> str:
     """Strict JSON text: non-finite floats (``inf``, ``nan``) become ``null``, never ``Infinity``/``NaN``."""
-    return json.dumps(_finite(value), indent=indent, allow_nan=False, ensure_ascii=False)
+    return json.dumps(nonfinite_to_null(value), indent=indent, allow_nan=False, ensure_ascii=False)

@@ -193,9 +193,9 @@ def json_kind(value: Any) -> str:
     return "an object" if isinstance(value, dict) else type(value).__name__
 
 
-def _is_number(value: Any) -> bool:
-    """A JSON number a float can hold: not a bool, not an integer beyond 1.8e308 (``float()`` overflows)."""
-    return type(value) is float or (type(value) is int and _fits_float(value))
+def _is_finite(value: Any) -> bool:
+    """A finite JSON number: not a bool, ``NaN``, ``Infinity`` (``1e400`` reads as one) or an integer beyond 1.8e308."""
+    return (type(value) is float and math.isfinite(value)) or (type(value) is int and _fits_float(value))
 
 
 def _fits_float(value: int) -> bool:
@@ -228,7 +228,9 @@ _SPECS: dict[str, _Spec] = {
                 nullable=False),
     "group": _Spec(lambda v: type(v) is str or type(v) is int, "a string, an integer or null",
                    'write the group as a string, e.g. "group": "task-3"'),
-    "reward": _Spec(_is_number, "a number or null", "write the reward as a number (1 or 0, not true or false)"),
+    "reward": _Spec(_is_finite, "a finite number or null",
+                    "write the reward as a finite number (1 or 0, not true or false; NaN and Infinity are not JSON: "
+                    "score the episode 0, or leave the field out)"),
     "answer": _Spec(lambda v: type(v) is str or type(v) is int or (type(v) is float and math.isfinite(v)),
                     "a string, a finite number or null", 'write the answer as a string, e.g. "answer": "3/4"'),
     "termination": _Spec(lambda v: type(v) is str and v in TerminationReason._value2member_map_,
@@ -242,8 +244,8 @@ _SPECS: dict[str, _Spec] = {
     "void_turns": _Spec(lambda v: type(v) is list, "a list of integers >= 0 or null",
                         "list the void assistant turns by index from 0, e.g. [0, 2]", legacy=True,
                         item=lambda i: type(i) is int and i >= 0),
-    "loss_weight": _Spec(_is_number, "a number or null", "write the weight as a number (0 takes it out of the loss)",
-                         legacy=True),
+    "loss_weight": _Spec(lambda v: _is_finite(v) and v >= 0, "a finite number >= 0 or null",
+                         "write the weight as a number >= 0 (0 takes it out of the loss, 1 keeps it)", legacy=True),
 }  # fmt: skip
 
 
@@ -296,7 +298,11 @@ def trajectory_fields(data: dict[str, Any], default_id: str) -> dict[str, Any]:
 
     Every field has one type (:data:`_SPECS`); any other raises :class:`FieldError` naming the field, the type
     and the value: nothing is converted from another type (``"id": null`` was the id ``"None"``, ``"reward":
-    true`` the reward 1.0, ``"correct": "yes"`` no verdict). ``null`` reads as absent, except for ``id``; a
+    true`` the reward 1.0, ``"correct": "yes"`` no verdict). A number must be finite: ``NaN``, ``Infinity`` and
+    ``1e400`` (which :func:`json.loads` reads as ``Infinity``) are refused in ``reward`` and ``loss_weight``
+    (other JSON tools cannot read them, and tirl never writes them: :meth:`Trajectory.to_json` is strict), and so
+    is a negative ``loss_weight`` (the trainer treats a weight as "in the loss or not", so -1 silently meant 0);
+    ``info`` is free-form and not looked into. ``null`` reads as absent, except for ``id``; a
     missing ``id`` is ``default_id``. The typed facts (``void``, ``correct``, ...) of files written before they
     were typed are read from ``info``. Integers and finite floats of ``answer`` become their text (as the task
     files' ground truth does). ``tirl filter``'s fast path asks :func:`fields_ok` (the same checks) instead.
@@ -446,8 +452,35 @@ class Trajectory:
         return cls(messages=messages, **trajectory_fields(data, default_id))
 
     def to_json(self, *, tokens: bool = False) -> str:
-        """One JSONL line."""
-        return json.dumps(self.to_dict(tokens=tokens), ensure_ascii=False)
+        """One JSONL line of strict JSON: a NaN or infinite number raises ``ValueError`` naming where it is.
+
+        ``NaN``/``Infinity`` are not JSON (other tools refuse the line, tirl's reader too), so none is written.
+        tirl's own trajectories never hold one: the Evaluator stage stores rewards and ``info["eval"]``
+        through :func:`tirl.envs.base.checked_result`.
+        """
+        data = self.to_dict(tokens=tokens)
+        try:
+            return json.dumps(data, ensure_ascii=False, allow_nan=False)
+        except ValueError:
+            where = _nonfinite_at(data)
+            if where is None:
+                raise
+            raise ValueError(
+                f"trajectory {self.id!r}: {where[0]} is {json_kind(where[1])}, which JSON cannot hold — "
+                "store a finite number or None"
+            ) from None
+
+
+def _nonfinite_at(value: Any, path: str = "") -> tuple[str, float] | None:
+    """The first non-finite float in ``value`` as ``(path, value)``: ``("info.eval.step_rewards[1]", nan)``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
+    for key, item in items:
+        found = _nonfinite_at(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 @dataclass(slots=True)

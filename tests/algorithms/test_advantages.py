@@ -67,3 +67,30 @@ def test_bad_inputs_are_named() -> None:
     with pytest.raises(ValueError, match="must be equal"):
         group_advantages(torch.zeros(2), torch.zeros(3, dtype=torch.long))
     assert group_advantages(torch.zeros(0), torch.zeros(0, dtype=torch.long)).numel() == 0
+
+
+@pytest.mark.parametrize("estimator", sorted(ADVANTAGE_ESTIMATORS))
+@pytest.mark.parametrize(
+    "rewards",
+    [
+        [-1e30, 0.0, 0.0, 1.0],  # float32 statistics: the std overflowed to inf, every advantage was 0
+        [3e38, 3e38, 0.0],  # float32 statistics: the sum overflowed to inf, every advantage was NaN
+        [1e20, -1e20, 5.0, 2.5],
+    ],
+)
+def test_large_finite_rewards_keep_their_signal(rewards: list[float], estimator: str) -> None:
+    """Rewards a float32 holds (a reward function's ``-abs(pred - truth)`` of an answer the model wrote as 1e30)."""
+    groups = [0] * len(rewards)
+    got = group_advantages(torch.tensor(rewards), torch.tensor(groups), estimator=estimator)
+    assert got.dtype == torch.float32 and torch.isfinite(got).all()
+    as_float32 = torch.tensor(rewards).tolist()  # the reference sees the rewards the function sees
+    want = _reference(as_float32, groups, estimator, std_normalize=True, eps=1e-6)
+    assert got.tolist() == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_nonfinite_reward_is_refused_naming_it(bad: float) -> None:
+    """One NaN made the whole group's advantages NaN, and every optimiser step holding the group was skipped."""
+    rewards = torch.tensor([1.0, 0.0, 1.0, bad, 0.0])
+    with pytest.raises(ValueError, match=rf"^rewards\[3\] is {bad} \(1 of 5 rewards are not finite\) — a reward"):
+        group_advantages(rewards, torch.tensor([0, 0, 1, 1, 1]))

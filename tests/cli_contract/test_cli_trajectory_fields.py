@@ -14,11 +14,16 @@ from cli_run import TRAJ, assert_refused, run_cli
 
 CASES = {
     "id null": ('"id": null', "'id' must be a string or an integer, got null"),  # the id "None"
-    "reward true": ('"reward": true', "'reward' must be a number or null, got true"),  # the reward 1.0
+    "reward true": ('"reward": true', "'reward' must be a finite number or null, got true"),  # the reward 1.0
+    "reward NaN": ('"reward": NaN', "'reward' must be a finite number or null, got NaN"),  # accepted
+    "reward 1e400": ('"reward": 1e400', "'reward' must be a finite number or null, got Infinity"),  # accepted
+    "reward -Infinity": ('"reward": -Infinity', "'reward' must be a finite number or null, got -Infinity"),
     "correct a string": ('"correct": "yes"', "'correct' must be true, false or null, got 'yes'"),  # ignored
     "policy_version a float": ('"policy_version": 2.5', "'policy_version' must be an integer >= 0"),  # 2
     "void_turns a string": ('"void_turns": "1"', "'void_turns' must be a list of integers >= 0"),  # ignored
-    "loss_weight a string": ('"loss_weight": "x"', "'loss_weight' must be a number or null, got 'x'"),  # 1.0
+    "loss_weight a string": ('"loss_weight": "x"', "'loss_weight' must be a finite number >= 0 or null, got 'x'"),
+    "loss_weight negative": ('"loss_weight": -1', "'loss_weight' must be a finite number >= 0 or null, got -1"),  # 0
+    "legacy loss_weight Infinity": ('"info": {"loss_weight": Infinity}', "'info.loss_weight' must be a finite number"),
     "legacy correct a number": ('"info": {"correct": 1}', "'info.correct' must be true, false or null"),  # ignored
     "termination unknown": ('"termination": "voided"', "'termination' must be one of answered"),  # ignored
 }

@@ -74,12 +74,12 @@ def valid_record(rng: random.Random, i: int) -> dict[str, Any]:
     if rng.random() < 0.8:
         rec["answer"] = _pick(rng, answers)
     for key, values in {
-        "reward": [0.0, 1, BIG, -BIG, None, 1e300],
+        "reward": [0.0, 1, BIG, -BIG, None, 1e300, -0.0, -1.5e308],
         "termination": ["void", "answered", "max_turns", "error", None, "void"],
         "group": ["g", BIG, 7, None],
         "info": [{}, {"loss_weight": BIG}, {"deep": [[[[{"a": 1}]]]]}, None],
         "error": ["env.step failed", "", None],
-        "loss_weight": [1.0, 0, BIG, None],
+        "loss_weight": [1.0, 0, BIG, None, -0.0, 0.5],
         "policy_version": [3, BIG, 0, None],
         "correct": [True, False, None],
         "void": [True, False, None],
@@ -110,8 +110,8 @@ def generated_file(path: Path, seed: int, n: int) -> Path:
         lines.append(_line(rng, valid_record(rng, i)))
         if rng.random() < 0.05:
             lines.append(rng.choice(["", "   ", "\t\r", "\u3000", "\x1c"]))  # blank once stripped: skipped
-    lines.append(json.dumps({"messages": [{"role": "assistant", "content": "\\boxed{1}"}], "reward": float("nan")}))
-    lines.append(json.dumps({"id": "inf", "messages": [], "reward": float("inf"), "loss_weight": float("-inf")}))
+    lines.append(json.dumps({"messages": [{"role": "assistant", "content": "\\boxed{1}"}], "reward": 1.7e308}))
+    lines.append(json.dumps({"id": "min", "messages": [], "reward": -5e-324, "loss_weight": 5e-324}))
     lines.append(json.dumps({"id": 10**400, "messages": []}))  # too large for orjson: the reference path
     return write_lines(path, lines, final_newline=seed % 2 == 0)
 
@@ -158,8 +158,8 @@ def test_hand_written_tricky_lines_match_the_reference(tmp_path: Path) -> None:
         '{"id": "c\\u00e9\\ud83d\\ude00\\"\\\\\\/", "messages": []}',  # escapes in the id
         '{"messages": [], "id": 12345678901234567890123}',  # an int id beyond 64 bits
         '{"messages": [], "answer": 98765432109876543210, "id": "big-answer"}',
-        '{"messages": [], "reward": NaN, "id": "nan"}',  # json.loads accepts NaN; orjson does not
-        '{"messages": [], "reward": 1e400, "id": "inf"}',
+        '{"messages": [], "info": {"x": NaN}, "id": "nan"}',  # json.loads accepts NaN, orjson does not; info is free
+        '{"messages": [], "extra": 1e400, "id": "inf"}',  # an unknown field is not looked into
         '{"messages": [], "id": "dup", "id": "dup2"}',  # the last duplicate key wins in both
         '  {"messages": []}  ',
         '{"messages": []}\r',
@@ -220,6 +220,15 @@ BAD = {
     "void_turns holding true": '{"messages": [], "void_turns": [0, true]}',
     "loss_weight a string": '{"messages": [], "loss_weight": "x"}',
     "loss_weight false": '{"messages": [], "loss_weight": false}',
+    "reward NaN": '{"messages": [], "reward": NaN}',  # json.loads reads it; orjson refuses: the reference path
+    "reward Infinity": '{"messages": [], "reward": Infinity}',
+    "reward -Infinity": '{"messages": [], "reward": -Infinity}',
+    "reward 1e400": '{"messages": [], "reward": 1e400}',  # Infinity to json.loads
+    "loss_weight NaN": '{"messages": [], "loss_weight": NaN}',
+    "loss_weight negative": '{"messages": [], "loss_weight": -1}',  # orjson reads it: the fast path must refuse
+    "loss_weight negative float": '{"messages": [], "loss_weight": -0.25}',
+    "loss_weight in info negative": '{"messages": [], "info": {"loss_weight": -2}}',
+    "loss_weight in info -Infinity": '{"messages": [], "info": {"loss_weight": -Infinity}}',
     "tool_calls an empty object": '{"messages": [{"role": "assistant", "content": "x", "tool_calls": {}}]}',
     "tool_calls an empty string": '{"messages": [{"role": "assistant", "content": null, "tool_calls": ""}]}',
     "too many digits": '{"messages": [], "x": ' + "9" * 5000 + "}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,9 @@ async def test_out_of_turns_and_void_are_inferred() -> None:
     assert (await void.evaluate()).info["step_rewards"] == []
 
 
+_REWARDS = {"nan": math.nan, "-inf": -math.inf, "none": None}  # step rewards a task row cannot hold as JSON
+
+
 class _Probe(BaseTextEnv):
     """A real skyrl-gym env written for the test: a ``<tool>`` action, and a switch for postprocessed_action."""
 
@@ -94,6 +98,7 @@ class _Probe(BaseTextEnv):
         super().__init__()
         self.max_turns = int((extras or {}).get("max_turns", 2))
         self.rewrite = bool((extras or {}).get("extra_info", {}).get("rewrite"))
+        self.rewards = list((extras or {}).get("extra_info", {}).get("rewards", [0.5, 0.5]))
 
     def init(self, prompt: Any) -> Any:
         _Probe.threads.append(threading.current_thread().name)
@@ -102,7 +107,8 @@ class _Probe(BaseTextEnv):
     def step(self, action: str) -> Any:
         _Probe.threads.append(threading.current_thread().name)
         self.turns += 1
-        out: dict[str, Any] = {"observations": [{"role": "user", "content": "ok"}], "reward": 0.5,
+        reward = _REWARDS.get(self.rewards[self.turns - 1], self.rewards[self.turns - 1])
+        out: dict[str, Any] = {"observations": [{"role": "user", "content": "ok"}], "reward": reward,
                                "done": self.turns >= self.max_turns, "metadata": {}}  # fmt: skip
         if self.rewrite:
             out["postprocessed_action"] = action.strip()
@@ -116,9 +122,10 @@ def probe_env() -> Any:
     skyrl_gym.envs.registration.deregister("tirl_probe")
 
 
-def _probe_task(tmp_path: Path, rewrite: bool) -> Any:
+def _probe_task(tmp_path: Path, rewrite: bool, rewards: tuple[Any, ...] = (0.5, 0.5)) -> Any:
+    extra = {"rewrite": rewrite, "rewards": list(rewards)}
     row = {"prompt": [{"role": "user", "content": "go"}], "env_class": "tirl_probe",
-           "reward_spec": {"ground_truth": "x"}, "extra_info": {"rewrite": rewrite}}  # fmt: skip
+           "reward_spec": {"ground_truth": "x"}, "extra_info": extra}  # fmt: skip
     path = tmp_path / "probe.jsonl"
     path.write_text(json.dumps(row) + "\n")
     return _tasks("skyrl-gym", path, 1)[0]
@@ -141,6 +148,39 @@ async def test_postprocessed_action_is_refused(tmp_path: Path, probe_env: Any) -
     await env.reset(_probe_task(tmp_path, rewrite=True))
     with pytest.raises(EnvError, match=r"postprocessed_action.*token-in/token-out"):
         await env.step(_say("<tool>a </tool>"))
+
+
+async def _probe_episode(tmp_path: Path, *rewards: Any) -> SkyRLGymEnv:
+    env = SkyRLGymEnv(max_turns=2, rules=rules_from_config(FilterConfig(action_rule="fields", action_tags=["tool"])))
+    await env.reset(_probe_task(tmp_path, rewrite=False, rewards=rewards))
+    await env.step(_say("<tool>a</tool>"))
+    await env.step(_say("<tool>b</tool>"))
+    return env
+
+
+@pytest.mark.parametrize(("rewards", "shown", "turns"), [(("nan", 0.5), "NaN", "1"), ((1.0, "-inf"), "-Infinity", "2")])
+async def test_a_nonfinite_step_reward_scores_the_episode_0_naming_env_class_and_turn(
+    tmp_path: Path, probe_env: Any, rewards: tuple[Any, ...], shown: str, turns: str
+) -> None:
+    """``float(reward or 0.0)`` kept NaN (NaN is truthy) and the sum was NaN; -inf summed to -inf."""
+    result = await (await _probe_episode(tmp_path, *rewards)).evaluate()
+    assert result.reward == 0.0 and not result.correct  # a 1.0 step made it "correct"
+    assert result.info["eval_failure"] == "nonfinite_reward" and result.info["reward_returned"] == shown
+    assert result.info["reward_source"] == f"skyrl-gym env 'tirl_probe' step() in turn {turns}"
+    assert None in result.info["step_rewards"]  # null in the trajectory line, not NaN
+    json.dumps(result.info, allow_nan=False)
+
+
+async def test_a_step_reward_of_none_is_0_and_one_that_is_not_a_number_is_an_error(
+    tmp_path: Path, probe_env: Any
+) -> None:
+    """A string was read as its number (``float("0.5")``); now the episode ends ``error`` naming the env class."""
+    result = await (await _probe_episode(tmp_path, "none", 1.0)).evaluate()
+    assert result.info["step_rewards"] == [0.0, 1.0] and result.reward == 1.0 and result.correct
+    env = SkyRLGymEnv(max_turns=2, rules=rules_from_config(FilterConfig(action_rule="fields", action_tags=["tool"])))
+    await env.reset(_probe_task(tmp_path, rewrite=False, rewards=("0.5", 0.5)))
+    with pytest.raises(EnvError, match=r"^skyrl-gym env 'tirl_probe' step\(\) returned the reward '0.5' \(str\)"):
+        await env.step(_say("<tool>a</tool>"))
 
 
 def test_the_env_class_decides_the_action_rule(tmp_path: Path) -> None:

@@ -96,6 +96,33 @@ async def test_a_void_turn_stops_the_verifiers_rollout_and_still_scores() -> Non
     await env.close()
 
 
+async def test_a_reward_function_that_returns_nan_scores_the_episode_0_and_is_named(monkeypatch: Any) -> None:
+    """The rubric's weighted sum was NaN, stored as the reward (and written as ``NaN`` into trajectories.jsonl)."""
+    import verifiers as vf
+    from verifiers_calc import boxed_sum, load_environment
+
+    from tirl.integrations import verifiers_env
+
+    def relative_error(completion: Any, answer: str, **_: Any) -> float:
+        return float("nan")  # e.g. abs(pred - truth) / truth of a pred the model wrote as "nan"
+
+    calc = load_environment()
+    vf_env = vf.ToolEnv(tools=[calc.tools[0]], dataset=calc.dataset, system_prompt=calc.system_prompt,
+                        rubric=vf.Rubric(funcs=[boxed_sum, relative_error]), max_turns=3)  # fmt: skip
+    monkeypatch.setitem(verifiers_env._LOADED, "nan-test", vf_env)
+    task = _task(0)
+    env = VerifiersEnv(variant="nan-test", offer_tools=False)
+    await env.reset(task)
+    await env.step(Message(role=Role.ASSISTANT, content=f"\\boxed{{{task.answer}}}"))
+    result = await env.evaluate()
+    await env.close()
+    assert result.reward == 0.0 and not result.correct
+    metrics = result.info["metrics"]
+    assert metrics["boxed_sum"] == 1.0 and metrics["relative_error"] is None  # null in the line, not NaN
+    assert result.info["eval_failure"] == "nonfinite_reward" and result.info["reward_returned"] == "NaN"
+    assert result.info["reward_source"] == "the reward function relative_error of verifiers env 'nan-test'"
+
+
 TINY = ["--set", "trainer.prompts_per_step=2", "--set", "algo.group_size=2", "--set", "filter.mode=off",
         "--set", "generation.max_new_tokens=16", "--set", "generation.max_total_tokens=300", "--set", "env.eval_size=2",
         "--set", "trainer.threads=1", "--set", "trainer.eval_before_after=false"]  # fmt: skip

@@ -18,7 +18,16 @@ whose rewards are all equal.
 ``weights`` (optional, ``[N]``) marks trajectories that are *in the group
 statistics* but whose advantage is forced to 0 afterwards — not used by
 ``drop`` (void trajectories are absent), kept so callers can experiment.
-Not covered: token-level (GAE) advantages — tirl has no value model.
+
+The statistics are computed in float64 and the advantages returned as float32: in float32 a reward of
+1e30 squared overflowed (the group's std became inf and every advantage 0: the group taught nothing) and two
+rewards of 3e38 summed to inf (NaN advantages, so every optimiser step holding the group was skipped). A
+non-finite reward raises ``ValueError`` naming it: one NaN made the whole group's advantages NaN. tirl's
+rollout never passes one (:func:`tirl.envs.base.checked_result` scores such an episode 0); a caller that builds
+trajectories itself gets the error, not a run of silently skipped updates.
+
+Not covered: token-level (GAE) advantages — tirl has no value model; rewards whose spread in a group exceeds
+float32 (about 1.7e38) without ``std_normalize`` (RLOO, or GRPO without it), whose advantages overflow.
 """
 
 from __future__ import annotations
@@ -98,10 +107,10 @@ def group_advantages(
 ) -> Tensor:
     """One advantage per trajectory, normalised within its group.
 
-    rewards: Tensor  # [N] float
+    rewards: Tensor  # [N] float, finite (else ValueError)
     group_ids: Tensor  # [N] long, dense ids 0..G-1
     weights: Tensor | None  # [N]; where 0, the advantage is set to 0 after the statistics
-    returns: Tensor  # [N]
+    returns: Tensor  # [N] float32
     """
     if estimator not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"advantage estimator {estimator!r} is not one of {', '.join(ADVANTAGE_ESTIMATORS)}")
@@ -109,7 +118,13 @@ def group_advantages(
         raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be equal [N]")
     if rewards.numel() == 0:
         return rewards.clone()
-    adv = ADVANTAGE_ESTIMATORS[estimator](rewards.float(), group_ids.long(), std_normalize, eps)
+    bad = (~torch.isfinite(rewards)).nonzero().flatten().tolist()
+    if bad:
+        raise ValueError(
+            f"rewards[{bad[0]}] is {rewards[bad[0]].item()} ({len(bad)} of {rewards.numel()} rewards are not finite)"
+            " — a reward must be a finite number: score such an episode 0 (tirl.envs.base.checked_result does)"
+        )
+    adv = ADVANTAGE_ESTIMATORS[estimator](rewards.double(), group_ids.long(), std_normalize, eps).float()
     if weights is not None:
         adv = adv * (weights > 0).to(adv.dtype)
     return adv

@@ -11,10 +11,13 @@ turn) apart from *truncated* (a limit cut the episode: max turns).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from tirl.types import Message, Role, TerminationReason
+from tirl.errors import show_value
+from tirl.jsonl import nonfinite_to_null
+from tirl.types import Message, Role, TerminationReason, json_kind
 
 T = TypeVar("T")
 
@@ -51,6 +54,26 @@ class EvalResult:
     judge its code killed) is a result, not an exception: reward 0 with ``info["eval_failure"]`` naming
     the reason, which the rollout counts in ``rollout/eval_failure/<reason>``. Raising is for
     infrastructure failures only (they end the episode ``eval_failed``, outside the update).
+
+    ``reward`` must be a number (a bool, an int, a float, a numpy or torch scalar). The Evaluator stage
+    passes every result through :func:`checked_result`, and the reward's *value* and *type* are judged apart:
+
+    * **NaN, ±inf, or beyond ±** :data:`REWARD_MAX` **is the episode's failure**: reward 0, ``correct``
+      false, ``info["eval_failure"] = "nonfinite_reward"`` (counted in
+      ``rollout/eval_failure/nonfinite_reward``) with the value in ``reward_returned`` and the function in
+      ``reward_source``, and one warning naming that function per rollout request. Why not infrastructure:
+      the value comes from the model's text as often as from a bug (``float("nan")`` or ``float("1e999")``
+      of the answer it wrote, ``-abs(pred - truth)`` with ``pred`` infinite, a ratio over an empty answer),
+      tirl cannot tell the two apart, and an episode left out of the update would be an escape the policy
+      learns (write ``nan`` rather than a wrong answer). A function broken for every input shows as reward 0
+      on every episode with that count and warning, like swe-lite's ``no_verdict``. Not covered: for a
+      reward whose range reaches below 0, 0 is not the worst score; return your own worst score instead.
+    * **Not a number** (``None``, a string, even ``"1.0"``, a list) **is the code's bug**, whatever the model
+      wrote: :class:`EnvError` naming the function, the episode ends ``eval_failed`` at once (no retry: the
+      same code returns the same type), and a step where every episode fails so stops the run with one
+      ``error:`` line (:mod:`tirl.trainer.failfast`).
+
+    Non-finite floats inside ``info`` are stored as ``null``: a trajectory line is strict JSON.
     """
 
     reward: float
@@ -89,6 +112,52 @@ class EnvError(RuntimeError):
     exception) into a trajectory with reason ``init_failed`` / ``error`` /
     ``eval_failed`` and the message in ``Trajectory.error``.
     """
+
+
+#: The largest reward magnitude tirl trains on: float32's largest value (the trainer holds rewards as float32).
+REWARD_MAX = 3.4028234663852886e38
+#: ``EvalResult.info["eval_failure"]`` of a reward tirl cannot train on (see :class:`EvalResult`).
+NONFINITE_REWARD = "nonfinite_reward"
+
+
+def reward_number(value: Any, source: str) -> float:
+    """``value`` as a float; :class:`EnvError` naming ``source`` (the function) when it is not a number.
+
+    Numbers are what ``float()`` takes other than text: bools, ints, floats, numpy and torch scalars. An int
+    too large for a float is ±inf. ``None``, a string (even ``"1.0"``) and a container are not numbers.
+    """
+    if value is not None and not isinstance(value, str | bytes | bytearray):
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond 1.8e308
+            return math.inf if value > 0 else -math.inf
+        except (TypeError, ValueError):
+            pass
+    raise EnvError(
+        f"{source} returned the reward {show_value(value)} ({type(value).__name__}), not a number — "
+        "return a float from it (0.0 for no reward)"
+    )
+
+
+def trainable(reward: float) -> bool:
+    """Whether tirl can train on ``reward``: finite and within ±:data:`REWARD_MAX`."""
+    return math.isfinite(reward) and abs(reward) <= REWARD_MAX
+
+
+def checked_result(result: EvalResult, source: str) -> EvalResult:
+    """``result`` as the Evaluator stores it: a reward tirl can train on, an ``info`` strict JSON can hold.
+
+    ``source`` names the function that computed the reward. A reward that is not a number raises
+    :class:`EnvError`; a non-finite one becomes reward 0 with ``eval_failure`` ``nonfinite_reward`` (the
+    choice, and why, is :class:`EvalResult`'s). Non-finite floats anywhere in ``info`` become ``None``.
+    A result this returns passes through it again unchanged.
+    """
+    reward = reward_number(result.reward, source)
+    info = nonfinite_to_null(dict(result.info))
+    if trainable(reward):
+        return EvalResult(reward=reward, correct=bool(result.correct), info=info)
+    info.update(eval_failure=NONFINITE_REWARD, reward_returned=json_kind(reward), reward_source=source)
+    return EvalResult(reward=0.0, correct=False, info=info)
 
 
 class EpisodeOverError(RuntimeError):

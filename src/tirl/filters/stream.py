@@ -27,7 +27,8 @@ Why those limits make the fast path exact: ``orjson`` refuses everything
 :func:`tirl.jsonl.parse_json` refuses except nesting (checked here) and
 returns the same values except integers beyond 64 bits, which it turns into
 floats; a float is never taken where the output depends on the value (``id``,
-``answer``), and the other numbers are only type-checked. ``orjson`` refuses
+``answer``), and the other numbers are only checked for type, finiteness and
+sign, which such a float keeps. ``orjson`` refuses
 some text that :func:`json.loads` accepts (``NaN``, ``1e400``, lone surrogate
 escapes): those lines take the reference path. Tests compare both paths on
 generated and hand-written lines (``tests/filters/test_stream.py``).

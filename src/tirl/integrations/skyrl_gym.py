@@ -32,7 +32,12 @@ An episode (:class:`SkyRLGymEnv`):
 * The per-step rewards are kept (``StepResult.reward`` and
   ``evaluate().info["step_rewards"]``, which the pipeline stores in the
   trajectory's ``info["eval"]``); the episode's reward is their sum, and it is
-  ``correct`` when a step scored 1.0 or more (skyrl-gym's full score).
+  ``correct`` when a step scored 1.0 or more (skyrl-gym's full score). A step
+  reward of ``None`` is 0; one that is not a number (a string, even ``"1"``)
+  raises :class:`~tirl.envs.base.EnvError` naming the env class (the episode
+  ends ``error``); a NaN or infinite one scores the episode 0 with
+  ``eval_failure`` ``nonfinite_reward`` naming the env class and the turn, and is
+  ``null`` in ``step_rewards`` (:class:`~tirl.envs.base.EvalResult` says why).
 * Termination is inferred, since skyrl-gym only says ``done``: done on a turn
   the rule calls an answer → ``answered``; done at or after ``max_turns`` →
   ``max_turns`` (truncated); done on another action → ``submitted``; not done
@@ -70,6 +75,9 @@ from tirl.envs.base import (
     Task,
     check_evaluable,
     check_step,
+    checked_result,
+    reward_number,
+    trainable,
 )
 from tirl.envs.tasks.files import TaskRow
 from tirl.errors import ConfigError, InputError, SetupError
@@ -311,7 +319,8 @@ class SkyRLGymEnv:
                 f"skyrl-gym env {self.env_class!r} returned postprocessed_action, which rewrites the model's output "
                 "and breaks token-in/token-out — tirl refuses it; return the action unchanged (None)"
             )
-        reward = float(out.get("reward") or 0.0)
+        raw = out.get("reward")
+        reward = 0.0 if raw is None else reward_number(raw, self._step_source())  # not a number: EnvError
         self.step_rewards.append(reward)
         info["reward"] = reward
         obs = [_message(item, str(self.env_class)) for item in out.get("observations") or []]
@@ -341,7 +350,14 @@ class SkyRLGymEnv:
             "reason": None if self._reason is None else self._reason.value,
             "turns": self.turns,
         }
-        return EvalResult(reward=float(sum(rewards)), correct=any(r >= 1.0 for r in rewards), info=info)
+        bad = [i + 1 for i, r in enumerate(rewards) if not trainable(r)]
+        source = self._step_source() + (f" in turn {', '.join(map(str, bad))}" if bad else "")
+        result = EvalResult(reward=float(sum(rewards)), correct=any(r >= 1.0 for r in rewards), info=info)
+        return checked_result(result, source)
+
+    def _step_source(self) -> str:
+        """The function a step reward comes from, as an error names it."""
+        return f"skyrl-gym env {self.env_class!r} step()"
 
     async def close(self) -> None:
         """Close the skyrl-gym env (in a thread); safe to call twice."""

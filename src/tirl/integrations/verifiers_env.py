@@ -29,7 +29,11 @@ messages keep their ``tool_call_id``), and the assistant message tirl sampled
   by the rubric). tirl's own ``env.max_turns`` also truncates (``max_turns``).
 * ``evaluate`` scores with the environment's rubric (``rubric.score_rollout``;
   ``reward`` = its weighted sum, ``correct`` = reward >= 1.0, the metrics in
-  ``info["metrics"]``) and runs the rubric's cleanup.
+  ``info["metrics"]``) and runs the rubric's cleanup. verifiers itself scores a
+  reward function that raises or returns a non-number 0; one that returns NaN or
+  ±inf makes the sum non-finite, and the episode scores 0 with ``eval_failure``
+  ``nonfinite_reward`` naming that function (its metric is ``null``;
+  :class:`~tirl.envs.base.EvalResult` says why it is the episode's failure).
 
 Not covered: group-level reward functions (``Rubric.score_group``; they need
 every rollout of a group at once), verifiers ``v1`` environments (0.4+),
@@ -49,7 +53,18 @@ import time
 from typing import Any
 
 from tirl.config import EnvConfig
-from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, StepResult, Task, check_evaluable, check_step
+from tirl.envs.base import (
+    EnvError,
+    EpisodeOverError,
+    EvalResult,
+    StepResult,
+    Task,
+    check_evaluable,
+    check_step,
+    checked_result,
+    reward_number,
+    trainable,
+)
 from tirl.errors import ConfigError, SetupError
 from tirl.parsing import ActionKind, ParseRules, judge_message
 from tirl.types import Message, Role, TerminationReason, ToolCall
@@ -253,6 +268,7 @@ class VerifiersEnv:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.vf_env = load_vf_env(variant)
+        self.variant = variant
         self.max_turns = max_turns
         self.rules = rules
         defs = getattr(self.vf_env, "tool_defs", None) or []
@@ -347,11 +363,15 @@ class VerifiersEnv:
             raise EnvError("the verifiers rollout was cancelled before it produced a state")
         await self.vf_env.rubric.score_rollout(self.state)
         await self.vf_env.rubric.cleanup(self.state)
-        reward = float(self.state.get("reward") or 0.0)
         metrics = {k: float(v) for k, v in (self.state.get("metrics") or {}).items()}
+        bad = [k for k, v in metrics.items() if not trainable(v)]
+        scorer = f"reward function {', '.join(bad)}" if bad else "rubric"
+        source = f"the {scorer} of verifiers env {self.variant!r}"
+        raw = self.state.get("reward")
+        reward = 0.0 if raw is None else reward_number(raw, source)
         info = {"metrics": metrics, "stop_condition": self.state.get("stop_condition"), "turns": self._turns,
                 "reason": None if self._reason is None else self._reason.value}  # fmt: skip
-        return EvalResult(reward=reward, correct=reward >= 1.0 - 1e-9, info=info)
+        return checked_result(EvalResult(reward=reward, correct=reward >= 1.0 - 1e-9, info=info), source)
 
     async def close(self) -> None:
         """Stop the rollout if it still runs; safe to call twice."""

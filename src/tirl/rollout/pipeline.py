@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tirl.config import RolloutConfig
-from tirl.envs.base import Env, Task
+from tirl.envs.base import NONFINITE_REWARD, Env, EvalResult, Task, checked_result
 from tirl.errors import describe
 from tirl.rollout.base import EnvFactory, EpisodeRunner, RolloutBatch, RolloutRequest
 from tirl.rollout.trace import STAGES, StageBoard, TraceSummary
@@ -176,6 +176,7 @@ class Stages:
         self.counts: Counter[str] = Counter()
         self.live: set[EnvHandle] = set()
         self.finished = 0
+        self._warned: set[object] = set()  # the reward sources already warned of (one line each per collect)
 
     def now(self) -> float:
         """Seconds since this ``collect`` started."""
@@ -295,7 +296,12 @@ class Stages:
         return not ep.traj.failed
 
     async def evaluate(self, ep: Episode) -> None:
-        """Compute the reward (with timeout and retries); on failure the episode ends ``eval_failed``."""
+        """Compute the reward (with timeout and retries); on failure the episode ends ``eval_failed``.
+
+        The result is stored through :func:`~tirl.envs.base.checked_result`: a reward that is not a number
+        ends the episode ``eval_failed`` at once (retrying the same code gives the same type); a non-finite one
+        scores the episode 0 (``eval_failure`` ``nonfinite_reward``) and is logged once per source.
+        """
         assert ep.env is not None, "evaluate() before a successful initialize()"
         timing = self._begin(ep, "eval")
         try:
@@ -304,16 +310,37 @@ class Stages:
                 try:
                     async with asyncio.timeout(self.cfg.eval_timeout_s):
                         result = await ep.env.env.evaluate()
-                    ep.traj.reward = float(result.reward)
-                    ep.traj.correct = bool(result.correct)
-                    if result.info:
-                        ep.traj.info["eval"] = dict(result.info)
-                    return
                 except (Exception, asyncio.CancelledError) as exc:
                     error = self._attempt_error(exc, "eval", "evaluation", "failed:")
+                    continue
+                error = self._store(ep, result)
+                if not error:
+                    return
+                break
             self._fail(ep, TerminationReason.EVAL_FAILED, f"{error} [{timing.attempts} attempt(s)]")
         finally:
             self._end(timing, "eval")
+
+    def _store(self, ep: Episode, result: EvalResult) -> str:
+        """Put ``result`` into the trajectory; the failure text when it cannot be stored, else ``""``."""
+        assert ep.env is not None
+        env = ep.env.env
+        source = f"env {getattr(env, 'name', '?')!r} ({type(env).__module__}.{type(env).__qualname__}.evaluate)"
+        try:
+            checked = checked_result(result, source)
+        except Exception as exc:
+            return f"evaluation failed: {describe(exc)}"
+        ep.traj.reward, ep.traj.correct = checked.reward, checked.correct
+        if checked.info:
+            ep.traj.info["eval"] = checked.info
+        where = checked.info.get("reward_source")
+        if checked.info.get("eval_failure") == NONFINITE_REWARD and where not in self._warned:
+            self._warned.add(where)
+            log.warning(
+                "%s returned the reward %s: the episode scores 0 (counted in rollout/eval_failure/%s)",
+                where, checked.info.get("reward_returned"), NONFINITE_REWARD,
+            )  # fmt: skip
+        return ""
 
     async def finish(self, ep: Episode) -> None:
         """The episode is over: close its env (once) and count it."""

@@ -34,6 +34,10 @@ _TURN = re.compile(r"^env\.step failed in turn \d+: ")
 
 #: (a pattern of the failure text, the fix) — the first match names the fix; see :func:`fix_for`.
 FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (  # tirl.envs.base.reward_number: the reward function's bug, whatever the model wrote
+        re.compile(r"returned the reward .* not a number"),
+        "make the reward function the error names return a float (0.0 for no reward)",
+    ),
     (
         re.compile(r"chat format has no tool definitions|does not render tool", re.I),
         "give a model whose chat template renders tools (--model DIR), or --set env.offer_tools=false "

@@ -49,6 +49,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +90,10 @@ def rollout_metrics(sampled: list[Trajectory]) -> dict[str, Any]:
     lens = [float(len(t.token_ids)) for t in ok]
     turns = [float(len(t.turns) or len(t.assistant_messages)) for t in ok]
     rewards = [float(t.reward or 0.0) for t in ok]
+    broken = Counter(_eval_failure(t) for t in ok)  # evaluations the episode broke: reward 0, in the update
+    broken.pop(None, None)
     return {
+        **{f"rollout/eval_failure/{why}": float(n) for why, n in sorted(broken.items())},
         "rollout/trajectories": len(sampled),
         "rollout/failed": len(sampled) - len(ok),
         "rollout/max_seq_len": max(lens) if lens else None,
@@ -99,6 +103,13 @@ def rollout_metrics(sampled: list[Trajectory]) -> dict[str, Any]:
         "reward/mean": _mean(rewards),
         "reward/correct_frac": _mean([1.0 if is_correct(t) else 0.0 for t in ok]),
     }
+
+
+def _eval_failure(traj: Trajectory) -> str | None:
+    """``info["eval"]["eval_failure"]`` (:class:`tirl.envs.base.EvalResult`), when the evaluation set one."""
+    evaluation = traj.info.get("eval")
+    why = evaluation.get("eval_failure") if isinstance(evaluation, dict) else None
+    return why if isinstance(why, str) else None
 
 
 def is_correct(traj: Trajectory) -> bool:
