@@ -73,7 +73,7 @@ from tirl.trainer.loop import Collected, run_steps
 from tirl.trainer.progress import TrainProgress
 from tirl.trainer.train_state import RngState
 from tirl.trainer.update import PolicyUpdater
-from tirl.types import Group, Trajectory
+from tirl.types import Group, TerminationReason, Trajectory
 
 log = logging.getLogger("tirl.trainer")
 
@@ -85,8 +85,14 @@ def _mean(values: list[float]) -> float | None:
 
 
 def rollout_metrics(sampled: list[Trajectory]) -> dict[str, Any]:
-    """``rollout/*`` and ``reward/*`` metrics over every non-failed sampled trajectory."""
+    """``rollout/*`` and ``reward/*`` metrics over every non-failed sampled trajectory.
+
+    ``rollout/termination/<reason>`` counts how every sampled trajectory ended (failed ones too), one key per
+    :class:`~tirl.types.TerminationReason` in every row (0 when none ended so), so a plot or a CSV column never
+    starts mid-run; a trajectory without a termination is not counted there.
+    """
     ok = [t for t in sampled if not t.failed]
+    ends = Counter(t.termination for t in sampled if t.termination is not None)
     lens = [float(len(t.token_ids)) for t in ok]
     turns = [float(len(t.turns) or len(t.assistant_messages)) for t in ok]
     rewards = [float(t.reward or 0.0) for t in ok]
@@ -94,6 +100,7 @@ def rollout_metrics(sampled: list[Trajectory]) -> dict[str, Any]:
     broken.pop(None, None)
     return {
         **{f"rollout/eval_failure/{why}": float(n) for why, n in sorted(broken.items())},
+        **{f"rollout/termination/{reason.value}": float(ends[reason]) for reason in TerminationReason},
         "rollout/trajectories": len(sampled),
         "rollout/failed": len(sampled) - len(ok),
         "rollout/max_seq_len": max(lens) if lens else None,
