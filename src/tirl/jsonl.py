@@ -27,8 +27,10 @@ Writes go through :func:`tirl.fileio.atomic_write` (re-exported here).
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
+import numbers
 import re
 import stat
 import sys
@@ -43,8 +45,10 @@ from tirl.types import FieldError, Trajectory
 __all__ = [
     "MAX_DEPTH",
     "JSONProblem",
+    "NotJSON",
     "atomic_write",
     "check_depth",
+    "json_value",
     "jsonl_line",
     "nonfinite_to_null",
     "open_input",
@@ -301,6 +305,47 @@ def nonfinite_to_null(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [nonfinite_to_null(v) for v in value]
     return value
+
+
+class NotJSON(TypeError):
+    """A value strict JSON cannot hold; ``path`` says where (``.key``, ``[3]``), the message what it is."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+        super().__init__(f"{path or 'the value'} is {what}, which JSON cannot hold")
+
+
+def json_value(value: Any, path: str = "") -> Any:
+    """``value`` as plain JSON data: what :func:`dumps_json` writes as it is, or :class:`NotJSON` naming where.
+
+    Kept: ``None``, bools, ints, strings, finite floats (non-finite ones become ``None``, as in
+    :func:`nonfinite_to_null`), dicts with string keys (int, float, bool and ``None`` keys become text, as
+    :func:`json.dumps` makes them), lists and tuples (as lists), other real numbers (``Fraction``, ``Decimal``)
+    as floats. Array-like values with ``tolist()`` (numpy
+    scalars and arrays, torch tensors) become their plain lists and numbers, losslessly. Anything else (a set,
+    bytes, an arbitrary object, a dict key of another type) is :class:`NotJSON`.
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float | numbers.Real | decimal.Decimal):  # a Fraction, a Decimal: as the reward is read
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                raise NotJSON(f"{path}.{key!r}", f"under a {type(key).__name__} key")
+            name = key if isinstance(key, str) else json.dumps(key)
+            out[name] = json_value(item, f"{path}.{name}")
+        return out
+    if isinstance(value, list | tuple):
+        return [json_value(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist) and type(value).__module__.split(".")[0] in ("numpy", "torch"):
+        return json_value(tolist(), path)
+    name = type(value).__name__
+    raise NotJSON(path, f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}")
 
 
 def dumps_json(value: Any, *, indent: int | None = None) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
 
@@ -26,6 +27,11 @@ from tirl.jsonl import read_trajectories
 from tirl.types import Message, Role, TerminationReason
 
 REWARDS: dict[str, Any] = {"nan-reward": math.nan, "text-reward": "1"}
+#: ``info`` an env's ``evaluate`` returns (reward 1.0): numpy values become plain JSON; a set is the env's bug.
+INFOS: dict[str, dict[str, Any]] = {
+    "numpy-info": {"raw": np.float32(0.5), "arr": np.arange(2)},
+    "set-info": {"raw": {1, 2}},
+}
 
 
 class RewardEnv:
@@ -44,6 +50,8 @@ class RewardEnv:
         return StepResult([], terminated=True, reason=TerminationReason.ANSWERED)
 
     async def evaluate(self) -> EvalResult:
+        if RewardEnv.name in INFOS:
+            return EvalResult(reward=1.0, correct=True, info=INFOS[RewardEnv.name])
         value = REWARDS[RewardEnv.name] if self.seed % 2 == 0 or RewardEnv.name == "text-reward" else 1.0
         return EvalResult(reward=value, correct=False, info={"raw": value})
 
@@ -95,3 +103,32 @@ def test_a_reward_function_of_nan_or_text(
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["rollout/eval_failure/nonfinite_reward"] for r in rows] == [2.0, 2.0]
     assert all(r["train/skipped_updates"] == 0 and r["reward/mean"] == 0.5 for r in rows)
+
+
+@pytest.fixture(params=sorted(INFOS))
+def info_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setattr(RewardEnv, "name", request.param)
+    register_env(request.param, RewardEnv, tasks="tirl.envs.tasks.chain_gen:task_source")
+    try:
+        yield request.param
+    finally:
+        unregister_env(request.param)
+
+
+def test_an_info_of_numpy_values_or_a_set(
+    info_env: str, model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the trajectory writer raised TypeError on both (a traceback mid-run, after the step's work)."""
+    run_dir = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--run-dir", str(run_dir), "--env", info_env, "--steps", "1",
+            "--set", "rollout.retries=1", *TINY_TRAIN_ARGS]  # fmt: skip
+    code = main(args)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if info_env == "set-info":
+        (line,) = [x for x in err.splitlines() if x.startswith("error:")]
+        assert code == 2 and "(test_reward_values.RewardEnv.evaluate) returned info.raw, which is a set" in line
+        return
+    assert code == 0, err
+    trajs = [t for _, t in read_trajectories(run_dir / "trajectories.jsonl")]
+    assert trajs and all(t.info["eval"]["raw"] == 0.5 and t.info["eval"]["arr"] == [0, 1] for t in trajs)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from tirl.errors import show_value
-from tirl.jsonl import nonfinite_to_null
+from tirl.jsonl import NotJSON, json_value
 from tirl.types import Message, Role, TerminationReason, json_kind
 
 T = TypeVar("T")
@@ -149,11 +149,19 @@ def checked_result(result: EvalResult, source: str) -> EvalResult:
 
     ``source`` names the function that computed the reward. A reward that is not a number raises
     :class:`EnvError`; a non-finite one becomes reward 0 with ``eval_failure`` ``nonfinite_reward`` (the
-    choice, and why, is :class:`EvalResult`'s). Non-finite floats anywhere in ``info`` become ``None``.
+    choice, and why, is :class:`EvalResult`'s). ``info`` becomes plain JSON (:func:`tirl.jsonl.json_value`):
+    non-finite floats become ``None``, numpy and torch values their plain numbers and lists; a value JSON
+    cannot hold (a set, an object) is :class:`EnvError` naming ``source`` and the key, like a reward that is not
+    a number (the env's code, not the episode: before, it crashed the trainer when the trajectory was logged).
     A result this returns passes through it again unchanged.
     """
     reward = reward_number(result.reward, source)
-    info = nonfinite_to_null(dict(result.info))
+    try:
+        info = json_value(dict(result.info))
+    except NotJSON as exc:
+        where = f"info{exc.path}" if exc.path else "info"
+        raise EnvError(f"{source} returned {where}, which is {exc.what}: JSON cannot hold it — store numbers, text, "
+                       "lists and dicts in info (a set as a sorted list, an object as text)") from None  # fmt: skip
     if trainable(reward):
         return EvalResult(reward=reward, correct=bool(result.correct), info=info)
     info.update(eval_failure=NONFINITE_REWARD, reward_returned=json_kind(reward), reward_source=source)
