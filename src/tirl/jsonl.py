@@ -328,7 +328,7 @@ def json_value(value: Any, path: str = "") -> Any:
     """
     if value is None or isinstance(value, bool | int | str):
         return value
-    if isinstance(value, float | numbers.Real | decimal.Decimal):  # a Fraction, a Decimal: as the reward is read
+    if isinstance(value, numbers.Real | decimal.Decimal):  # float, Fraction, Decimal: as the reward is read
         number = float(value)
         return number if math.isfinite(number) else None
     if isinstance(value, dict):

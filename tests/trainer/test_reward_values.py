@@ -64,14 +64,19 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("m") / "model")
 
 
+def _registered(name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """``RewardEnv`` registered as ``name`` (its behaviour follows the name) for one test."""
+    monkeypatch.setattr(RewardEnv, "name", name)
+    register_env(name, RewardEnv, tasks="tirl.envs.tasks.chain_gen:task_source")
+    try:
+        yield name
+    finally:
+        unregister_env(name)
+
+
 @pytest.fixture(params=sorted(REWARDS))
 def env_name(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setattr(RewardEnv, "name", request.param)
-    register_env(request.param, RewardEnv, tasks="tirl.envs.tasks.chain_gen:task_source")
-    try:
-        yield request.param
-    finally:
-        unregister_env(request.param)
+    yield from _registered(request.param, monkeypatch)
 
 
 def test_a_reward_function_of_nan_or_text(
@@ -107,12 +112,7 @@ def test_a_reward_function_of_nan_or_text(
 
 @pytest.fixture(params=sorted(INFOS))
 def info_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setattr(RewardEnv, "name", request.param)
-    register_env(request.param, RewardEnv, tasks="tirl.envs.tasks.chain_gen:task_source")
-    try:
-        yield request.param
-    finally:
-        unregister_env(request.param)
+    yield from _registered(request.param, monkeypatch)
 
 
 def test_an_info_of_numpy_values_or_a_set(
