@@ -4,9 +4,9 @@ Each refusal is one ``error: FILE:LINE: …`` line and exit 2, through ``tirl.cl
 logs was read (a junk cell as missing, ``true`` as 1.0, the last file's value, a step made up) and the verdict
 was ``healthy`` with exit 0. Covered: junk metric cells in JSONL and wandb CSV, a log of nulls only, files
 that disagree on a step (both orders), bad steps (twice with other values, missing, ``"x"``, negative,
-``1.5``), CSV rows longer or shorter than the header, a TSV saved as ``.csv``, TensorBoard event files and
-directories, and a torn last JSONL line (read, with a note). Still read: numeric strings, null/NaN/empty
-cells, a file without any step column, rows of one step that do not disagree.
+``1.5``), CSV rows longer or shorter than the header, a TSV saved as ``.csv``, and a torn last JSONL line (read,
+with a note). Still read: numeric strings, null/NaN/empty cells, a file without any step column, rows of one step
+that do not disagree.
 """
 
 from __future__ import annotations
@@ -205,24 +205,6 @@ def test_an_unknown_header_is_cut_in_the_keys_found(tmp_path: Path, capsys: pyte
     path.write_text(json.dumps({"x" * 3000: 1}) + "\n", encoding="utf-8")
     line = _refused(capsys, path)
     assert "cannot recognise the log format" in line and "(3000 characters)" in line and len(line) < 1500
-
-
-# ------------------------------------------------------------------ TensorBoard
-def test_a_tensorboard_directory_or_event_file_says_how_to_get_the_scalars(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    tb = tmp_path / "run" / "tb"
-    tb.mkdir(parents=True)
-    event = tb / "events.out.tfevents.1700000000.host.1.0"
-    event.write_bytes(b"\x18\x00\x00\x00\x00\x00\x00\x00\xa3\x7fK\x22\t\x00\x00\x00\xff\xfe")
-    for arg, problem in (
-        (tb, f"{tb}: no metrics.jsonl, only TensorBoard event files ({event.name})"),
-        (tmp_path / "run", f"{tmp_path / 'run'}: no metrics.jsonl, only TensorBoard event files (tb/{event.name})"),
-        (event, f"{event}: a TensorBoard event file, not a training log"),
-    ):
-        line = _refused(capsys, arg)
-        assert line.startswith(f"error: {problem}") and "TensorBoard event files are not read" in line
-        assert "metrics.jsonl" in line and "CSV" in line and "UTF-8" not in line and "not found" not in line
 
 
 # ------------------------------------------------------------------ a torn last line

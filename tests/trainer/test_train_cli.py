@@ -57,6 +57,11 @@ def test_train_writes_the_run_directory_and_eval_reads_the_checkpoint(model_dir:
     assert [e.step for e in acc.Scalars("eval/accuracy")] == [0, 2]  # before training and after the last step
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2] and set(REQUIRED_METRICS) <= set(rows[0])
+    verdicts = []  # the run's TensorBoard scalars diagnose as its metrics.jsonl does
+    for log in (run_dir, run_dir / "tb"):
+        code, out = _main(["diagnose", "training", str(log), "--json"], capsys)
+        verdicts.append({k: v for k, v in json.loads(out).items() if k in ("verdict", "steps", "format")})
+    assert verdicts[0] == verdicts[1] and verdicts[0]["steps"] == 2
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["eval/n"] == 4
     assert summary["built_with"] == build_line()  # the torch/MKL kernels and CPU its figures repeat on

@@ -44,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--bundle", type=Path, help="also write the evidence bundle (Markdown) here")
 
 
+def _config_dir(log: Path) -> Path:
+    """Where a training log's run keeps its config.json: beside the file, in or above a TensorBoard directory."""
+    if log.is_dir() and (log / "config.json").is_file():
+        return log
+    return log.parent
+
+
 def _in_run_dir(path: Path, name: str) -> Path:
     """A run directory stands for the file the trainer writes in it."""
     return path / name if path.is_dir() else path
@@ -62,14 +69,14 @@ def run(args: argparse.Namespace) -> int:
         diags = [diagnose_training(log) for log in logs]
         if args.bundle:
             bundles = [
-                training_bundle(log, d, paths[0].parent, args.config) for log, d in zip(logs, diags, strict=True)
+                training_bundle(log, d, _config_dir(paths[0]), args.config) for log, d in zip(logs, diags, strict=True)
             ]
             write_text(args.bundle, "\n".join(bundles))
         if args.json:  # one run: its verdict object; several (a multi-run wandb export): {"runs": [...]}
             shape = diags[0].to_dict() if len(diags) == 1 else {"runs": [d.to_dict() for d in diags]}
             print(dumps_json(shape, indent=2))
         else:
-            section = filter_config(paths[0].parent, args.config)  # the run's [filter], when it is known
+            section = filter_config(_config_dir(paths[0]), args.config)  # the run's [filter], when it is known
             mode = section.get("mode") if isinstance(section, dict) else None
             for log, d in zip(logs, diags, strict=True):
                 print_training(d, filter_mode=mode if isinstance(mode, str) else None, has_ratio=has_ratio(log))

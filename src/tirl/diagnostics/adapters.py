@@ -49,8 +49,11 @@ values beyond ±1e15 are clamped there, so no finite number overflows the
 rules' arithmetic and refuses the log. Not covered: an IS-ratio *min* of 0
 (the worst downward spike) reads as missing, like every ratio <= 0.
 
-Not covered: TensorBoard event files (refused, with the fix: the run's
-``metrics.jsonl``, or a CSV export with one column per metric), a JSONL file
+TensorBoard event files (an ``events.out.tfevents.*`` file, or a directory holding them: a run's ``tb/``, a
+``--logdir`` with one run per sub-directory) are read by :mod:`tirl.diagnostics.tb_events` into the same rows,
+under the same key tables (TensorBoard tags are the logged metric names).
+
+Not covered: a JSONL file
 with several runs interleaved (refused where two rows of one step disagree),
 and metric names that contain ``" - "`` in a wandb export.
 """
@@ -72,6 +75,7 @@ from tirl.diagnostics.log_rows import (
     raw_number,
     read_file_runs,
 )
+from tirl.diagnostics.tb_events import event_files, is_event_file, read_tensorboard
 from tirl.errors import InputError, cut
 
 LogFormat = Literal["tirl", "verl", "simpletir", "trl", "skyrl"]
@@ -79,7 +83,7 @@ FORMATS: tuple[str, ...] = ("auto", "tirl", "verl", "simpletir", "trl", "skyrl")
 
 __all__ = [
     "FORMATS", "KEY_TABLES", "KNOWN_KEYS", "NEEDED", "STEP_KEYS", "MetricsLog",
-    "detect_format", "load_logs", "load_metrics", "metrics_from_rows", "read_rows",
+    "detect_format", "load_logs", "load_metrics", "metrics_from_rows", "read_log_runs", "read_rows",
 ]  # fmt: skip
 
 # The attribution keys (tirl.trainer.attribution): tirl writes them all; tirl's verl patch writes the generator
@@ -274,9 +278,23 @@ def _canonical(value: Any, canon: str) -> float | None:
     return f if lo <= f <= hi else None
 
 
+def read_log_runs(path: str | Path) -> dict[str | None, FileRows]:
+    """The rows of each run in one log: TensorBoard event files (a file or a directory of them), else a file."""
+    p = Path(path)
+    if is_event_file(p) or (p.is_dir() and event_files(p)):
+        return {name: _training_steps(part) for name, part in read_tensorboard(p).items()}
+    return read_file_runs(p)
+
+
+def _training_steps(part: FileRows) -> FileRows:
+    """The rows that hold a key some adapter reads: an event step with only ``eval/*`` tags is no training step."""
+    kept = [i for i, row in enumerate(part.rows) if any(key in KNOWN_KEYS for key in row)]
+    return FileRows(part.path, [part.rows[i] for i in kept], [part.positions[i] for i in kept], part.notes)
+
+
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The raw per-step rows of one JSONL or CSV file (CSV if the name ends in ``.csv``), runs not separated."""
-    return [row for part in read_file_runs(path).values() for row in part.rows]
+    """The raw per-step rows of one log (:func:`read_log_runs`), runs not separated."""
+    return [row for part in read_log_runs(path).values() for row in part.rows]
 
 
 def detect_format(keys: set[str]) -> str | None:
@@ -384,7 +402,7 @@ def load_logs(paths: list[str | Path] | list[Path], fmt: str = "auto", run: str 
         raise InputError("training log", None, "no file given", "pass a metrics JSONL or a wandb CSV export")
     by_run: dict[str | None, list[FileRows]] = {}
     for path in paths:
-        for name, part in read_file_runs(path).items():
+        for name, part in read_log_runs(path).items():
             by_run.setdefault(name, []).append(part)
     label = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
     if run is not None:

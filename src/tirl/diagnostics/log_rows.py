@@ -19,10 +19,10 @@ document) and notes for the user (a torn last line that was skipped). Then:
   the step and the key. The old merge kept the last file's value, so ``a b`` and ``b a`` could disagree.
   Columns the adapters do not read (a wall time, ``_runtime``) keep their first value and never conflict.
 
-TensorBoard event files (``events.out.tfevents.*``, or a directory of them) are refused with how to get the
-scalars out: tirl's own ``metrics.jsonl`` has the same ones. Not covered: reading event files, and a value
-that two places write in different spellings of one number beyond float equality (``"0.1"`` and ``0.1``
-are equal; ``0.30000000000000004`` and ``0.3`` are not).
+TensorBoard event files (``events.out.tfevents.*``, or a directory of them) are read by
+:mod:`tirl.diagnostics.tb_events` into the same :class:`FileRows`; :func:`resolve_training_log` only says which
+path a command-line path stands for. Not covered: a value that two places write in different spellings of one
+number beyond float equality (``"0.1"`` and ``0.1`` are equal; ``0.30000000000000004`` and ``0.3`` are not).
 """
 
 from __future__ import annotations
@@ -39,10 +39,6 @@ from tirl.errors import InputError, cut
 from tirl.jsonl import read_json, read_jsonl
 
 STEP_KEYS: tuple[str, ...] = ("step", "_step", "Step", "training/global_step", "global_step", "trainer/global_step")
-TENSORBOARD_FIX = (
-    "TensorBoard event files are not read: diagnose the run's metrics.jsonl (tirl writes the same scalars there), "
-    "or export the scalars to a CSV with a Step column and one column per metric name (a wandb chart export)"
-)
 
 Position = int | str  # a line number, or where in a JSON document (``log_history[3]``)
 
@@ -126,31 +122,24 @@ def _unwrap(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def _is_tensorboard(p: Path) -> bool:
-    return "tfevents" in p.name
-
-
 def resolve_training_log(path: Path) -> Path:
-    """The file a path on the command line stands for: a run directory's ``metrics.jsonl``.
+    """The path a path on the command line stands for: a run directory's ``metrics.jsonl`` when it has one.
 
-    A TensorBoard event file, or a directory without ``metrics.jsonl`` that holds event files (``run/tb``),
-    raises :class:`InputError` with how to get the scalars out (:data:`TENSORBOARD_FIX`).
+    A directory without ``metrics.jsonl`` stays as it is (its TensorBoard event files are the log, read by
+    :mod:`tirl.diagnostics.tb_events`) when it holds event files; otherwise it stands for its missing
+    ``metrics.jsonl`` (the "file not found" error names it).
     """
     if not path.is_dir():
         return path
     if (path / "metrics.jsonl").exists():
         return path / "metrics.jsonl"
-    found = next((p for pattern in ("*tfevents*", "*/*tfevents*") for p in path.glob(pattern)), None)
-    if found is not None:
-        problem = f"no metrics.jsonl, only TensorBoard event files ({found.relative_to(path)})"
-        raise InputError(str(path), None, problem, TENSORBOARD_FIX)
+    if next(path.rglob("*tfevents*"), None) is not None:
+        return path
     return path / "metrics.jsonl"
 
 
 def _existing(path: str | Path) -> Path:
     p = Path(path)
-    if _is_tensorboard(p):
-        raise InputError(str(p), None, "a TensorBoard event file, not a training log", TENSORBOARD_FIX)
     if p.exists() and not p.is_file():  # a pipe or a device: the log's format is sniffed, so it is read twice
         raise InputError(str(p), None, "is not a regular file (a pipe or a device)", "save the log to a file first")
     if not p.is_file():
