@@ -16,7 +16,7 @@ from tirl.envs.tasks.swe_programs import MUTATION_KINDS, PROGRAMS, parse_program
 from tirl.errors import InputError
 from tirl.sandbox.base import Sandbox
 from tirl.testing import play
-from tirl.types import Message, Role, TerminationReason
+from tirl.types import Message, Role, TerminationReason, ToolCall
 
 
 def asst(text: str) -> Message:
@@ -131,6 +131,18 @@ async def test_commands_before_submit_run(make) -> None:  # type: ignore[no-unty
     assert result.observation[0].content == "```output\nhello\n```"
     ws = env.workspace
     assert ws is not None and (ws / "note.txt").read_text() == "hello\n"
+    await env.close()
+
+
+@pytest.mark.parametrize("name", ["$(touch injected)", "`touch injected`", "x'; touch injected; echo '", "$HOME"])
+async def test_an_unknown_tool_name_is_echoed_as_text_never_run(make, name: str) -> None:  # type: ignore[no-untyped-def]
+    """The name of an unknown tool goes back verbatim; it was echoed in double quotes, so ``$(...)`` ran."""
+    env = make()
+    await env.reset(TASK)
+    result = await env.step(Message(role=Role.ASSISTANT, content=None, tool_calls=(ToolCall(name, "{}"),)))
+    assert result.observation[0].content == f"```output\n[unknown tool: {name}; use bash or submit]\n```"
+    ws = env.workspace
+    assert ws is not None and not (ws / "injected").exists()
     await env.close()
 
 

@@ -54,9 +54,9 @@ persist between commands (files do); ``python`` may not exist in the sandbox,
 from __future__ import annotations
 
 import functools
-import json
 import re
 import secrets
+import shlex
 import shutil
 import time
 from dataclasses import replace
@@ -228,7 +228,8 @@ class SweLiteEnv(ToolEnv):
             if call.name in ("bash", "shell") and isinstance(command, str):
                 commands.append(("bash", command))
             else:
-                commands.append(("bash", f"echo {json.dumps(f'[unknown tool: {call.name}; use bash or submit]')}"))
+                text = f"[unknown tool: {call.name}; use bash or submit]"
+                commands.append(("bash", f"printf '%s\\n' {shlex.quote(text)}"))  # the name is text, never expanded
         return commands, False
 
     async def score(self, task: Task) -> EvalResult:
