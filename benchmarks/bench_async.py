@@ -182,9 +182,9 @@ async def run_mode(mode: Mode, plans: list[list[Plan]], train_s: float, sync_s: 
         strat = make_strategy(cfg, lambda task: SimEnv(res, by_seed), SimRunner(res))
         batch = await strat.collect(request)
         await strat.close()
-        assert batch.stats["rollout/failed"] == 0
+        assert not any(t.failed for t in batch.trajectories)
         rollout_s.append(batch.wall_s)
-        live.append(batch.stats["rollout/max_live_envs"])
+        live.append(batch.stats.max_live_envs)
         return len(batch.trajectories)
 
     async def consume(step: int, n: int, lag: int) -> None:

@@ -413,14 +413,14 @@ async def run_one(
     elapsed = loop.time() - t0
     cpu = time.process_time() - c0
     await strat.close()
-    assert len(batch.trajectories) == w.n and batch.stats["rollout/failed"] == 0
+    assert len(batch.trajectories) == w.n and not any(t.failed for t in batch.trajectories)
     return {
         "traj_per_s": w.n / (elapsed / scale),
         "model_s": elapsed / scale,
         "wall_s": elapsed if not args.virtual else float("nan"),
         "cpu_s": cpu,
-        "gpu_util": batch.stats.get("rollout/gpu_util", float("nan")),
-        "max_live_envs": batch.stats["rollout/max_live_envs"],
+        "gpu_util": util if (util := batch.stats.gpu_util) is not None else float("nan"),
+        "max_live_envs": float(batch.stats.max_live_envs),
     }
 
 

@@ -146,12 +146,12 @@ async def _run_real(args: argparse.Namespace) -> dict[str, Any]:
             out[name] = {
                 "traj_per_s": len(trajs) / batch.wall_s,
                 "wall_s": batch.wall_s,
-                "gpu_util": batch.stats.get("rollout/gpu_util"),
+                "gpu_util": batch.stats.gpu_util,
                 # wall time in which the generator had no request: robust to how fast generation is
-                "generator_idle_s": batch.wall_s * (1.0 - batch.stats.get("rollout/gpu_util", 0.0)),
+                "generator_idle_s": batch.wall_s * (1.0 - (batch.stats.gpu_util or 0.0)),
                 "turns_mean": sum(len(t.turns) for t in trajs) / max(1, len(trajs)),
                 "terminations": terms,
-                "max_live_envs": batch.stats["rollout/max_live_envs"],
+                "max_live_envs": float(batch.stats.max_live_envs),
                 "batch_size": size,
                 "rss_peak_mb": memory.above_mb(),
             }

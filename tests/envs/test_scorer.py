@@ -28,6 +28,7 @@ from tirl.rollout.base import RolloutRequest
 from tirl.rollout.strategies import make_strategy
 from tirl.testing import play
 from tirl.testing.scripted import ScriptedRunner
+from tirl.trainer.trainer import rollout_metrics
 from tirl.types import TerminationReason
 
 SECRET = "5ec2e7" * 5 + "ab"  # 32 hex digits, what secrets.token_hex(16) gives
@@ -301,7 +302,7 @@ async def test_a_workspace_filled_to_its_cap_is_reward_0_and_counted(make, what:
     assert "full" in (traj.messages[-2].content or ""), traj.messages[-2]
     assert traj.termination is TerminationReason.SUBMITTED and not traj.failed, traj.error
     assert traj.reward == 0.0 and traj.info["eval"]["eval_failure"] == "workspace_full"
-    assert batch.stats["rollout/eval_failure/workspace_full"] == 1.0
+    assert rollout_metrics(batch.trajectories)["rollout/eval_failure/workspace_full"] == 1.0
 
 
 async def test_a_jsonl_repository_without_a_test_command_goes_to_the_judge(  # type: ignore[no-untyped-def]

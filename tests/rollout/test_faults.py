@@ -12,6 +12,7 @@ from tirl.rollout.base import RolloutRequest
 from tirl.rollout.pipeline import episode_seed
 from tirl.rollout.strategies import make_strategy
 from tirl.testing.clock import VirtualTimeLoop
+from tirl.trainer.trainer import rollout_metrics
 from tirl.types import TerminationReason as TR
 
 PLAN = FaultPlan(
@@ -101,30 +102,30 @@ async def _faults_add_up(name: str, retries: int) -> None:
     # fails only after three faults in a row, which is rare by design)
     kinds = [TR.ERROR, TR.TIMEOUT, TR.ANSWERED] + ([TR.INIT_FAILED, TR.EVAL_FAILED] if retries == 0 else [])
     assert all(expected[t] > 0 for t in kinds), expected
-    stats = batch.stats
-    for term, n in expected.items():
-        assert stats[f"rollout/termination/{term.value}"] == n
-    assert sum(v for k, v in stats.items() if k.startswith("rollout/termination/")) == n_tasks * g
-    assert stats["rollout/failed"] == n_tasks * g - expected[TR.ANSWERED]
-
     trajs = batch.trajectories
+    row = {**rollout_metrics(trajs), **batch.stats.metrics()}  # what the trainer writes for this batch
+    for term, n in expected.items():
+        assert row[f"rollout/termination/{term.value}"] == n
+    assert sum(v for k, v in row.items() if k.startswith("rollout/termination/")) == n_tasks * g
+    assert row["rollout/failed"] == n_tasks * g - expected[TR.ANSWERED]
+
     init_attempts = sum(t.stages["init"].attempts for t in trajs)
     eval_attempts = sum(t.stages["eval"].attempts for t in trajs)
     assert (
-        stats["rollout/init_attempts"]
+        row["rollout/init_attempts"]
         == init_attempts
         == sum(v for (stage, _), v in log.attempts.items() if stage == "init")
     )
-    assert stats["rollout/init_retries"] == init_attempts - n_tasks * g
-    assert stats["rollout/eval_attempts"] == eval_attempts
+    assert row["rollout/init_retries"] == init_attempts - n_tasks * g
+    assert row["rollout/eval_attempts"] == eval_attempts
     evaluated = sum(t.stages["eval"].attempts > 0 for t in trajs)
-    assert stats["rollout/eval_retries"] == eval_attempts - evaluated
-    assert stats["rollout/init_timeouts"] == log.injected["init", "hang"]
-    assert stats["rollout/eval_timeouts"] == log.injected["eval", "hang"]
-    assert stats["rollout/run_timeouts"] == log.injected["run", "hang"] == expected[TR.TIMEOUT]
+    assert row["rollout/eval_retries"] == eval_attempts - evaluated
+    assert row["rollout/init_timeouts"] == log.injected["init", "hang"]
+    assert row["rollout/eval_timeouts"] == log.injected["eval", "hang"]
+    assert row["rollout/run_timeouts"] == log.injected["run", "hang"] == expected[TR.TIMEOUT]
     assert log.injected["run", "error"] == expected[TR.ERROR]
     if retries:
-        assert stats["rollout/init_retries"] > 0 and stats["rollout/eval_retries"] > 0
+        assert row["rollout/init_retries"] > 0 and row["rollout/eval_retries"] > 0
 
     # one env per init attempt, each closed exactly once; nothing left running
     assert log.created == init_attempts
@@ -177,7 +178,7 @@ async def test_a_close_that_raises_is_counted_not_fatal() -> None:
 
     strategy = make_strategy(cfg("pipeline"), lambda task: BadClose(world.factory(task)), FakeRunner(world))
     batch = await strategy.collect(RolloutRequest(tasks=tasks(3), group_size=2))
-    assert batch.stats["rollout/close_errors"] == 6
+    assert batch.stats.close_errors == 6
     assert all(t.termination is TR.ANSWERED for t in batch.trajectories)
     assert [e.closes for e in world.envs] == [1] * 6
 
@@ -202,4 +203,4 @@ async def test_a_factory_that_raises_is_init_failed_and_named() -> None:
     for traj in batch.trajectories:
         assert traj.termination is TR.INIT_FAILED
         assert traj.error == "env factory failed: OSError: no space left for the workspace [2 attempt(s)]"
-    assert len(calls) == 4 and batch.stats["rollout/init_retries"] == 2
+    assert len(calls) == 4 and batch.stats.stages["init"].retries == 2

@@ -21,6 +21,7 @@ from rollout_fakes import FakeEnv, FakeRunner, World, cfg, tasks
 from tirl.envs.base import EnvError, EvalResult, checked_result, reward_number
 from tirl.rollout.base import RolloutRequest
 from tirl.rollout.strategies import make_strategy
+from tirl.trainer.trainer import rollout_metrics
 from tirl.types import TerminationReason, Trajectory
 
 
@@ -44,7 +45,8 @@ def _strict(traj: Trajectory) -> Any:
     return json.loads(traj.to_json(), parse_constant=refuse)
 
 
-async def _collect(value: Any, strategy: str = "pipeline", n: int = 2) -> tuple[list[Trajectory], dict[str, float]]:
+async def _collect(value: Any, strategy: str = "pipeline", n: int = 2) -> tuple[list[Trajectory], dict[str, Any]]:
+    """The trajectories and the ``rollout/*`` keys the trainer writes for them."""
     world = World()
     factory = lambda task: RewardEnv(world, task)  # noqa: E731
     rollout = make_strategy(cfg(strategy, retries=1), factory, FakeRunner(world))
@@ -52,7 +54,7 @@ async def _collect(value: Any, strategy: str = "pipeline", n: int = 2) -> tuple[
         batch = await rollout.collect(RolloutRequest(tasks=tasks(n, value=value), group_size=2))
     finally:
         await rollout.close()
-    return batch.trajectories, batch.stats
+    return batch.trajectories, {**rollout_metrics(batch.trajectories), **batch.stats.metrics()}
 
 
 NONFINITE = [(math.nan, "NaN"), (math.inf, "Infinity"), (-math.inf, "-Infinity"),

@@ -42,10 +42,9 @@ async def test_every_trajectory_comes_back_grouped_and_labelled(name: str) -> No
             assert traj.stages["init"].finished <= traj.stages["run"].started  # type: ignore[operator]
             assert traj.stages["run"].finished <= traj.stages["eval"].started  # type: ignore[operator]
     assert len(batch.trajectories) == 15
-    assert batch.stats["rollout/trajectories"] == 15
-    assert batch.stats["rollout/failed"] == 0
-    assert batch.stats["rollout/termination/answered"] == 15
-    assert batch.stats["rollout/init_attempts"] == 15 and batch.stats["rollout/init_retries"] == 0
+    assert batch.stats.episodes == 15
+    assert all(t.termination is TerminationReason.ANSWERED and not t.failed for t in batch.trajectories)
+    assert batch.stats.stages["init"].attempts == 15 and batch.stats.stages["init"].retries == 0
     assert batch.wall_s >= max(t.stages["eval"].finished for t in batch.trajectories) - 1e-6  # type: ignore[type-var]
     assert len(world.envs) == 15 and all(e.closes == 1 for e in world.envs)
     assert world.open_envs == 0
@@ -74,7 +73,7 @@ async def test_pipeline_bounded_queues_bound_live_envs_and_show_backpressure(tmp
     batch = await strategy.collect(RolloutRequest(tasks=work, group_size=2))
     bound = c.init_workers + c.run_queue_size + c.run_workers + c.eval_queue_size + c.eval_workers
     assert world.peak_open <= bound
-    assert batch.stats["rollout/max_live_envs"] <= bound
+    assert 1 <= batch.stats.max_live_envs <= bound
     assert world.peak_open < 20  # without backpressure all 20 would be open at once
     from tirl.rollout.trace import read_trace
 
@@ -129,7 +128,7 @@ async def test_empty_request_gives_an_empty_batch(name: str) -> None:
     world = World()
     strategy = make_strategy(cfg(name), world.factory, FakeRunner(world))
     batch = await strategy.collect(RolloutRequest(tasks=[], group_size=4))
-    assert batch.groups == [] and batch.stats["rollout/trajectories"] == 0
+    assert batch.groups == [] and batch.stats.episodes == 0
 
 
 async def test_reset_seed_is_deterministic_and_distinct_per_sample() -> None:

@@ -64,7 +64,7 @@ def test_gpu_util_is_busy_time_over_interval_time() -> None:
     assert tracer.snapshot(board, 0, summary)["gpu_util"] == 0.75
     now[0], busy[0] = 4.0, 1.5
     assert tracer.snapshot(board, 0, summary)["gpu_util"] == 0.0
-    assert summary.stats()["rollout/gpu_util"] == pytest.approx(1.5 / 4.0)
+    assert (summary.gpu_busy_s, summary.wall_s) == (pytest.approx(1.5), pytest.approx(4.0))
     untimed = PipelineTracer(None, 1.0, clock=lambda: now[0])
     assert untimed.snapshot(board, 0)["gpu_util"] is None
     with pytest.raises(TypeError, match="busy_seconds"):
@@ -103,8 +103,9 @@ async def test_trace_jsonl_is_appended_across_steps_with_cumulative_completions(
     assert last1["init_queue"] == last1["run_queue"] == last1["eval_queue"] == last1["live_envs"] == 0
     assert any(s["gpu_util"] and s["gpu_util"] > 0 for s in snaps)
     for b in (b0, b1):
-        assert 0.0 < b.stats["rollout/gpu_util"] <= 1.0
-        assert b.stats["rollout/init_queue_mean"] >= 0
+        row = b.stats.metrics()
+        assert row["rollout/gpu_util"] is not None and 0.0 < row["rollout/gpu_util"] <= 1.0
+        assert row["rollout/init_queue_mean"] is not None and row["rollout/init_queue_mean"] >= 0
 
 
 async def test_init_queue_starts_with_the_whole_request(tmp_path) -> None:

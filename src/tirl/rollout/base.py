@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from tirl.envs.base import Env, Task
+from tirl.rollout.batch_stats import RolloutStats
 from tirl.types import Group, Message, Trajectory
 
 EnvFactory = Callable[[Task], Env]
@@ -79,11 +80,15 @@ class RolloutRequest:
 
 @dataclass(slots=True)
 class RolloutBatch:
-    """Exactly ``len(tasks) * group_size`` trajectories, grouped by task (failed ones included)."""
+    """Exactly ``len(tasks) * group_size`` trajectories, grouped by task (failed ones included).
+
+    ``stats``: what the strategy measured besides the trajectories (retries, timeouts, queue depths, generator
+    busy time, peak live environments, stage times); a strategy that measures nothing leaves the zero default.
+    """
 
     groups: list[Group]
     wall_s: float = 0.0
-    stats: dict[str, float] = field(default_factory=dict)
+    stats: RolloutStats = field(default_factory=RolloutStats)
 
     @property
     def trajectories(self) -> list[Trajectory]:

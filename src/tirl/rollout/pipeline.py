@@ -53,6 +53,7 @@ from tirl.config import RolloutConfig
 from tirl.envs.base import NONFINITE_REWARD, Env, EvalResult, Task, checked_result
 from tirl.errors import describe
 from tirl.rollout.base import EnvFactory, EpisodeRunner, RolloutBatch, RolloutRequest
+from tirl.rollout.batch_stats import RETRIED_STAGES, RolloutStats
 from tirl.rollout.trace import STAGES, StageBoard, TraceSummary
 from tirl.types import Group, Message, StageTiming, TerminationReason, Trajectory
 
@@ -355,38 +356,32 @@ class Stages:
             await asyncio.gather(*(h.close() for h in list(self.live)), return_exceptions=True)
 
     def assemble(self, request: RolloutRequest, episodes: list[Episode], summary: TraceSummary) -> RolloutBatch:
-        """Group the trajectories by task (request order) and compute the batch stats."""
+        """Group the trajectories by task (request order) and add what the stages measured (:class:`RolloutStats`)."""
         groups = [Group(id=task.id, trajectories=[]) for task in request.tasks]
         for ep in episodes:
             groups[ep.task_index].trajectories.append(ep.traj)
         wall = self._clock() - self.t0
-        trajs = [ep.traj for ep in episodes]
-        stats: dict[str, float] = {
-            "rollout/trajectories": float(len(trajs)),
-            "rollout/failed": float(sum(t.failed for t in trajs)),
-            "rollout/wall_s": wall,
-            "rollout/trajectories_per_s": len(trajs) / wall if wall > 0 else 0.0,
-            "rollout/max_live_envs": float(self.board.max_live_envs),
-        }
-        for reason in TerminationReason:
-            n = sum(t.termination is reason for t in trajs)
-            if n:
-                stats[f"rollout/termination/{reason.value}"] = float(n)
-        for traj in trajs:  # evaluations the episode itself broke (reward 0, still in the update), by reason
-            evaluation = traj.info.get("eval")
-            why = evaluation.get("eval_failure") if isinstance(evaluation, dict) else None
-            if isinstance(why, str):
-                stats[f"rollout/eval_failure/{why}"] = stats.get(f"rollout/eval_failure/{why}", 0.0) + 1.0
-        for stage in ("init", "eval"):
-            attempts = self.counts[f"{stage}_attempts"]
-            first = sum(1 for t in trajs if t.stages[stage].attempts > 0)
-            stats[f"rollout/{stage}_attempts"] = float(attempts)
-            stats[f"rollout/{stage}_retries"] = float(attempts - first)
-            stats[f"rollout/{stage}_timeouts"] = float(self.counts[f"{stage}_timeouts"])
-        stats["rollout/run_attempts"] = float(self.counts["run_attempts"])
-        stats["rollout/run_timeouts"] = float(self.counts["run_timeouts"])
-        stats["rollout/close_errors"] = float(self.counts["close_errors"])
-        stats.update(summary.stats())
+        stats = RolloutStats(
+            episodes=len(episodes),
+            wall_s=wall,
+            max_live_envs=self.board.max_live_envs,
+            close_errors=self.counts["close_errors"],
+            snapshots=summary.snapshots,
+            traced_s=summary.wall_s,
+            generator_busy_s=summary.gpu_busy_s,
+        )
+        for stage, st in stats.stages.items():
+            st.attempts = self.counts[f"{stage}_attempts"]
+            st.timeouts = self.counts[f"{stage}_timeouts"]
+            st.queue_depth_sum = summary.queue_sums[stage]
+            for ep in episodes:
+                timing = ep.traj.stages[stage]
+                if timing.started is None or timing.finished is None:  # the episode never entered this stage
+                    continue
+                st.episodes += 1
+                st.busy_s += timing.finished - timing.started
+                st.wait_s += timing.started - (timing.queued if timing.queued is not None else timing.started)
+            st.retries = st.attempts - st.episodes if stage in RETRIED_STAGES else 0
         return RolloutBatch(groups=groups, wall_s=wall, stats=stats)
 
 

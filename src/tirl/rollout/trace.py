@@ -205,28 +205,18 @@ class StageBoard:
 
 @dataclass(slots=True)
 class TraceSummary:
-    """Means over the snapshots of one ``collect`` (for ``RolloutBatch.stats``)."""
+    """What the snapshots of one ``collect`` add up to (it becomes part of the batch's ``RolloutStats``)."""
 
     snapshots: int = 0
     queue_sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
-    gpu_busy_s: float | None = None
-    wall_s: float = 0.0
-
-    def stats(self) -> dict[str, float]:
-        """``rollout/<stage>_queue_mean`` and ``rollout/gpu_util`` (busy time / wall time)."""
-        out: dict[str, float] = {}
-        if self.snapshots:
-            for s in STAGES:
-                out[f"rollout/{s}_queue_mean"] = self.queue_sums[s] / self.snapshots
-        if self.gpu_busy_s is not None and self.wall_s > 0:
-            out["rollout/gpu_util"] = min(1.0, max(0.0, self.gpu_busy_s / self.wall_s))
-        return out
+    gpu_busy_s: float | None = None  # generator busy seconds over the snapshots' intervals (None: no busy source)
+    wall_s: float = 0.0  # seconds the snapshots' intervals cover
 
 
 class PipelineTracer:
     """Samples a :class:`StageBoard` periodically and appends pipeline-trace JSONL.
 
-    ``path=None`` still samples (the means go into ``RolloutBatch.stats``) but
+    ``path=None`` still samples (the sums go into ``RolloutBatch.stats``) but
     writes nothing. The file is opened in append mode for each line, so a run
     that spans many steps (and restarts) keeps one file; every line carries
     its step.

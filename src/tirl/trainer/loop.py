@@ -56,6 +56,7 @@ from typing import Any, Protocol
 
 from tirl.config import TirlConfig
 from tirl.filters import FilterStats
+from tirl.rollout.batch_stats import RolloutStats
 from tirl.rollout.staleness import run_overlapped, trajectory_lag
 from tirl.types import Group, Trajectory
 
@@ -69,6 +70,7 @@ class Collected:
     sampled: list[Trajectory]
     groups: list[Group]
     stats: FilterStats
+    measured: RolloutStats = field(default_factory=RolloutStats)  # the strategy's own figures, rounds added up
     resampled: int = 0
     resampled_groups: int = 0
     rounds: int = 0

@@ -31,7 +31,11 @@ generator itself. One step:
    is no KL term, the gradient is exactly zero: the update is not run
    (``train/no_signal`` = 1), so Adam's momentum does not move the weights.
 5. One metrics line, TensorBoard scalars, a trajectory sample; a checkpoint
-   every ``trainer.checkpoint_every`` steps and at the last step.
+   every ``trainer.checkpoint_every`` steps and at the last step. The line
+   carries what the trajectories say (:func:`rollout_metrics`) and what the
+   strategy measured, its resample rounds added up
+   (:meth:`~tirl.rollout.batch_stats.RolloutStats.metrics`: retries, timeouts,
+   queue depths, generator busy fraction, peak live envs, stage times).
 
 The policy, optimiser, updater and reference model come in one
 :class:`~tirl.trainer.learner.Learner` (built by :func:`~tirl.trainer.learner.build_learner`);
@@ -64,6 +68,7 @@ from tirl.envs.base import Task
 from tirl.errors import SetupError
 from tirl.filters import FilterStats, VoidTurnFilter
 from tirl.rollout.base import RolloutRequest, RolloutStrategy
+from tirl.rollout.batch_stats import RolloutStats
 from tirl.trainer.attribution import withheld_rows
 from tirl.trainer.checkpoint import Checkpoint, ResumePoint, resume_point, save_checkpoint
 from tirl.trainer.failfast import failed_error, summarize_failures
@@ -182,7 +187,9 @@ class Trainer:
         return ckpt
 
     # ------------------------------------------------------------------ rollout
-    async def _collect_groups(self, tasks: list[Task], indices: list[int], step: int, attempt: int) -> list[Group]:
+    async def _collect_groups(
+        self, tasks: list[Task], indices: list[int], step: int, attempt: int
+    ) -> tuple[list[Group], RolloutStats]:
         request = RolloutRequest(
             tasks=[tasks[i] for i in indices],
             group_size=self.cfg.algo.group_size,
@@ -194,7 +201,7 @@ class Trainer:
         batch = await self.strategy.collect(request)
         if len(batch.groups) != len(indices):
             raise RuntimeError(f"rollout strategy returned {len(batch.groups)} groups for {len(indices)} tasks")
-        return batch.groups
+        return batch.groups, batch.stats
 
     async def collect(self, step: int) -> Collected:
         """Rollout, void filter and bounded resampling of one step.
@@ -211,11 +218,13 @@ class Trainer:
         usable = [0] * len(tasks)
         sampled: list[Trajectory] = []
         stats = FilterStats()
+        measured = RolloutStats()  # what the strategy measured, over every round
         penalized: list[Trajectory] = []
         withheld: list[list[Trajectory]] = [[] for _ in tasks]  # void ones drop/penalize removed (attribution)
         resampled = resampled_groups = rounds = 0
         for attempt in range(fc.max_resample_rounds + 1):
-            groups = await self._collect_groups(tasks, need, step, attempt)
+            groups, round_stats = await self._collect_groups(tasks, need, step, attempt)
+            measured.add(round_stats)
             res = self.filter.apply(groups)
             stats.add(res.stats)
             penalized.extend(res.penalized)
@@ -240,6 +249,7 @@ class Trainer:
             sampled=sampled,
             groups=final,
             stats=stats,
+            measured=measured,
             resampled=resampled,
             resampled_groups=resampled_groups,
             rounds=rounds,
@@ -268,7 +278,7 @@ class Trainer:
 
     async def learn(self, step: int, col: Collected, t0: float) -> tuple[dict[str, Any], list[Trajectory]]:
         """Advantages and the update on one step's collected groups (``t0``: when the step began)."""
-        metrics: dict[str, Any] = {**rollout_metrics(col.sampled), **col.stats.metrics()}
+        metrics: dict[str, Any] = {**rollout_metrics(col.sampled), **col.measured.metrics(), **col.stats.metrics()}
         metrics["dist/world_size"] = self.learner.world_size  # --nproc N (tirl.distributed)
         metrics.update(
             {
