@@ -272,6 +272,7 @@ class TrainerConfig:
     run_name: str | None = None
     checkpoint_every: int = 5
     eval_before_after: bool = True
+    eval_samples: int = 0  # > 0: also evaluate before/after with this many samples per task at the training temperature
     samples_per_step: int = 4
     backend: Literal["local", "ray"] = "local"
     ray_address: str | None = None
@@ -286,6 +287,9 @@ class TrainerConfig:
         _check(self.prompts_per_step >= 1, "trainer.prompts_per_step", self.prompts_per_step, "use at least 1")
         _check(self.checkpoint_every >= 1, "trainer.checkpoint_every", self.checkpoint_every, "use at least 1")
         check_section("trainer", self)  # every numeric key in its range (tolerate_failed_steps: 0 stops at the first)
+        _check(self.eval_before_after or self.eval_samples == 0, "trainer.eval_samples", self.eval_samples,
+               "it evaluates before and after training: set trainer.eval_before_after=true, or "
+               "trainer.eval_samples=0")  # fmt: skip
 
 
 @dataclass

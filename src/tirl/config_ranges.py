@@ -129,6 +129,7 @@ RANGES: dict[str, Range] = {
     "trainer.seed": Range(0, _SEED),
     "trainer.checkpoint_every": Range(1, 10_000_000),
     "trainer.samples_per_step": Range(0, 1024),
+    "trainer.eval_samples": Range(0, 256),  # as tirl eval --samples (tirl.commands.evaluate.MAX_SAMPLES)
     "trainer.threads": Range(1, 4 * _CORES, why="4 x the CPU cores"),
     "trainer.tolerate_failed_steps": Range(0, 10_000_000),
 }

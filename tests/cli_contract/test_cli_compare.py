@@ -90,3 +90,24 @@ def test_refusals_name_the_input_and_the_fix(capsys, tmp_path: Path) -> None:
     assert_refused(run_cli(capsys, "compare", tmp_path), "holds no evaluation before and after training")
     (tmp_path / "torn.json").write_text("{", encoding="utf-8")
     assert_refused(run_cli(capsys, "compare", one, tmp_path / "torn.json"), "torn.json")
+
+
+def test_sampled_picks_a_run_directorys_sampled_pair(capsys, tmp_path: Path) -> None:
+    """``--sampled``: a run directory stands for eval_before_sampled.json / eval_after_sampled.json."""
+    greedy = {"run_dir": str(tmp_path), "eval/before": _record({"t1": 0, "t2": 1}, 1),
+              "eval/after": _record({"t1": 0, "t2": 1}, 1)}  # fmt: skip
+    _write(tmp_path / "summary.json", greedy)
+    _write(tmp_path / "eval_before_sampled.json", _record({"t1": 0, "t2": 1, "t3": 2, "t4": 0}, 4))
+    assert_refused(run_cli(capsys, "compare", tmp_path, "--sampled"), "has no sampled evaluation after training",
+                   "eval_after_sampled.json", "trainer.eval_samples", "drop --sampled")  # fmt: skip
+    _write(tmp_path / "eval_after_sampled.json", _record({"t1": 2, "t2": 1, "t3": 4, "t4": 0}, 4))
+    got = run_cli(capsys, "compare", tmp_path, "--sampled")
+    assert got.code == 0, got.err
+    assert "solve rate (pass@1): 0.1875 -> 0.4375: +25.0 points" in got.out and "Wilcoxon" in got.out
+    other = _write(tmp_path / "other.json", _record({"t1": 0, "t2": 1, "t3": 2, "t4": 0}, 4))
+    assert "0.1875 -> 0.4375" in run_cli(capsys, "compare", other, tmp_path, "--sampled").out  # a run dir: after
+    plain = run_cli(capsys, "compare", tmp_path)  # without --sampled: the greedy pair, and a note on the other
+    assert "paired: 2 tasks (1 vs 1 episodes per task)" in plain.out and "compare them with --sampled" in plain.err
+    (tmp_path / "eval_before_sampled.json").unlink()
+    assert_refused(run_cli(capsys, "compare", tmp_path, "--sampled"), "has no sampled evaluation before training")
+    assert_refused(run_cli(capsys, "compare", other, other, "--sampled"), "--sampled", "drop --sampled")

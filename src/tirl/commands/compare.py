@@ -2,15 +2,19 @@
 
 Each side is an evaluation record: the JSON that ``tirl eval --json`` prints (greedy, or ``--sampled --samples
 K``), a run's ``eval_before.json``, or a run directory (its ``summary.json``'s after-training evaluation). One
-run directory alone compares that run's evaluation before training with the one after it. What is printed,
-and which test, is :class:`tirl.rollout.paired.PairedSamples`; ``--json`` prints its record with the two
-sides' paths, models, splits and decodings.
+run directory alone compares that run's evaluation before training with the one after it. With ``--sampled``
+a run directory stands for its sampled evaluations instead (``trainer.eval_samples``: ``eval_before_sampled.json``
+and ``eval_after_sampled.json``, the same records as ``tirl eval --sampled --json``); without it, a run that has
+them gets a note naming the option. What is printed, and which test, is
+:class:`tirl.rollout.paired.PairedSamples`; ``--json`` prints its record with the two sides' paths, models,
+splits and decodings.
 
 Refused with one ``error:`` line naming the path (and ``tasks[i]`` for a bad row) and the fix: a missing or
 unreadable file, one that is not a JSON object, a record without a ``tasks`` list (an evaluation written before
 tirl recorded tasks), a row without a string ``id`` and a boolean ``correct``, a task with another number of
-episodes than the rest of its file, two records with no task in common, and a run directory without both
-evaluations. Two records with different decodings are compared, with a note saying so.
+episodes than the rest of its file, two records with no task in common, a run directory without both
+evaluations (with ``--sampled``: without its sampled file), and ``--sampled`` without a run directory. Two
+records with different decodings are compared, with a note saying so.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tirl.errors import InputError
 from tirl.jsonl import read_json
 from tirl.rollout.evaluation import TaskOutcome
 from tirl.rollout.paired import PairedSamples, UnevenSamples, solved_counts
+from tirl.trainer import run_files
 
 _FIX_EVAL = "give the JSON of `tirl eval --json` (greedy or --sampled --samples K), or a run directory"
 
@@ -55,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         help="the evaluation to compare with FIRST (a run directory: its evaluation after training); "
         "without it FIRST must be a run directory, compared before -> after",
+    )
+    parser.add_argument(
+        "--sampled",
+        action="store_true",
+        help="a run directory stands for its sampled evaluations (trainer.eval_samples: eval_before_sampled.json, "
+        "eval_after_sampled.json) instead of the greedy ones",
     )
     parser.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
 
@@ -89,7 +100,7 @@ def _side(where: str, record: Any, *, model: str = "not recorded", split: str = 
 
 def _run_sides(run_dir: Path) -> tuple[EvalSide, EvalSide]:
     """A run directory's evaluations before and after training, from its ``summary.json``."""
-    path = run_dir / "summary.json"
+    path = run_dir / run_files.SUMMARY
     if not path.is_file():
         raise InputError(str(run_dir), None, "has no summary.json (the run did not finish)",
                          "give a finished run directory, or the JSON of tirl eval --json")  # fmt: skip
@@ -98,32 +109,56 @@ def _run_sides(run_dir: Path) -> tuple[EvalSide, EvalSide]:
     if not isinstance(summary, dict) or not all(isinstance(summary.get(k), dict) for k in keys):
         raise InputError(str(path), None, "holds no evaluation before and after training",
                          "run with trainer.eval_before_after=true, or compare two tirl eval --json files")  # fmt: skip
+    if (run_dir / run_files.EVAL_AFTER_SAMPLED).is_file():
+        print(f"note: {run_dir} also has sampled evaluations (trainer.eval_samples): compare them with --sampled",
+              file=sys.stderr)  # fmt: skip
     model, split = str(summary.get("run_dir", run_dir)), "the run's evaluation set"
     return (_side(f"{path} (before)", summary["eval/before"], model=model, split=split),
             _side(f"{path} (after)", summary["eval/after"], model=model, split=split))  # fmt: skip
 
 
-def read_side(text: str) -> EvalSide:
+def _sampled_side(run_dir: Path, name: str) -> EvalSide:
+    """One of a run directory's sampled evaluation files (``trainer.eval_samples``)."""
+    path = run_dir / name
+    if not path.is_file():
+        when = "before" if name == run_files.EVAL_BEFORE_SAMPLED else "after"
+        why = "the run did not finish, or it ran" if when == "after" else "it ran"
+        raise InputError(str(run_dir), None,
+                         f"has no sampled evaluation {when} training ({name}: {why} without trainer.eval_samples)",
+                         "train with --set trainer.eval_samples=K, or compare the greedy evaluations: drop "
+                         "--sampled")  # fmt: skip
+    return _side(str(path), read_json(path, missing_fix=_FIX_EVAL))
+
+
+def read_side(text: str, *, sampled: bool = False) -> EvalSide:
     """One argument as an evaluation: a run directory's after-training one, or an evaluation JSON file."""
     path = Path(text)
     if path.is_dir():
-        return _run_sides(path)[1]
+        return _sampled_side(path, run_files.EVAL_AFTER_SAMPLED) if sampled else _run_sides(path)[1]
     return _side(text, read_json(path, missing_fix=_FIX_EVAL))
 
 
-def sides(first: str, second: str | None) -> tuple[EvalSide, EvalSide]:
+def sides(first: str, second: str | None, *, sampled: bool = False) -> tuple[EvalSide, EvalSide]:
     """The two evaluations the arguments name (see the module doc)."""
+    dirs = [Path(p).is_dir() for p in (first, second) if p is not None]
+    if sampled and not any(dirs):
+        raise InputError("--sampled", None, "picks a run directory's sampled evaluations, and no argument is one",
+                         "drop --sampled (a file is compared as it is), or give a run directory")  # fmt: skip
     if second is None:
-        if not Path(first).is_dir():
+        if not dirs[0]:
             raise InputError(first, None, "is one evaluation: a comparison needs two",
                              "give a second evaluation, or a run directory alone (before -> after)")  # fmt: skip
+        if sampled:
+            run_dir = Path(first)
+            return (_sampled_side(run_dir, run_files.EVAL_BEFORE_SAMPLED),
+                    _sampled_side(run_dir, run_files.EVAL_AFTER_SAMPLED))  # fmt: skip
         return _run_sides(Path(first))
-    return read_side(first), read_side(second)
+    return read_side(first, sampled=sampled), read_side(second, sampled=sampled)
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tirl compare``."""
-    a, b = sides(args.first, args.second)
+    a, b = sides(args.first, args.second, sampled=args.sampled)
     try:
         result = PairedSamples.of(a.outcomes, b.outcomes)
     except ValueError as exc:

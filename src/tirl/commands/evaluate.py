@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from dataclasses import replace
@@ -32,15 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 from tirl.cli import elapsed
 from tirl.config import TirlConfig, resolve_config
-from tirl.config_ranges import check_flag
+from tirl.config_ranges import RANGES, check_flag
 from tirl.errors import InputError
 from tirl.trainer.preflight import context_warning, preflight, run_label
 
 if TYPE_CHECKING:
     from tirl.rollout.pass_at_k import PassAtK
 
-#: The most episodes ``--samples`` draws per task (a typo of 1000 would run for hours).
-MAX_SAMPLES = 256
+#: The most episodes ``--samples`` draws per task (a typo of 1000 would run for hours): trainer.eval_samples' bound.
+MAX_SAMPLES = int(RANGES["trainer.eval_samples"].hi)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -144,9 +145,8 @@ def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
 
 async def _run(args: argparse.Namespace, cfg: TirlConfig) -> tuple[dict[str, Any], PassAtK | None]:
     """The evaluation's JSON record, and its pass@k counts under ``--samples`` (else None)."""
-    from tirl.rollout.evaluation import eval_rollout_config, evaluate_policy, evaluate_samples
-    from tirl.rollout.strategies import make_strategy
     from tirl.trainer.progress import EvalProgress
+    from tirl.trainer.sampled_eval import draw, eval_json, sampling_strategy
     from tirl.trainer.wiring import TaskSets, build_parts
 
     model = args.model_dir  # resolved by _config
@@ -154,44 +154,21 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> tuple[dict[str, Any
     parts = build_parts(cfg, model_path=model, trace_path=None)
     try:
         split = "held-out" if args.split == "heldout" else "validation"
-        strategy = parts.eval_strategy
-        if args.sampled:  # the training runner (its temperature and top-p), one episode per task
-            strategy = make_strategy(eval_rollout_config(cfg.rollout), parts.env_factory, parts.runner)
         what = f"{split} {run_label(cfg)} tasks"
         if args.samples > 1:
             what = f"{args.samples} x {len(tasks)} {what}"
-        passes = None
-        async with EvalProgress(len(tasks) * args.samples, what, lambda: getattr(strategy, "last_board", None),
-                                enabled=not args.json):  # fmt: skip
-            if args.samples > 1:
-                rep, passes = await evaluate_samples(strategy, tasks, args.samples, step=cfg.trainer.seed)
-            else:
-                rep = await evaluate_policy(strategy, tasks, step=cfg.trainer.seed)
+        # --sampled: the training runner (its temperature and top-p); greedy: the evaluation strategy
+        sampling = sampling_strategy(parts, cfg) if args.sampled else contextlib.nullcontext(parts.eval_strategy)
+        async with (
+            sampling as strategy,
+            EvalProgress(len(tasks) * args.samples, what, lambda: getattr(strategy, "last_board", None),
+                         enabled=not args.json),
+        ):  # fmt: skip
+            rep, passes = await draw(strategy, tasks, args.samples, step=cfg.trainer.seed)
     finally:
-        if strategy is not parts.eval_strategy:
-            await strategy.close()
         await parts.close()
-    return {
-        "model": model or "built-in",
-        "env": cfg.env.name,
-        "tasks_file": cfg.env.tasks_file,
-        "label": run_label(cfg),
-        "split": args.split,
-        "decoding": (
-            f"sampled (temperature {cfg.generation.temperature:g}, top-p {cfg.generation.top_p:g})"
-            if args.sampled
-            else "greedy"
-        ),
-        "seed": cfg.env.seed,
-        "n": rep.n,
-        "correct": rep.correct,
-        "accuracy": rep.accuracy,
-        "terminations": rep.terminations,
-        "mean_turns": rep.mean_turns,
-        "wall_s": rep.wall_s,
-        "tasks": [o.to_dict() for o in rep.outcomes()],
-        "pass_at_k": passes.to_dict() if passes is not None else None,
-    }, passes
+    record = eval_json(cfg, rep, passes, model=model or "built-in", split=args.split, sampled=args.sampled)
+    return record, passes
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ run directory (``runs/<time>-<env>``, or ``-<task file name>`` with ``env.tasks_
 
     config.json  metrics.jsonl  tb/  trajectories.jsonl  pipeline_trace.jsonl
     checkpoints/step-N/  eval_before.json  summary.json  (report.html when the diagnostics are installed)
+    eval_before_sampled.json  eval_after_sampled.json  (only with trainer.eval_samples = K > 0)
     config_notes.json  (only when TRL/verl names were given: their one-line notes, repeated by --resume)
 
 and prints its path once the run is set up (with the TensorBoard command; not with ``--no-progress``) and at
@@ -261,6 +262,10 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
             from tirl.rollout.evaluation import PairedChange
 
             print(f"  task by task: {PairedChange.from_dict(paired).line()}")
+        from tirl.trainer.sampled_eval import summary_lines
+
+        for line in summary_lines(summary):  # trainer.eval_samples: the change at the training sampling
+            print(line)
     for line in summary.get("report_warnings", []):  # what `tirl report` says on stderr about this run's files
         print(line, file=sys.stderr)
     print(f"run directory: {run_dir}")

@@ -216,6 +216,7 @@ def _eval_section(summary: dict[str, Any]) -> str:
 
     paired = summary.get("eval/paired")
     pairs = f" Task by task: {PairedChange.from_dict(paired).line()}." if isinstance(paired, dict) else ""
+    pairs += html.escape(_sampled_words(summary))
     built = summary.get("built_with")
     ran = (
         f" Ran with {html.escape(built)}: the run repeats to the digit where these match (tirl.models.kernels)."
@@ -227,6 +228,19 @@ def _eval_section(summary: dict[str, Any]) -> str:
         f"{after.get('accuracy', 0):.3f}.{pairs}{ran}</p><div class='plots'>{img}</div>"
         f"<table><tr><th>how episodes ended</th><th>before</th><th>after</th></tr>{rows}</table>"
     )
+
+
+def _sampled_words(summary: dict[str, Any]) -> str:
+    """The sampled evaluation's change (``trainer.eval_samples``) as a sentence; empty without one."""
+    from tirl.rollout.paired import PairedSamples
+
+    paired, k = summary.get("eval/sampled_paired"), summary.get("eval/samples")
+    if not k:
+        return ""
+    head = f" Sampled, {k} per task ({summary.get('eval/sampled_decoding', 'sampled')})"
+    if isinstance(paired, dict):
+        return f"{head}: " + "; ".join(PairedSamples.from_dict(paired).lines()[1:]) + "."
+    return f"{head}: pass@1 {float(summary.get('eval/sampled_accuracy_after') or 0.0):.4f} after training."
 
 
 def _cpu_generator(run_dir: Path) -> bool:

@@ -112,6 +112,20 @@ class PairedSamples:
             "only_second": self.only_second,
         }
 
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> PairedSamples:
+        """The comparison that :meth:`to_dict` wrote (a run's ``eval/sampled_paired``; ``change_points`` is derived)."""
+        ci, pk = row.get("ci95"), row.get("pass_at_k")
+        ka, kb = row["samples"]
+        ra, rb = row["solve_rate"]
+        return cls(
+            n=int(row["n"]), samples=(int(ka), int(kb)), solve_rate=(float(ra), float(rb)),
+            up=int(row["tasks_up"]), down=int(row["tasks_down"]), change=float(row["change"]),
+            ci=(float(ci[0]), float(ci[1])) if ci else None, test=str(row["test"]), p_value=float(row["p_value"]),
+            pass_at_k=PairedChange.from_dict(pk) if pk else None,
+            only_first=int(row["only_first"]), only_second=int(row["only_second"]),
+        )  # fmt: skip
+
     def lines(self) -> list[str]:
         """The comparison in words, one figure per line."""
         (ka, kb), (ra, rb) = self.samples, self.solve_rate

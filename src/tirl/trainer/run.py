@@ -20,7 +20,9 @@ arguments into a :class:`~tirl.config.TirlConfig` and a run directory):
    (restored) weights and optimiser state.
 2. **train** — the held-out evaluation *before* (``eval_before.json``, once per
    run directory, so a resumed run keeps its first figure), then the steps,
-   then the evaluation *after* (``trainer.eval_before_after``).
+   then the evaluation *after* (``trainer.eval_before_after``). With ``trainer.eval_samples = K`` each is
+   followed by a sampled one, K episodes per task at the training sampling (``eval_before_sampled.json``,
+   once per run directory as well, and ``eval_after_sampled.json``: :mod:`tirl.trainer.sampled_eval`).
 3. **cleanup** — close the strategies, the generator and the sandbox (always).
 4. **summary** — ``summary.json`` (steps logged, skipped steps and updates,
    accuracies, total time) and the diagnostics report (``report.html``) when
@@ -61,8 +63,9 @@ from tirl.trainer.logging import log_eval_scalars, read_metrics
 from tirl.trainer.preflight import run_label
 from tirl.trainer.progress import EvalProgress
 from tirl.trainer.run_lock import hold_run_dir
+from tirl.trainer.sampled_eval import draw, eval_json, sampled_summary, sampling_strategy
 from tirl.trainer.trainer import Trainer
-from tirl.trainer.wiring import RunParts, TaskSets, build_parts, evaluate
+from tirl.trainer.wiring import RunParts, TaskSets, build_parts
 
 log = logging.getLogger("tirl.trainer")
 
@@ -237,26 +240,54 @@ class TrainingRun:
         if self.ranks is not None:  # after resume: the other ranks receive the restored weights and optimiser
             self.ranks.share_state(learner)
 
-    async def evaluate(self, when: str = "") -> dict[str, Any]:
+    async def evaluate(self, when: str = "", *, samples: int = 0) -> dict[str, Any]:
         """Greedy accuracy of the current policy on the held-out set (or the validation set: ``env.eval_split``).
 
+        ``samples`` > 0: that many episodes per task at the training sampling instead
+        (:mod:`tirl.trainer.sampled_eval`), returned as the record of ``tirl eval --sampled --json``.
         Shows its progress (``when``: "before training"...); stops the run when every episode failed
         (:mod:`tirl.trainer.failfast`) unless ``trainer.tolerate_failed_steps`` > 0.
         """
         assert self.parts is not None and self.tasks is not None, "setup() first"
-        cfg = self.cfg
+        cfg, parts = self.cfg, self.parts
         tasks = self.tasks.split(cfg.env.eval_split)
         split = "held-out" if cfg.env.eval_split == "heldout" else "validation"
         what = f"{split} {run_label(cfg)} tasks" + (f" ({when})" if when else "")
-        strategy = self.parts.eval_strategy
-        async with EvalProgress(len(tasks), what, lambda: getattr(strategy, "last_board", None),
-                                enabled=self.progress) as bar:  # fmt: skip
-            report = await evaluate(self.parts, tasks, seed=cfg.trainer.seed)
+        if samples:  # "evaluating 400 sampled episodes (2 per held-out tir-chain task, before training)"
+            what = f"sampled episodes ({samples} per {split} {run_label(cfg)} task" + (f", {when})" if when else ")")
+        sampling = sampling_strategy(parts, cfg) if samples else contextlib.nullcontext(parts.eval_strategy)
+        async with (
+            sampling as strategy,
+            EvalProgress(len(tasks) * max(samples, 1), what, lambda: getattr(strategy, "last_board", None),
+                         enabled=self.progress) as bar,
+        ):  # fmt: skip
+            report, passes = await draw(strategy, tasks, max(samples, 1), step=cfg.trainer.seed)
         bar.report(report.correct, report.n)
         failures = summarize_failures(report.trajectories)
         if failures.all_failed and cfg.trainer.tolerate_failed_steps == 0:
             raise failed_error(failures, cfg, f"the {split} evaluation ({when or 'of the policy'})")
-        return eval_record(report)
+        if not samples:
+            return eval_record(report)
+        model = cfg.model.path or "built-in"
+        if when.startswith("after"):
+            model = str(self.run_dir / run_files.CHECKPOINTS / f"step-{cfg.trainer.steps}" / "model")
+        return eval_json(cfg, report, passes, model=model, split=cfg.env.eval_split, sampled=True)
+
+    async def _sampled_before(self) -> None:
+        """``eval_before_sampled.json``, once per run directory, while the policy is still the one it started from.
+
+        A resume from a checkpoint whose run has none (started with ``trainer.eval_samples=0``) writes none: the
+        starting policy is gone, so the summary carries the sampled evaluation after training alone.
+        """
+        path = self.run_dir / run_files.EVAL_BEFORE_SAMPLED
+        if path.exists():
+            return
+        if self.resume_from is not None and self.resume_from.point is not None:
+            print(f"note: {path} is missing and the run resumes from a checkpoint, so there is no sampled "
+                  "evaluation before training (the policy it started from is gone); the one after is written",
+                  file=sys.stderr)  # fmt: skip
+            return
+        _write_json(path, await self.evaluate("before training", samples=self.cfg.trainer.eval_samples))
 
     async def train(self) -> dict[str, Any]:
         """Evaluation before, the steps, evaluation after; returns the evaluation part of the summary."""
@@ -265,6 +296,8 @@ class TrainingRun:
         before_path = self.run_dir / run_files.EVAL_BEFORE
         if tc.eval_before_after and not before_path.exists():
             _write_json(before_path, await self.evaluate("before training"))
+        if tc.eval_before_after and tc.eval_samples:
+            await self._sampled_before()
         await self.trainer.run()
         if not tc.eval_before_after:
             return {}
@@ -282,6 +315,12 @@ class TrainingRun:
         paired = paired_record(before, after)
         if paired is not None:
             out["eval/paired"] = paired
+        if tc.eval_samples:
+            sampled_after = await self.evaluate("after training", samples=tc.eval_samples)
+            _write_json(self.run_dir / run_files.EVAL_AFTER_SAMPLED, sampled_after)
+            sampled_before_path = self.run_dir / run_files.EVAL_BEFORE_SAMPLED
+            sampled_before = read_json(sampled_before_path) if sampled_before_path.exists() else None
+            out.update(sampled_summary(sampled_before, sampled_after, tc.eval_samples))
         return out
 
     async def cleanup(self) -> None:

@@ -7,6 +7,7 @@ At the top of ``RUN_DIR``::
 
     config.json  config_notes.json  metrics.jsonl  trajectories.jsonl  pipeline_trace.jsonl
     eval_before.json  summary.json  report.html  .lock
+    eval_before_sampled.json  eval_after_sampled.json   (trainer.eval_samples > 0: tirl eval --sampled's JSON)
     metrics.jsonl.torn  trajectories.jsonl.torn   (lines a killed run left half-written)
     checkpoints/step-N/  tb/  ranks/              (directories: checkpoints, TensorBoard, the --nproc ranks' logs)
     train.log                                     (tirl ablate: each arm's output)
@@ -23,6 +24,8 @@ METRICS = "metrics.jsonl"
 TRAJECTORIES = "trajectories.jsonl"
 TRACE = "pipeline_trace.jsonl"
 EVAL_BEFORE = "eval_before.json"
+EVAL_BEFORE_SAMPLED = "eval_before_sampled.json"  # trainer.eval_samples: K episodes per task, sampled
+EVAL_AFTER_SAMPLED = "eval_after_sampled.json"
 SUMMARY = "summary.json"
 REPORT = "report.html"
 LOCK = ".lock"
@@ -32,7 +35,8 @@ TB = "tb"
 RANKS = "ranks"
 ARM_LOG = "train.log"
 
-RECORD = frozenset({CONFIG, NOTES, METRICS, TRAJECTORIES, TRACE, EVAL_BEFORE, SUMMARY, LOCK, ARM_LOG})
+RECORD = frozenset({CONFIG, NOTES, METRICS, TRAJECTORIES, TRACE, EVAL_BEFORE, EVAL_BEFORE_SAMPLED, EVAL_AFTER_SAMPLED,
+                    SUMMARY, LOCK, ARM_LOG})  # fmt: skip
 DIRECTORIES = frozenset({CHECKPOINTS, TB, RANKS})
 
 

@@ -46,7 +46,7 @@ from tirl.errors import ConfigError, SetupError
 from tirl.filters import rules_from_config
 from tirl.inference.base import AdapterSyncing, BusyMetered, Generator, SamplingParams, Versioned, WeightSyncing
 from tirl.rollout.base import EnvFactory, RolloutStrategy
-from tirl.rollout.evaluation import EvalReport, eval_rollout_config, evaluate_policy
+from tirl.rollout.evaluation import eval_rollout_config
 
 log = logging.getLogger(__name__)
 
@@ -336,8 +336,3 @@ def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | No
         strategy=strategy,
         eval_strategy=eval_strategy,
     )
-
-
-async def evaluate(parts: RunParts, tasks: list[Task], *, seed: int = 0) -> EvalReport:
-    """Greedy accuracy of the current policy on ``tasks``, through the evaluation strategy (group size 1)."""
-    return await evaluate_policy(parts.eval_strategy, tasks, step=seed)
