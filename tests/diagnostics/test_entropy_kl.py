@@ -21,6 +21,7 @@ from diag_synth import as_verl, tirl_log, write_jsonl
 
 from tirl.cli import main
 from tirl.diagnostics.adapters import load_metrics
+from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.report import render_report
 from tirl.diagnostics.thresholds import PolicyThresholds, TrainingThresholds
 from tirl.diagnostics.training import diagnose_training
@@ -236,6 +237,10 @@ def test_the_verl_keys_carry_the_kl(tmp_path: Path) -> None:
     diag = _diag(tmp_path, as_verl(rows), "verl.jsonl")
     assert diag.format == "verl" and [f.steps for f in _kinds(diag, "kl_blowup")] == [(40, 41)]
     assert "kl_blowup" not in diag.not_checked and "entropy_collapse" not in diag.not_checked
+    for fmt, key in (("verl", "kl_loss_coef"), ("trl", "beta"), ("skyrl", "trainer.algorithm.kl_loss_coef")):
+        advice = check_first("kl_blowup", fmt)  # in the words of the framework that wrote the log
+        assert key in advice and "algo.kl_coef" not in advice, (fmt, advice)
+    assert "clip_ratio_high" in check_first("entropy_collapse", "verl")
 
 
 # --- the two IS-ratio gaps --------------------------------------------------------------------------------------

@@ -46,11 +46,12 @@ def merge_runs(findings: Sequence[Finding], log_steps: Sequence[int]) -> list[Fi
     IS-ratio max). Findings that already span several steps are kept as they are.
     """
     index = {step: i for i, step in enumerate(log_steps)}
-    single = sorted((f for f in findings if f.step is not None and f.steps == (f.step,)), key=lambda f: index[f.step])
+    single = [f for f in findings if len(f.steps) == 1 and f.step == f.steps[0]]
+    single.sort(key=lambda f: index[f.steps[0]])
     runs: list[list[Finding]] = []
     for f in single:
         last = runs[-1][-1] if runs else None
-        if last is not None and last.kind == f.kind and index[f.step] == index[last.step] + 1:  # type: ignore[index]
+        if last is not None and last.kind == f.kind and index[f.steps[0]] == index[last.steps[0]] + 1:
             runs[-1].append(f)
         else:
             runs.append([f])
@@ -64,5 +65,5 @@ def merge_runs(findings: Sequence[Finding], log_steps: Sequence[int]) -> list[Fi
         peak = _peak(run, "is_ratio_max")
         if peak is not None:
             evidence["is_ratio_max_peak"] = peak
-        out.append(Finding(first.kind, first.step, tuple(f.step for f in run if f.step is not None), evidence))
+        out.append(Finding(first.kind, first.step, tuple(f.steps[0] for f in run), evidence))
     return out
