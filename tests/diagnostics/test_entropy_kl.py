@@ -196,7 +196,8 @@ def test_a_kl_blowup_names_steps_value_and_fix_everywhere(tmp_path: Path, capsys
     assert "kl_blowup" in page and "raise algo.kl_coef" in page
     bundle = tmp_path / "b.md"
     assert main(["diagnose", "training", str(path), "--bundle", str(bundle)]) == 0
-    assert "kl_blowup" in bundle.read_text(encoding="utf-8")
+    text = bundle.read_text(encoding="utf-8")
+    assert "## Finding 1: kl_blowup at step 60" in text and "| KL to ref |" in text and "| **60** ←" in text
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.metrics.jsonl")))
