@@ -1,7 +1,8 @@
 """Realistic noisy training logs and pipeline traces from a seeded RNG (healthy, or with one symptom injected).
 
 The healthy log imitates a GRPO run of a tool-using model: 64 trajectories a
-step, a void rate drifting from ~6 % to ~3 % (binomial noise), log-normal
+step, a void rate drifting from ~6 % to ~3 % (binomial noise), an entropy sliding 0.9 -> 0.6 while the
+reward rises 0.2 -> 0.65, a KL to the reference rising 0.001 -> 0.02, log-normal
 IS-ratio extremes with occasional heavy-tail bumps, grad-norm bumps *without*
 an IS spike, lone long trajectories *without* an IS spike, and a few skipped
 steps that log nulls. Injections change only the numbers the symptom is
@@ -37,6 +38,7 @@ TIRL_KEYS = (
     "rollout/turns_mean",
     "reward/mean",
     "time/step_s",
+    "train/kl",
 )
 
 
@@ -102,6 +104,8 @@ def tirl_log(
             "rollout/turns_mean": 2.6 + rng.gauss(0, 0.15),
             "reward/mean": 0.2 + 0.45 * frac + rng.gauss(0, 0.04),
             "time/step_s": 30 + rng.gauss(0, 2),
+            # KL to the reference: rises slowly from ~0.001 (no RNG draw, so the other series stay as they were)
+            "train/kl": 0.001 + 0.02 * frac + 0.002 * abs(math.sin(1.7 * step)),
         }
         if step in at:
             if inject == "void_leak":
@@ -129,6 +133,7 @@ VERL_MAP = {
     "train/grad_norm": "actor/grad_norm",
     "train/clip_frac": "actor/pg_clipfrac",
     "train/entropy": "actor/entropy",
+    "train/kl": "actor/kl_loss",
     "rollout/max_seq_len": "response_length/max",
     "rollout/mean_seq_len": "response_length/mean",
     "train/is_ratio_max": "rollout_corr/rollout_is_max",

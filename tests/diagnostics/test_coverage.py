@@ -48,7 +48,9 @@ def test_a_spike_that_matched_no_row_is_named_not_denied(tmp_path: Path, capsys:
 
 def test_a_healthy_log_without_a_spike_keeps_the_plain_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, _ = _run(capsys, write_jsonl(tmp_path / "m.jsonl", tirl_log(seed=0)))
-    assert _line(out) == "No symptom of the void-turn table: no IS-ratio spike, no empty batch."
+    assert _line(out) == (
+        "No symptom of the void-turn table: no IS-ratio spike, no empty batch; no entropy collapse, no KL blow-up."
+    )
 
 
 def reference_not_checked(n: int, th: TrainingThresholds) -> set[str]:
@@ -60,6 +62,8 @@ def reference_not_checked(n: int, th: TrainingThresholds) -> set[str]:
         kinds.add("detector_inactive")
     if n < 2 * th.drift.min_window + 1:
         kinds.add("void_drift")
+    if n < 2:  # one entropy value: no fall to see
+        kinds.add("entropy_collapse")
     return kinds
 
 

@@ -238,7 +238,8 @@ def test_a_healthy_training_section_says_what_it_did_not_check(tmp_path: Path) -
     assert 'Training: <span class="verdict healthy">healthy</span>' in page
     assert "<p>No symptom of the void-turn table.</p>" not in page
     assert (
-        "No symptom of the void-turn table: no IS-ratio spike; not (fully) checked on this log: void_leak (only" in page
+        "No symptom of the void-turn table: no IS-ratio spike; no entropy collapse, no KL blow-up; not (fully) "
+        "checked on this log: void_leak (only" in page
     )
     assert "empty_batch (the log has no valid count or void share)" in page
     assert "filter.mode=off: void trajectories are counted but stay in the update." in page

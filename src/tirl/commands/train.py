@@ -268,6 +268,8 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
             print(line)
     for line in summary.get("report_warnings", []):  # what `tirl report` says on stderr about this run's files
         print(line, file=sys.stderr)
+    if "training_verdict" in summary:  # what `tirl diagnose training` says of metrics.jsonl, in one line
+        print(summary["training_verdict"])
     print(f"run directory: {run_dir}")
     return 0
 

@@ -1,7 +1,8 @@
 """Diagnostics: verdicts from training logs and pipeline traces, the trajectory audit, the HTML report.
 
 * :mod:`tirl.diagnostics.training` — ``void_leak`` / ``void_drift`` / ``late_filter`` / ``detector_inactive`` /
-  ``empty_batch`` (the drift test itself: :mod:`tirl.diagnostics.drift`)
+  ``empty_batch`` (the drift test itself: :mod:`tirl.diagnostics.drift`), ``kl_blowup`` / ``entropy_collapse``
+  (:mod:`tirl.diagnostics.entropy_kl`); each a :class:`~tirl.diagnostics.finding.Finding`
 * :mod:`tirl.diagnostics.adapters` / :mod:`tirl.diagnostics.wandb_csv` — tirl, verl, SimpleTIR logs; wandb exports
   (:mod:`tirl.diagnostics.log_rows`: their rows checked and joined on the step)
 * :mod:`tirl.diagnostics.pipeline` — ``initializer`` / ``runner`` / ``evaluator`` / ``overall`` / ``starved``

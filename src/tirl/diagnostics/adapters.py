@@ -5,24 +5,28 @@ Every format is mapped onto one set of *canonical* series (``is_max``,
 :mod:`tirl.diagnostics.training` are written once. The key tables below are
 the whole adapter: add a framework by adding its names.
 
-* ``tirl``: the trainer's own keys (``train/is_ratio_max``, ``filter/valid_trajectories``…).
+* ``tirl``: the trainer's own keys (``train/is_ratio_max``, ``filter/valid_trajectories``…; ``train/entropy`` and
+  ``train/kl``, the KL to the reference, which is 0 at every step when ``algo.kl_coef=0`` loads no reference).
 * ``tirl``, ``verl``, ``simpletir``: the attribution keys ``void/share_*`` and ``void/min_logprob_*`` where the
   log has them (tirl writes all; tirl's verl patch the generator side; :mod:`tirl.diagnostics.attribution`).
 * ``verl``: ``actor/grad_norm``, ``rollout_corr/rollout_is_max`` (``mismatch/rollout_is_max`` in
   v0.6.0), ``response_length/max``, ``actor/entropy`` (``actor/entropy_loss`` in older releases),
-  ``num_turns/mean``… (verl has no void filter, so valid/void counts are unknown).
+  the KL to the reference ``actor/kl_loss`` (``actor.use_kl_loss``) or ``actor/reward_kl_penalty``
+  (``algorithm.use_kl_in_reward``; not ``actor/ppo_kl``, which is old-vs-new policy), ``num_turns/mean``…
+  (verl has no void filter, so valid/void counts are unknown).
 * ``simpletir``: verl's keys plus ``env/void_turn_ratio`` (the share of trajectories with a void
   turn, read as the void share) and ``env/num_turns/mean``. Its ``batch/effective_batch_size``
   counts prompt groups, not trajectories, so no valid or void *count* is derived from it.
 * ``trl``: TRL's ``GRPOTrainer`` (``trl/trainer/grpo_trainer.py``, 1.16): ``grad_norm``, ``loss``,
-  ``entropy``, ``reward``, ``completions/max_length``, ``clip_ratio/region_mean``, the IS ratio of
-  ``vllm_importance_sampling_correction`` (``sampling/importance_sampling_ratio/max``), and the void
+  ``entropy``, ``kl`` (``beta > 0``), ``reward``, ``completions/max_length``, ``clip_ratio/region_mean``, the IS
+  ratio of ``vllm_importance_sampling_correction`` (``sampling/importance_sampling_ratio/max``), and the void
   keys of tirl's ``VoidFilteredGRPOTrainer`` (``void/trajectories``, ``void/ratio``); bare as in
   ``trainer_state.json``'s ``log_history`` or with transformers' wandb ``train/`` prefix. TRL averages
   each key over the ``logging_steps`` it logs at once, so with ``logging_steps > 1`` an IS-ratio *max*
   is a mean of maxima and a spike is damped (log every step to diagnose).
 * ``skyrl``: SkyRL's trainer (``skyrl/train/trainer.py``): ``policy/grad_norm``,
-  ``policy/loss_metrics/is_ratio_max`` (off-policy correction on), ``policy/policy_entropy``,
+  ``policy/loss_metrics/is_ratio_max`` (off-policy correction on), ``policy/policy_entropy``, ``policy/policy_kl``
+  (the KL loss to the reference),
   ``generate/max_num_tokens``, ``reward/avg_raw_reward`` and ``trainer/global_step`` (SkyRL has no
   void filter, so valid/void counts are unknown).
 
@@ -114,6 +118,7 @@ _TIRL: dict[str, tuple[str, ...]] = {
     "grad_norm": ("train/grad_norm",),
     "loss": ("train/loss",),
     "entropy": ("train/entropy",),
+    "kl": ("train/kl",),
     "max_len": ("rollout/max_seq_len",),
     "mean_len": ("rollout/mean_seq_len",),
     "turns_mean": ("rollout/turns_mean",),
@@ -127,6 +132,7 @@ _VERL: dict[str, tuple[str, ...]] = {
     "grad_norm": ("actor/grad_norm",),
     "clip_frac": ("actor/pg_clipfrac",),
     "entropy": ("actor/entropy", "actor/entropy_loss"),
+    "kl": ("actor/kl_loss", "actor/reward_kl_penalty"),
     "loss": ("actor/pg_loss",),
     "max_len": ("response_length/max",),
     "mean_len": ("response_length/mean",),
@@ -159,6 +165,7 @@ _TRL: dict[str, tuple[str, ...]] = {
     "grad_norm": _bare_or_train("grad_norm"),
     "loss": _bare_or_train("loss"),
     "entropy": _bare_or_train("entropy"),
+    "kl": _bare_or_train("kl"),
     "clip_frac": _bare_or_train("clip_ratio/region_mean"),
     "max_len": _bare_or_train("completions/max_length"),
     "mean_len": _bare_or_train("completions/mean_length"),
@@ -172,6 +179,7 @@ _SKYRL: dict[str, tuple[str, ...]] = {
     "grad_norm": ("policy/grad_norm",),
     "loss": ("policy/policy_loss",),
     "entropy": ("policy/policy_entropy",),
+    "kl": ("policy/policy_kl",),
     "clip_frac": ("policy/loss_metrics/clip_ratio",),
     "max_len": ("generate/max_num_tokens",),
     "mean_len": ("generate/avg_num_tokens",),
@@ -243,6 +251,7 @@ _DOMAIN: dict[str, tuple[float, float]] = {
     "resampled": (0.0, _HUGE),
     "void_ratio": (0.0, 1.0),
     "clip_frac": (0.0, 1.0),
+    "entropy": (0.0, _HUGE),
     "is_min": (0.0, math.inf),
     "is_max": (0.0, math.inf),
     "is_mean": (0.0, math.inf),

@@ -31,6 +31,12 @@ _VERL: dict[str, str] = {
     "empty_batch": "resample instead of loosening the rule: algorithm.filter_groups.enable=true with "
     "algorithm.filter_groups.max_num_gen_batches (DAPO's recipe), or skip the step when drop_void_trajectories "
     "returns None; a larger actor_rollout_ref.rollout.n gives each group more chances",
+    "kl_blowup": "the step size and the pull back to the reference: raise actor_rollout_ref.actor.kl_loss_coef "
+    "(with actor_rollout_ref.actor.use_kl_loss=true) or algorithm.kl_ctrl.kl_coef (use_kl_in_reward), lower "
+    "actor_rollout_ref.actor.optim.lr; a void_leak at the same steps means garbage tokens drove the KL",
+    "entropy_collapse": "exploration: lower actor_rollout_ref.actor.optim.lr, raise "
+    "actor_rollout_ref.actor.clip_ratio_high (clip-higher) or actor_rollout_ref.actor.entropy_coeff; check "
+    "actor_rollout_ref.rollout.temperature",
 }
 _TRL: dict[str, str] = {
     "void_leak": "the void check: a long garbage completion was not judged void and went into the loss — plain "
@@ -47,6 +53,11 @@ _TRL: dict[str, str] = {
     "the prompt's answer format (rules=ACTION_RULES['gsm8k'] for '####')",
     "empty_batch": "every completion of the step was void: TRL gives such groups zero advantage and does not "
     "resample — raise GRPOConfig's num_generations or lower temperature, and compare frac_reward_zero_std",
+    "kl_blowup": "the step size and the pull back to the reference: raise GRPOConfig's beta (0 loads no reference "
+    "model), lower learning_rate or lengthen warmup_ratio; a void_leak at the same steps means garbage tokens "
+    "drove the KL",
+    "entropy_collapse": "exploration: lower GRPOConfig's learning_rate, raise epsilon_high (clip-higher) and check "
+    "temperature; GRPOTrainer has no entropy bonus",
 }
 _SKYRL: dict[str, str] = {
     "void_leak": "the void check before the advantages: a long garbage turn was not judged void and went into "
@@ -59,6 +70,10 @@ _SKYRL: dict[str, str] = {
     "pre-fills; the env's action rule must match the prompt's answer format",
     "empty_batch": "resample instead of loosening the rule; a larger generator.n_samples_per_prompt gives each "
     "group more chances",
+    "kl_blowup": "the step size and the pull back to the reference: raise trainer.algorithm.kl_loss_coef (with "
+    "trainer.algorithm.use_kl_loss=true), lower trainer.policy.optimizer_config.lr",
+    "entropy_collapse": "exploration: lower trainer.policy.optimizer_config.lr, raise trainer.algorithm.eps_clip_high "
+    "(clip-higher) or turn on trainer.algorithm.use_entropy_loss; check generator.sampling_params.temperature",
 }
 _BY_FORMAT: dict[str, dict[str, str]] = {"verl": _VERL, "simpletir": _VERL, "trl": _TRL, "skyrl": _SKYRL}
 

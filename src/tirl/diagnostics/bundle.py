@@ -41,6 +41,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("grad_norm", "grad norm"),
     ("max_len", "max len"),
     ("reward", "reward"),
+    ("entropy", "entropy"),
+    ("kl", "KL to ref"),
 )
 
 

@@ -22,8 +22,14 @@ A rule needs its series and enough steps with a value in them (the numbers are t
   (:func:`tirl.diagnostics.robust.early_shift`). A rise that was judged (a spike at that step, matched or not)
   is not listed.
 
-Not covered: an early fall of the IS-ratio min that stays down (no early rule looks downward); the
-attribution verdicts (``spikes_in_void``/``spikes_in_valid``), which need tirl's
+* ``void_leak`` / ``late_filter``, in part: the mirror image for the IS-ratio min, which no early rule judges
+  (the minimum over all tokens is heavy-tailed): a fall of at least ``is_factor`` times within the first steps
+  that stayed down is listed with its step and the two levels (:func:`unjudged_early_fall`), unless a rule
+  judged that step (a spike of the IS-ratio max there).
+* ``entropy_collapse`` / ``kl_blowup``: :func:`tirl.diagnostics.entropy_kl.policy_not_checked` (no entropy, no
+  KL or a KL that is 0 at every step, no reward).
+
+Not covered: the attribution verdicts (``spikes_in_void``/``spikes_in_valid``), which need tirl's
 ``void/*`` keys and are not part of the seed's symptom table; a log whose values are spread so thinly that
 a step has too few neighbours within the window although the log has enough in all.
 """
@@ -47,15 +53,10 @@ def _steps(n: int) -> str:
     return f"{n} step" if n == 1 else f"{n} steps"
 
 
-def unjudged_early_rise(log: MetricsLog, th: TrainingThresholds, judged: Collection[int] = ()) -> Shift | None:
-    """The first rise of the IS-ratio max in the early steps that stayed up and that no rule could judge.
-
-    A rise of at least ``is_factor`` times over the steps before it, where they are too few for a rolling
-    baseline, that does not clear the early-step rule. Indices in ``judged`` (spike steps) are skipped, and so
-    are the steps that only carry on a judged rise (their few steps before mix the two levels): a later rise
-    must also be ``is_factor`` times above the judged level.
-    """
-    values = log_values(log.get("is_max") or [])
+def _unjudged_early(
+    values: list[float | None], th: TrainingThresholds, judged: Collection[int], early_rule: bool
+) -> Shift | None:
+    """The first early rise of the log series ``values`` that stayed up and that no rule judged (see below)."""
     factor = math.log(th.is_factor)
     known_before, judged_level = 0, -math.inf
     for i, value in enumerate(values):
@@ -67,9 +68,33 @@ def unjudged_early_rise(log: MetricsLog, th: TrainingThresholds, judged: Collect
             continue
         if i in judged:
             judged_level = max(judged_level, shift.level)
-        elif shift.level - judged_level >= factor and not shift.clears(math.log(th.is_abs), math.log(th.is_big_factor)):
+        elif shift.level - judged_level >= factor and not (
+            early_rule and shift.clears(math.log(th.is_abs), math.log(th.is_big_factor))
+        ):
             return shift
     return None
+
+
+def unjudged_early_rise(log: MetricsLog, th: TrainingThresholds, judged: Collection[int] = ()) -> Shift | None:
+    """The first rise of the IS-ratio max in the early steps that stayed up and that no rule could judge.
+
+    A rise of at least ``is_factor`` times over the steps before it, where they are too few for a rolling
+    baseline, that does not clear the early-step rule. Indices in ``judged`` (spike steps) are skipped, and so
+    are the steps that only carry on a judged rise (their few steps before mix the two levels): a later rise
+    must also be ``is_factor`` times above the judged level.
+    """
+    return _unjudged_early(log_values(log.get("is_max") or []), th, judged, early_rule=True)
+
+
+def unjudged_early_fall(log: MetricsLog, th: TrainingThresholds, judged: Collection[int] = ()) -> Shift | None:
+    """The first fall of the IS-ratio min in the early steps that stayed down (no early rule looks downward).
+
+    :func:`unjudged_early_rise` on ``-log(is_min)``: a fall of at least ``is_factor`` times below the few steps
+    before it whose level after stays that low (the weaker of the step and the median after counts), at a step
+    that no rule judged. The returned shift is on that negated scale (``exp(-before)`` is the ratio before).
+    """
+    negated = [None if v is None else -v for v in log_values(log.get("is_min") or [])]
+    return _unjudged_early(negated, th, judged, early_rule=False)
 
 
 def _early_rise_text(log: MetricsLog, shift: Shift, th: TrainingThresholds) -> str:
@@ -78,6 +103,15 @@ def _early_rise_text(log: MetricsLog, shift: Shift, th: TrainingThresholds) -> s
         f"only in part: the IS-ratio max rose {level / before:.1f}x at step {log.steps[shift.index]} "
         f"({before:.3g} -> {level:.3g}) and stayed up; with {_steps(shift.points)} before it there is no rolling "
         f"baseline, and the early-step rule needs >= {th.is_abs:g} and {th.is_big_factor:g}x the steps before"
+    )
+
+
+def _early_fall_text(log: MetricsLog, shift: Shift) -> str:
+    before, level = math.exp(-shift.before), math.exp(-shift.level)
+    return (
+        f"only in part: the IS-ratio min fell {before / level:.1f}x at step {log.steps[shift.index]} "
+        f"({before:.3g} -> {level:.3g}) and stayed down; with {_steps(shift.points)} before it there is no rolling "
+        "baseline, and no early-step rule looks downward (the minimum is heavy-tailed)"
     )
 
 
@@ -115,6 +149,13 @@ def not_checked(log: MetricsLog, th: TrainingThresholds, judged: Collection[int]
         out.setdefault("void_leak", _early_rise_text(log, rise, th))
         out.setdefault(
             "late_filter", f"only in part: the IS-ratio rise at step {log.steps[rise.index]} (see void_leak)"
+        )
+    fall = unjudged_early_fall(log, th, judged)
+    if fall is not None:
+        text = _early_fall_text(log, fall)
+        out["void_leak"] = f"{out['void_leak']}; {text}" if "void_leak" in out else text
+        out.setdefault(
+            "late_filter", f"only in part: the IS-ratio fall at step {log.steps[fall.index]} (see void_leak)"
         )
     share, need = _known(log, "void_ratio"), 2 * th.drift.min_window + 1
     if share == 0:

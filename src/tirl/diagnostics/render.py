@@ -36,6 +36,10 @@ def _not_checked_text(not_checked: dict[str, str]) -> str:
     return "not (fully) checked on this log: " + "; ".join(f"{kind} ({why})" for kind, why in not_checked.items())
 
 
+#: what a healthy verdict claims for each rule of :mod:`tirl.diagnostics.entropy_kl` that ran
+_POLICY_CLAIMS = {"entropy_collapse": "no entropy collapse", "kl_blowup": "no KL blow-up"}
+
+
 def healthy_line(
     filter_mode: str | None,
     has_ratio: bool = True,
@@ -48,7 +52,8 @@ def healthy_line(
     correction) the spike rules could not run, and the line says so instead of "no IS-ratio spike".
     ``unmatched``: the steps of IS-ratio spikes that matched no row of the table (the line names them instead
     of "no IS-ratio spike"). ``not_checked``: verdict kind -> why its rule could not run
-    (:func:`tirl.diagnostics.coverage.not_checked`); "no empty batch" is said only where that rule ran.
+    (:func:`tirl.diagnostics.coverage.not_checked`); "no empty batch", "no entropy collapse" and "no KL blow-up"
+    are said only where that rule ran.
     """
     rest = dict(not_checked or {})
     if not has_ratio:
@@ -63,6 +68,9 @@ def healthy_line(
         text = "No symptom of the void-turn table: no IS-ratio spike"
     if "empty_batch" not in rest:
         text += ("; " if not has_ratio or unmatched else ", ") + "no empty batch"
+    policy = [claim for kind, claim in _POLICY_CLAIMS.items() if kind not in rest]
+    if policy:
+        text += "; " + ", ".join(policy)
     if rest:
         text += "; " + _not_checked_text(rest)
     if filter_mode == "off":
@@ -90,6 +98,19 @@ def coverage_lines(diag: TrainingDiagnosis, filter_mode: str | None = None, rati
         text = _not_checked_text(diag.not_checked)
         lines.append(f"{text[0].upper()}{text[1:]}.")
     return lines
+
+
+def verdict_line(diag: TrainingDiagnosis) -> str:
+    """The diagnosis in one line, for the end of ``tirl train``.
+
+    The verdict, each finding's kind and steps, the rules that did not (fully) run, and the command that shows
+    the evidence.
+    """
+    found = "; ".join(f"{f.kind} at step{'s' * (len(f.steps) > 1)} {_steps_text(f.steps)}" for f in diag.findings)
+    text = f"training diagnosis: {diag.verdict}" + (f" ({found})" if found else "")
+    if diag.not_checked:
+        text += f"; not (fully) checked: {', '.join(diag.not_checked)}"
+    return text + f" — `tirl diagnose training {diag.path}` for the evidence"
 
 
 def _fmt(value: Any) -> str:

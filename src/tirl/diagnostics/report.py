@@ -30,7 +30,7 @@ from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.bundle import filter_config
 from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, load_trace
-from tirl.diagnostics.render import coverage_lines, has_ratio, pipeline_not_checked
+from tirl.diagnostics.render import coverage_lines, has_ratio, pipeline_not_checked, verdict_line
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines, steps_text
 from tirl.errors import InputError, TirlError, one_line
 from tirl.fileio import write_text
@@ -133,7 +133,7 @@ def _training_section(log: MetricsLog, diag: TrainingDiagnosis, filter_mode: str
         ("grad norm", [("grad norm", xs, s("grad_norm"))], False),
         ("max sequence length", [("max len", xs, s("max_len"))], False),
         ("policy loss", [("loss", xs, s("loss"))], False),
-        ("entropy and KL to the reference", [("entropy", xs, s("entropy")), ("KL", xs, _raw(log, "train/kl"))], False),
+        ("entropy and KL to the reference", [("entropy", xs, s("entropy")), ("KL", xs, s("kl"))], False),
         ("learning rate (warm-up)", [("lr", xs, _raw(log, "train/lr"))], False),
     ]
     imgs = "".join(_img(t, _figure(t, ser, logy=logy, marks=marks)) for t, ser, logy in plots)
@@ -421,13 +421,20 @@ def _notes_html(notes: list[str]) -> str:
     return "".join(f"<p class='missing'>note: {html.escape(n)}</p>" for n in notes)
 
 
-def render_report(run_dir: Path, problems: dict[str, str] | None = None, notes: list[str] | None = None) -> str:
+def render_report(
+    run_dir: Path,
+    problems: dict[str, str] | None = None,
+    notes: list[str] | None = None,
+    verdicts: list[str] | None = None,
+) -> str:
     """The report's HTML text; each file a section could not read is named in ``problems`` (file name: why).
 
     ``notes``: receives the readers' notes (a torn last line that was skipped), which the sections also show.
+    ``verdicts``: receives the training section's verdict in one line (:func:`~tirl.diagnostics.render.verdict_line`).
     """
     problems = {} if problems is None else problems
     notes = [] if notes is None else notes
+    verdicts = [] if verdicts is None else verdicts
     present = {name: (run_dir / name).exists() for name in FILES}
     listing = "".join(
         f"<li>{html.escape(n)}: {'present' if ok else '<span class=missing>absent</span>'} — {html.escape(FILES[n])}"
@@ -447,7 +454,9 @@ def render_report(run_dir: Path, problems: dict[str, str] | None = None, notes: 
             notes.extend(log.notes)
             section = filter_config(run_dir)  # the run's [filter], as `tirl diagnose training` reads it
             mode = section.get("mode") if isinstance(section, dict) else None
-            section_html = _training_section(log, diagnose_training(log), mode if isinstance(mode, str) else None)
+            diag = diagnose_training(log)
+            verdicts.append(verdict_line(diag))
+            section_html = _training_section(log, diag, mode if isinstance(mode, str) else None)
             return section_html + _notes_html(list(log.notes))
 
         parts.append(_guard("Training", "metrics.jsonl", training, problems))
@@ -484,16 +493,22 @@ def render_report(run_dir: Path, problems: dict[str, str] | None = None, notes: 
 
 
 def write_report(
-    run_dir: Path, out: Path | None = None, *, problems: dict[str, str] | None = None, notes: list[str] | None = None
+    run_dir: Path,
+    out: Path | None = None,
+    *,
+    problems: dict[str, str] | None = None,
+    notes: list[str] | None = None,
+    verdicts: list[str] | None = None,
 ) -> Path:
     """Write ``run_dir/report.html`` (or ``out``) and return its path; ``tirl train`` calls this at the end.
 
     ``problems``: filled with one line per file a section could not read; ``notes``: with the readers' notes
-    (:func:`stderr_lines` makes the lines ``tirl report`` and ``tirl train`` print of both).
+    (:func:`stderr_lines` makes the lines ``tirl report`` and ``tirl train`` print of both); ``verdicts``: with
+    the training verdict in one line (``tirl train`` prints it at its end).
     """
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / "report.html"
-    html_text = render_report(run_dir, problems, notes)
+    html_text = render_report(run_dir, problems, notes, verdicts)
     write_text(target, html_text)  # atomic, unique temp name, through links and devices
     return target
 

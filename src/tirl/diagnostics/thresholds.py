@@ -2,8 +2,8 @@
 
 Each rule is described in its own module, which names these fields:
 :mod:`tirl.diagnostics.training` (the void-turn symptoms), :mod:`tirl.diagnostics.attribution` (where the
-spikes sit), :mod:`tirl.diagnostics.drift`
-(void drift) and :mod:`tirl.diagnostics.pipeline` (the bottleneck stage). The defaults
+spikes sit), :mod:`tirl.diagnostics.drift` (void drift), :mod:`tirl.diagnostics.entropy_kl` (entropy collapse,
+KL blow-up) and :mod:`tirl.diagnostics.pipeline` (the bottleneck stage). The defaults
 were checked on seeded synthetic logs and traces (``tests/diagnostics/measure_rates.py``,
 ``docs/diagnostics.md``); a caller passes its own instance to ``diagnose_training``,
 ``find_drift`` or ``diagnose_pipeline`` to change them. Not covered: reading them from a file
@@ -46,6 +46,32 @@ class AttributionThresholds:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyThresholds:
+    """Tuning of the entropy-collapse and KL blow-up rules (:mod:`tirl.diagnostics.entropy_kl`).
+
+    ``entropy_collapse``: the mean token entropy falls to at most ``1 - entropy_drop`` of its reference level and
+    stays there (the step and the median of the next ``sustain - 1`` known values), while the mean reward rose
+    by less than ``reward_rise`` (in the reward's own units; tirl's are 0..1) over the same steps. The reference
+    is the level of the ``window`` steps before (a fast fall), or the median of the run's first
+    ``early_steps`` values when the entropy ends at or below ``entropy_floor`` nats per token (a slow slide to
+    near-determinism). ``kl_blowup``: the KL to the reference reaches ``kl_max``, or at least ``kl_factor``
+    times the median of the ``window`` steps before and at least ``kl_jump_floor``.
+
+    Checked on tirl's three real 30-step logs (entropy 0.08 -> 0.02 nats while the reward rose 0.4 -> 0.9: no
+    finding) and seeded synthetic logs (``tests/diagnostics/test_entropy_kl.py``).
+    """
+
+    entropy_drop: float = 0.8
+    entropy_floor: float = 0.01
+    early_steps: int = 3
+    sustain: int = 3
+    reward_rise: float = 0.1
+    kl_max: float = 1.0
+    kl_factor: float = 10.0
+    kl_jump_floor: float = 0.1
+
+
+@dataclass(frozen=True, slots=True)
 class TrainingThresholds:
     """Tuning of the symptom rules (defaults were checked on seeded noisy logs in the tests)."""
 
@@ -61,6 +87,7 @@ class TrainingThresholds:
     inactive_steps: int = 25
     drift: DriftThresholds = field(default_factory=DriftThresholds)
     attribution: AttributionThresholds = field(default_factory=AttributionThresholds)
+    policy: PolicyThresholds = field(default_factory=PolicyThresholds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,13 +45,16 @@ Verdicts (``SEVERITY`` lists them from most to least severe):
   (listed in its evidence), not a ``late_filter`` or ``void_leak`` of its
   own; spikes before the onset keep their verdicts.
 
+* ``kl_blowup`` / ``entropy_collapse`` (beyond the seed): the KL to the reference ran away, or the policy's
+  entropy collapsed while the reward did not rise (:mod:`tirl.diagnostics.entropy_kl` has the rules).
 * ``spikes_in_void`` / ``spikes_in_valid`` (tirl's attribution, beyond the seed): on the steps with an
   IS-ratio spike or a grad-norm spike (the ``is_max`` rule on the log grad norm), whether the void rows
   hold clearly more of the spikes than of the tokens (the filter helps) or no more, with most spikes in
   valid rows (it cannot); :mod:`tirl.diagnostics.attribution` has the rule.
 
 For the seed's verdicts a grad-norm bump is evidence, never a trigger: without an IS-ratio spike it
-is ordinary noise. IS-ratio spikes with neither a length spike nor a filter
+is ordinary noise. An IS-ratio spike that lasts (consecutive steps of one kind) is one finding with its step range
+(:func:`~tirl.diagnostics.finding.merge_runs`). IS-ratio spikes with neither a length spike nor a filter
 drop match no row of the table: they are no finding, but the diagnosis lists
 their steps (``unmatched_spikes``), so a healthy verdict does not claim there
 was no spike. The rules a log does not let run (no IS ratio, too few steps)
@@ -72,11 +75,16 @@ from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.attribution import attribute_spikes, step_shares
 from tirl.diagnostics.coverage import not_checked
 from tirl.diagnostics.drift import find_drift
+from tirl.diagnostics.entropy_kl import CHECK_FIRST as POLICY_CHECK_FIRST
+from tirl.diagnostics.entropy_kl import SUMMARY as POLICY_SUMMARY
+from tirl.diagnostics.entropy_kl import entropy_findings, kl_findings, policy_not_checked
+from tirl.diagnostics.finding import Finding, merge_runs
 from tirl.diagnostics.robust import Baseline, Shift, Side, baseline, early_shift, log_values, median_after
 from tirl.diagnostics.thresholds import TrainingThresholds
 
 SEVERITY: tuple[str, ...] = (
-    "void_leak", "void_drift", "late_filter", "detector_inactive", "empty_batch", "spikes_in_void", "spikes_in_valid",
+    "void_leak", "void_drift", "late_filter", "detector_inactive", "empty_batch", "kl_blowup", "entropy_collapse",
+    "spikes_in_void", "spikes_in_valid",
 )  # fmt: skip
 
 # The seed's "check this first" column.
@@ -98,6 +106,7 @@ CHECK_FIRST: dict[str, str] = {
     "spikes_in_valid": "not the void filter (the spikes sit in valid turns, it cannot remove them): the learning "
     "rate and warm-up (algo.lr, algo.warmup_steps), the generator/trainer mismatch (train/gen_logprob_gap_max, "
     "generation.dtype, algo.tis_cap) and the length cap (generation.max_total_tokens)",
+    **POLICY_CHECK_FIRST,
 }
 SUMMARY: dict[str, str] = {
     "void_leak": "IS-ratio spike with the longest trajectory, valid count not reduced",
@@ -107,21 +116,8 @@ SUMMARY: dict[str, str] = {
     "empty_batch": "no valid trajectory in the step",
     "spikes_in_void": "on the spike steps, void rows hold clearly more of the spikes than of the tokens",
     "spikes_in_valid": "on the spike steps, most spikes sit in valid rows (void rows hold no more than their share)",
+    **POLICY_SUMMARY,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One symptom: its kind, the step(s) and the numbers behind it."""
-
-    kind: str
-    step: int | None
-    steps: tuple[int, ...]
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape: ``{"kind", "step", "steps", "evidence"}``."""
-        return {"kind": self.kind, "step": self.step, "steps": list(self.steps), "evidence": self.evidence}
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,7 +578,8 @@ def diagnose_training(log: MetricsLog, thresholds: TrainingThresholds | None = N
     th = thresholds or TrainingThresholds()
     spike_findings, unmatched = _spike_findings(log, th)
     drift, spikes = _drift_finding(log, th, spike_findings)
-    findings = spikes + _empty_batch_findings(log) + _inactive_findings(log, th) + ([drift] if drift else [])
+    findings = merge_runs(spikes, log.steps) + _empty_batch_findings(log) + _inactive_findings(log, th)
+    findings += ([drift] if drift else []) + kl_findings(log, th) + entropy_findings(log, th)
     attribution = _attribution_finding(log, th)
     findings += [attribution] if attribution is not None else []
     findings.sort(key=lambda f: (f.steps[0] if f.steps else -1, SEVERITY.index(f.kind)))
@@ -595,5 +592,5 @@ def diagnose_training(log: MetricsLog, thresholds: TrainingThresholds | None = N
         findings=tuple(findings),
         run=log.run,
         unmatched_spikes=tuple(unmatched),
-        not_checked=not_checked(log, th, judged),
+        not_checked={**not_checked(log, th, judged), **policy_not_checked(log)},
     )

@@ -98,9 +98,10 @@ def paired_record(before: dict[str, Any], after: dict[str, Any]) -> dict[str, An
 def write_report(run_dir: Path) -> dict[str, Any]:
     """The diagnostics report when the diagnostics are installed; a failure is a warning, never the run's.
 
-    Returns the summary's ``report`` (the path) and, when there are any, ``report_warnings``: the lines
-    ``tirl report`` prints on stderr (a section it could not read, a torn line it skipped), which ``tirl train``
-    prints at its end; ``{}`` without a report.
+    Returns the summary's ``report`` (the path), ``training_verdict`` (the training diagnosis in one line,
+    which ``tirl train`` prints at its end; absent when ``metrics.jsonl`` could not be read) and, when there are
+    any, ``report_warnings``: the lines ``tirl report`` prints on stderr (a section it could not read, a torn line
+    it skipped), which ``tirl train`` prints at its end too; ``{}`` without a report.
     """
     try:
         from tirl.diagnostics.report import stderr_lines
@@ -109,11 +110,14 @@ def write_report(run_dir: Path) -> dict[str, Any]:
         return {}
     problems: dict[str, str] = {}
     notes: list[str] = []
+    verdicts: list[str] = []
     try:
-        out: dict[str, Any] = {"report": str(write(run_dir, problems=problems, notes=notes))}
+        out: dict[str, Any] = {"report": str(write(run_dir, problems=problems, notes=notes, verdicts=verdicts))}
     except Exception as exc:  # the report is a bonus; the run already succeeded
         log.warning("the diagnostics report could not be written: %s", exc)
         return {}
+    if verdicts:
+        out["training_verdict"] = verdicts[0]
     lines = stderr_lines(problems, notes)
     return {**out, "report_warnings": lines} if lines else out
 
