@@ -14,6 +14,7 @@ Disk-full saves are in ``test_checkpoint_disk_full.py``.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -129,6 +130,43 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs_on_resume(run: Path, tmp_pa
     if code != 0:
         _one_error(code, err)
     assert [r["step"] for r in read_metrics(run)] == ([1, 2, 3] if code == 0 else [1, 2])
+
+
+CUSTOM_CODE = """
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+class EvilConfig(LlamaConfig):
+    model_type = "evilllama"
+class EvilModel(LlamaForCausalLM):
+    config_class = EvilConfig
+class EvilTok(PreTrainedTokenizerFast):
+    pass
+"""
+
+
+@pytest.mark.parametrize("where", ["config.json", "tokenizer_config.json"])
+def test_custom_code_in_a_checkpoints_model_never_runs_on_resume(
+    run: Path, tmp_path: Path, capsys, monkeypatch, where: str
+) -> None:
+    """An ``auto_map`` naming a ``.py`` file planted in the model directory, the checksum list rewritten, and
+    a ``y`` on standard input: before the fix transformers asked "Do you wish to run the custom code? [y/N]"
+    in the middle of ``tirl train --resume``, and the ``y`` ran the file. Now it is one error line naming it.
+    """
+    marker = tmp_path / "pwned"
+    model = run / "checkpoints" / "step-2" / "model"
+    (model / "evil_code.py").write_text(f"import os\nos.mkdir({str(marker)!r})\n{CUSTOM_CODE}")
+    data = json.loads((model / where).read_text())
+    if where == "config.json":
+        data.update(model_type="evilllama", auto_map={"AutoConfig": "evil_code.EvilConfig",
+                                                      "AutoModelForCausalLM": "evil_code.EvilModel"})  # fmt: skip
+    else:
+        data.update(tokenizer_class="EvilTok", auto_map={"AutoTokenizer": [None, "evil_code.EvilTok"]})
+    (model / where).write_text(json.dumps(data))
+    _relist(run / "checkpoints" / "step-2")
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n" * 10))
+    code, err = _resume(run, capsys, steps=3)
+    assert not marker.exists(), "the checkpoint's code ran"
+    line = _one_error(code, "\n".join(x for x in err.splitlines() if not x.startswith("resuming ")))
+    assert f"model/{where}: names custom code to run (auto_map: " in line, line
 
 
 def test_a_checkpoint_without_a_checksum_list_is_refused_not_trusted(run: Path, capsys) -> None:

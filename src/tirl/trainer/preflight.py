@@ -87,7 +87,7 @@ def model_tool_problem(path: str | None, env: str | None = None) -> str | None:
     if is_adapter_dir(p):
         p = Path(adapter_base(p))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(p))
+        tokenizer = AutoTokenizer.from_pretrained(str(p), trust_remote_code=False)
     except (OSError, ValueError):
         return None  # load_policy reports an unreadable tokenizer with its fix
     if isinstance(chat_format_for(tokenizer), SimpleChatFormat):
