@@ -83,7 +83,6 @@ FLOOD = (
 )
 
 
-
 def bytecode_of_the_fix(how: str) -> str:
     """A shell line that compiles the expert's fix into bytecode the import system would take over the source.
 
@@ -100,7 +99,8 @@ assert fixed != source
 st = os.stat(path)
 code = marshal.dumps(compile(fixed, os.path.abspath(path), "exec"))
 if {how!r} == "stale":
-    head = u.MAGIC_NUMBER + bytes(4) + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + st.st_size.to_bytes(4, "little")
+    stamp = (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + st.st_size.to_bytes(4, "little")
+    head = u.MAGIC_NUMBER + bytes(4) + stamp
 else:
     head = u.MAGIC_NUMBER + (1).to_bytes(4, "little") + u.source_hash(source.encode())
 target = u.cache_from_source(path) if {how!r} != "sourceless" else path + "c"

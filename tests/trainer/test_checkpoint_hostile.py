@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -202,9 +203,9 @@ def test_an_env_import_string_in_a_saved_config_is_not_imported(
 
 
 class _KeyCatcher(http.server.BaseHTTPRequestHandler):
-    seen: list[str] = []
+    seen: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self.seen.append(self.headers.get("Authorization", ""))
         self.send_response(500)
         self.end_headers()
