@@ -194,6 +194,29 @@ async def test_an_object_that_equals_everything_equals_no_value(make) -> None:  
     assert result.reward == 0.0 and result.info["tests_failed"] == 3, result.info
 
 
+STOP_TESTS = """
+from primes import is_prime
+def test_all():
+    assert all(map(is_prime, [2, 3, 5, 7]))
+def test_none():
+    assert not any(map(is_prime, [1, 4, 9, 15]))
+def test_filter():
+    assert list(filter(is_prime, range(10))) == [2, 3, 5, 7]
+"""
+
+
+async def test_a_stop_iteration_from_the_code_under_test_does_not_end_the_judges_iteration(make) -> None:  # type: ignore[no-untyped-def]
+    """``is_prime`` raises ``StopIteration``: inside ``map`` in the judge that once ended the iteration.
+
+    ``all()`` of an empty iteration is True, ``any()`` False: two of the three tests passed (reward 2/3 with
+    ``reward_mode="fraction"``) with no answer computed. Now it is an error of the call, as PEP 479 makes it in
+    generators, and every test fails.
+    """
+    files = {"primes/__init__.py": "def is_prime(n):\n    raise StopIteration\n"}
+    result = await play(make(reward_mode="fraction"), task(files, {"test_primes.py": STOP_TESTS}), SUBMIT)
+    assert result.reward == 0.0 and result.info["tests_failed"] == 3, result.info
+
+
 PROBE = """
 import glob, os
 def reachable(secret):

@@ -14,14 +14,18 @@ Disk-full saves are in ``test_checkpoint_disk_full.py``.
 from __future__ import annotations
 
 import hashlib
+import http.server
+import io
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -129,6 +133,111 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs_on_resume(run: Path, tmp_pa
     if code != 0:
         _one_error(code, err)
     assert [r["step"] for r in read_metrics(run)] == ([1, 2, 3] if code == 0 else [1, 2])
+
+
+CUSTOM_CODE = """
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+class EvilConfig(LlamaConfig):
+    model_type = "evilllama"
+class EvilModel(LlamaForCausalLM):
+    config_class = EvilConfig
+class EvilTok(PreTrainedTokenizerFast):
+    pass
+"""
+
+
+@pytest.mark.parametrize("where", ["config.json", "tokenizer_config.json"])
+def test_custom_code_in_a_checkpoints_model_never_runs_on_resume(
+    run: Path, tmp_path: Path, capsys, monkeypatch, where: str
+) -> None:
+    """An ``auto_map`` naming a ``.py`` file planted in the model directory, the checksum list rewritten, and
+    a ``y`` on standard input: before the fix transformers asked "Do you wish to run the custom code? [y/N]"
+    in the middle of ``tirl train --resume``, and the ``y`` ran the file. Now it is one error line naming it.
+    """
+    marker = tmp_path / "pwned"
+    model = run / "checkpoints" / "step-2" / "model"
+    (model / "evil_code.py").write_text(f"import os\nos.mkdir({str(marker)!r})\n{CUSTOM_CODE}")
+    data = json.loads((model / where).read_text())
+    if where == "config.json":
+        data.update(model_type="evilllama", auto_map={"AutoConfig": "evil_code.EvilConfig",
+                                                      "AutoModelForCausalLM": "evil_code.EvilModel"})  # fmt: skip
+    else:
+        data.update(tokenizer_class="EvilTok", auto_map={"AutoTokenizer": [None, "evil_code.EvilTok"]})
+    (model / where).write_text(json.dumps(data))
+    _relist(run / "checkpoints" / "step-2")
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n" * 10))
+    code, err = _resume(run, capsys, steps=3)
+    assert not marker.exists(), "the checkpoint's code ran"
+    line = _one_error(code, "\n".join(x for x in err.splitlines() if not x.startswith("resuming ")))
+    assert f"model/{where}: names custom code to run (auto_map: " in line, line
+
+
+def _edit_config(run: Path, **sections: dict[str, object]) -> None:
+    data = json.loads((run / "config.json").read_text())
+    for section, values in sections.items():
+        data[section].update(values)
+    (run / "config.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_an_env_import_string_in_a_saved_config_is_not_imported(
+    run: Path, tmp_path: Path, capsys, monkeypatch, command: str
+) -> None:
+    """``env.name=verifiers:MODULE:Factory`` written into ``config.json``: ``tirl train --resume`` and ``tirl eval
+    --model RUN`` imported MODULE (any module on ``sys.path``; here one the test puts there) before the fix.
+    """
+    pytest.importorskip("verifiers")
+    marker, mods = tmp_path / "pwned", tmp_path / "mods"
+    mods.mkdir()
+    module = f"tirl_h4_evil_{command}"  # one per case: an imported module is not imported again
+    (mods / f"{module}.py").write_text(f"import os\nos.mkdir({str(marker)!r})\ndef load():\n    return None\n")
+    monkeypatch.syspath_prepend(str(mods))
+    _edit_config(run, env={"name": f"verifiers:{module}:load"})
+    capsys.readouterr()
+    argv = ["train", "--resume", str(run), "--steps", "3"] if command == "train" else ["eval", "--model", str(run)]
+    code = main([*argv, "--no-progress"] if command == "train" else [*argv, "--n", "1"])
+    err = capsys.readouterr().err
+    assert not marker.exists(), "the module named by the run's config was imported"
+    line = _one_error(code, err)
+    assert "config.json: chooses code to import" in line and f"--set env.name=verifiers:{module}:load" in line
+
+
+class _KeyCatcher(http.server.BaseHTTPRequestHandler):
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.headers.get("Authorization", ""))
+        self.send_response(500)
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_saved_config_cannot_send_an_environment_variable_to_its_server(run: Path, capsys, monkeypatch) -> None:
+    """``generator=openai``, ``base_url`` and ``api_key_env`` written into ``config.json``: before the fix the
+    resume sent the named variable's value to that server as its key. Repeated on the command line, it is sent.
+    """
+    monkeypatch.setenv("TIRL_H4_SECRET", "s3cret-value")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeyCatcher)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    _KeyCatcher.seen = []
+    try:
+        _edit_config(run, model={"generator": "openai", "base_url": url, "api_key_env": "TIRL_H4_SECRET"})
+        code, err = _resume(run, capsys, steps=3)
+        assert not any("s3cret" in h for h in _KeyCatcher.seen), _KeyCatcher.seen
+        line = _one_error(code, err)
+        assert "model.base_url=" in line and "model.api_key_env='TIRL_H4_SECRET'" in line, line
+        capsys.readouterr()
+        sets = ["--set", f"model.base_url={url}", "--set", "model.api_key_env=TIRL_H4_SECRET"]
+        main(["train", "--resume", str(run), "--steps", "3", "--no-progress", *sets])
+        assert "config.json: chooses" not in capsys.readouterr().err
+        assert any("s3cret" in h for h in _KeyCatcher.seen), "the user's own --set did not reach the server"
+    finally:
+        server.shutdown()
 
 
 def test_a_checkpoint_without_a_checksum_list_is_refused_not_trusted(run: Path, capsys) -> None:

@@ -35,7 +35,7 @@ from tirl.cli import elapsed
 from tirl.config import TirlConfig, resolve_config
 from tirl.config_ranges import RANGES, check_flag
 from tirl.errors import InputError
-from tirl.trainer.preflight import context_warning, preflight, run_label
+from tirl.trainer.preflight import check_saved_trust, context_warning, preflight, run_label
 
 if TYPE_CHECKING:
     from tirl.rollout.pass_at_k import PassAtK
@@ -110,6 +110,8 @@ def _config(args: argparse.Namespace) -> TirlConfig:
         sets.append(f"env.name={args.env}")
     base = _run_tasks(Path(args.model)) if args.model and not args.config else None
     resolved = resolve_config(args.config, sets, base)
+    if base is not None:  # the run directory's env: never code it names unless the command line repeats it
+        check_saved_trust(resolved, Path(args.model) / "config.json")
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
     cfg = resolved.config

@@ -48,7 +48,14 @@ from tirl.jsonl import read_json
 from tirl.models.kernels import PORTABLE_ENV, pin_portable
 from tirl.models.precision import check_training_precision
 from tirl.trainer import run_files
-from tirl.trainer.preflight import anchor_paths, answer_format_warning, context_warning, preflight, run_label
+from tirl.trainer.preflight import (
+    anchor_paths,
+    answer_format_warning,
+    check_saved_trust,
+    context_warning,
+    preflight,
+    run_label,
+)
 from tirl.trainer.run_lock import LOCK_NAME, hold_run_dir
 
 
@@ -155,6 +162,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         for note in saved_notes:
             print(f"note: {note} (saved with the run)", file=sys.stderr)
         resolved = resolve_config(None, overrides, base=saved_cfg)
+        check_saved_trust(resolved, run_dir / "config.json")  # no code or credential target from the run dir
         for note in resolved.notes:
             print(f"note: {note}", file=sys.stderr)
         cfg = resolved.config

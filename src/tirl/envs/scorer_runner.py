@@ -9,7 +9,8 @@ answers the judge's requests over two pipes. What comes back is **data** (``None
 ``int``, ``float``, ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set`` or
 ``frozenset``, a subclass as its base type's value, rebuilt by the judge from a tagged JSON form)
 or an opaque reference to an object that stays in the subject; an exception comes back as its
-nearest built-in exception class and its message. The assertions therefore run in the judge, on
+nearest built-in exception class and its message (``StopIteration`` as a plain error: in ``map``
+it would end the judge's iteration). The assertions therefore run in the judge, on
 values it rebuilt itself: the code under test chooses what its functions return, never what a
 comparison or a test outcome is. A reference never equals a value (an object whose ``__eq__``
 always answers True compares unequal to ``2.5``).
@@ -71,10 +72,17 @@ class RemoteFailure(Exception):
 
 
 _REMOTE_CLASSES: dict[type, type] = {}
+#: exceptions that Python's own protocols read as a signal, not an error: a ``StopIteration`` raised by a call
+#: inside ``map``/``filter``/``zip`` ends the iteration, so ``all(map(is_prime, primes))`` would pass with no
+#: answer at all. One of them from the subject becomes a plain :class:`RemoteError`, as PEP 479 does in generators.
+_SIGNALS = (StopIteration, StopAsyncIteration)
 
 
 def remote_exception(info: Any) -> BaseException:
-    """The judge's stand-in for an exception of the subject (``info``: bases, type, msg)."""
+    """The judge's stand-in for an exception of the subject (``info``: bases, type, msg).
+
+    Its class mixes in the first built-in exception class the subject names, never one of :data:`_SIGNALS`.
+    """
     import builtins
 
     if type(info) is not dict or type(info.get("bases")) is not list or type(info.get("msg")) is not str:
@@ -83,6 +91,8 @@ def remote_exception(info: Any) -> BaseException:
         base = getattr(builtins, name, None) if type(name) is str else None
         if not (isinstance(base, type) and issubclass(base, Exception)) or base is Exception:
             continue
+        if issubclass(base, _SIGNALS):
+            break
         try:  # a class that cannot be mixed in, or that wants other arguments: try the next base
             cls = _REMOTE_CLASSES.get(base) or _REMOTE_CLASSES.setdefault(base, type(name, (RemoteError, base), {}))
             exc = cls(info["msg"])

@@ -9,6 +9,9 @@ tagged (``{"l": [...]}``...), anything else as a reference (``{"h": [id, type na
 subject; ``{"h": id}`` or ``{"p": attribute path}`` from the judge). A subclass of a built-in value
 type is sent as its base type's value (its methods, ``__eq__`` included, stay behind).
 
+The subject imports the workspace's modules from their source only (:func:`source_only`: no cached or
+sourceless bytecode, no extension modules from the workspace).
+
 The host sends this module's source to the sandbox as text (with the judge's); nothing in it may
 import tirl. What the subject does is untrusted by construction: the judge checks every reply.
 """
@@ -90,6 +93,34 @@ def decode(data: Any, ref: Any, depth: int = 0) -> Any:
 # --- the subject (untrusted: it imports the workspace) ------------------------------------------
 
 
+def source_only(workspace: str) -> None:
+    """Import modules under ``workspace`` from their ``.py`` source only, in this process, from now on.
+
+    No cached bytecode (``__pycache__/*.pyc``: a forged one whose header matched the buggy source's mtime and
+    size ran the fixed code while the source kept the bug, and got reward 1.0), no sourceless ``.pyc`` and no
+    extension module is loaded from there: the code under test is what the repository's source says. Paths
+    outside the workspace (the standard library) keep the default finder and their caches.
+    """
+    import importlib.machinery as machinery
+    import os
+
+    root = os.path.realpath(workspace)
+
+    class SourceLoader(machinery.SourceFileLoader):
+        def get_code(self, fullname: str) -> Any:
+            return self.source_to_code(self.get_data(self.path), self.path)
+
+    def hook(path: str) -> Any:
+        real = os.path.realpath(path or ".")
+        if real != root and not real.startswith(root + os.sep):
+            raise ImportError("not the workspace")
+        return machinery.FileFinder(path, (SourceLoader, machinery.SOURCE_SUFFIXES))
+
+    sys.path_hooks.insert(0, hook)
+    sys.path_importer_cache.clear()
+    sys.dont_write_bytecode = True
+
+
 def subject_main(rfd: int, wfd: int, workspace: str) -> None:
     """Answer the judge's requests until end of file (one JSON object per line each way)."""
     import builtins
@@ -98,6 +129,7 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
     import os
 
     requests, replies = os.fdopen(rfd, "rb"), os.fdopen(wfd, "wb")
+    source_only(workspace)
     sys.path.insert(0, workspace)  # the repository, as ``python -m pytest`` run at its root would see it
     handles: dict[int, Any] = {}
 

@@ -456,7 +456,7 @@ class ModelServer:
         from transformers import AutoModelForCausalLM
 
         model = self.policy.model
-        src = AutoModelForCausalLM.from_pretrained(str(path), dtype=model.dtype)
+        src = AutoModelForCausalLM.from_pretrained(str(path), dtype=model.dtype, trust_remote_code=False)
         state = src.state_dict()
         with self.generator.model_lock:  # between batches, never during one
             model.load_state_dict(state, strict=True)

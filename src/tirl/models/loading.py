@@ -160,7 +160,7 @@ def _from_pretrained(p: Path, auto: Any, what: str, fix: str, **kwargs: Any) -> 
     transformers each raise their own types (``Exception`` from Rust, ``SafetensorError``, ``RuntimeError``).
     """
     try:
-        return auto.from_pretrained(str(p), **kwargs)
+        return auto.from_pretrained(str(p), trust_remote_code=False, **kwargs)  # never the directory's code
     except Exception as exc:
         raise InputError(
             str(p), None, f"{what} could not be loaded ({type(exc).__name__}: {str(exc)[:300]})", fix

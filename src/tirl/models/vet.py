@@ -10,6 +10,9 @@
   ``special_tokens_map.json`` and ``added_tokens.json`` at most 16 MB and strict JSON objects
   (:func:`tirl.jsonl.parse_json`: no ``NaN``, no 5000-digit integers, no deep nesting); tokenizer files at
   most :data:`FILE_CAPS` (``tokenizer.json`` 128 MB); the chat template at most 1 MB.
+* **No code of its own.** An ``auto_map`` in any of those files (custom model, config or tokenizer classes
+  in the directory's ``.py`` files) is refused (:func:`refuse_custom_code`), and every ``from_pretrained``
+  of tirl passes ``trust_remote_code=False``, so transformers never asks whether to run it.
 * **config.json sizes.** Layers, width, heads, vocabulary and positions (under their Hugging Face and GPT-2
   names) must be integers in :data:`SIZE_BOUNDS`; key/value heads must divide the heads, and heads the width
   when no ``head_dim`` is given. The model is then built on PyTorch's ``meta`` device (no memory), and its
@@ -167,6 +170,23 @@ def available_bytes(device: str) -> int:
     return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
+def refuse_custom_code(path: Path, data: dict[str, Any]) -> None:
+    """Refuse a JSON file of the directory that names Python code of its own to run (``auto_map``).
+
+    transformers runs such code only with ``trust_remote_code=True``, which tirl never passes; without it
+    transformers *asks* on a terminal ("Do you wish to run the custom code? [y/N]"), and one ``y`` ran the
+    code of a tampered checkpoint during ``tirl train --resume``. tirl reads no code from a model directory.
+    """
+    if "auto_map" in data:
+        names = data["auto_map"]
+        shown = ", ".join(map(str, names)) if isinstance(names, dict) else type(names).__name__
+        raise _fail(
+            path,
+            f"names custom code to run (auto_map: {shown[:200]}), which tirl never runs",
+            "use a model whose architecture transformers ships, saved with save_pretrained without auto_map",
+        )
+
+
 def _rough_params(sizes: dict[str, int]) -> int:
     h, layers = sizes.get("hidden_size", 1), sizes.get("num_hidden_layers", 1)
     inter, vocab = sizes.get("intermediate_size", 4 * h), sizes.get("vocab_size", 1)
@@ -182,7 +202,7 @@ def meta_model(path: Path, dtype: str, device: str, sizes: dict[str, int]) -> An
     if need > 4 * have:  # far too large: refused before even the meta build spends time on it
         raise _too_big(path, need, have)
     try:
-        config = AutoConfig.from_pretrained(str(path))
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
     except Exception as exc:  # a config transformers cannot read or build: the file's fault
@@ -301,7 +321,7 @@ def vet_model_dir(path: Path, *, dtype: str = "float32", device: str = "cpu") ->
     check_entries(path)
     for name in SMALL_JSON:
         if (path / name).is_file():
-            read_json_file(path / name)
+            refuse_custom_code(path / name, read_json_file(path / name))
     for name, cap in FILE_CAPS.items():
         if (path / name).is_file():
             _capped(path / name, cap)

@@ -15,6 +15,9 @@ fails every episode. It checks:
   the env, the model and the ``--set`` that fixes it. Only the tokenizer is
   read, never the weights.
 
+:func:`check_saved_trust` refuses a run directory's ``config.json`` (``--resume``, ``tirl eval --model RUN``)
+that chooses code to import or where a credential goes, unless the command line repeats the key.
+
 :func:`answer_format_warning` compares the answer format the task file's
 prompts ask for (``####`` after the answer, ``\boxed{}``, ``<answer>``) with
 the run's action rule and names the rule to use; :func:`run_label` names runs
@@ -29,14 +32,61 @@ answer format in words only ("give the number at the end").
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from pathlib import Path
 
-from tirl.config import TirlConfig
-from tirl.errors import ConfigError
+from tirl.config import ModelConfig, ResolvedConfig, TirlConfig
+from tirl.errors import ConfigError, InputError, show_value
 from tirl.parsing import ANSWER_FORMATS
 
 #: How many task-file rows :func:`answer_format_warning` reads.
 SAMPLE_ROWS = 64
+
+
+def trusted_keys(cfg: TirlConfig) -> dict[str, str]:
+    """The keys of ``cfg`` that name code to import or where a credential is sent, with their values.
+
+    ``env.name`` when it is an import string or a verifiers env (``pkg.mod:Factory``, ``verifiers:...``:
+    the module is imported and called; a registered name or ``skyrl-gym:ID`` is not), and with
+    ``generator=openai`` the server (``model.base_url``) and the variable whose value goes to it as the
+    key (``model.api_key_env``, when not the default); ``trainer.ray_address`` with ``backend=ray``.
+    """
+    from tirl.envs.registry import list_envs
+
+    out: dict[str, str] = {}
+    name = cfg.env.name
+    if ":" in name and name not in list_envs() and not name.startswith("skyrl-gym:"):
+        out["env.name"] = name
+    if cfg.model.generator == "openai":
+        if cfg.model.base_url:
+            out["model.base_url"] = cfg.model.base_url
+        if cfg.model.api_key_env != ModelConfig.api_key_env:
+            out["model.api_key_env"] = cfg.model.api_key_env
+    if cfg.trainer.backend == "ray" and cfg.trainer.ray_address:
+        out["trainer.ray_address"] = cfg.trainer.ray_address
+    return out
+
+
+def check_saved_trust(resolved: ResolvedConfig, saved: Path) -> None:
+    """Refuse :func:`trusted_keys` whose value came from the run directory's ``saved`` config, not the command line.
+
+    Whoever can write a run directory can edit its ``config.json``: ``env.name=verifiers:pkg.mod:load`` imported
+    ``pkg.mod`` on ``tirl train --resume`` (any module on ``sys.path``), and ``model.api_key_env`` with
+    ``model.base_url`` sent any environment variable of the user to any server. Such a key is taken only
+    when the command line gives it (``--set KEY=VALUE``, the same value is fine). :class:`InputError`.
+    """
+    taken = {k: v for k, v in trusted_keys(resolved.config).items() if resolved.sources.get(k) == "saved"}
+    if not taken:
+        return
+    named = ", ".join(f"{k}={show_value(v)}" for k, v in taken.items())
+    sets = " ".join(f"--set {shlex.quote(f'{k}={v}')}" for k, v in taken.items())
+    raise InputError(
+        str(saved),
+        None,
+        f"chooses code to import or where a credential goes ({named}); a run directory's config is not trusted "
+        "with that",
+        f"if the run is yours and the value is right, give it on the command line: {sets}",
+    )
 
 
 def run_label(cfg: TirlConfig) -> str:
@@ -87,7 +137,7 @@ def model_tool_problem(path: str | None, env: str | None = None) -> str | None:
     if is_adapter_dir(p):
         p = Path(adapter_base(p))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(p))
+        tokenizer = AutoTokenizer.from_pretrained(str(p), trust_remote_code=False)
     except (OSError, ValueError):
         return None  # load_policy reports an unreadable tokenizer with its fix
     if isinstance(chat_format_for(tokenizer), SimpleChatFormat):
