@@ -8,8 +8,10 @@ Every section validates itself in ``__post_init__`` (ConfigError naming the key,
 keys are errors (the closest valid key suggested), and so is a key below a value (``algo.clip_high.x``). Each value
 is read as its key's type by :func:`tirl.config_values.coerce`: a number that is not the one written (``1e-400``
 read as 0.0, ``1e999``, ``inf``, a float for an integer key, beyond 64 bits) is a ConfigError, as is a TOML file not
-UTF-8, too deep or with an over-long integer. Every numeric key has a range (:data:`tirl.config_ranges.RANGES`, in
-docs/configuration.md) checked at the end of its section; a key set but unused by the rest of the config is a note
+UTF-8, too deep or with an over-long integer. A TOML file and a saved config have types: a string there for a
+number or boolean key (``steps = "5"``) is refused with the value to write instead; ``--set`` text is parsed.
+Every numeric key has a range (:data:`tirl.config_ranges.RANGES`, in docs/configuration.md) checked at the end of
+its section; a key set but unused by the rest of the config is a note
 (:mod:`tirl.config_notes`).
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import tomllib
 import typing
 from dataclasses import dataclass, field, fields
@@ -25,7 +28,7 @@ from typing import Any, Literal
 
 from tirl.config_notes import unused_settings
 from tirl.config_ranges import check_section
-from tirl.config_values import coerce, toml_float
+from tirl.config_values import coerce, quoted_kind, toml_float, toml_line, unquoted
 from tirl.errors import ConfigError, cut, show_value
 
 
@@ -329,13 +332,47 @@ class _Exact:
     value: Any
 
 
+@dataclass(frozen=True)
+class _FromFile:
+    """A value a TOML file gave for the key it spells ``written``.
+
+    Text shorthands apply (``"none"``, a comma list), but a string for a number or boolean key is refused
+    (:func:`_refuse_quoted`).
+    """
+
+    value: Any
+    written: str  # the dotted key as the file spells it (``trainer.steps``, ``max_steps``)
+    path: Path
+    text: str  # the file's text, to find the line of a refused value
+
+
+def _raw(value: Any) -> Any:
+    return value.value if isinstance(value, _Exact | _FromFile) else value
+
+
+def _refuse_quoted(leaf: _Exact | _FromFile, tp: Any, key: str) -> None:
+    """ConfigError when ``leaf`` is a string for a number or boolean key ``key``: its file has types."""
+    kind = quoted_kind(leaf.value, tp)
+    if kind is None:
+        return
+    shown, fix = cut(json.dumps(leaf.value, ensure_ascii=False)), unquoted(leaf.value, tp, key)
+    if isinstance(leaf, _Exact):  # tirl writes typed JSON: a string here is an edit
+        raise ConfigError(f"saved config {key} = {shown} is a string, but tirl writes {kind} there — write "
+                          f"{fix or kind} without quotes, or restore the config.json tirl wrote")  # fmt: skip
+    name = leaf.written.rpartition(".")[2]
+    line = toml_line(leaf.text, name, leaf.value)
+    raise ConfigError(f"config file {leaf.path}{'' if line is None else f':{line}'}: {cut(leaf.written)} = {shown} "
+                      f"is a string, but {key} takes {kind} — write {cut(name)}"
+                      f"{f' = {fix}' if fix else f' as {kind}'}, without quotes")  # fmt: skip
+
+
 def _not_a_section(key: str, given: dict[str, Any], where: str | None = None) -> ConfigError:
     """``key`` (``algo.clip_high``) holds a value but was given keys below it (``given``: ``{"x": "0.3"}``).
 
     ``where`` names the input (default: the first key given, ``config key 'algo.clip_high.x'``).
     """
     leaves = _leaves(given, f"{key}.")
-    value = leaves[0][1] if leaves else None
+    value = _raw(leaves[0][1]) if leaves else None
     text = value if isinstance(value, str) else show_value(value) if isinstance(value, int | float) else "VALUE"
     if where is None:
         where = f"config key {show_value(leaves[0][0])}" if leaves else f"config table [{key}]"
@@ -364,14 +401,15 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
-                given, first = show_value(value.value if isinstance(value, _Exact) else value), fields(tp)[0].name
+                given, first = show_value(_raw(value)), fields(tp)[0].name
                 raise ConfigError(f"config section [{full}] must be a table of keys, not {given} — set a key inside "
                                   f"it: --set {full}.{first}=VALUE, or a [{full}] table in a TOML file")  # fmt: skip
             kwargs[key] = _build(tp, value, f"{full}.")  # type: ignore[arg-type]
         elif isinstance(value, dict):  # --set algo.clip_high.x=0.3, or a [algo.clip_high] table
             raise _not_a_section(full, value)
-        elif isinstance(value, _Exact):
-            kwargs[key] = coerce(value.value, tp, full, text=False)
+        elif isinstance(value, _Exact | _FromFile):
+            _refuse_quoted(value, tp, full)
+            kwargs[key] = coerce(value.value, tp, full, text=isinstance(value, _FromFile))
         else:
             kwargs[key] = coerce(value, tp, full)
     return cls(**kwargs)
@@ -398,8 +436,8 @@ def parse_override(text: str) -> tuple[list[str], str]:
     return parts, value.strip()
 
 
-def _read_toml(p: Path, limit: int = 1 << 20) -> dict[str, Any]:
-    """Parse a TOML file; every problem (bytes, syntax, depth, huge integers) is one ConfigError."""
+def _read_toml(p: Path, limit: int = 1 << 20) -> tuple[dict[str, Any], str]:
+    """A TOML file's table and text; every problem (bytes, syntax, depth, huge integers) is one ConfigError."""
     try:  # bounded: /dev/zero or /dev/full as --config never ends (the whole machine went out of memory)
         with p.open("rb") as fh:
             data = fh.read(limit + 1)
@@ -411,7 +449,7 @@ def _read_toml(p: Path, limit: int = 1 << 20) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"config file {p} cannot be read ({exc.strerror}) — check the --config path") from None
     try:
-        return tomllib.loads(text, parse_float=toml_float)
+        return tomllib.loads(text, parse_float=toml_float), text
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {p} is not valid TOML: {exc} — fix that line") from None
     except RecursionError:
@@ -493,13 +531,13 @@ def resolve_config(
         p = Path(path)
         if not p.exists():  # a directory is read below: "cannot be read (Is a directory)"
             raise ConfigError(f"config file {p} does not exist — check the path given to --config")
-        data = _read_toml(p)
+        data, text = _read_toml(p)
         for key, value in _leaves(data):
             moved = translate(key, value, keys.__contains__)
-            if moved.note:
-                _drop(data, key)
-                _place(data, moved.key, moved.value, f"config file {p}")
-                notes.append(moved.note)
+            _drop(data, key)  # a value as written keeps its file (TOML types); a translated one is tirl's text
+            leaf = _FromFile(value, key, p, text) if moved.value is value else moved.value
+            _place(data, moved.key, leaf, f"config file {p}")
+            notes += [moved.note] if moved.note else []
             sources[moved.key] = "file"
     for item in overrides or []:
         parts, value = parse_override(item)

@@ -18,13 +18,19 @@ not finite or is nonzero in the text but 0.0 once parsed (``1e-400``: ``generati
 or infinite once parsed (``1e999``). A TOML file's floats reach the config through :func:`toml_float`
 (``tomllib``'s ``parse_float``), so the text of one that does not fit is still there when its key is known.
 
+A TOML file and a saved ``config.json`` have types, so a string for a number or boolean key (``steps = "5"``,
+``flag = "true"``: usually a broken template) is the writer's mistake, not text to parse: :func:`quoted_kind`
+finds it, :func:`unquoted` gives the value to write instead and :func:`toml_line` the line that holds it, for
+:mod:`tirl.config`'s error. Only ``--set`` (where every value is text) parses ``"5"`` as 5.
+
 Not covered: precision (``0.1`` is the float nearest to it, as everywhere) and subnormal floats (``1e-310`` is
-kept: it is not zero); a saved ``config.json`` (``text=False``) is read as JSON wrote it.
+kept: it is not zero); a saved ``config.json`` (``text=False``) is otherwise read as JSON wrote it.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 import types
 import typing
@@ -33,7 +39,18 @@ from typing import Any, Literal
 
 from tirl.errors import ConfigError, show_value
 
-__all__ = ["FloatText", "coerce", "list_text", "misread", "to_float", "to_int", "toml_float"]
+__all__ = [
+    "FloatText",
+    "coerce",
+    "list_text",
+    "misread",
+    "quoted_kind",
+    "to_float",
+    "to_int",
+    "toml_float",
+    "toml_line",
+    "unquoted",
+]
 
 
 def coerce(value: Any, tp: Any, key: str, text: bool = True) -> Any:
@@ -187,3 +204,60 @@ def _int_fix(value: Any) -> str:
     if not real.is_integer() or abs(real) >= 2**63:
         return "use an integer"
     return f"use an integer: write {int(real)}, not {value if isinstance(value, str) else repr(value)}"
+
+
+_KINDS: dict[Any, str] = {bool: "true or false", int: "an integer", float: "a number"}
+_TOML_NUMBER = re.compile(r"[-+]?[0-9][0-9_]*(\.[0-9][0-9_]*)?([eE][-+]?[0-9][0-9_]*)?")
+
+
+def quoted_kind(value: Any, tp: Any) -> str | None:
+    """What ``tp`` takes when a source with types (TOML, a saved config.json) gave it the string ``value``.
+
+    ``"an integer"``, ``"a number"`` or ``"true or false"`` for a numeric or boolean key; None otherwise.
+
+    >>> quoted_kind("5", int | None), quoted_kind(5, int), quoted_kind("none", float | None), quoted_kind("a", str)
+    ('an integer', None, None, None)
+
+    An optional key's ``none``/``null`` is no such string: TOML has no null, so a file unsets a key with it.
+    """
+    if not isinstance(value, str):
+        return None
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if type(None) in args and value.lower() in ("none", "null"):
+            return None
+        kinds = [quoted_kind(value, arg) for arg in args if arg is not type(None)]
+        return None if None in kinds else kinds[0]
+    return _KINDS.get(tp)
+
+
+def unquoted(value: str, tp: Any, key: str) -> str | None:
+    """``value`` as TOML writes it without quotes for ``tp`` (``"5"`` -> ``5``, ``"yes"`` -> ``true``).
+
+    None when the string is no value of ``tp`` as ``--set`` would read it (``"abc"``, ``"1e-400"``).
+    """
+    try:
+        real = coerce(value, tp, key)
+    except ConfigError:
+        return None
+    if isinstance(real, bool):
+        return "true" if real else "false"
+    text = value.strip()
+    if _TOML_NUMBER.fullmatch(text):
+        try:
+            if tomllib.loads(f"v = {text}")["v"] == real:
+                return text  # as the user wrote it (1e-4, 1_000)
+        except (tomllib.TOMLDecodeError, ValueError):
+            pass
+    return repr(real)  # TOML has no ".5" or "5.": the float's own spelling
+
+
+def toml_line(text: str, name: str, value: str) -> int | None:
+    """The 1-based line of ``text`` (a TOML file) setting the key ``name`` to the string ``value``, if only one does.
+
+    ``tomllib`` keeps no positions, so this searches the text: None when no line or several lines match (a key or
+    value spelled with escapes, the same value under two tables).
+    """
+    written = re.compile(rf"(?:^|[\s.{{,]){re.escape(name)}\s*=\s*(['\"]){re.escape(value)}\1")
+    hits = [n for n, line in enumerate(text.split("\n"), start=1) if written.search(line)]
+    return hits[0] if len(hits) == 1 else None

@@ -33,6 +33,16 @@ directory. An existing one is replaced by one atomic exchange on Linux (see
 its doc for the fallback elsewhere); :func:`clean_staged` tidies what a killed
 process left beside the target.
 
+Leftovers of a killed writer: every hidden entry tirl stages beside ``OUT`` carries its writer in its name
+(``.OUT.w<pid>-<host>.XXXXXXXX``, ``.OUT.old.w<pid>-<host>.XXXXXXXX``, ``.OUT.w<pid>-<host>.XXXXXXXX.tmp``; the
+host part hashes the machine's name and pid namespace). The next write of the same ``OUT``
+(:func:`sweep_dead_writers`, from :func:`atomic_write` and :func:`staged_dir`) removes only such entries for
+that name whose writer is provably dead (same host part, no process with that pid), puts a set-aside old
+``OUT`` back when ``OUT`` is missing, and says on stderr what it did. Anything else beside ``OUT`` is never
+touched: a user's ``.OUT.bak``, an entry of a writer still running (or of a reused pid) or written on
+another machine (a ``note:`` names these two, with the command that removes them), and one left by a tirl
+before this naming (``.OUT.XXXXXXXX``: it cannot be told from a user's file, so it is not named either).
+
 Not covered: writes to network file systems without rename atomicity, and
 outputs larger than memory for device targets.
 """
@@ -40,9 +50,14 @@ outputs larger than memory for device targets.
 from __future__ import annotations
 
 import errno
+import functools
+import hashlib
 import io
 import os
+import re
+import shlex
 import shutil
+import socket
 import stat
 import sys
 import tempfile
@@ -51,7 +66,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from tirl.errors import OutputError, describe
+from tirl.errors import OutputError, describe, one_line
 
 
 def _umask() -> int:
@@ -214,8 +229,9 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
         old_mode = stat.S_IMODE(real.stat().st_mode)
     except OSError:
         old_mode = 0o666 & ~_umask()
+    sweep_dead_writers(real)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_stage_prefix(real.name), suffix=".tmp", dir=real.parent)
     except OSError as exc:
         raise _refuse(
             shown, f"cannot create a file beside it ({exc.strerror})", "choose a writable directory"
@@ -285,7 +301,7 @@ def _swap_in(tmp: Path, final: Path) -> None:
     if _exchange(tmp, final):
         _remove(tmp)  # the old one: a kill before this leaves it as a hidden ``.NAME.*`` (clean_staged)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+    old = Path(tempfile.mkdtemp(prefix=_stage_prefix(final.name, old=True), dir=final.parent))
     try:
         os.replace(final, old / final.name)  # the old one moves into the empty directory, whole
     except BaseException:
@@ -305,6 +321,94 @@ def _swap_in(tmp: Path, final: Path) -> None:
         os.rmdir(old)
         raise
     _remove(old)
+
+
+@functools.cache
+def _host_tag() -> str:
+    """8 hex digits naming this machine and pid namespace: a pid in a staged name is only checked where it ran."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()}\0{namespace}".encode()).hexdigest()[:8]
+
+
+def _stage_prefix(name: str, *, old: bool = False) -> str:
+    """How a hidden entry tirl makes beside ``name`` starts: ``.NAME.w<pid>-<host>.`` (``.NAME.old.w…``)."""
+    return f".{name}.{'old.' if old else ''}w{os.getpid()}-{_host_tag()}."
+
+
+# The rest of a staged name after ".NAME": tempfile's 8 random characters, ".tmp" for atomic_write's files.
+_STAGED_TAIL = r"\.(?P<old>old\.)?w(?P<pid>[1-9][0-9]{0,8})-(?P<host>[0-9a-f]{8})\.[a-z0-9_]{8}(?:\.tmp)?"
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists here (one of another user, or a zombie, counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process, or no such pid to ask about: never judged dead
+    return True
+
+
+def _note(text: str) -> None:
+    print(f"note: {one_line(text)}", file=sys.stderr)
+
+
+def sweep_dead_writers(target: str | Path) -> None:
+    """Remove what killed tirl writers of ``target`` left beside it; one ``note:`` line on stderr per entry.
+
+    Only entries named ``.NAME.[old.]w<pid>-<host>.XXXXXXXX[.tmp]`` for ``target``'s own name are judged, and
+    only where ``<host>`` is this machine and pid namespace and no process has that pid: a half-written
+    staging directory or file is removed, and so is an old ``target`` swapped out but not yet removed; one
+    set aside by a killed two-rename swap (``.NAME.old.*/NAME``) is put back when ``target`` is missing (the
+    newest), else removed. Entries of a live pid (a writer running now, or a reused pid) and of another
+    machine are left, with a note naming the command that removes them. Not covered: leftovers named before
+    the writer was (``.NAME.XXXXXXXX``, as a user's file may be: left, unnamed); two machines with the same
+    host name and pid namespace writing into one shared directory (the other's live writer looks dead here).
+    """
+    final = Path(target)
+    ours = re.compile(re.escape(f".{final.name}") + _STAGED_TAIL)
+    try:
+        names = [n for n in os.listdir(final.parent) if n.startswith(f".{final.name}.")]
+    except OSError:
+        return  # no parent yet (or unreadable): the write itself says what is wrong
+    found = [(m, final.parent / n) for n in names if (m := ours.fullmatch(n))]
+    found.sort(key=lambda item: (item[0]["old"] is None, -_mtime(item[1])))  # set-aside olds first, newest first
+    for match, path in found:
+        pid, here = int(match["pid"]), match["host"] == _host_tag()
+        remove = f"once no tirl writes {final}, remove it: rm -r {shlex.quote(str(path))}"
+        if not here or _alive(pid):
+            if pid != os.getpid():  # this process's own entry is a write under way (another thread)
+                who = f"process {pid} is running" if here else "it was written on another machine or container"
+                _note(f"left {path}: {who}; {remove}")
+            continue
+        aside = path / final.name
+        if match["old"] and not os.path.lexists(final) and os.path.lexists(aside):
+            try:
+                os.rename(aside, final)
+                os.rmdir(path)
+            except OSError as exc:
+                move = f"mv {shlex.quote(str(aside))} {shlex.quote(str(final))}"
+                _note(f"{final} is missing: tirl process {pid}, killed, left the old one in {path}, which could "
+                      f"not be put back ({exc.strerror}): {move}")  # fmt: skip
+                continue
+            _note(f"put back {final} from {path}: tirl process {pid} was killed after moving it aside")
+            continue
+        _remove(path)
+        if os.path.lexists(path):
+            _note(f"could not remove {path}, left by tirl process {pid} (killed): {remove}")
+        else:
+            _note(f"removed {path}: left by tirl process {pid}, killed while writing {final}")
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _fsync_tree(root: Path) -> None:
@@ -378,13 +482,15 @@ def staged_dir(
     power loss or a kernel crash before the parent's fsync may undo the swap (on a journaling file system
     such as ext4 or XFS it is not torn; elsewhere, no promise); a ``target`` on another file system than its
     parent (a mount point) cannot be renamed onto; two writers of the same ``target`` at once (with
-    ``replace``, the later swap wins); leftovers of a killed process are removed only by :func:`clean_staged`.
+    ``replace``, the later swap wins). A killed writer's leftovers are removed by the next write of ``target``
+    once that writer is provably dead (:func:`sweep_dead_writers`), or by :func:`clean_staged`.
     """
     final = Path(target)
+    sweep_dead_writers(final)  # first: an old target set aside by a killed swap comes back before the check
     if not replace and final.exists() and (not final.is_dir() or any(final.iterdir())):
         raise _refuse(final, "exists and is not an empty directory", "give a new or empty directory")
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=_stage_prefix(final.name), dir=final.parent))
     except OSError as exc:  # the parent is missing, or exists but takes no new entry
         problem = f"cannot write in {final.parent} ({exc.strerror or describe(exc)})"
         raise OutputError(str(final), None, problem, fix) from None

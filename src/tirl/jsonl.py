@@ -316,20 +316,23 @@ class NotJSON(TypeError):
         super().__init__(f"{path or 'the value'} is {what}, which JSON cannot hold")
 
 
-def json_value(value: Any, path: str = "") -> Any:
+def json_value(value: Any, path: str = "", *, strict: bool = False) -> Any:
     """``value`` as plain JSON data: what :func:`dumps_json` writes as it is, or :class:`NotJSON` naming where.
 
     Kept: ``None``, bools, ints, strings, finite floats (non-finite ones become ``None``, as in
     :func:`nonfinite_to_null`), dicts with string keys (int, float, bool and ``None`` keys become text, as
     :func:`json.dumps` makes them), lists and tuples (as lists), other real numbers (``Fraction``, ``Decimal``)
-    as floats. Array-like values with ``tolist()`` (numpy
-    scalars and arrays, torch tensors) become their plain lists and numbers, losslessly. Anything else (a set,
-    bytes, an arbitrary object, a dict key of another type) is :class:`NotJSON`.
+    as floats. Array-like values with ``tolist()`` (numpy scalars and arrays, torch tensors) become their plain
+    lists and numbers, losslessly. With ``strict``, a non-finite number is :class:`NotJSON` too (``what``
+    ``NaN``, ``Infinity`` or ``-Infinity``): ``check_env`` reports what a run would store as ``null``.
+    Anything else (a set, bytes, an arbitrary object, a dict key of another type) is :class:`NotJSON`.
     """
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, numbers.Real | decimal.Decimal):  # float, Fraction, Decimal: as the reward is read
         number = float(value)
+        if strict and not math.isfinite(number):
+            raise NotJSON(path, "NaN" if math.isnan(number) else "Infinity" if number > 0 else "-Infinity")
         return number if math.isfinite(number) else None
     if isinstance(value, dict):
         out = {}
@@ -337,13 +340,13 @@ def json_value(value: Any, path: str = "") -> Any:
             if not isinstance(key, str | int | float | bool) and key is not None:
                 raise NotJSON(f"{path}.{key!r}", f"under a {type(key).__name__} key")
             name = key if isinstance(key, str) else json.dumps(key)
-            out[name] = json_value(item, f"{path}.{name}")
+            out[name] = json_value(item, f"{path}.{name}", strict=strict)
         return out
     if isinstance(value, list | tuple):
-        return [json_value(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return [json_value(item, f"{path}[{i}]", strict=strict) for i, item in enumerate(value)]
     tolist = getattr(value, "tolist", None)
     if callable(tolist) and type(value).__module__.split(".")[0] in ("numpy", "torch"):
-        return json_value(tolist(), path)
+        return json_value(tolist(), path, strict=strict)
     name = type(value).__name__
     raise NotJSON(path, f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}")
 

@@ -7,6 +7,7 @@ runs through ``tirl config show`` (exit 2, one ``error:`` line) from the command
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,69 @@ def test_toml_float_keeps_the_text_only_of_a_float_that_does_not_fit() -> None:
     assert type(toml_float("0.5")) is float and toml_float("1_000.5") == 1000.5
     small = toml_float("1e-400")
     assert isinstance(small, FloatText) and small == 0.0 and repr(small) == "1e-400"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "kind", "fix"),
+    [
+        ("trainer.steps", '"5"', "an integer", "write steps = 5, without quotes"),
+        ("algo.lr", '"1e-4"', "a number", "write lr = 1e-4, without quotes"),
+        ("algo.lr", "'.5'", "a number", "write lr = 0.5, without quotes"),  # TOML has no .5: the float's spelling
+        ("filter.boxed", '"true"', "true or false", "write boxed = true, without quotes"),
+        ("model.vllm_max_model_len", '"4096"', "an integer", "write vllm_max_model_len = 4096, without quotes"),
+        ("trainer.steps", '"abc"', "an integer", "write steps as an integer, without quotes"),
+    ],
+)
+def test_a_toml_string_for_a_number_or_boolean_key_is_refused_naming_file_line_and_fix(
+    capsys, tmp_path, key, value, kind, fix
+):
+    """``steps = "5"`` was read as 5 (the ``--set`` text rule): in TOML the quotes are the template's mistake."""
+    section, _, name = key.rpartition(".")
+    path = tmp_path / "run.toml"
+    path.write_text(f"# a template\n[{section}]\n{name} = {value}\n", encoding="utf-8")
+    for command in (["config", "show"], ["train", "--run-dir", tmp_path / "run", "--no-progress"]):
+        out = run_cli(capsys, *command, "--config", path)
+        assert_refused(out, f"config file {path}:3: {key} = ", f"is a string, but {key} takes {kind}", fix)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_toml_string_under_a_trl_name_names_the_key_as_written(capsys, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[algo]\nlr = 0.001\n\nmax_steps = "7"\n', encoding="utf-8")  # a TRL name under [algo]
+    out = run_cli(capsys, "config", "show", "--config", path)
+    assert_refused(out, f"config file {path}:4: algo.max_steps = \"7\" is a string, but trainer.steps takes an "
+                   "integer — write max_steps = 7, without quotes")  # fmt: skip
+
+
+def test_set_still_parses_text_and_a_toml_file_keeps_its_text_shorthands(tmp_path):
+    """``--set`` values are text; in a file ``"none"`` unsets an optional key (TOML has no null), a TRL value
+    spelling (``scale_rewards = "none"``) still translates, and a string key takes any string."""
+    cfg = load_config(None, ["trainer.steps=5", "algo.lr=1e-4", "filter.boxed=false"])
+    assert (cfg.trainer.steps, cfg.algo.lr, cfg.filter.boxed) == (5, 1e-4, False)
+    path = tmp_path / "c.toml"
+    path.write_text('[algo]\ndual_clip = "none"\nscale_rewards = "none"\n[trainer]\nrun_name = "5"\n'
+                    '[filter]\nanswer_markers = "####,ANS"\n', encoding="utf-8")  # fmt: skip
+    cfg = load_config(path)
+    assert (cfg.algo.dual_clip, cfg.algo.std_normalize, cfg.trainer.run_name) == (None, False, "5")
+    assert cfg.filter.answer_markers == ["####", "ANS"]
+
+
+def test_a_string_for_an_integer_in_a_saved_config_is_refused(capsys, tmp_path):
+    """tirl writes typed JSON; ``"steps": "5"`` in a run's config.json was read as 5 on ``--resume``."""
+    from tirl.config import config_to_dict
+
+    saved = config_to_dict(load_config(None))
+    saved["trainer"]["steps"] = "5"
+    (tmp_path / "config.json").write_text(json.dumps(saved), encoding="utf-8")
+    out = run_cli(capsys, "config", "show", "--resume", tmp_path)
+    assert_refused(out, 'saved config trainer.steps = "5" is a string, but tirl writes an integer there',
+                   "write 5 without quotes, or restore the config.json tirl wrote")  # fmt: skip
+
+
+def test_toml_line_names_a_line_only_when_one_line_sets_the_value() -> None:
+    from tirl.config_values import toml_line
+
+    text = '[env]\nseed = "1"\n[trainer]\nseed = 2\nsteps="5"\ntrainer.x = {  steps = "5" }\n'
+    assert toml_line(text, "seed", "1") == 2
+    assert toml_line(text, "steps", "5") is None  # two lines: no guess
+    assert toml_line(text, "steps", "6") is None

@@ -10,11 +10,11 @@ of :mod:`tirl.envs.base`:
   reason ``void`` (the shared rule of :func:`tirl.parsing.judge_message`);
 * ``results`` — every ``StepResult``: ``terminated`` and ``truncated`` not both set,
   ``reason`` set exactly when the episode ended, a finite float reward, observation
-  messages of role ``tool`` or ``user``, a JSON-serialisable ``info``;
+  messages of role ``tool`` or ``user``, an ``info`` dict that JSON holds as it is (:func:`_check_info`);
 * ``after_end`` — ``step`` after the end raises instead of silently continuing;
 * ``role`` — a non-assistant action raises ``ValueError``;
 * ``evaluate`` — returns an :class:`~tirl.envs.base.EvalResult` with a finite float
-  reward, a bool ``correct`` and a JSON-serialisable ``info``;
+  reward, a bool ``correct`` and an ``info`` dict that JSON holds as it is;
 * ``close`` — can be called twice;
 * ``solution`` (when given) — the scripted turns end the episode with ``answered`` or
   ``submitted`` and ``evaluate`` says correct;
@@ -27,13 +27,13 @@ Failures raise :class:`EnvCheckError` naming the check.
 from __future__ import annotations
 
 import inspect
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tirl.envs.base import Env, EvalResult, StepResult, Task
 from tirl.errors import TirlError
+from tirl.jsonl import NotJSON, json_value
 from tirl.types import Message, Role, TerminationReason
 
 VOID_ACTION = "Let me think about this more carefully before I answer."
@@ -75,11 +75,26 @@ def _check_step(result: object, check: str) -> StepResult:
     for m in result.observation:
         _require(isinstance(m, Message), check, "observation must be a list of Message")
         _require(m.role in (Role.TOOL, Role.USER), check, f"observation role {m.role.value!r} is not tool or user")
-    try:
-        json.dumps(result.info)
-    except (TypeError, ValueError) as exc:
-        raise EnvCheckError(f"check_env [{check}]: info is not JSON-serialisable ({exc})") from None
+    _check_info(result.info, check, "step")
     return result
+
+
+def _check_info(info: object, check: str, function: str) -> None:
+    """``info`` as the trainer stores it (:func:`tirl.envs.base.checked_result`), with nothing lost on the way.
+
+    The rule is :func:`tirl.jsonl.json_value`'s: numpy and torch values are fine (they become plain numbers), a
+    set or an object is refused, and so is a NaN or infinite number: a run stores it as ``null``, so a metric
+    kept there (a ratio over an empty answer) silently vanishes. One line names ``function`` and the key.
+    """
+    _require(isinstance(info, dict), check, f"{function} returned info of type {type(info).__name__}, not a dict")
+    try:
+        json_value(info, strict=True)
+    except NotJSON as exc:
+        fix = "store numbers, text, lists and dicts in info (a set as a sorted list, an object as text)"
+        if exc.what in ("NaN", "Infinity", "-Infinity"):
+            fix = "store a finite number, or None for no value (a run would store null there)"
+        where = f"{function} returned info{exc.path}, which is {exc.what}"
+        raise EnvCheckError(f"check_env [{check}]: {where} — {fix}") from None
 
 
 async def _check_eval(env: Env, check: str) -> EvalResult:
@@ -87,10 +102,7 @@ async def _check_eval(env: Env, check: str) -> EvalResult:
     _require(isinstance(result, EvalResult), check, f"evaluate must return EvalResult, got {type(result).__name__}")
     _require(isinstance(result.reward, float | int) and math.isfinite(result.reward), check, "reward must be finite")
     _require(isinstance(result.correct, bool), check, "correct must be a bool")
-    try:
-        json.dumps(result.info)
-    except (TypeError, ValueError) as exc:
-        raise EnvCheckError(f"check_env [{check}]: evaluate info is not JSON-serialisable ({exc})") from None
+    _check_info(result.info, check, "evaluate")
     return result
 
 
