@@ -377,3 +377,51 @@ async def test_text_no_command_line_can_carry_is_a_failed_command_not_an_infrast
         assert (await env.evaluate()).reward == 1.0
     finally:
         await env.close()
+
+
+@pytest.mark.parametrize("how", ["importorskip", "skipif", "runtime"])
+async def test_a_hidden_test_the_agent_makes_skip_counts_against_the_reward(make, work_root: Path, how: str) -> None:  # type: ignore[no-untyped-def]
+    """A user's hidden test that skips on what the workspace provides: the agent makes the failing one skip.
+
+    ``runtime``: ``pytest.skip()`` when the function is missing; the agent deletes it. Before the fix a skipped
+    test left the total, the other test passed, and the unfixed repository scored 1.0. ``importorskip`` and a
+    collection-time ``skipif`` never skipped (the judge's imports are lazy: the test fails); kept as
+    regressions. An ``xfail`` test that fails as marked still counts nowhere: the fix scores 1.0.
+    """
+    import json
+
+    from tirl.envs.swe_lite import load_swe_tasks
+
+    repo = work_root / "src" / "calc"
+    (repo / "calc").mkdir(parents=True)
+    (repo / "calc" / "__init__.py").write_text("VERSION = 1\n")
+    (repo / "calc" / "core.py").write_text("def double(x):\n    return x + x + 1\n")
+    hidden = work_root / "src" / "hidden_tests"
+    hidden.mkdir()
+    skipping = {
+        "importorskip": "def test_double():\n    core = pytest.importorskip('calc.core')\n    assert core.double(1) == 2\n",
+        "skipif": "@pytest.mark.skipif(not hasattr(calc.core, 'double'), reason='no double')\n"
+        "def test_double():\n    assert calc.core.double(1) == 2\n",
+        "runtime": "def test_double():\n    if not hasattr(calc.core, 'double'):\n        pytest.skip('no double')\n"
+        "    assert calc.core.double(1) == 2\n",
+    }[how]
+    (hidden / "test_calc.py").write_text(
+        "import pytest\nimport calc\n" + ("import calc.core\n" if how != "importorskip" else "") + "\n"
+        "def test_version():\n    assert calc.VERSION == 1\n\n"
+        "@pytest.mark.xfail(reason='known')\ndef test_known():\n    assert calc.VERSION == 2\n\n" + skipping
+    )
+    tasks_file = work_root / "swe.jsonl"
+    row = {"id": "skip-1", "repo": "src/calc", "prompt": "fix double", "hidden_tests": "src/hidden_tests"}
+    tasks_file.write_text(json.dumps(row) + "\n")
+    (task,) = load_swe_tasks(tasks_file)
+    attack = {
+        "importorskip": "printf 'raise ImportError(\"gone\")\\n' > calc/core.py",
+        "skipif": "printf 'VERSION = 1\\n' > calc/core.py",
+        "runtime": "printf 'VERSION = 1\\n' > calc/core.py",
+    }[how]
+    result = await play(make(), task, [f"```bash\n{attack}\nsubmit\n```"])
+    assert result.reward == 0.0 and not result.trajectory.failed, result.info
+    assert result.info["tests_total"] == 2 and result.info["tests_passed"] == 1, result.info["eval_output"]
+    assert result.info["tests_skipped"] == (1 if how == "runtime" else 0), result.info["eval_output"]
+    fixed = await play(make(), task, ["```bash\nsed -i 's/x + x + 1/x + x/' calc/core.py\nsubmit\n```"])
+    assert fixed.reward == 1.0 and fixed.info["tests_passed"] == 2, fixed.info

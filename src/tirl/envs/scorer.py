@@ -56,8 +56,13 @@ class Verdict:
 
     @property
     def total(self) -> int:
-        """Tests that count towards the reward (skipped ones do not)."""
-        return self.passed + self.failed + self.errors
+        """Tests that count towards the reward: a skipped one counts as not passed.
+
+        A hidden test that skips on what the workspace holds (``if not hasattr(mod, "f"): pytest.skip()``) was
+        left out of the total, so deleting the function it tests scored the task 1.0. An ``xfail`` test that
+        failed as marked counts nowhere (it is not in ``skipped``).
+        """
+        return self.passed + self.failed + self.errors + self.skipped
 
 
 @dataclass(frozen=True, slots=True)

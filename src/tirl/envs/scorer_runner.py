@@ -468,12 +468,16 @@ class Tally:
         self.link.allowed = True
 
     def pytest_runtest_logreport(self, report: Any) -> None:
-        """The worst outcome of a test's phases: error (setup/teardown) > failed > skipped > passed."""
-        rank = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+        """The worst outcome of a test's phases: error (setup/teardown) > failed > skipped/xfailed > passed.
+
+        ``xfailed`` (an ``xfail`` test that failed, as its author marked it) counts nowhere; ``skipped`` counts
+        against the reward (:class:`tirl.envs.scorer.Verdict`).
+        """
+        rank = {"passed": 0, "skipped": 1, "xfailed": 1, "failed": 2, "error": 3}
         if report.passed:
             outcome = "passed" if report.when == "call" else None
         elif report.skipped:
-            outcome = "skipped"
+            outcome = "xfailed" if hasattr(report, "wasxfail") else "skipped"
         else:
             outcome = "failed" if report.when == "call" else "error"
         old = self.outcomes.get(report.nodeid)

@@ -35,7 +35,8 @@ pipeline stages:
     the code under test runs in a fresh subject process per test that only
     returns values; the verdict is a line that carries a per-run secret the
     agent's code cannot read. The reward is 1.0 when every hidden test passes
-    (``reward_mode="all"``), or the fraction passed (``"fraction"``), with
+    (``reward_mode="all"``; a skipped test is not a pass, an ``xfail`` test that
+    fails counts nowhere), or the fraction passed (``"fraction"``), with
     ``eval_timeout_s``. A failure the episode causes is its reward 0 with
     ``info["eval_failure"]`` (``workspace_full``, ``staging_failed``,
     ``no_verdict``, ``timed_out``), never an exception; a broken sandbox raises
@@ -294,7 +295,7 @@ class SweLiteEnv(ToolEnv):
         if counts is None:  # no summary: timed out, crashed, or a non-pytest command
             passed_all = result.ok and not timed_out
             counts = {"passed": int(passed_all), "failed": int(not passed_all), "errors": 0, "skipped": 0}
-        total = counts["passed"] + counts["failed"] + counts["errors"]
+        total = counts["passed"] + counts["failed"] + counts["errors"] + counts["skipped"]  # a skip is no pass
         all_pass = total > 0 and counts["passed"] == total and not timed_out
         fraction = counts["passed"] / total if total else 0.0
         reward = (1.0 if all_pass else 0.0) if self.reward_mode == "all" else fraction
@@ -303,6 +304,7 @@ class SweLiteEnv(ToolEnv):
             "tests_passed": counts["passed"],
             "tests_failed": counts["failed"],
             "tests_errors": counts["errors"],
+            "tests_skipped": counts["skipped"],
             "tests_total": total,
             "eval_timed_out": timed_out,
             "eval_exit_code": result.exit_code,
