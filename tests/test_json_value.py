@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from decimal import Decimal
 from fractions import Fraction
 
@@ -68,3 +69,28 @@ def test_what_json_cannot_hold_is_refused_naming_where(value: object, path: str,
     with pytest.raises(NotJSON) as caught:
         json_value(value)
     assert (caught.value.path, caught.value.what) == (path, what)
+
+
+def _refuse(*_: object) -> float:
+    raise RuntimeError("no")
+
+
+# A user's Real whose float() fails (its other methods are never called here).
+_BrokenReal = type(
+    "_BrokenReal",
+    (numbers.Real,),
+    {**dict.fromkeys(numbers.Real.__abstractmethods__, lambda *_: NotImplemented), "__float__": _refuse},
+)
+
+
+def test_numbers_float_refuses_are_stored_as_the_float_they_stand_for_or_named() -> None:
+    """``float()`` raised on these: a traceback from the trainer's trajectory log (``Decimal("sNaN")`` above all)."""
+    value = {"s": Decimal("sNaN"), "big": Fraction(10**400), "neg": -Fraction(10**400, 3)}
+    assert json_value(value) == {"s": None, "big": None, "neg": None}
+    for key, what in (("s", "NaN"), ("big", "Infinity"), ("neg", "-Infinity")):
+        with pytest.raises(NotJSON) as caught:
+            json_value({key: value[key]}, strict=True)
+        assert (caught.value.path, caught.value.what) == (f".{key}", what)
+    with pytest.raises(NotJSON) as caught:
+        json_value({"r": _BrokenReal()})
+    assert caught.value.path == ".r" and caught.value.what == "a _BrokenReal that float() refuses (RuntimeError)"

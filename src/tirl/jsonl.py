@@ -316,6 +316,18 @@ class NotJSON(TypeError):
         super().__init__(f"{path or 'the value'} is {what}, which JSON cannot hold")
 
 
+def _as_float(value: numbers.Real | decimal.Decimal, path: str) -> float:
+    """``float(value)``; beyond the float range its signed infinity, ``Decimal("sNaN")`` NaN (both raised)."""
+    try:
+        return float(value)
+    except OverflowError:  # Fraction(10**400): float() raises rather than saturates
+        return -math.inf if isinstance(value, numbers.Real) and value < 0 else math.inf
+    except ValueError:  # a signalling NaN
+        return math.nan
+    except Exception as exc:  # a user's Real whose __float__ fails: the value's problem, named
+        raise NotJSON(path, f"a {type(value).__name__} that float() refuses ({type(exc).__name__})") from None
+
+
 def json_value(value: Any, path: str = "", *, strict: bool = False) -> Any:
     """``value`` as plain JSON data: what :func:`dumps_json` writes as it is, or :class:`NotJSON` naming where.
 
@@ -330,7 +342,7 @@ def json_value(value: Any, path: str = "", *, strict: bool = False) -> Any:
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, numbers.Real | decimal.Decimal):  # float, Fraction, Decimal: as the reward is read
-        number = float(value)
+        number = _as_float(value, path)
         if strict and not math.isfinite(number):
             raise NotJSON(path, "NaN" if math.isnan(number) else "Infinity" if number > 0 else "-Infinity")
         return number if math.isfinite(number) else None
