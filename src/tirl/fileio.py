@@ -324,7 +324,7 @@ def _swap_in(tmp: Path, final: Path) -> None:
 
 
 @functools.cache
-def _host_tag() -> str:
+def host_tag() -> str:
     """8 hex digits naming this machine and pid namespace: a pid in a staged name is only checked where it ran."""
     try:
         namespace = os.readlink("/proc/self/ns/pid")
@@ -335,14 +335,14 @@ def _host_tag() -> str:
 
 def _stage_prefix(name: str, *, old: bool = False) -> str:
     """How a hidden entry tirl makes beside ``name`` starts: ``.NAME.w<pid>-<host>.`` (``.NAME.old.w…``)."""
-    return f".{name}.{'old.' if old else ''}w{os.getpid()}-{_host_tag()}."
+    return f".{name}.{'old.' if old else ''}w{os.getpid()}-{host_tag()}."
 
 
 # The rest of a staged name after ".NAME": tempfile's 8 random characters, ".tmp" for atomic_write's files.
 _STAGED_TAIL = r"\.(?P<old>old\.)?w(?P<pid>[1-9][0-9]{0,8})-(?P<host>[0-9a-f]{8})\.[a-z0-9_]{8}(?:\.tmp)?"
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Whether a process ``pid`` exists here (one of another user, or a zombie, counts)."""
     try:
         os.kill(pid, 0)
@@ -378,9 +378,9 @@ def sweep_dead_writers(target: str | Path) -> None:
     found = [(m, final.parent / n) for n in names if (m := ours.fullmatch(n))]
     found.sort(key=lambda item: (item[0]["old"] is None, -_mtime(item[1])))  # set-aside olds first, newest first
     for match, path in found:
-        pid, here = int(match["pid"]), match["host"] == _host_tag()
+        pid, here = int(match["pid"]), match["host"] == host_tag()
         remove = f"once no tirl writes {final}, remove it: rm -r {shlex.quote(str(path))}"
-        if not here or _alive(pid):
+        if not here or process_alive(pid):
             if pid != os.getpid():  # this process's own entry is a write under way (another thread)
                 who = f"process {pid} is running" if here else "it was written on another machine or container"
                 _note(f"left {path}: {who}; {remove}")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tirl.config import SandboxConfig
+from tirl.envs.workspace import unmount_under
 from tirl.sandbox import create_sandbox
 from tirl.sandbox.base import Sandbox
 
@@ -40,6 +41,7 @@ def work_root() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="tirl-envs-test-", dir="/tmp"))
     os.chmod(root, 0o755)
     yield root
+    unmount_under(root)  # a test that failed before its env closed: its tmpfs (as root) leaked
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -22,8 +22,15 @@ without recursion (:mod:`tirl.sandbox._tree`), so no tree depth breaks them.
 Not covered: huge repositories (no copy-on-write or overlay file systems are
 used; a ``.git`` directory is copied like any other; as root a repository
 larger than the cap cannot be provisioned); a workspace kept with
-``keep_workspace`` stays mounted until someone unmounts it; a crash of the
-tirl process (``kill -9``) leaves the mounts of its open workspaces behind.
+``keep_workspace`` stays mounted until someone unmounts it.
+
+A crash of the tirl process (``kill -9``) leaves its open workspaces behind (as root, mounted tmpfs holding
+the agent's files in memory). Each workspace's directory names its writer (``tirl-swe-w<pid>-<host>-XXXX``;
+``<host>`` hashes the machine's name and pid namespace, :func:`tirl.fileio.host_tag`), and the first
+:func:`provision` of a process under a ``work_root`` removes (and unmounts) the ones there whose writer is
+provably dead: the same host part and no process with that pid (:func:`sweep_dead_workspaces`). Not covered:
+workspaces named before this rule (``tirl-swe-XXXX``), and two machines with the same host name and pid
+namespace sharing one ``work_root``.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -43,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tirl.envs.base import EnvError, Task
+from tirl.fileio import host_tag, process_alive
 from tirl.sandbox._tree import empty_dir
 
 DISK_MB = 64
@@ -164,7 +173,10 @@ def provision(
             f"work_root {root} is not reachable by other users, but the sandbox runs code as an unprivileged "
             "uid when tirl runs as root — use a directory whose parents are all world-executable, e.g. /tmp"
         )
-    parent = Path(tempfile.mkdtemp(prefix="tirl-swe-", dir=root))
+    if root.resolve() not in _SWEPT:
+        _SWEPT.add(root.resolve())
+        sweep_dead_workspaces(root)
+    parent = Path(tempfile.mkdtemp(prefix=f"tirl-swe-w{os.getpid()}-{host_tag()}-", dir=root))
     os.chmod(parent, 0o711)  # the sandbox may run as another uid: it must be able to reach repo/
     path = parent / "repo"
     path.mkdir()
@@ -184,6 +196,49 @@ def provision(
     os.chmod(path, 0o755)
     ws.copy_s = time.perf_counter() - start
     return ws
+
+
+_OWNED = re.compile(r"tirl-swe-w(?P<pid>[1-9][0-9]{0,8})-(?P<host>[0-9a-f]{8})-[a-z0-9_]{8}")
+_SWEPT: set[Path] = set()  # the work roots this process has swept (once each)
+
+
+def sweep_dead_workspaces(root: Path) -> list[Path]:
+    """Remove the workspaces under ``root`` whose writer died without removing them; the paths removed.
+
+    Only directories named ``tirl-swe-w<pid>-<host>-XXXXXXXX`` with this machine's host part and no process
+    ``pid`` are judged (module docstring); a mounted workspace is unmounted first. Best effort: an entry that
+    cannot be removed is left as it is.
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _OWNED.fullmatch(entry.name)
+        if match is None or match["host"] != host_tag() or process_alive(int(match["pid"])):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            repo = Path(entry.path) / "repo"
+            if os.path.ismount(repo):
+                _umount(repo)
+            clear_path(Path(entry.path))
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+    return removed
+
+
+def unmount_under(root: Path) -> None:
+    """Unmount every workspace tmpfs directly under ``root`` (``root/*/repo``); nothing mounted is fine.
+
+    For clean-ups of envs that were never closed (a test that failed before its ``close``).
+    """
+    for repo in root.glob("*/repo"):
+        if os.path.ismount(repo):
+            _umount(repo)
 
 
 def _traversable(path: Path) -> bool:
