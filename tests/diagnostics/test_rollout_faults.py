@@ -1,6 +1,7 @@
 """`diagnose training` reads the rollout's fault counts (:mod:`tirl.diagnostics.rollout_faults`).
 
-Covered: the ``empty_batch`` finding names the stage, the count and the config key of the failures in its steps;
+Covered: the keys are those the trainer's own ``rollout_metrics`` and ``RolloutStats.metrics`` write; the
+``empty_batch`` finding names the stage, the count and the config key of the failures in its steps;
 the ``rollout_faults`` finding (a sizeable share of the episodes failed or their evaluation broke for several
 steps) through the real CLI, against a plain reference loop on seeded logs, and its false-finding rate on the
 real healthy tirl logs and on seeded healthy logs with random failures; a log without the counts lists the rule
@@ -21,7 +22,9 @@ from tirl.cli import main
 from tirl.diagnostics.adapters import FAILED_ENDS, load_metrics
 from tirl.diagnostics.thresholds import FaultThresholds, TrainingThresholds
 from tirl.diagnostics.training import diagnose_training
-from tirl.types import TerminationReason
+from tirl.rollout.batch_stats import RolloutStats
+from tirl.trainer.trainer import rollout_metrics
+from tirl.types import TerminationReason, Trajectory
 
 DATA = Path(__file__).parent / "data"
 REAL = sorted(DATA.glob("real_*.metrics.jsonl"))
@@ -41,6 +44,39 @@ def _findings(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, Any]:
 
 def test_the_failed_ends_read_are_the_failure_reasons() -> None:
     assert set(FAILED_ENDS) == {r.value for r in TerminationReason if r.is_failure}
+
+
+def _trainer_row(step: int, ends: list[TerminationReason], broken: int = 0) -> dict[str, Any]:
+    """A metrics row as the trainer writes it: its own ``rollout_metrics`` and ``RolloutStats.metrics`` keys."""
+    sampled = [Trajectory(id=f"t{i}", messages=[], termination=end, reward=0.0) for i, end in enumerate(ends)]
+    for t in sampled[:broken]:
+        t.info["eval"] = {"eval_failure": "no_verdict"}
+    stats = RolloutStats(episodes=len(ends), wall_s=1.0)
+    stats.stages["eval"].timeouts = stats.stages["eval"].retries = ends.count(TerminationReason.EVAL_FAILED)
+    stats.stages["eval"].attempts = len(ends)
+    valid = sum(not t.failed for t in sampled)
+    return {"step": step, **rollout_metrics(sampled), **stats.metrics(), "filter/valid_trajectories": valid}
+
+
+def test_the_keys_the_trainer_writes_are_read(tmp_path: Path) -> None:
+    """The counts come from the trainer's own functions, not from key names typed in a test."""
+    ok, failed = TerminationReason.ANSWERED, TerminationReason.EVAL_FAILED
+    rows = [_trainer_row(s, [ok] * 6 + [failed] * 2, broken=1) for s in range(1, 5)]
+    rows += [_trainer_row(5, [failed] * 8)]
+    for row in rows:
+        row["filter/void_trajectories"] = 0
+    findings = diagnose_training(load_metrics(write_jsonl(tmp_path / "m.jsonl", rows))).findings
+    assert [(f.kind, f.steps) for f in findings] == [("rollout_faults", (1, 2, 3, 4, 5)), ("empty_batch", (5,))]
+    faults, empty = findings
+    assert faults.evidence["failed_eval_failed"] == 16 and faults.evidence["eval_failures"] == 4
+    assert "no_verdict 4" in faults.evidence["cause"]
+    rows[0]["rollout/eval_failure/no_verdict"] = float("inf")  # not a count: missing, as the adapter reads counts
+    path = write_jsonl(tmp_path / "inf.jsonl", rows)
+    assert diagnose_training(load_metrics(path)).findings[0].evidence["eval_failures"] == 3
+    assert empty.evidence["cause"] == (
+        "8 of 8 trajectories failed: 8 failed evaluation on every attempt (the Evaluator: evaluate raised or "
+        "timed out): 8 eval attempts timed out (raise rollout.eval_timeout_s), 8 retried (rollout.retries)"
+    )
 
 
 def _all_failed(rows: list[dict[str, Any]], step: int, counts: dict[str, Any]) -> list[dict[str, Any]]:

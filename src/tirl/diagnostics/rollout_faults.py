@@ -40,6 +40,7 @@ from tirl.diagnostics.log_rows import raw_number
 from tirl.diagnostics.thresholds import FaultThresholds
 
 EVAL_FAILURE = "rollout/eval_failure/"
+_MAX_COUNT = 1e15  # the largest count the adapter reads (tirl.diagnostics.adapters); beyond it, or inf: missing
 
 #: verdict kind -> its one-line summary (``SUMMARY`` of :mod:`tirl.diagnostics.training` includes these)
 SUMMARY: dict[str, str] = {
@@ -114,7 +115,7 @@ def step_faults(log: MetricsLog, i: int) -> Faults | None:
     if out.staged:  # the rows of such a log hold the evaluation failures that occurred
         for key, value in log.rows[i].items():
             number = raw_number(value) if key.startswith(EVAL_FAILURE) else None
-            if number is not None and number > 0:
+            if number is not None and 0 < number <= _MAX_COUNT:  # as the adapter reads a count: else missing
                 _add(out.eval_failures, key.removeprefix(EVAL_FAILURE), number)
     return out
 
