@@ -46,6 +46,41 @@ def _binom(rng: random.Random, n: int, p: float) -> int:
     return sum(rng.random() < p for _ in range(n))
 
 
+FAILED_ENDS = ("init_failed", "timeout", "error", "eval_failed", "cancelled")
+
+
+def rollout_counts(
+    rng: random.Random | None, faults: float = 0.0, eval_failed: int = 0, eval_broken: int = 0
+) -> dict[str, Any]:
+    """The fault keys tirl's trainer writes for a step of ``BATCH`` episodes (``RolloutStats.metrics``, the
+    failure ``rollout/termination/*`` and ``rollout/eval_failure/*`` of ``rollout_metrics``).
+
+    ``BATCH`` episodes ran well; the failed ones come on top. ``faults``: the probability that an episode fails,
+    drawn from ``rng`` (half ran past the runner's limit,
+    half failed its evaluation after a timed-out retry); ``eval_failed`` more episodes fail evaluation with two
+    timed-out attempts each; ``eval_broken`` episodes are scored 0 by a broken evaluation (``timed_out``).
+    """
+    run_to = _binom(rng, BATCH, faults / 2) if rng and faults else 0
+    ev_f = (_binom(rng, BATCH, faults / 2) if rng and faults else 0) + eval_failed
+    row: dict[str, Any] = {
+        "rollout/failed": run_to + ev_f,
+        **{f"rollout/termination/{why}": 0.0 for why in FAILED_ENDS},
+        "rollout/termination/timeout": float(run_to),
+        "rollout/termination/eval_failed": float(ev_f),
+        "rollout/init_attempts": float(BATCH + run_to + ev_f),
+        "rollout/init_retries": 0.0,
+        "rollout/init_timeouts": 0.0,
+        "rollout/run_attempts": float(BATCH + run_to + ev_f),
+        "rollout/run_timeouts": float(run_to),
+        "rollout/eval_attempts": float(BATCH + 2 * ev_f),
+        "rollout/eval_retries": float(ev_f),
+        "rollout/eval_timeouts": float(2 * ev_f),
+    }
+    if eval_broken:
+        row["rollout/eval_failure/timed_out"] = float(eval_broken)
+    return row
+
+
 def tirl_log(
     n: int = 200,
     seed: int = 0,
@@ -54,16 +89,22 @@ def tirl_log(
     is_sigma: float = 0.1,
     tail: float = 0.0,
     void_p: tuple[float, float] = (0.06, 0.03),
+    faults: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Per-step rows with tirl's keys; ``inject`` in void_leak, late_filter, detector_inactive, empty_batch,
-    void_drift.
+    void_drift, rollout_faults.
 
     ``is_sigma`` is the log-scale noise of the IS-ratio extremes; ``tail`` the probability of an extra
     ``3 * is_sigma`` Gaussian kick on ``is_max`` (heavier tails than the default log-normal). The void
     probability goes linearly from ``void_p[0]`` to ``void_p[1]``; ``void_drift`` adds a ramp of
-    +``DRIFT_RISE`` over ``DRIFT_STEPS`` steps from ``at[0]`` on, which then stays.
+    +``DRIFT_RISE`` over ``DRIFT_STEPS`` steps from ``at[0]`` on, which then stays. The rollout's fault keys
+    (:func:`rollout_counts`) come from a second RNG, so the other series do not depend on ``faults``: failed
+    episodes are added to the trajectories sampled (the valid and void counts stay as they are).
+    ``rollout_faults``: from ``at[0]`` on, 5 steps in which 20 episodes failed evaluation and 4 more were scored
+    0 by a broken one.
     """
     rng = random.Random(seed)
+    fault_rng = random.Random(seed * 7919 + 17) if faults else None
     rows: list[dict[str, Any]] = []
     skipped = set(rng.sample(range(5, n), min(3, max(0, n - 5))))
     for step in range(n):
@@ -86,9 +127,11 @@ def tirl_log(
         max_len = int(rng.gauss(1400 + 300 * frac, 90))
         if rng.random() < 0.02:
             max_len = int(max_len * 1.6)  # a lone long trajectory without an IS spike
+        bad = inject == "rollout_faults" and at[0] <= step < at[0] + 5
+        counts = rollout_counts(fault_rng, faults, 20 if bad else 0, 4 if bad else 0)
         row: dict[str, Any] = {
             "step": step,
-            "rollout/trajectories": BATCH,
+            "rollout/trajectories": BATCH + counts["rollout/failed"],
             "filter/valid_trajectories": valid,
             "filter/void_trajectories": void,
             "filter/resampled": 0,
@@ -106,6 +149,7 @@ def tirl_log(
             "time/step_s": 30 + rng.gauss(0, 2),
             # KL to the reference: rises slowly from ~0.001 (no RNG draw, so the other series stay as they were)
             "train/kl": 0.001 + 0.02 * frac + 0.002 * abs(math.sin(1.7 * step)),
+            **counts,
         }
         if step in at:
             if inject == "void_leak":

@@ -49,7 +49,8 @@ def test_a_spike_that_matched_no_row_is_named_not_denied(tmp_path: Path, capsys:
 def test_a_healthy_log_without_a_spike_keeps_the_plain_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, _ = _run(capsys, write_jsonl(tmp_path / "m.jsonl", tirl_log(seed=0)))
     assert _line(out) == (
-        "No symptom of the void-turn table: no IS-ratio spike, no empty batch; no entropy collapse, no KL blow-up."
+        "No symptom of the void-turn table: no IS-ratio spike, no empty batch, no rollout faults; no entropy "
+        "collapse, no KL blow-up."
     )
 
 
@@ -64,6 +65,8 @@ def reference_not_checked(n: int, th: TrainingThresholds) -> set[str]:
         kinds.add("void_drift")
     if n < 2:  # one entropy value: no fall to see
         kinds.add("entropy_collapse")
+    if n < th.faults.steps:  # fewer steps than a stretch of faulty ones
+        kinds.add("rollout_faults")
     return kinds
 
 
@@ -98,7 +101,8 @@ def test_a_log_without_counts_does_not_claim_no_empty_batch(tmp_path: Path, caps
     line = _line(out)
     assert "no empty batch" not in line and "empty_batch (the log has no valid count or void share)" in line
     got = json.loads(_run(capsys, verl, "--json")[0])
-    assert set(got["not_checked"]) == {"late_filter", "empty_batch", "detector_inactive", "void_drift"}
+    expected = {"late_filter", "empty_batch", "detector_inactive", "void_drift", "rollout_faults"}
+    assert set(got["not_checked"]) == expected
 
 
 def _inf_spike() -> list[dict[str, Any]]:

@@ -83,7 +83,7 @@ def test_a_log_of_nulls_only_is_nothing_to_diagnose(tmp_path: Path, capsys: pyte
     rows = [{k: (v if k == "step" else None) for k, v in r.items()} for r in _log()]
     path = write_jsonl(tmp_path / "m.jsonl", rows)
     line = _refused(capsys, path, "--json")  # --json prints no "healthy" either
-    assert line.startswith(f"error: {path}: none of the 17 keys the tirl format reads has a value") and (
+    assert line.startswith(f"error: {path}: none of the 29 keys the tirl format reads has a value") and (
         "nothing to diagnose" in line
     )
 

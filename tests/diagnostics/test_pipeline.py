@@ -169,6 +169,27 @@ def test_steady_deep_queues_without_capacities_are_healthy_only_in_part(
     assert json.loads(capsys.readouterr().out)["not_checked"] == diag.not_checked
 
 
+def test_the_high_column_says_not_judged_for_a_queue_no_rule_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Steady deep queues without capacities: the table said "no" in the "high" column, a claim no rule made."""
+    p = write_jsonl(tmp_path / "pipeline_trace.jsonl", trace("overall", 0, caps=False))
+    capsys.readouterr()
+    assert main(["diagnose", "pipeline", str(p)]) == 0
+    rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("│ ")}
+    for q in ("init_queue", "run_queue", "eval_queue"):
+        assert rows[q].rstrip("│ ").endswith("not judged (capacity unknown)"), rows[q]
+    assert main(["diagnose", "pipeline", str(p), "--json"]) == 0
+    evidence = json.loads(capsys.readouterr().out)["evidence"]
+    assert evidence["not_judged"] == ["init_queue", "run_queue", "eval_queue"]
+    mostly_empty = write_jsonl(tmp_path / "empty.jsonl", trace("healthy", 0, caps=False))
+    assert main(["diagnose", "pipeline", str(mostly_empty)]) == 0  # not high at any capacity: "no" is true
+    rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("│ ")}
+    assert all(rows[q].rstrip("│ ").endswith("│ no") for q in ("init_queue", "run_queue", "eval_queue")), rows
+    with_caps = diagnose_pipeline(trace("healthy", 0))
+    assert with_caps.evidence["not_judged"] == []
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_queue_that_is_mostly_empty_needs_no_capacity(seed: int) -> None:
     """Not high at any capacity (non-empty under busy_frac of the time): the missing capacity hid nothing."""

@@ -13,6 +13,10 @@ from diag_synth import as_verl, issue10_run, tirl_log, trace, write_jsonl
 
 from tirl.cli import main
 from tirl.diagnostics import write_report
+from tirl.diagnostics.adapters import load_metrics
+from tirl.diagnostics.render import verdict_line
+from tirl.diagnostics.training import diagnose_training
+from tirl.trainer.run import write_report as write_report_summary
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHECK_SCRIPT = """<script>
@@ -118,6 +122,34 @@ def test_missing_parts_are_reported_not_fatal(tmp_path: Path, capsys: pytest.Cap
     assert capsys.readouterr().err == ""  # an absent part is said in the page, not warned about
     page = (partial / "report.html").read_text()
     assert "pipeline_trace.jsonl is absent" in page and "trajectories.jsonl is absent" in page
+
+
+def test_report_prints_the_training_verdict_line_of_tirl_train(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tirl report RUN` printed only the page's path: now also the verdict line `tirl train` ends with."""
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", issue10_run("drop_collapse", 0))
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == str(run / "report.html")
+    assert out[1:] == [verdict_line(diagnose_training(load_metrics(run / "metrics.jsonl")))]
+    assert out[1].startswith("training diagnosis: void_drift (void_drift at steps ")
+    assert write_report_summary(run)["training_verdict"] == out[1]  # the very line `tirl train` prints
+    (run / "metrics.jsonl").unlink()
+    write_jsonl(run / "pipeline_trace.jsonl", trace("runner", 0))
+    assert main(["report", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines() == [str(run / "report.html")]  # no training log: no verdict line
+
+
+def test_the_report_says_not_judged_for_a_queue_without_capacity(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "pipeline_trace.jsonl", trace("overall", 0, caps=False))  # steady deep queues, no caps
+    page = write_report(run).read_text(encoding="utf-8")
+    assert page.count("<td>not judged (capacity unknown)</td>") == 3 and "<td>no</td>" not in page
 
 
 def test_an_unreadable_part_is_one_warning_line_per_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,9 @@ the run's own files (:mod:`tirl.trainer.run_files`) and never anything under ``c
 another subdirectory, links and ``..`` resolved first. A section whose file cannot be read is a ``warning:``
 line on stderr (one per file) and a notice in the page; the rest of the report is still written (exit 0). A torn
 last line of ``metrics.jsonl`` or ``pipeline_trace.jsonl`` (a killed run) is skipped with a ``note:`` line naming
-``FILE:LINE`` (and the same note in the page). ``tirl train`` prints the same lines at its end.
+``FILE:LINE`` (and the same note in the page). ``tirl train`` prints the same lines at its end. After the
+report's path, stdout gets the training verdict in one line (:func:`tirl.diagnostics.render.verdict_line`, the
+line ``tirl train`` ends with) when ``metrics.jsonl`` could be read.
 """
 
 from __future__ import annotations
@@ -67,14 +69,17 @@ def check_out_of_run(out: Path, run_dir: Path, *, option: str = "--out") -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the report and print its path; warn once per file a section could not read, and print the notes."""
+    """Write the report, print its path and the training verdict; warn once per unreadable file, print notes."""
     check_run_dir(args.run_dir)
     out = args.out if args.out is not None else args.run_dir / run_files.REPORT
     check_output(out)  # first: a directory, or a path under a file, is named as such
     check_out_of_run(out, args.run_dir, option="--out" if args.out is not None else "the report's path")
     problems: dict[str, str] = {}
     notes: list[str] = []
-    print(write_report(args.run_dir, args.out, problems=problems, notes=notes))
+    verdicts: list[str] = []
+    print(write_report(args.run_dir, args.out, problems=problems, notes=notes, verdicts=verdicts))
     for line in stderr_lines(problems, notes):
         print(line, file=sys.stderr)
+    for line in verdicts:  # the training verdict in one line, as `tirl train` prints it at its end
+        print(line)
     return 0

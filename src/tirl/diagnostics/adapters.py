@@ -7,6 +7,9 @@ the whole adapter: add a framework by adding its names.
 
 * ``tirl``: the trainer's own keys (``train/is_ratio_max``, ``filter/valid_trajectories``…; ``train/entropy`` and
   ``train/kl``, the KL to the reference, which is 0 at every step when ``algo.kl_coef=0`` loads no reference).
+* ``tirl``: the rollout's fault counts where the log has them (``rollout/failed``, ``rollout/termination/<reason>``
+  of the failure reasons, ``rollout/{init,run,eval}_timeouts``, ``rollout/{init,eval}_retries``;
+  :mod:`tirl.diagnostics.rollout_faults` also reads ``rollout/eval_failure/<reason>`` from the rows).
 * ``tirl``, ``verl``, ``simpletir``: the attribution keys ``void/share_*`` and ``void/min_logprob_*`` where the
   log has them (tirl writes all; tirl's verl patch the generator side; :mod:`tirl.diagnostics.attribution`).
 * ``verl``: ``actor/grad_norm``, ``rollout_corr/rollout_is_max`` (``mismatch/rollout_is_max`` in
@@ -102,6 +105,16 @@ _ATTRIBUTION: dict[str, tuple[str, ...]] = {
     "min_lp_void": ("void/min_logprob_void",),
     "min_lp_valid": ("void/min_logprob_valid",),
 }
+#: the termination reasons of a failed episode (tirl.types.TerminationReason.is_failure), in the stage order
+FAILED_ENDS: tuple[str, ...] = ("init_failed", "timeout", "error", "eval_failed", "cancelled")
+# The rollout's own fault counts (tirl.rollout.batch_stats, tirl.trainer.trainer.rollout_metrics): how the
+# episodes that failed ended, and the stage attempts that timed out or were retried (tirl.diagnostics.rollout_faults).
+_ROLLOUT_FAULTS: dict[str, tuple[str, ...]] = {
+    **{f"end_{why}": (f"rollout/termination/{why}",) for why in FAILED_ENDS},
+    **{f"{stage}_timeouts": (f"rollout/{stage}_timeouts",) for stage in ("init", "run", "eval")},
+    **{f"{stage}_retries": (f"rollout/{stage}_retries",) for stage in ("init", "eval")},
+    "eval_attempts": ("rollout/eval_attempts",),
+}
 # canonical name -> the keys that carry it in each format, first present wins
 _TIRL: dict[str, tuple[str, ...]] = {
     **_ATTRIBUTION,
@@ -124,6 +137,7 @@ _TIRL: dict[str, tuple[str, ...]] = {
     "turns_mean": ("rollout/turns_mean",),
     "reward": ("reward/mean",),
     "step_s": ("time/step_s",),
+    **_ROLLOUT_FAULTS,
 }
 # verl (verl/trainer/ppo/metric_utils.py, verl/workers/actor/dp_actor.py): the rollout-correction keys are
 # ``rollout_corr/`` in current verl and ``mismatch/`` in v0.6.0; ``actor/entropy_loss`` in older releases
@@ -260,6 +274,8 @@ _DOMAIN: dict[str, tuple[float, float]] = {
     "mean_len": (0.0, _HUGE),
     "turns_mean": (0.0, _HUGE),
     "step_s": (0.0, _HUGE),
+    "failed": (0.0, _HUGE),
+    **dict.fromkeys(_ROLLOUT_FAULTS, (0.0, _HUGE)),
     **{name: (0.0, 1.0) for name in _ATTRIBUTION if name.startswith("void_share")},
     "min_lp_void": (-_HUGE, 0.0),
     "min_lp_valid": (-_HUGE, 0.0),

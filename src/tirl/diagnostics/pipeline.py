@@ -16,7 +16,9 @@ in every queue of a busy pipeline is buffering, not a shortage.
   only when it is shown to be full — the stage upstream is blocked on it at
   least ``blocked_frac`` of the time (``init_blocked`` → ``run_queue``,
   ``run_blocked`` → ``eval_queue``) — or when it is rising. Steady depths
-  are then not judged, and the evidence says so.
+  are then not judged, and the evidence says so: ``evidence["not_judged"]``
+  lists such a queue that held work most of the time, and the tables show
+  "not judged" in its "high" column instead of "no" (:func:`high_text`).
 * A queue is **rising** when the mean of the last third of the trace exceeds
   the first third by at least ``max(rise_items, 50 %, rise_frac × capacity)``
   and its slope is positive.
@@ -377,6 +379,28 @@ ORDER: tuple[str, ...] = ("overall", "evaluator", "runner", "initializer", "star
 _KIND_OF_QUEUE = {"init_queue": "initializer", "run_queue": "runner", "eval_queue": "evaluator"}
 
 
+def unjudged_queues(queues: dict[str, Any], high: dict[str, bool], th: PipelineThresholds) -> list[str]:
+    """The queues whose depth no rule judged: no capacity in the trace, not high, and work most of the time.
+
+    A queue without its capacity that held work less often than ``busy_frac`` is not high at any capacity.
+    """
+    steady = [q for q in QUEUES if queues[q]["fill_mean"] is None and not high[q]]
+    return [q for q in steady if queues[q]["nonempty_frac"] >= th.busy_frac]
+
+
+def high_text(evidence: dict[str, Any], queue: str) -> str:
+    """The "high" cell of ``queue`` in the tables of ``tirl diagnose pipeline`` and the report.
+
+    ``yes`` / ``no``, or ``not judged (capacity unknown)`` for a queue in ``evidence["not_judged"]``
+    (:func:`unjudged_queues`), with `` (rising)`` where it rose.
+    """
+    if queue in evidence.get("not_judged", ()):
+        text = "not judged (capacity unknown)"
+    else:
+        text = "yes" if evidence["high"][queue] else "no"
+    return text + (" (rising)" if evidence["rising"][queue] else "")
+
+
 def _not_checked(
     verdict: str, queues: dict[str, Any], high: dict[str, bool], rising: dict[str, bool], util: float | None,
     stages: dict[str, Any], th: PipelineThresholds,
@@ -391,8 +415,7 @@ def _not_checked(
     why: dict[str, list[str]] = {}
     blocked = (stages.get("run_blocked_frac") or 0.0) >= th.blocked_frac
     idle = util is not None and util < th.idle_util
-    steady = [q for q in QUEUES if queues[q]["fill_mean"] is None and not high[q]]
-    steady = [q for q in steady if queues[q]["nonempty_frac"] >= th.busy_frac]  # less often: not high at any cap
+    steady = unjudged_queues(queues, high, th)
     if steady:
         its = "its capacity" if len(steady) == 1 else "their capacities"
         text = (
@@ -519,6 +542,7 @@ def diagnose_pipeline(
         "capacity_known": capacity_known,
         "queues": queues,
         "high": high,
+        "not_judged": [] if why is not None else unjudged_queues(queues, high, th),
         "rising": rising,
         "generator_busy_frac": None if util is None else round(util, 3),
         "stages": stages,

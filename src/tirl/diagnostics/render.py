@@ -13,7 +13,7 @@ from rich.table import Table
 
 from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.advice import check_first
-from tirl.diagnostics.pipeline import PipelineDiagnosis
+from tirl.diagnostics.pipeline import PipelineDiagnosis, high_text
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, evidence_lines, spikes_text, steps_text
 
 #: The width of a console that is not a terminal (a pipe, a file): wide enough that tables keep their natural
@@ -36,6 +36,8 @@ def _not_checked_text(not_checked: dict[str, str]) -> str:
     return "not (fully) checked on this log: " + "; ".join(f"{kind} ({why})" for kind, why in not_checked.items())
 
 
+#: what a healthy verdict claims for each rule of :mod:`tirl.diagnostics.rollout_faults` that ran
+_BATCH_CLAIMS = {"empty_batch": "no empty batch", "rollout_faults": "no rollout faults"}
 #: what a healthy verdict claims for each rule of :mod:`tirl.diagnostics.entropy_kl` that ran
 _POLICY_CLAIMS = {"entropy_collapse": "no entropy collapse", "kl_blowup": "no KL blow-up"}
 
@@ -52,8 +54,8 @@ def healthy_line(
     correction) the spike rules could not run, and the line says so instead of "no IS-ratio spike".
     ``unmatched``: the steps of IS-ratio spikes that matched no row of the table (the line names them instead
     of "no IS-ratio spike"). ``not_checked``: verdict kind -> why its rule could not run
-    (:func:`tirl.diagnostics.coverage.not_checked`); "no empty batch", "no entropy collapse" and "no KL blow-up"
-    are said only where that rule ran.
+    (:func:`tirl.diagnostics.coverage.not_checked`); "no empty batch", "no rollout faults", "no entropy collapse"
+    and "no KL blow-up" are said only where that rule ran in full.
     """
     rest = dict(not_checked or {})
     if not has_ratio:
@@ -66,8 +68,9 @@ def healthy_line(
         text = f"No symptom of the void-turn table, but {spikes_text(unmatched)} {_UNMATCHED}"
     else:
         text = "No symptom of the void-turn table: no IS-ratio spike"
-    if "empty_batch" not in rest:
-        text += ("; " if not has_ratio or unmatched else ", ") + "no empty batch"
+    batch = [claim for kind, claim in _BATCH_CLAIMS.items() if kind not in rest]
+    if batch:
+        text += ("; " if not has_ratio or unmatched else ", ") + ", ".join(batch)
     policy = [claim for kind, claim in _POLICY_CLAIMS.items() if kind not in rest]
     if policy:
         text += "; " + ", ".join(policy)
@@ -212,7 +215,7 @@ def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> N
             f"{q['nonempty_frac']:.0%}",
             f"{q['first_third_mean']:.1f} → {q['last_third_mean']:.1f}",
             f"{q['slope_per_s']:+.3f}",
-            ("yes" if ev["high"][name] else "no") + (" (rising)" if ev["rising"][name] else ""),
+            high_text(ev, name),
         )
     console.print(table)
     util = ev.get("generator_busy_frac")

@@ -29,7 +29,7 @@ from tirl.diagnostics.adapters import MetricsLog, load_metrics
 from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.bundle import filter_config
-from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, load_trace
+from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, high_text, load_trace
 from tirl.diagnostics.render import coverage_lines, has_ratio, pipeline_not_checked, verdict_line
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines, steps_text
 from tirl.errors import InputError, TirlError, one_line
@@ -302,8 +302,7 @@ def _pipeline_section(rows: list[dict[str, Any]], diag: PipelineDiagnosis, cpu_g
     ev = diag.evidence
     qrows = "".join(
         f"<tr><td>{q}</td><td>{d['mean']:.2f}</td><td>{_fill(d)}</td><td>{d['max']:g}</td><td>{d['nonempty_frac']:.0%}</td>"
-        f"<td>{d['first_third_mean']:.1f} → {d['last_third_mean']:.1f}</td><td>{'yes' if ev['high'][q] else 'no'}"
-        f"{' (rising)' if ev['rising'][q] else ''}</td></tr>"
+        f"<td>{d['first_third_mean']:.1f} → {d['last_third_mean']:.1f}</td><td>{high_text(ev, q)}</td></tr>"
         for q, d in ev["queues"].items()
     )
     util_v = ev.get("generator_busy_frac")

@@ -3,7 +3,8 @@
 Each rule is described in its own module, which names these fields:
 :mod:`tirl.diagnostics.training` (the void-turn symptoms), :mod:`tirl.diagnostics.attribution` (where the
 spikes sit), :mod:`tirl.diagnostics.drift` (void drift), :mod:`tirl.diagnostics.entropy_kl` (entropy collapse,
-KL blow-up) and :mod:`tirl.diagnostics.pipeline` (the bottleneck stage). The defaults
+KL blow-up), :mod:`tirl.diagnostics.rollout_faults` (episodes the rollout lost) and
+:mod:`tirl.diagnostics.pipeline` (the bottleneck stage). The defaults
 were checked on seeded synthetic logs and traces (``tests/diagnostics/measure_rates.py``,
 ``docs/diagnostics.md``); a caller passes its own instance to ``diagnose_training``,
 ``find_drift`` or ``diagnose_pipeline`` to change them. Not covered: reading them from a file
@@ -72,6 +73,22 @@ class PolicyThresholds:
 
 
 @dataclass(frozen=True, slots=True)
+class FaultThresholds:
+    """Tuning of the ``rollout_faults`` rule (:mod:`tirl.diagnostics.rollout_faults`).
+
+    A step is faulty when at least ``min_count`` of its episodes, and at least ``share`` of its sampled
+    trajectories, failed or were scored 0 by a broken evaluation; ``steps`` consecutive faulty steps are a
+    finding. ``min_count`` keeps a small batch (8 episodes: one failure is 12 %) from a finding by one flaky
+    episode a step. Checked on tirl's three real 30-step logs (no failure: no finding) and on seeded healthy
+    logs with 2 % of the episodes failing at random (``tests/diagnostics/measure_rates.py``: no finding).
+    """
+
+    share: float = 0.1
+    min_count: int = 2
+    steps: int = 3
+
+
+@dataclass(frozen=True, slots=True)
 class TrainingThresholds:
     """Tuning of the symptom rules (defaults were checked on seeded noisy logs in the tests)."""
 
@@ -88,6 +105,7 @@ class TrainingThresholds:
     drift: DriftThresholds = field(default_factory=DriftThresholds)
     attribution: AttributionThresholds = field(default_factory=AttributionThresholds)
     policy: PolicyThresholds = field(default_factory=PolicyThresholds)
+    faults: FaultThresholds = field(default_factory=FaultThresholds)
 
 
 @dataclass(frozen=True, slots=True)

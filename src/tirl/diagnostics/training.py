@@ -38,7 +38,9 @@ Verdicts (``SEVERITY`` lists them from most to least severe):
 * ``detector_inactive``: at least ``inactive_steps`` steps in which the void
   count is always 0 and the valid count never changes.
 * ``empty_batch``: a step with 0 valid trajectories (consecutive steps are
-  one finding).
+  one finding); ``rollout_faults`` (beyond the seed): a sizeable share of the episodes failed or their
+  evaluation broke for several steps. Both name the cause the rollout logged
+  (:mod:`tirl.diagnostics.rollout_faults`).
 * ``void_drift``: the void share rises and stays up over many steps
   (:mod:`tirl.diagnostics.drift`); the finding's step is where the rise
   began. An IS-ratio spike at or after that step is part of the drift
@@ -80,11 +82,14 @@ from tirl.diagnostics.entropy_kl import SUMMARY as POLICY_SUMMARY
 from tirl.diagnostics.entropy_kl import entropy_findings, kl_findings, policy_not_checked
 from tirl.diagnostics.finding import Finding, merge_runs
 from tirl.diagnostics.robust import Baseline, Shift, Side, baseline, early_shift, log_values, median_after
+from tirl.diagnostics.rollout_faults import CHECK_FIRST as FAULTS_CHECK_FIRST
+from tirl.diagnostics.rollout_faults import SUMMARY as FAULTS_SUMMARY
+from tirl.diagnostics.rollout_faults import empty_batch_findings, fault_findings, faults_not_checked
 from tirl.diagnostics.thresholds import TrainingThresholds
 
 SEVERITY: tuple[str, ...] = (
-    "void_leak", "void_drift", "late_filter", "detector_inactive", "empty_batch", "kl_blowup", "entropy_collapse",
-    "spikes_in_void", "spikes_in_valid",
+    "void_leak", "void_drift", "late_filter", "detector_inactive", "empty_batch", "rollout_faults", "kl_blowup",
+    "entropy_collapse", "spikes_in_void", "spikes_in_valid",
 )  # fmt: skip
 
 # The seed's "check this first" column.
@@ -98,25 +103,23 @@ CHECK_FIRST: dict[str, str] = {
     "watch the void share from the onset step on",
     "detector_inactive": "the code-block pattern and where the final answer is read from (a pre-filled field "
     "instead of the model's text); run `tirl audit` on the trajectories to see what the rule finds",
-    "empty_batch": "resampling (filter.max_resample_rounds) and the logged minimum valid count — resample, "
-    "do not loosen the rule; when `failed` equals `trajectories`, no episode ran at all: the env or its set-up "
-    "failed (each trajectory's `error`), not the filter",
     "spikes_in_void": "the seed's disease: void turns carry the ratio/gradient spikes, so the void filter helps "
     "(filter.mode=drop or mask, or penalize against void drift); compare the modes with `tirl ablate`",
     "spikes_in_valid": "not the void filter (the spikes sit in valid turns, it cannot remove them): the learning "
     "rate and warm-up (algo.lr, algo.warmup_steps), the generator/trainer mismatch (train/gen_logprob_gap_max, "
     "generation.dtype, algo.tis_cap) and the length cap (generation.max_total_tokens)",
     **POLICY_CHECK_FIRST,
+    **FAULTS_CHECK_FIRST,
 }
 SUMMARY: dict[str, str] = {
     "void_leak": "IS-ratio spike with the longest trajectory, valid count not reduced",
     "late_filter": "valid count dropped, but the IS ratio still spiked",
     "void_drift": "the void share rose over many steps and stayed up",
     "detector_inactive": "valid count never changes, void count always 0",
-    "empty_batch": "no valid trajectory in the step",
     "spikes_in_void": "on the spike steps, void rows hold clearly more of the spikes than of the tokens",
     "spikes_in_valid": "on the spike steps, most spikes sit in valid rows (void rows hold no more than their share)",
     **POLICY_SUMMARY,
+    **FAULTS_SUMMARY,
 }
 
 
@@ -437,40 +440,6 @@ def _spike_findings(log: MetricsLog, th: TrainingThresholds) -> tuple[list[Findi
     return out, unmatched
 
 
-def _runs(indices: list[int]) -> list[list[int]]:
-    runs: list[list[int]] = []
-    for i in indices:
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return runs
-
-
-def _empty_batch_findings(log: MetricsLog) -> list[Finding]:
-    valid = log.get("valid")
-    ratio = log.get("void_ratio")
-    empty = []
-    for i in range(len(log)):
-        v = valid[i] if valid else None
-        r = ratio[i] if ratio else None
-        if (v is not None and v <= 0) or (v is None and r is not None and r >= 1.0):
-            empty.append(i)
-    out = []
-    resampled, trajs, failed = log.get("resampled"), log.get("trajectories"), log.get("failed")
-    for run in _runs(empty):
-        steps = tuple(log.steps[i] for i in run)
-        evidence: dict[str, Any] = {
-            "valid": [valid[i] if valid else None for i in run],
-            "trajectories": [trajs[i] for i in run] if trajs else None,
-            "resampled": [resampled[i] for i in run] if resampled else None,
-        }
-        if failed and any(failed[i] for i in run):  # infrastructure failures, not void turns
-            evidence["failed"] = [failed[i] for i in run]
-        out.append(Finding("empty_batch", steps[0], steps, evidence))
-    return out
-
-
 def _inactive_findings(log: MetricsLog, th: TrainingThresholds) -> list[Finding]:
     """Longest stretches with void always 0 and a constant valid count (nulls inside are skipped)."""
     valid, void, ratio, trajs = log.get("valid"), log.get("void"), log.get("void_ratio"), log.get("trajectories")
@@ -578,7 +547,8 @@ def diagnose_training(log: MetricsLog, thresholds: TrainingThresholds | None = N
     th = thresholds or TrainingThresholds()
     spike_findings, unmatched = _spike_findings(log, th)
     drift, spikes = _drift_finding(log, th, spike_findings)
-    findings = merge_runs(spikes, log.steps) + _empty_batch_findings(log) + _inactive_findings(log, th)
+    findings = merge_runs(spikes, log.steps) + empty_batch_findings(log) + _inactive_findings(log, th)
+    findings += fault_findings(log, th.faults)
     findings += ([drift] if drift else []) + kl_findings(log, th) + entropy_findings(log, th)
     attribution = _attribution_finding(log, th)
     findings += [attribution] if attribution is not None else []
@@ -592,5 +562,5 @@ def diagnose_training(log: MetricsLog, thresholds: TrainingThresholds | None = N
         findings=tuple(findings),
         run=log.run,
         unmatched_spikes=tuple(unmatched),
-        not_checked={**not_checked(log, th, judged), **policy_not_checked(log)},
+        not_checked={**not_checked(log, th, judged), **policy_not_checked(log), **faults_not_checked(log, th.faults)},
     )
