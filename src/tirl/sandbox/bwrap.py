@@ -181,6 +181,10 @@ def bwrap_argv(
     if prefix is not None:
         argv += ["--ro-bind", str(prefix), str(prefix)]
     argv += ["--proc", "/proc", "--dev", "/dev"]
+    # PID 1 (bwrap's own init, or the pool's server) runs as the code's uid: bwrap's init is dumpable, and its
+    # /proc/1/mem was open for writing, so the code could rewrite PID 1's code (red team, session 44). Masked.
+    for mem in ("/proc/1/mem", "/proc/1/task/1/mem"):
+        argv += ["--ro-bind", "/dev/null", mem]
     if capped:
         argv += ["--bind", f"{MOUNT_POINT}/shm", SHM, "--bind", f"{MOUNT_POINT}/tmp", TMP]
     else:
