@@ -25,6 +25,8 @@ Covered:
       (:mod:`tirl.sandbox._launch`), which takes every process of the
       namespace with it, including ``setsid`` daemons and processes that
       cleared their parent-death signal; nested user namespaces are disabled;
+      PID 1's memory (``/proc/1/mem``, ``/proc/1/task/1/mem``) is masked, since
+      bwrap's own init runs as the code's uid and is dumpable;
     - **resources**: rlimits on CPU time, address space, process count, file
       size and open files; a wall-clock timeout; the bytes in the writable
       places, and, as root, their number of files (one tmpfs with
