@@ -353,7 +353,7 @@ class ModelServer:
 
     async def chat(self, request: Request) -> Response:
         """``POST /v1/chat/completions``."""
-        job = parse_chat(await self._body(request))
+        job = parse_chat(await self._body(request), max_messages=self.max_context)
         common = job.common
         self._model(common.model)
         self._check_chars(_prompt_chars(job), "messages", "messages")
