@@ -32,7 +32,7 @@ AUTH = {"authorization": f"Bearer {KEY}"}
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve-keyed")
     checkpoint = tiny_checkpoint(root / "tiny")
-    with serve(checkpoint, "--api-key", KEY) as (url, name, proc):
+    with serve(checkpoint, "--api-key", KEY) as (url, _name, proc):
         yield url, checkpoint, proc
 
 
