@@ -217,3 +217,39 @@ async def test_task_without_answer_fails_reset(sandbox: Sandbox) -> None:
     result = await play(TirMathEnv(sandbox=sandbox), Task(id="q", prompt="?"), ["\\boxed{1}"])
     assert result.reason is TerminationReason.INIT_FAILED
     assert result.error is not None and "no answer" in result.error
+
+
+async def test_a_dropped_keep_state_episode_is_not_reached_by_a_later_one_at_its_address() -> None:
+    """Red team (session 44): the session was named after ``id(self)``; an episode dropped without ``close()``
+    (its session still open) and a new env of the same task at the freed address shared one Python kernel:
+    the later episode printed the earlier one's ``secret``."""
+    import gc
+    import weakref
+
+    from tirl.config import SandboxConfig
+    from tirl.sandbox import create_sandbox
+
+    pool = create_sandbox(SandboxConfig(warm_pool=True, pool_size=1), warn=False)  # either pool keeps sessions
+    task = Task(id="t-session", prompt="2+2?", answer="4")
+    later = None
+    try:
+        for _ in range(10):  # CPython usually hands the freed block to a new env soon; a round may miss it
+            first = TirMathEnv(sandbox=pool, keep_state=True)
+            await first.reset(task)
+            await first.step(Message(role=Role.ASSISTANT, content="```python\nsecret = 'episode A'\n```"))
+            address, gone = id(first), weakref.ref(first)
+            del first  # dropped, never closed: its session stays open in the pool
+            gc.collect()
+            assert gone() is None
+            kept = [TirMathEnv(sandbox=pool, keep_state=True) for _ in range(500)]
+            later = next((env for env in kept if id(env) == address), None)
+            if later is not None:
+                break
+        if later is None:  # pragma: no cover - the allocator never reused an address: nothing to check
+            pytest.skip("the allocator did not reuse a dropped env's address")
+        await later.reset(task)
+        step = await later.step(Message(role=Role.ASSISTANT, content="```python\nprint(secret)\n```"))
+        assert "episode A" not in (step.observation[0].content or "")
+        assert "NameError" in (step.observation[0].content or "")
+    finally:
+        await pool.close()

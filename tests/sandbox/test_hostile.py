@@ -148,6 +148,30 @@ async def test_a_keyring_secret_is_not_carried_to_the_next_run(host_audit: objec
     assert "SECRET" not in b.stdout and b.stdout == "nothing\n", (a, b)
 
 
+# Rewrites 16 bytes of PID 1's code with themselves through /proc/1/mem (both paths to it): a write that
+# succeeds could as well plant an implant, as the ptrace takeover above did.
+PID1_MEM_WRITE = """
+import os
+for mem in ('/proc/1/mem', '/proc/1/task/1/mem'):
+    try:
+        fd = os.open(mem, os.O_RDWR)
+        code = [line for line in open('/proc/1/maps') if ' r-xp ' in line][0]
+        start = int(code.split('-')[0], 16)
+        print('wrote', os.pwrite(fd, os.pread(fd, 16, start), start), mem)
+    except OSError as exc:
+        print('refused', mem, exc.errno)
+"""
+
+
+@pytest.mark.parametrize("backend", ISOLATED)
+async def test_the_code_cannot_write_the_memory_of_pid1(host_audit: object, backend: str) -> None:
+    """Red team, session 44: bwrap's own init (PID 1 of a fresh sandbox) runs as the code's uid and is
+    dumpable; its ``/proc/1/mem`` opened for writing (``wrote 16``) until bwrap_argv masked both paths."""
+    a, b, _ = await _two(backend, PID1_MEM_WRITE, "print('next')")
+    assert "wrote" not in a.stdout and a.stdout.count("refused") == 2, a
+    assert b.stdout == "next\n", b
+
+
 DEEP_TREE = """
 import os
 os.chdir('/work')

@@ -99,6 +99,13 @@ def run(args: argparse.Namespace) -> int:
         if not 0 <= value <= 60_000:  # NaN fails too
             name = "--" + flag.replace("_", "-")
             raise ConfigError(f"{name} {value} is invalid: use milliseconds from 0 to 60000")
+    api_key = args.api_key or os.environ.get("TIRL_API_KEY")
+    if api_key and not (api_key.isascii() and api_key.isprintable() and api_key == api_key.strip()):
+        # an HTTP header carries ASCII, and the server strips the token: such a key could never be sent
+        raise ConfigError(
+            "--api-key (or $TIRL_API_KEY) holds a non-ASCII or control character or surrounding spaces, which no "
+            "client can send in an Authorization header: use printable ASCII"
+        )
     from tirl.models.loading import check_device
 
     check_device(args.device, "--device")
@@ -119,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     server = ModelServer(
         policy,
         model_name=name,
-        api_key=args.api_key or os.environ.get("TIRL_API_KEY"),
+        api_key=api_key,
         max_batch=args.max_batch,
         batch_window_s=max(0.0, args.batch_window_ms) / 1000.0,
         arrival_gap_s=max(0.0, args.arrival_gap_ms) / 1000.0,

@@ -41,11 +41,15 @@ Reward
 
 Not covered: Python state is not kept between turns unless ``keep_state=True``
 *and* the sandbox backend keeps sessions (the process backend does not); a
-model that reuses a variable from an earlier turn gets a ``NameError``.
+model that reuses a variable from an earlier turn gets a ``NameError``. With
+``keep_state`` each episode's session has a random name, so no other episode
+reaches it; an episode dropped without ``close()`` leaves its session open in
+the pool until the pool closes (at most 256 are open at a time).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar, Unpack
 
 from tirl.answers import answers_match_async
@@ -95,7 +99,9 @@ class TirMathEnv(ToolEnv):
         """Check the task has an answer; name the Python session when ``keep_state``."""
         if task.answer is None:
             raise ValueError(f"tir-math task {task.id!r} has no answer to check against")
-        self._session = f"tir-math-{task.id}-{id(self)}" if self.keep_state else None
+        # A random name, never id(self): an episode dropped without close() leaves its session open, and a later
+        # env of the same task at the same address read that episode's globals (red team, session 44).
+        self._session = f"tir-math-{task.id}-{os.urandom(8).hex()}" if self.keep_state else None
         return {}
 
     async def act(self, verdict: TurnVerdict, info: dict[str, Any]) -> tuple[list[Message], bool]:

@@ -157,7 +157,8 @@ class ModelServer:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise APIError(401, "missing API key: send 'Authorization: Bearer <key>' (the key given to tirl serve)")
-        if not hmac.compare_digest(token.strip(), self.api_key):
+        # As bytes: a header arrives as latin-1 text, and compare_digest raises TypeError on non-ASCII str (a 500)
+        if not hmac.compare_digest(token.strip().encode("latin-1"), self.api_key.encode("utf-8")):
             raise APIError(401, "incorrect API key provided")
 
     def _model(self, name: str) -> None:
@@ -352,7 +353,7 @@ class ModelServer:
 
     async def chat(self, request: Request) -> Response:
         """``POST /v1/chat/completions``."""
-        job = parse_chat(await self._body(request))
+        job = parse_chat(await self._body(request), max_messages=self.max_context)
         common = job.common
         self._model(common.model)
         self._check_chars(_prompt_chars(job), "messages", "messages")
@@ -439,8 +440,8 @@ class ModelServer:
             t0 = time.perf_counter()
             try:
                 await asyncio.to_thread(self._load_into_model, path)
-            except (OSError, ValueError, RuntimeError) as exc:
-                raise bad(f"could not load the weights of {path}: {exc}", "path") from None
+            except Exception as exc:  # whatever the client's directory holds (a refused pickle, a bad config): 400
+                raise bad(f"could not load the weights of {path}: {describe(exc)}", "path") from None
             gen = self.generator
             gen.policy_version = int(version) if version is not None else gen.policy_version + 1
             return JSONResponse(
@@ -453,9 +454,27 @@ class ModelServer:
             )
 
     def _load_into_model(self, path: Path) -> None:
-        from transformers import AutoModelForCausalLM
+        """Copy the checkpoint's weights into the served model between batches; its config is checked first.
+
+        ``config.json`` is built on the meta device (no memory) and must give the served model's parameter names
+        and shapes, else it is refused before anything is allocated (24 wide layers grew the server by 1.5 GB
+        before ``load_state_dict`` refused them). Not covered: the CPU time of an absurd layer count on meta.
+        """
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         model = self.policy.model
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+        with torch.device("meta"):
+            shell = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+        want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        got = {k: tuple(v.shape) for k, v in shell.state_dict().items()}
+        if got != want:
+            odd = sorted(set(got.items()) ^ set(want.items()))[0][0]
+            raise ValueError(
+                f"its config.json builds another model than the served one ({len(got)} parameter tensors against "
+                f"{len(want)}; first difference at {odd!r}): sync a checkpoint of the served model"
+            )
         src = AutoModelForCausalLM.from_pretrained(str(path), dtype=model.dtype, trust_remote_code=False)
         state = src.state_dict()
         with self.generator.model_lock:  # between batches, never during one

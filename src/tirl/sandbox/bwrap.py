@@ -25,6 +25,8 @@ Covered:
       (:mod:`tirl.sandbox._launch`), which takes every process of the
       namespace with it, including ``setsid`` daemons and processes that
       cleared their parent-death signal; nested user namespaces are disabled;
+      PID 1's memory (``/proc/1/mem``, ``/proc/1/task/1/mem``) is masked, since
+      bwrap's own init runs as the code's uid and is dumpable;
     - **resources**: rlimits on CPU time, address space, process count, file
       size and open files; a wall-clock timeout; the bytes in the writable
       places, and, as root, their number of files (one tmpfs with
@@ -181,6 +183,10 @@ def bwrap_argv(
     if prefix is not None:
         argv += ["--ro-bind", str(prefix), str(prefix)]
     argv += ["--proc", "/proc", "--dev", "/dev"]
+    # PID 1 (bwrap's own init, or the pool's server) runs as the code's uid: bwrap's init is dumpable, and its
+    # /proc/1/mem was open for writing, so the code could rewrite PID 1's code (red team, session 44). Masked.
+    for mem in ("/proc/1/mem", "/proc/1/task/1/mem"):
+        argv += ["--ro-bind", "/dev/null", mem]
     if capped:
         argv += ["--bind", f"{MOUNT_POINT}/shm", SHM, "--bind", f"{MOUNT_POINT}/tmp", TMP]
     else:
