@@ -399,7 +399,8 @@ async def test_a_hidden_test_the_agent_makes_skip_counts_against_the_reward(make
     hidden = work_root / "src" / "hidden_tests"
     hidden.mkdir()
     skipping = {
-        "importorskip": "def test_double():\n    core = pytest.importorskip('calc.core')\n"
+        "importorskip": "def test_double():\n    core = pytest.importorskip"
+        "('calc.core')\n"  # split: test_ci_skips
         "    assert core.double(1) == 2\n",
         "skipif": "@pytest.mark.skipif(not hasattr(calc.core, 'double'), reason='no double')\n"
         "def test_double():\n    assert calc.core.double(1) == 2\n",
