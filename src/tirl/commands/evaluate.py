@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tirl.cli import elapsed
+from tirl.commands import flag_overrides
 from tirl.config import TirlConfig, resolve_config
 from tirl.config_ranges import check_flag
 from tirl.errors import InputError
@@ -100,13 +101,9 @@ def _config(args: argparse.Namespace) -> TirlConfig:
         raise InputError("--samples", None, "needs --sampled (greedy decoding draws the same episode every time)",
                          "add --sampled, or drop --samples")  # fmt: skip
     check_flag("--n", "env.eval_size", args.n)  # the error names the flag the user typed, not the key it sets
-    sets = list(args.overrides)
-    if args.n is not None:
-        sets.append(f"env.eval_size={args.n}")
-    if args.seed is not None:
-        sets.append(f"env.seed={args.seed}")
-    if args.env is not None:
-        sets.append(f"env.name={args.env}")
+    flags = [("--n", "env.eval_size", args.n), ("--seed", "env.seed", args.seed), ("--env", "env.name", args.env)]
+    flag_overrides(args.overrides, [("--model", "model.path", args.model)])  # --model would win without a word
+    sets = flag_overrides(args.overrides, flags)
     base = _run_tasks(Path(args.model)) if args.model and not args.config else None
     resolved = resolve_config(args.config, sets, base)
     for note in resolved.notes:
@@ -172,7 +169,7 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> tuple[dict[str, Any
             await strategy.close()
         await parts.close()
     return {
-        "model": model or "built-in",
+        "model": model or cfg.model.path or "built-in",  # --set model.path / --config evaluate that model
         "env": cfg.env.name,
         "tasks_file": cfg.env.tasks_file,
         "label": run_label(cfg),

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tirl.commands import flag_overrides
 from tirl.config import TirlConfig, resolve_config
 from tirl.errors import ConfigError, InputError, TirlError
 from tirl.fileio import check_output_dir, write_text
@@ -83,17 +84,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master-port", type=int, default=0, metavar="PORT", help="--nproc rendezvous port (0: auto)")
 
 
-def _shortcuts(args: argparse.Namespace) -> list[str]:
-    pairs = [
-        ("model.path", args.model),
-        ("env.name", args.env),
-        ("trainer.steps", args.steps),
-        ("model.generator", args.generator),
-        ("model.base_url", args.base_url),
-        ("trainer.backend", args.backend),
-        ("trainer.ray_address", args.ray_address),
-    ]
-    return [f"{k}={v}" for k, v in pairs if v is not None]
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` items, then the shortcut flags' keys (a key set by both is refused: :func:`flag_overrides`)."""
+    return flag_overrides(
+        args.overrides,
+        [
+            ("--model", "model.path", args.model),
+            ("--env", "env.name", args.env),
+            ("--steps", "trainer.steps", args.steps),
+            ("--generator", "model.generator", args.generator),
+            ("--base-url", "model.base_url", args.base_url),
+            ("--backend", "trainer.backend", args.backend),
+            ("--ray-address", "trainer.ray_address", args.ray_address),
+        ],
+    )
 
 
 def _new_run_dir(cfg: TirlConfig) -> Path:
@@ -143,13 +147,16 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     The third value is the outermost directory created for the run (``None`` when resuming or when the run
     directory existed): a failed set-up removes the run directory and those parents again while they are empty.
     """
-    overrides = [*args.overrides, *_shortcuts(args)]
+    overrides = _overrides(args)
     if args.resume:
         run_dir = Path(args.resume)
         saved_cfg = read_saved_config(run_dir)
         if args.config:
             raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
                              "change single keys with --set KEY=VALUE")  # fmt: skip
+        if args.run_dir:  # it was ignored: the run went on in --resume's directory
+            raise InputError("--run-dir", None, f"cannot be given with --resume: the run continues in {run_dir}",
+                             "leave --run-dir out (to start a new run elsewhere, leave --resume out)")  # fmt: skip
         saved_notes = read_saved_notes(run_dir)
         for note in saved_notes:
             print(f"note: {note} (saved with the run)", file=sys.stderr)
@@ -226,11 +233,46 @@ def run(args: argparse.Namespace) -> int:
     for warning in (answer_format_warning(cfg), context_warning(cfg)):
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
-    from transformers.utils import logging as hf_logging
+    try:
+        from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
-    with hold_run_dir(run_dir):  # one writer per run directory: a second --resume of a running run is refused
-        return _run_locked(args, cfg, run_dir, created)
+        hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
+        with hold_run_dir(run_dir):  # one writer per run directory: a second --resume of a running run is refused
+            return _run_locked(args, cfg, run_dir, created)
+    except KeyboardInterrupt:  # Ctrl-C: say what is left and how to go on (the CLI alone says "interrupted")
+        removed = _remove_unused(run_dir, created, bool(args.resume))
+        print(interrupted_line(run_dir, removed=removed), file=sys.stderr)
+        return 130
+
+
+def interrupted_line(run_dir: Path, *, removed: bool) -> str:
+    """What an interrupted ``tirl train`` prints: what the run directory kept and the command that continues it."""
+    from tirl.trainer.checkpoint import step_dirs
+
+    if removed:
+        return f"interrupted before training started: {run_dir} was removed (nothing to keep)"
+    steps = [step for step, path in step_dirs(run_dir) if path.is_dir()]
+    go_on = f"`tirl train --resume {run_dir}`"
+    if not steps:
+        return f"interrupted before the first checkpoint of {run_dir}: {go_on} starts it again at step 1"
+    return f"interrupted: {run_dir} keeps checkpoint step-{steps[-1]} — continue it with {go_on}"
+
+
+def _remove_unused(run_dir: Path, created: Path | None, resume: bool) -> bool:
+    """Remove a new run directory that holds nothing but its set-up files (and the parents this call made).
+
+    True when it was removed: a set-up mistake (bad --model, missing server) or Ctrl-C before anything ran leaves
+    no empty run directory behind. A resumed run is never removed.
+    """
+    leftover = {p.name for p in run_dir.iterdir()}
+    if resume or not leftover <= {"config.json", NOTES_FILE, "pipeline_trace.jsonl", "ranks", LOCK_NAME}:
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.parents:  # and the parents this call made (runs/), while they are empty
+        if created is None or not parent.is_relative_to(created) or any(parent.iterdir()):
+            break
+        parent.rmdir()
+    return True
 
 
 def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, created: Path | None) -> int:
@@ -242,14 +284,7 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
     try:
         summary = _train(cfg, run_dir, args, start)
     except TirlError:
-        # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
-        leftover = {p.name for p in run_dir.iterdir()}
-        if not args.resume and leftover <= {"config.json", NOTES_FILE, "pipeline_trace.jsonl", "ranks", LOCK_NAME}:
-            shutil.rmtree(run_dir, ignore_errors=True)
-            for parent in run_dir.parents:  # and the parents this call made (runs/), while they are empty
-                if created is None or not parent.is_relative_to(created) or any(parent.iterdir()):
-                    break
-                parent.rmdir()
+        _remove_unused(run_dir, created, bool(args.resume))
         raise
     if "eval/accuracy_before" in summary:
         print(
