@@ -1,0 +1,34 @@
+"""One of a run's files given to the command that reads another: the error names the command that reads it.
+
+``tirl diagnose pipeline metrics.jsonl`` listed ~90 keys and the trace format; ``tirl diagnose training`` of a
+trace or a trajectory file listed the keys every log format needs. Covered: the three JSONL files a run writes
+(metrics, pipeline trace, trajectories), each given to the two diagnose commands it is not for. Not covered:
+``tirl audit``/``tirl filter`` of a metrics log (their error names the missing ``messages`` field).
+"""
+
+from __future__ import annotations
+
+import pytest
+from tests.cli_contract.cli_run import TRAJ, assert_refused, metrics_row, run_cli, trace_row, write_jsonl
+
+
+@pytest.mark.parametrize(
+    ("command", "rows", "reader"),
+    [
+        (["diagnose", "pipeline"], [metrics_row(1), metrics_row(2)], "tirl diagnose training"),
+        (["diagnose", "pipeline"], [TRAJ], "tirl audit"),
+        (["diagnose", "training"], [trace_row(0.0), trace_row(0.5)], "tirl diagnose pipeline"),
+        (["diagnose", "training"], [TRAJ], "tirl audit"),
+    ],
+)
+def test_a_run_file_given_to_the_wrong_command_names_the_right_one(capsys, tmp_path, command, rows, reader) -> None:
+    path = write_jsonl(tmp_path / "some.jsonl", rows)
+    got = run_cli(capsys, *command, path)
+    assert_refused(got, f"read it with `{reader} {path}`")
+    assert "(+" in got.err or len(got.err) < 600  # the keys found are cut short, as the training reader's were
+
+
+def test_a_trace_line_without_a_queue_keeps_the_format_fix(capsys, tmp_path) -> None:
+    """A trace that is no other run file still gets the trace format as its fix."""
+    path = write_jsonl(tmp_path / "trace.jsonl", [{"t": 0.0, "init_queue": 1}])
+    assert_refused(run_cli(capsys, "diagnose", "pipeline", path), "lacks run_queue, eval_queue", "each line needs t")
