@@ -2,7 +2,8 @@
 
 ``tirl diagnose pipeline metrics.jsonl`` listed ~90 keys and the trace format; ``tirl diagnose training`` of a
 trace or a trajectory file listed the keys every log format needs. Covered: the three JSONL files a run writes
-(metrics, pipeline trace, trajectories), each given to the two diagnose commands it is not for. Not covered:
+(metrics, pipeline trace, trajectories), each given to the two diagnose commands it is not for, and a checkpoint
+directory (``RUN/checkpoints/step-N``) given as a model. Not covered:
 ``tirl audit``/``tirl filter`` of a metrics log (their error names the missing ``messages`` field).
 """
 
@@ -32,3 +33,15 @@ def test_a_trace_line_without_a_queue_keeps_the_format_fix(capsys, tmp_path) -> 
     """A trace that is no other run file still gets the trace format as its fix."""
     path = write_jsonl(tmp_path / "trace.jsonl", [{"t": 0.0, "init_queue": 1}])
     assert_refused(run_cli(capsys, "diagnose", "pipeline", path), "lacks run_queue, eval_queue", "each line needs t")
+
+
+@pytest.mark.parametrize("command", [["model", "check"], ["eval", "--model"], ["train", "--model"]])
+def test_a_checkpoint_directory_as_a_model_names_its_model(capsys, tmp_path, monkeypatch, command) -> None:
+    """``RUN/checkpoints/step-N`` holds the model in ``model/``; the error said it had no config.json."""
+    step = tmp_path / "checkpoints" / "step-1"
+    (step / "model").mkdir(parents=True)
+    (step / "model" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)  # a train that got through would write runs/ here
+    got = run_cli(capsys, *command, step)
+    assert_refused(got, f"{step}: is a tirl checkpoint, not a model", f"give its model: {step / 'model'}")
+    assert not (tmp_path / "runs").exists()
