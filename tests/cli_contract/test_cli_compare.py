@@ -90,3 +90,13 @@ def test_refusals_name_the_input_and_the_fix(capsys, tmp_path: Path) -> None:
     assert_refused(run_cli(capsys, "compare", tmp_path), "holds no evaluation before and after training")
     (tmp_path / "torn.json").write_text("{", encoding="utf-8")
     assert_refused(run_cli(capsys, "compare", one, tmp_path / "torn.json"), "torn.json")
+
+
+def test_the_same_evaluation_twice_is_refused(capsys, tmp_path: Path) -> None:
+    """``compare X X`` printed +0.0 points and p = 1 with exit 0; another spelling or a link of X is X too."""
+    one = _write(tmp_path / "one.json", _record({"a": 1, "b": 0}, 1))
+    (tmp_path / "link.json").symlink_to(one)
+    for second in (one, tmp_path / "." / "one.json", tmp_path / "link.json"):
+        assert_refused(run_cli(capsys, "compare", one, second), f"is {one} again", "give two evaluations")
+    copy = _write(tmp_path / "copy.json", _record({"a": 1, "b": 0}, 1))  # a second file is a second evaluation
+    assert run_cli(capsys, "compare", one, copy).code == 0

@@ -9,8 +9,9 @@ sides' paths, models, splits and decodings.
 Refused with one ``error:`` line naming the path (and ``tasks[i]`` for a bad row) and the fix: a missing or
 unreadable file, one that is not a JSON object, a record without a ``tasks`` list (an evaluation written before
 tirl recorded tasks), a row without a string ``id`` and a boolean ``correct``, a task with another number of
-episodes than the rest of its file, two records with no task in common, and a run directory without both
-evaluations. Two records with different decodings are compared, with a note saying so.
+episodes than the rest of its file, two records with no task in common, a run directory without both
+evaluations, and the same path twice (links resolved). Two records with different decodings are compared, with
+a note saying so.
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ def sides(first: str, second: str | None) -> tuple[EvalSide, EvalSide]:
             raise InputError(first, None, "is one evaluation: a comparison needs two",
                              "give a second evaluation, or a run directory alone (before -> after)")  # fmt: skip
         return _run_sides(Path(first))
+    if Path(first).resolve() == Path(second).resolve():  # it printed +0.0 points, p = 1: a result of nothing
+        raise InputError(second, None, f"is {first} again: an evaluation compared with itself never changes",
+                         "give two evaluations, or a run directory alone (before -> after)")  # fmt: skip
     return read_side(first), read_side(second)
 
 
