@@ -3,14 +3,19 @@
 ``tirl diagnose pipeline metrics.jsonl`` listed ~90 keys and the trace format; ``tirl diagnose training`` of a
 trace or a trajectory file listed the keys every log format needs. Covered: the three JSONL files a run writes
 (metrics, pipeline trace, trajectories), each given to the two diagnose commands it is not for, and a checkpoint
-directory (``RUN/checkpoints/step-N``) given as a model. Not covered:
+directory (``RUN/checkpoints/step-N``) given as a model, and a run's inner directory or a model directory given
+to ``--resume``. Not covered:
 ``tirl audit``/``tirl filter`` of a metrics log (their error names the missing ``messages`` field).
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from tests.cli_contract.cli_run import TRAJ, assert_refused, metrics_row, run_cli, trace_row, write_jsonl
+
+from tirl.config import TirlConfig, config_to_dict
 
 
 @pytest.mark.parametrize(
@@ -45,3 +50,21 @@ def test_a_checkpoint_directory_as_a_model_names_its_model(capsys, tmp_path, mon
     got = run_cli(capsys, *command, step)
     assert_refused(got, f"{step}: is a tirl checkpoint, not a model", f"give its model: {step / 'model'}")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("command", [["train", "--resume"], ["config", "show", "--resume"]])
+@pytest.mark.parametrize("inner", ["checkpoints", "checkpoints/step-1", "checkpoints/step-1/model"])
+def test_resume_of_a_directory_inside_a_run_names_the_run(capsys, tmp_path, command, inner) -> None:
+    """They said "has no config.json" or, for the model, "unknown config key 'architectures'"."""
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-1" / "model").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(config_to_dict(TirlConfig())))
+    (run / "checkpoints" / "step-1" / "model" / "config.json").write_text('{"model_type": "llama"}')
+    got = run_cli(capsys, *command, run / inner)
+    assert_refused(got, f"is inside the run directory {run}", f"give the run directory itself: {run}")
+
+
+@pytest.mark.parametrize("command", [["train", "--resume"], ["config", "show", "--resume"]])
+def test_resume_of_a_model_directory_says_so(capsys, tmp_path, command) -> None:
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}')
+    assert_refused(run_cli(capsys, *command, tmp_path), "is a model directory, not a tirl run directory", "--model")

@@ -64,9 +64,9 @@ def render_toml(resolved: ResolvedConfig) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from tirl.commands.train import read_saved_config, read_saved_notes
+    from tirl.commands.train import read_run_config, read_saved_notes
 
-    base = read_saved_config(Path(args.resume)) if args.resume else None
+    base = read_run_config(Path(args.resume)) if args.resume else None
     for note in read_saved_notes(Path(args.resume)) if args.resume else []:
         print(f"note: {note} (saved with the run)", file=sys.stderr)
     overrides = flag_overrides(args.overrides, [("--env", "env.name", args.env)])  # after --set, as tirl train's

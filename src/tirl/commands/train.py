@@ -133,12 +133,39 @@ def read_saved_config(run_dir: Path) -> dict[str, Any]:
     """
     saved = Path(run_dir) / "config.json"
     if not saved.is_file():
+        _refuse_inside_a_run(Path(run_dir))
         raise InputError(str(run_dir), None, "has no config.json, so it is not a tirl run directory",
                          "give the directory that `tirl train` printed at the end (runs/...)")  # fmt: skip
     data = read_json(saved)
     if not isinstance(data, dict):
         raise InputError(str(saved), None, "is not a JSON object", "restore the config.json that tirl train wrote")
     return data
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """:func:`read_saved_config` of what ``--resume`` names; a model directory's config.json is refused.
+
+    (That one is transformers': it failed as "unknown config key 'architectures'". ``tirl eval --model`` reads
+    either kind, so only ``--resume`` refuses it.)
+    """
+    data = read_saved_config(run_dir)
+    if "trainer" not in data and ("model_type" in data or "architectures" in data):
+        _refuse_inside_a_run(run_dir)
+        raise InputError(str(run_dir), None, "is a model directory, not a tirl run directory",
+                         "give the directory that `tirl train` printed at the end (runs/...); a model goes to "
+                         "--model")  # fmt: skip
+    return data
+
+
+def _refuse_inside_a_run(path: Path) -> None:
+    """:class:`InputError` naming the run when ``path`` is its ``checkpoints/``, a checkpoint or a checkpoint's model.
+
+    Those used to say "has no config.json" or, for a model, "unknown config key 'architectures'".
+    """
+    for parent in path.parents[:3]:
+        if (parent / run_files.CHECKPOINTS).is_dir() and (parent / "config.json").is_file():
+            raise InputError(str(path), None, f"is inside the run directory {parent}",
+                             f"give the run directory itself: {parent}")  # fmt: skip
 
 
 def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
@@ -150,7 +177,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     overrides = _overrides(args)
     if args.resume:
         run_dir = Path(args.resume)
-        saved_cfg = read_saved_config(run_dir)
+        saved_cfg = read_run_config(run_dir)
         if args.config:
             raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
                              "change single keys with --set KEY=VALUE")  # fmt: skip
