@@ -68,3 +68,13 @@ def test_resume_of_a_directory_inside_a_run_names_the_run(capsys, tmp_path, comm
 def test_resume_of_a_model_directory_says_so(capsys, tmp_path, command) -> None:
     (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}')
     assert_refused(run_cli(capsys, *command, tmp_path), "is a model directory, not a tirl run directory", "--model")
+
+
+def test_audit_of_nothing_is_refused(capsys, tmp_path) -> None:
+    """An empty trajectory file printed a table of zeros (exit 0); a directory without trajectories.jsonl named a
+    file the user never gave."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert_refused(run_cli(capsys, "audit", empty), f"{empty}: holds no trajectories")
+    assert_refused(run_cli(capsys, "audit", tmp_path), f"{tmp_path}: is a directory without trajectories.jsonl")
+    assert run_cli(capsys, "audit", write_jsonl(tmp_path / "one.jsonl", [TRAJ])).code == 0
