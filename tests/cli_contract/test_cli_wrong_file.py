@@ -78,3 +78,10 @@ def test_audit_of_nothing_is_refused(capsys, tmp_path) -> None:
     assert_refused(run_cli(capsys, "audit", empty), f"{empty}: holds no trajectories")
     assert_refused(run_cli(capsys, "audit", tmp_path), f"{tmp_path}: is a directory without trajectories.jsonl")
     assert run_cli(capsys, "audit", write_jsonl(tmp_path / "one.jsonl", [TRAJ])).code == 0
+
+
+def test_run_on_a_log_that_names_no_run_says_to_leave_it_out(capsys, tmp_path) -> None:
+    """The fix was "pass one of them to --run" after "runs found: none"."""
+    path = write_jsonl(tmp_path / "metrics.jsonl", [metrics_row(1)])
+    got = run_cli(capsys, "diagnose", "training", path, "--run", "x")
+    assert_refused(got, "no run named 'x': the files name no run", "leave --run out")

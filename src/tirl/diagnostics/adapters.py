@@ -422,7 +422,10 @@ def load_logs(paths: list[str | Path] | list[Path], fmt: str = "auto", run: str 
     label = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
     if run is not None:
         if run not in by_run:
-            names = ", ".join(repr(r) for r in by_run if r is not None) or "none (the files name no run)"
+            names = ", ".join(repr(r) for r in by_run if r is not None)
+            if not names:  # the fix said "pass one of them" with none to pass
+                raise InputError(label, None, f"no run named {run!r}: the files name no run (one run each)",
+                                 "leave --run out")  # fmt: skip
             raise InputError(label, None, f"no run named {run!r}; runs found: {names}", "pass one of them to --run")
         by_run = {run: by_run[run]}
     if not by_run:  # an empty CSV names no run at all: not zero logs diagnosed as nothing
