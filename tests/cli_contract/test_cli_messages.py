@@ -91,3 +91,10 @@ def test_sft_help_names_its_defaults(capsys) -> None:
     for flag, value in [("--steps", d.steps), ("--lr", d.lr), ("--seed", d.seed), ("--env", d.env)]:
         assert re.search(rf"{flag} \S+ .*?\(default {re.escape(str(value))}\)", text), (flag, value)
     assert "(default None)" not in text and "(default False)" not in text
+
+
+def test_eval_help_says_a_run_directory_brings_its_own_task_count(capsys) -> None:
+    """`tirl eval --model RUN` evaluates the run's env.eval_size tasks (a note says so); --help said 200."""
+    text = " ".join(run_cli(capsys, "eval", "--help").out.split())
+    assert "--n N number of tasks (env.eval_size: 200, or a run directory's own)" in text
+    assert "(default 200)" not in text

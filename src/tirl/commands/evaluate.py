@@ -47,9 +47,11 @@ MAX_SAMPLES = 256
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tirl eval``."""
     parser.add_argument("--model", metavar="PATH", help="model directory, or a run directory (newest checkpoint)")
-    parser.add_argument("--n", type=int, default=None, metavar="N", help="number of held-out tasks (default 200)")
+    parser.add_argument(
+        "--n", type=int, metavar="N", help="number of tasks (env.eval_size: 200, or a run directory's own)"
+    )
     parser.add_argument("--seed", type=int, default=None, metavar="S", help="env seed the held-out set derives from")
-    parser.add_argument("--env", metavar="NAME", help="environment name (default: env.name of the config, tir-chain)")
+    parser.add_argument("--env", metavar="NAME", help="environment name (env.name: tir-chain, or a run directory's)")
     parser.add_argument("--config", metavar="FILE.toml", help="a TOML config file")
     parser.add_argument(
         "--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[], help="dotted config override"
