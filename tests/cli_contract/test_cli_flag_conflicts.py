@@ -78,3 +78,32 @@ def test_check_output_refuses_a_path_ending_in_a_slash(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="ends with '/'"):
         check_output(f"{tmp_path}/demos/")
     assert check_output(f"{tmp_path}/demos") == tmp_path / "demos"
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (["--set", "env.eval_size=4"], "env.eval_size=4"),
+        (["--env", "tir-math"], 'env.name="tir-math"'),
+        (["--set", "env.seed=3"], "env.seed=3"),
+    ],
+)
+def test_resume_that_changes_the_evaluation_set_is_refused(capsys, tmp_path, change, key) -> None:
+    """``--resume RUN --set env.eval_size=4`` on a run evaluated on 2 tasks compared 2 tasks before with 4 after.
+
+    The model path is missing, so a resume that got through stops at the model (no training on the old code).
+    """
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = config_to_dict(TirlConfig())
+    saved["env"]["eval_size"] = 2
+    saved["model"]["path"] = str(tmp_path / "missing")
+    (run / "config.json").write_text(json.dumps(saved))
+    (run / "eval_before.json").write_text('{"accuracy": 0.5, "n": 2}')
+    got = run_cli(capsys, "train", "--resume", run, *change)
+    assert_refused(got, key, f"changes the evaluation set of {run}", "trainer.eval_before_after=false")
+    off = run_cli(capsys, "train", "--resume", run, *change, "--set", "trainer.eval_before_after=false")
+    (run / "eval_before.json").unlink()
+    unevaluated = run_cli(capsys, "train", "--resume", run, *change)
+    for through in (off, unevaluated):  # no evaluation after, or none before: the change is the user's to make
+        assert through.code == 2 and "missing: does not exist" in through.err.splitlines()[-1], through

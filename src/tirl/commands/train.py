@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.commands import flag_overrides
-from tirl.config import TirlConfig, resolve_config
+from tirl.config import TirlConfig, config_to_dict, resolve_config
 from tirl.errors import ConfigError, InputError, TirlError
 from tirl.fileio import check_output_dir, write_text
 from tirl.jsonl import read_json
@@ -191,6 +191,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         for note in resolved.notes:
             print(f"note: {note}", file=sys.stderr)
         cfg = resolved.config
+        check_eval_set(run_dir, saved_cfg, cfg)
         preflight(cfg)
         pin_kernels(cfg)
         _write_notes(run_dir, [*saved_notes, *(n for n in resolved.notes if n not in saved_notes)])
@@ -213,6 +214,33 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_notes(run_dir, resolved.notes)
     return cfg, run_dir, created
+
+
+#: The ``[env]`` keys that choose the evaluation tasks (what ``eval_before.json`` was measured on).
+EVAL_SET_KEYS = ("name", "tasks_file", "prompt_key", "answer_key", "difficulty", "eval_size", "eval_split", "seed",
+                 "chain_min", "chain_max")  # fmt: skip
+
+
+def check_eval_set(run_dir: Path, saved: dict[str, Any], cfg: TirlConfig) -> None:
+    """Refuse a resume that changes the evaluation set under a run's ``eval_before.json``.
+
+    ``--resume RUN --set env.eval_size=4`` on a run evaluated on 2 tasks printed "4 tasks: 0.500 before -> 0.750
+    after", the before figure measured on other tasks. Only the keys of :data:`EVAL_SET_KEYS`, only while the run
+    will evaluate after training (``trainer.eval_before_after``) and has its evaluation before.
+    """
+    if not cfg.trainer.eval_before_after or not (run_dir / run_files.EVAL_BEFORE).is_file():
+        return
+    old_env = saved.get("env") if isinstance(saved.get("env"), dict) else {}
+    new_env = config_to_dict(cfg)["env"]
+    for key in EVAL_SET_KEYS:
+        if key in old_env and old_env[key] != new_env[key]:
+            old = json.dumps(old_env[key])
+            raise ConfigError(
+                f"env.{key}={json.dumps(new_env[key])} changes the evaluation set of {run_dir} (its env.{key} is "
+                f"{old}): its {run_files.EVAL_BEFORE} was measured on the run's set, so before and after would not "
+                f"be the same tasks — keep env.{key}={old}, or add --set trainer.eval_before_after=false and "
+                f"evaluate with `tirl eval --model {run_dir}`"
+            )
 
 
 def pin_kernels(cfg: TirlConfig) -> None:
