@@ -107,3 +107,11 @@ def test_resume_that_changes_the_evaluation_set_is_refused(capsys, tmp_path, cha
     unevaluated = run_cli(capsys, "train", "--resume", run, *change)
     for through in (off, unevaluated):  # no evaluation after, or none before: the change is the user's to make
         assert through.code == 2 and "missing: does not exist" in through.err.splitlines()[-1], through
+
+
+def test_master_port_without_ranks_is_refused(capsys, tmp_path, monkeypatch) -> None:
+    """``--master-port`` with one process was ignored (the model path stops a run that got through)."""
+    monkeypatch.chdir(tmp_path)
+    got = run_cli(capsys, "train", "--master-port", "29511", "--set", f"model.path={tmp_path / 'missing'}")
+    assert_refused(got, "--master-port", "--nproc is 1", "add --nproc N")
+    assert not (tmp_path / "runs").exists()

@@ -175,6 +175,9 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     directory existed): a failed set-up removes the run directory and those parents again while they are empty.
     """
     overrides = _overrides(args)
+    if args.master_port and args.nproc == 1:  # it was ignored: one process has no rendezvous
+        raise InputError("--master-port", None, "is the rendezvous port of --nproc N ranks, and --nproc is 1",
+                         "leave --master-port out, or add --nproc N")  # fmt: skip
     if args.resume:
         run_dir = Path(args.resume)
         saved_cfg = read_run_config(run_dir)
