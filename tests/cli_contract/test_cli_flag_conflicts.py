@@ -115,3 +115,23 @@ def test_master_port_without_ranks_is_refused(capsys, tmp_path, monkeypatch) -> 
     got = run_cli(capsys, "train", "--master-port", "29511", "--set", f"model.path={tmp_path / 'missing'}")
     assert_refused(got, "--master-port", "--nproc is 1", "add --nproc N")
     assert not (tmp_path / "runs").exists()
+
+
+def test_run_dir_that_holds_other_files_is_refused(capsys, tmp_path, monkeypatch) -> None:
+    """``--run-dir runs`` (meant as the root) wrote a run's files among the other runs' directories.
+
+    A lock an interrupted start left and ``tirl ablate``'s ``train.log`` and shared ``eval_before.json`` are a run's
+    own: those pass (the missing model then stops the run, so nothing trains here).
+    """
+    root = tmp_path / "runs"
+    (root / "20261204-101010-tir-chain").mkdir(parents=True)
+    missing = ["--set", f"model.path={tmp_path / 'missing'}"]
+    got = run_cli(capsys, "train", "--run-dir", root, *missing)
+    assert_refused(got, f"{root}: is not empty (20261204-101010-tir-chain)", f"--set trainer.run_dir={root}")
+    assert sorted(p.name for p in root.iterdir()) == ["20261204-101010-tir-chain"]
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / ".lock").write_text("")
+    (own / "train.log").write_text("")
+    (own / "eval_before.json").write_text("{}")
+    assert_refused(run_cli(capsys, "train", "--run-dir", own, *missing), "missing: does not exist")

@@ -213,6 +213,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         if any((run_dir / name).exists() for name in ("config.json", "metrics.jsonl", "checkpoints")):
             raise InputError(str(run_dir), None, "already holds a run",
                              f"continue it with `tirl train --resume {run_dir}`, or give a new --run-dir")  # fmt: skip
+        _refuse_foreign_files(run_dir)
     created = None if run_dir.exists() else _first_missing(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_notes(run_dir, resolved.notes)
@@ -244,6 +245,22 @@ def check_eval_set(run_dir: Path, saved: dict[str, Any], cfg: TirlConfig) -> Non
                 f"be the same tasks — keep env.{key}={old}, or add --set trainer.eval_before_after=false and "
                 f"evaluate with `tirl eval --model {run_dir}`"
             )
+
+
+def _refuse_foreign_files(run_dir: Path) -> None:
+    """Refuse a ``--run-dir`` that holds files no run wrote (``--run-dir runs`` wrote a run among the other runs).
+
+    Allowed: the names a run writes (:func:`tirl.trainer.run_files.is_run_file`): a lock left by an interrupted
+    start, and ``tirl ablate``'s ``train.log`` and shared ``eval_before.json``, written before the run starts.
+    """
+    if not run_dir.is_dir():
+        return
+    others = sorted(p.name for p in run_dir.iterdir() if not run_files.is_run_file(p.name))
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise InputError(str(run_dir), None, f"is not empty ({shown}): a run's files would land among them",
+                         f"give a new or empty --run-dir; to keep runs under {run_dir}, use --set "
+                         f"trainer.run_dir={run_dir}")  # fmt: skip
 
 
 def pin_kernels(cfg: TirlConfig) -> None:
