@@ -234,7 +234,9 @@ def check_eval_set(run_dir: Path, saved: dict[str, Any], cfg: TirlConfig) -> Non
     """
     if not cfg.trainer.eval_before_after or not (run_dir / run_files.EVAL_BEFORE).is_file():
         return
-    old_env = saved.get("env") if isinstance(saved.get("env"), dict) else {}
+    old_env = saved.get("env")
+    if not isinstance(old_env, dict):
+        old_env = {}
     new_env = config_to_dict(cfg)["env"]
     for key in EVAL_SET_KEYS:
         if key in old_env and old_env[key] != new_env[key]:
