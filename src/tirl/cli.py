@@ -24,6 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from tirl import __version__
@@ -93,6 +94,16 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port: use 1-65535, or 0 for a free one")
     return value
+
+
+def output_file(text: str) -> Path:
+    """An argparse type: the path of an output file; one ending in ``/`` (a directory) is refused at parse time.
+
+    ``type=Path`` drops the slash, so ``--out reports/`` was written as a file named ``reports``.
+    """
+    if text.endswith(os.sep):
+        raise argparse.ArgumentTypeError(f"{text!r} ends with '/', so it names a directory: give a file path")
+    return Path(text)
 
 
 class OneLineParser(argparse.ArgumentParser):

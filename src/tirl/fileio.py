@@ -100,6 +100,8 @@ def check_output(path: str | Path) -> Path:
     target = Path(path)
     if str(path) == "":
         raise _refuse(target, "the output path is empty", "give a file path")
+    if str(path).endswith(os.sep):  # Path() drops the slash: "out/" was written as a file named out
+        raise _refuse(target, "ends with '/', so it names a directory", f"give a file path, e.g. {path}out.jsonl")
     fd = fd_alias(target)
     if fd is not None:
         try:

@@ -111,3 +111,13 @@ def test_sampled_picks_a_run_directorys_sampled_pair(capsys, tmp_path: Path) -> 
     (tmp_path / "eval_before_sampled.json").unlink()
     assert_refused(run_cli(capsys, "compare", tmp_path, "--sampled"), "has no sampled evaluation before training")
     assert_refused(run_cli(capsys, "compare", other, other, "--sampled"), "--sampled", "drop --sampled")
+
+
+def test_the_same_evaluation_twice_is_refused(capsys, tmp_path: Path) -> None:
+    """``compare X X`` printed +0.0 points and p = 1 with exit 0; another spelling or a link of X is X too."""
+    one = _write(tmp_path / "one.json", _record({"a": 1, "b": 0}, 1))
+    (tmp_path / "link.json").symlink_to(one)
+    for second in (one, tmp_path / "." / "one.json", tmp_path / "link.json"):
+        assert_refused(run_cli(capsys, "compare", one, second), f"is {one} again", "give two evaluations")
+    copy = _write(tmp_path / "copy.json", _record({"a": 1, "b": 0}, 1))  # a second file is a second evaluation
+    assert run_cli(capsys, "compare", one, copy).code == 0

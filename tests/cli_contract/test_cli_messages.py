@@ -2,10 +2,13 @@
 
 Echoed values are cut (:func:`tirl.errors.show_value`): a 5000-character env name or key gave a 5,200-character
 line. Typo hints name the full dotted key; a section given a value says how to set a key inside it; `tirl model
-check` names its own usage; `tirl tasks export` prints its summary on stdout with the rest.
+check` names its own usage; `tirl tasks export` prints its summary on stdout with the rest; `tirl sft --help`
+names each option's default.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from cli_run import assert_refused, run_cli
@@ -75,3 +78,23 @@ def test_tasks_export_prints_its_summary_on_stdout(capsys, tmp_path):
     lines = out.out.splitlines()
     assert lines[0] == f"wrote 1 swe-lite tasks to {tmp_path / 't'}/" and len(lines) == 3
     assert "SkyRL-style rows" in lines[1] and "swe-lite JSONL" in lines[2]
+
+
+def test_sft_help_names_its_defaults(capsys) -> None:
+    """The README says `tirl sft --help` shows SFTConfig's defaults; it showed none. 0 is a default too."""
+    from tirl.sft_config import SFTConfig
+
+    out = run_cli(capsys, "sft", "--help")
+    assert out.code == 0
+    text = " ".join(out.out.split())  # argparse wraps lines
+    d = SFTConfig()
+    for flag, value in [("--steps", d.steps), ("--lr", d.lr), ("--seed", d.seed), ("--env", d.env)]:
+        assert re.search(rf"{flag} \S+ .*?\(default {re.escape(str(value))}\)", text), (flag, value)
+    assert "(default None)" not in text and "(default False)" not in text
+
+
+def test_eval_help_says_a_run_directory_brings_its_own_task_count(capsys) -> None:
+    """`tirl eval --model RUN` evaluates the run's env.eval_size tasks (a note says so); --help said 200."""
+    text = " ".join(run_cli(capsys, "eval", "--help").out.split())
+    assert "--n N number of tasks (env.eval_size: 200, or a run directory's own)" in text
+    assert "(default 200)" not in text

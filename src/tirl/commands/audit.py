@@ -110,11 +110,17 @@ def _rejudge(trajectories: list[Trajectory], cfg: TirlConfig, rules: ParseRules)
 def run(args: argparse.Namespace) -> int:
     """Audit the file under the run's (or ``--config``'s) rule, with the rule options applied."""
     path = args.input / "trajectories.jsonl" if args.input.is_dir() else args.input
+    if args.input.is_dir() and not path.is_file():  # it said: RUN/x/trajectories.jsonl does not exist
+        raise InputError(str(args.input), None, "is a directory without trajectories.jsonl",
+                         "give a trajectory JSONL file or a run directory that `tirl train` wrote")  # fmt: skip
     cfg, where = _run_config(args)
     options = rule_options(args)
     replay_cfg = _replay_config(cfg, where) if args.rejudge else None
     rules = rules_with_options(cfg if cfg is not None else load_config(None), options)
     trajectories = [t for _, t in read_trajectories(path)]
+    if not trajectories:  # it printed a table of zeros, exit 0
+        raise InputError(str(path), None, "holds no trajectories (a run writes them from its first step on)",
+                         "give a trajectory JSONL with at least one line")  # fmt: skip
     report = audit_trajectories(trajectories, rules)
     data = report.to_dict()
     suspect = 0

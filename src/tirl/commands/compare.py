@@ -13,8 +13,8 @@ Refused with one ``error:`` line naming the path (and ``tasks[i]`` for a bad row
 unreadable file, one that is not a JSON object, a record without a ``tasks`` list (an evaluation written before
 tirl recorded tasks), a row without a string ``id`` and a boolean ``correct``, a task with another number of
 episodes than the rest of its file, two records with no task in common, a run directory without both
-evaluations (with ``--sampled``: without its sampled file), and ``--sampled`` without a run directory. Two
-records with different decodings are compared, with a note saying so.
+evaluations (with ``--sampled``: without its sampled file), ``--sampled`` without a run directory, and the
+same path twice (links resolved). Two records with different decodings are compared, with a note saying so.
 """
 
 from __future__ import annotations
@@ -153,7 +153,11 @@ def sides(first: str, second: str | None, *, sampled: bool = False) -> tuple[Eva
             return (_sampled_side(run_dir, run_files.EVAL_BEFORE_SAMPLED),
                     _sampled_side(run_dir, run_files.EVAL_AFTER_SAMPLED))  # fmt: skip
         return _run_sides(Path(first))
-    return read_side(first, sampled=sampled), read_side(second, sampled=sampled)
+    sides = read_side(first, sampled=sampled), read_side(second, sampled=sampled)
+    if Path(first).resolve() == Path(second).resolve():  # it printed +0.0 points, p = 1: a result of nothing
+        raise InputError(second, None, f"is {first} again: an evaluation compared with itself never changes",
+                         "give two evaluations, or a run directory alone (before -> after)")  # fmt: skip
+    return sides
 
 
 def run(args: argparse.Namespace) -> int:

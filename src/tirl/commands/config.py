@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tirl.commands import flag_overrides
 from tirl.config import ResolvedConfig, config_to_dict, resolve_config
 
 
@@ -63,13 +64,13 @@ def render_toml(resolved: ResolvedConfig) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from tirl.commands.train import read_saved_config, read_saved_notes
+    from tirl.commands.train import read_run_config, read_saved_notes
 
-    base = read_saved_config(Path(args.resume)) if args.resume else None
+    base = read_run_config(Path(args.resume)) if args.resume else None
     for note in read_saved_notes(Path(args.resume)) if args.resume else []:
         print(f"note: {note} (saved with the run)", file=sys.stderr)
-    shortcut = [f"env.name={args.env}"] if args.env else []  # after --set, as tirl train's shortcuts
-    resolved = resolve_config(args.config, [*args.overrides, *shortcut], base)
+    overrides = flag_overrides(args.overrides, [("--env", "env.name", args.env)])  # after --set, as tirl train's
+    resolved = resolve_config(args.config, overrides, base)
     from tirl.envs.registry import get_spec
 
     get_spec(resolved.config.env.name)  # an unknown env is tirl train's error line here too (nothing imported)

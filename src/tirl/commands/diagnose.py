@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tirl.cli import output_file
 from tirl.diagnostics.adapters import FORMATS, load_logs
 from tirl.diagnostics.bundle import filter_config, pipeline_bundle, training_bundle
 from tirl.diagnostics.log_rows import resolve_training_log
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pi.add_argument("trace", type=Path, help="pipeline_trace.jsonl (or its run directory)")
     for p in (tr, pi):
         p.add_argument("--json", action="store_true", help="print the verdict as JSON")
-        p.add_argument("--bundle", type=Path, help="also write the evidence bundle (Markdown) here")
+        p.add_argument("--bundle", type=output_file, help="also write the evidence bundle (Markdown) here")
 
 
 def _config_dir(log: Path) -> Path:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tirl.cli import elapsed
+from tirl.commands import flag_overrides
 from tirl.config import TirlConfig, resolve_config
 from tirl.config_ranges import RANGES, check_flag
 from tirl.errors import InputError
@@ -47,9 +48,11 @@ MAX_SAMPLES = int(RANGES["trainer.eval_samples"].hi)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tirl eval``."""
     parser.add_argument("--model", metavar="PATH", help="model directory, or a run directory (newest checkpoint)")
-    parser.add_argument("--n", type=int, default=None, metavar="N", help="number of held-out tasks (default 200)")
+    parser.add_argument(
+        "--n", type=int, metavar="N", help="number of tasks (env.eval_size: 200, or a run directory's own)"
+    )
     parser.add_argument("--seed", type=int, default=None, metavar="S", help="env seed the held-out set derives from")
-    parser.add_argument("--env", metavar="NAME", help="environment name (default: env.name of the config, tir-chain)")
+    parser.add_argument("--env", metavar="NAME", help="environment name (env.name: tir-chain, or a run directory's)")
     parser.add_argument("--config", metavar="FILE.toml", help="a TOML config file")
     parser.add_argument(
         "--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[], help="dotted config override"
@@ -101,13 +104,9 @@ def _config(args: argparse.Namespace) -> TirlConfig:
         raise InputError("--samples", None, "needs --sampled (greedy decoding draws the same episode every time)",
                          "add --sampled, or drop --samples")  # fmt: skip
     check_flag("--n", "env.eval_size", args.n)  # the error names the flag the user typed, not the key it sets
-    sets = list(args.overrides)
-    if args.n is not None:
-        sets.append(f"env.eval_size={args.n}")
-    if args.seed is not None:
-        sets.append(f"env.seed={args.seed}")
-    if args.env is not None:
-        sets.append(f"env.name={args.env}")
+    flags = [("--n", "env.eval_size", args.n), ("--seed", "env.seed", args.seed), ("--env", "env.name", args.env)]
+    flag_overrides(args.overrides, [("--model", "model.path", args.model)])  # --model would win without a word
+    sets = flag_overrides(args.overrides, flags)
     base = _run_tasks(Path(args.model)) if args.model and not args.config else None
     resolved = resolve_config(args.config, sets, base)
     if base is not None:  # the run directory's env: never code it names unless the command line repeats it
@@ -169,7 +168,9 @@ async def _run(args: argparse.Namespace, cfg: TirlConfig) -> tuple[dict[str, Any
             rep, passes = await draw(strategy, tasks, args.samples, step=cfg.trainer.seed)
     finally:
         await parts.close()
-    record = eval_json(cfg, rep, passes, model=model or "built-in", split=args.split, sampled=args.sampled)
+    record = eval_json(
+        cfg, rep, passes, model=model or cfg.model.path or "built-in", split=args.split, sampled=args.sampled
+    )
     return record, passes
 
 

@@ -16,7 +16,7 @@ import json
 from contextlib import ExitStack
 from pathlib import Path
 
-from tirl.cli import converted
+from tirl.cli import converted, output_file
 from tirl.config import load_config
 from tirl.fileio import atomic_write, check_output, refuse_overwrite
 from tirl.filters import RuleOptions, rules_with_options
@@ -27,8 +27,8 @@ from tirl.parsing import ParseRules
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``tirl filter``."""
     parser.add_argument("input", type=Path, help="trajectory JSONL (one object with 'messages' per line)")
-    parser.add_argument("--verdicts", type=Path, required=True, help="where to write the verdict JSONL")
-    parser.add_argument("--kept", type=Path, help="where to write the non-void trajectories, unchanged")
+    parser.add_argument("--verdicts", type=output_file, required=True, help="where to write the verdict JSONL")
+    parser.add_argument("--kept", type=output_file, help="where to write the non-void trajectories, unchanged")
     add_rule_arguments(parser)
     parser.add_argument(
         "--workers", type=_workers, help="processes to judge with (default: one per 4 MB of input, up to the CPUs)"

@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from tirl.cli import output_file
 from tirl.diagnostics.report import FILES, stderr_lines, write_report
 from tirl.errors import InputError, OutputError
 from tirl.fileio import check_output, fd_alias
@@ -30,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a run directory (metrics.jsonl, pipeline_trace.jsonl, ...)")
     parser.add_argument(
         "--out",
-        type=Path,
+        type=output_file,
         help="where to write the HTML (default: RUN_DIR/report.html); inside the run directory only a new name "
         "at its top, never one of the run's files or anything under checkpoints/ or tb/",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tirl.cli import output_file
 from tirl.diagnostics.review import review_bundle
 from tirl.errors import InputError
 from tirl.fileio import check_output, refuse_overwrite, write_text
@@ -17,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="the model id exactly as the endpoint lists it")
     parser.add_argument("--env-key", default="OPENAI_API_KEY", help="NAME of the environment variable holding the key")
     parser.add_argument("--timeout", type=float, default=120.0, help="request timeout in seconds")
-    parser.add_argument("--out", type=Path, help="also write the answer to this file")
+    parser.add_argument("--out", type=output_file, help="also write the answer to this file")
 
 
 def run(args: argparse.Namespace) -> int:

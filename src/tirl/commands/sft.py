@@ -52,8 +52,19 @@ _SFT_OPTIONS = (
 )
 
 
+class _WithDefaults(argparse.HelpFormatter):
+    """Help that ends each option with its default (``--help`` promised them and showed none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if any(action.default is no for no in (None, False, argparse.SUPPRESS)) or "default" in text:  # 0 is shown
+            return text
+        return text + " (default %(default)s)"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``tirl sft``."""
+    """The options of ``tirl sft``; ``--help`` names each default."""
+    parser.formatter_class = _WithDefaults
     d = SFTConfig()
     parser.add_argument("--out", required=True, help="directory to write the checkpoint to (save_pretrained layout)")
     parser.add_argument("--seed", type=int, default=d.seed, help="seed of the model init, data and sampling")

@@ -41,7 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tirl.config import TirlConfig, resolve_config
+from tirl.commands import flag_overrides
+from tirl.config import TirlConfig, config_to_dict, resolve_config
 from tirl.errors import ConfigError, InputError, TirlError
 from tirl.fileio import check_output_dir, write_text
 from tirl.jsonl import read_json
@@ -91,17 +92,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master-port", type=int, default=0, metavar="PORT", help="--nproc rendezvous port (0: auto)")
 
 
-def _shortcuts(args: argparse.Namespace) -> list[str]:
-    pairs = [
-        ("model.path", args.model),
-        ("env.name", args.env),
-        ("trainer.steps", args.steps),
-        ("model.generator", args.generator),
-        ("model.base_url", args.base_url),
-        ("trainer.backend", args.backend),
-        ("trainer.ray_address", args.ray_address),
-    ]
-    return [f"{k}={v}" for k, v in pairs if v is not None]
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` items, then the shortcut flags' keys (a key set by both is refused: :func:`flag_overrides`)."""
+    return flag_overrides(
+        args.overrides,
+        [
+            ("--model", "model.path", args.model),
+            ("--env", "env.name", args.env),
+            ("--steps", "trainer.steps", args.steps),
+            ("--generator", "model.generator", args.generator),
+            ("--base-url", "model.base_url", args.base_url),
+            ("--backend", "trainer.backend", args.backend),
+            ("--ray-address", "trainer.ray_address", args.ray_address),
+        ],
+    )
 
 
 def _new_run_dir(cfg: TirlConfig) -> Path:
@@ -137,6 +141,7 @@ def read_saved_config(run_dir: Path) -> dict[str, Any]:
     """
     saved = Path(run_dir) / "config.json"
     if not saved.is_file():
+        _refuse_inside_a_run(Path(run_dir))
         raise InputError(str(run_dir), None, "has no config.json, so it is not a tirl run directory",
                          "give the directory that `tirl train` printed at the end (runs/...)")  # fmt: skip
     data = read_json(saved)
@@ -145,19 +150,51 @@ def read_saved_config(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """:func:`read_saved_config` of what ``--resume`` names; a model directory's config.json is refused.
+
+    (That one is transformers': it failed as "unknown config key 'architectures'". ``tirl eval --model`` reads
+    either kind, so only ``--resume`` refuses it.)
+    """
+    data = read_saved_config(run_dir)
+    if "trainer" not in data and ("model_type" in data or "architectures" in data):
+        _refuse_inside_a_run(run_dir)
+        raise InputError(str(run_dir), None, "is a model directory, not a tirl run directory",
+                         "give the directory that `tirl train` printed at the end (runs/...); a model goes to "
+                         "--model")  # fmt: skip
+    return data
+
+
+def _refuse_inside_a_run(path: Path) -> None:
+    """:class:`InputError` naming the run when ``path`` is its ``checkpoints/``, a checkpoint or a checkpoint's model.
+
+    Those used to say "has no config.json" or, for a model, "unknown config key 'architectures'".
+    """
+    for parent in path.parents[:3]:
+        if (parent / run_files.CHECKPOINTS).is_dir() and (parent / "config.json").is_file():
+            raise InputError(str(path), None, f"is inside the run directory {parent}",
+                             f"give the run directory itself: {parent}")  # fmt: skip
+
+
 def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     """The config, the run directory (saved config first when resuming) and what this call created.
 
     The third value is the outermost directory created for the run (``None`` when resuming or when the run
     directory existed): a failed set-up removes the run directory and those parents again while they are empty.
     """
-    overrides = [*args.overrides, *_shortcuts(args)]
+    overrides = _overrides(args)
+    if args.master_port and args.nproc == 1:  # it was ignored: one process has no rendezvous
+        raise InputError("--master-port", None, "is the rendezvous port of --nproc N ranks, and --nproc is 1",
+                         "leave --master-port out, or add --nproc N")  # fmt: skip
     if args.resume:
         run_dir = Path(args.resume)
-        saved_cfg = read_saved_config(run_dir)
+        saved_cfg = read_run_config(run_dir)
         if args.config:
             raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
                              "change single keys with --set KEY=VALUE")  # fmt: skip
+        if args.run_dir:  # it was ignored: the run went on in --resume's directory
+            raise InputError("--run-dir", None, f"cannot be given with --resume: the run continues in {run_dir}",
+                             "leave --run-dir out (to start a new run elsewhere, leave --resume out)")  # fmt: skip
         saved_notes = read_saved_notes(run_dir)
         for note in saved_notes:
             print(f"note: {note} (saved with the run)", file=sys.stderr)
@@ -166,6 +203,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         for note in resolved.notes:
             print(f"note: {note}", file=sys.stderr)
         cfg = resolved.config
+        check_eval_set(run_dir, saved_cfg, cfg)
         preflight(cfg)
         pin_kernels(cfg)
         _write_notes(run_dir, [*saved_notes, *(n for n in resolved.notes if n not in saved_notes)])
@@ -184,10 +222,56 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         if any((run_dir / name).exists() for name in ("config.json", "metrics.jsonl", "checkpoints")):
             raise InputError(str(run_dir), None, "already holds a run",
                              f"continue it with `tirl train --resume {run_dir}`, or give a new --run-dir")  # fmt: skip
+        _refuse_foreign_files(run_dir)
     created = None if run_dir.exists() else _first_missing(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_notes(run_dir, resolved.notes)
     return cfg, run_dir, created
+
+
+#: The ``[env]`` keys that choose the evaluation tasks (what ``eval_before.json`` was measured on).
+EVAL_SET_KEYS = ("name", "tasks_file", "prompt_key", "answer_key", "difficulty", "eval_size", "eval_split", "seed",
+                 "chain_min", "chain_max")  # fmt: skip
+
+
+def check_eval_set(run_dir: Path, saved: dict[str, Any], cfg: TirlConfig) -> None:
+    """Refuse a resume that changes the evaluation set under a run's ``eval_before.json``.
+
+    ``--resume RUN --set env.eval_size=4`` on a run evaluated on 2 tasks printed "4 tasks: 0.500 before -> 0.750
+    after", the before figure measured on other tasks. Only the keys of :data:`EVAL_SET_KEYS`, only while the run
+    will evaluate after training (``trainer.eval_before_after``) and has its evaluation before.
+    """
+    if not cfg.trainer.eval_before_after or not (run_dir / run_files.EVAL_BEFORE).is_file():
+        return
+    old_env = saved.get("env")
+    if not isinstance(old_env, dict):
+        old_env = {}
+    new_env = config_to_dict(cfg)["env"]
+    for key in EVAL_SET_KEYS:
+        if key in old_env and old_env[key] != new_env[key]:
+            old = json.dumps(old_env[key])
+            raise ConfigError(
+                f"env.{key}={json.dumps(new_env[key])} changes the evaluation set of {run_dir} (its env.{key} is "
+                f"{old}): its {run_files.EVAL_BEFORE} was measured on the run's set, so before and after would not "
+                f"be the same tasks — keep env.{key}={old}, or add --set trainer.eval_before_after=false and "
+                f"evaluate with `tirl eval --model {run_dir}`"
+            )
+
+
+def _refuse_foreign_files(run_dir: Path) -> None:
+    """Refuse a ``--run-dir`` that holds files no run wrote (``--run-dir runs`` wrote a run among the other runs).
+
+    Allowed: the names a run writes (:func:`tirl.trainer.run_files.is_run_file`): a lock left by an interrupted
+    start, and ``tirl ablate``'s ``train.log`` and shared ``eval_before.json``, written before the run starts.
+    """
+    if not run_dir.is_dir():
+        return
+    others = sorted(p.name for p in run_dir.iterdir() if not run_files.is_run_file(p.name))
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise InputError(str(run_dir), None, f"is not empty ({shown}): a run's files would land among them",
+                         f"give a new or empty --run-dir; to keep runs under {run_dir}, use --set "
+                         f"trainer.run_dir={run_dir}")  # fmt: skip
 
 
 def pin_kernels(cfg: TirlConfig) -> None:
@@ -235,11 +319,46 @@ def run(args: argparse.Namespace) -> int:
     for warning in (answer_format_warning(cfg), context_warning(cfg)):
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
-    from transformers.utils import logging as hf_logging
+    try:
+        from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
-    with hold_run_dir(run_dir):  # one writer per run directory: a second --resume of a running run is refused
-        return _run_locked(args, cfg, run_dir, created)
+        hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
+        with hold_run_dir(run_dir):  # one writer per run directory: a second --resume of a running run is refused
+            return _run_locked(args, cfg, run_dir, created)
+    except KeyboardInterrupt:  # Ctrl-C: say what is left and how to go on (the CLI alone says "interrupted")
+        removed = _remove_unused(run_dir, created, bool(args.resume))
+        print(interrupted_line(run_dir, removed=removed), file=sys.stderr)
+        return 130
+
+
+def interrupted_line(run_dir: Path, *, removed: bool) -> str:
+    """What an interrupted ``tirl train`` prints: what the run directory kept and the command that continues it."""
+    from tirl.trainer.checkpoint import step_dirs
+
+    if removed:
+        return f"interrupted before training started: {run_dir} was removed (nothing to keep)"
+    steps = [step for step, path in step_dirs(run_dir) if path.is_dir()]
+    go_on = f"`tirl train --resume {run_dir}`"
+    if not steps:
+        return f"interrupted before the first checkpoint of {run_dir}: {go_on} starts it again at step 1"
+    return f"interrupted: {run_dir} keeps checkpoint step-{steps[-1]} — continue it with {go_on}"
+
+
+def _remove_unused(run_dir: Path, created: Path | None, resume: bool) -> bool:
+    """Remove a new run directory that holds nothing but its set-up files (and the parents this call made).
+
+    True when it was removed: a set-up mistake (bad --model, missing server) or Ctrl-C before anything ran leaves
+    no empty run directory behind. A resumed run is never removed.
+    """
+    leftover = {p.name for p in run_dir.iterdir()}
+    if resume or not leftover <= {"config.json", NOTES_FILE, "pipeline_trace.jsonl", "ranks", LOCK_NAME}:
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.parents:  # and the parents this call made (runs/), while they are empty
+        if created is None or not parent.is_relative_to(created) or any(parent.iterdir()):
+            break
+        parent.rmdir()
+    return True
 
 
 def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, created: Path | None) -> int:
@@ -251,14 +370,7 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
     try:
         summary = _train(cfg, run_dir, args, start)
     except TirlError:
-        # a set-up mistake (bad --model, missing server) before anything ran: leave no empty run directory behind
-        leftover = {p.name for p in run_dir.iterdir()}
-        if not args.resume and leftover <= {"config.json", NOTES_FILE, "pipeline_trace.jsonl", "ranks", LOCK_NAME}:
-            shutil.rmtree(run_dir, ignore_errors=True)
-            for parent in run_dir.parents:  # and the parents this call made (runs/), while they are empty
-                if created is None or not parent.is_relative_to(created) or any(parent.iterdir()):
-                    break
-                parent.rmdir()
+        _remove_unused(run_dir, created, bool(args.resume))
         raise
     if "eval/accuracy_before" in summary:
         print(

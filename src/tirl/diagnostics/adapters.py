@@ -338,7 +338,22 @@ def _needed_text() -> str:
     return "; ".join(f"{fmt}: {', '.join(keys)}" for fmt, keys in NEEDED.items())
 
 
-def _found_text(keys: set[str]) -> str:
+def other_reader(keys: set[str], path: str) -> str | None:
+    """The command that reads a file of these keys when it is another of a run's files, else None.
+
+    A new user's mix-up, told as the fix: ``metrics.jsonl`` given to ``diagnose pipeline``, ``pipeline_trace.jsonl``
+    or ``trajectories.jsonl`` to ``diagnose training`` (before: a list of up to 90 keys and the keys needed).
+    """
+    if {"init_queue", "run_queue", "eval_queue"} <= keys:
+        return f"it is a pipeline trace: read it with `tirl diagnose pipeline {path}`"
+    if "messages" in keys:
+        return f"it holds trajectories: read it with `tirl audit {path}`"
+    if "step" in keys and any(k.startswith(("train/", "filter/", "reward/")) for k in keys):
+        return f"it is a training log: read it with `tirl diagnose training {path}`"
+    return None
+
+
+def found_text(keys: set[str]) -> str:
     shown = sorted(keys)
     more = f" (+{len(shown) - 25} more)" if len(shown) > 25 else ""
     return ", ".join(cut(k) for k in shown[:25]) + more if shown else "none"
@@ -382,8 +397,8 @@ def metrics_from_rows(
         raise InputError(
             where,
             None,
-            f"cannot recognise the log format; keys found: {_found_text(keys)}",
-            f"the keys needed are — {_needed_text()}",
+            f"cannot recognise the log format; keys found: {found_text(keys)}",
+            other_reader(keys, path) or f"the keys needed are — {_needed_text()}",
         )
     present = {
         canon: key
@@ -394,7 +409,7 @@ def metrics_from_rows(
         raise InputError(
             where,
             None,
-            f"the {chosen} log has none of the keys a diagnosis needs; keys found: {_found_text(keys)}",
+            f"the {chosen} log has none of the keys a diagnosis needs; keys found: {found_text(keys)}",
             f"the keys needed for {chosen} are {', '.join(NEEDED[chosen])}",
         )
     series = {canon: [_value(row, key, canon) for row in rows] for canon, key in present.items()}
@@ -432,7 +447,10 @@ def load_logs(paths: list[str | Path] | list[Path], fmt: str = "auto", run: str 
     label = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
     if run is not None:
         if run not in by_run:
-            names = ", ".join(repr(r) for r in by_run if r is not None) or "none (the files name no run)"
+            names = ", ".join(repr(r) for r in by_run if r is not None)
+            if not names:  # the fix said "pass one of them" with none to pass
+                raise InputError(label, None, f"no run named {run!r}: the files name no run (one run each)",
+                                 "leave --run out")  # fmt: skip
             raise InputError(label, None, f"no run named {run!r}; runs found: {names}", "pass one of them to --run")
         by_run = {run: by_run[run]}
     if not by_run:  # an empty CSV names no run at all: not zero logs diagnosed as nothing

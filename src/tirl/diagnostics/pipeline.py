@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tirl.diagnostics.adapters import read_rows
+from tirl.diagnostics.adapters import found_text, other_reader, read_rows
 from tirl.diagnostics.log_rows import jsonl_objects
 from tirl.diagnostics.thresholds import PipelineThresholds
 from tirl.errors import InputError
@@ -193,14 +193,14 @@ def load_trace(path: str | Path, notes: list[str] | None = None) -> list[dict[st
         missing = [k for k in ("t", *QUEUES) if k not in row]
         not_numbers = [f"{k}={row[k]!r}"[:40] for k in ("t", *QUEUES) if k in row and _num(row[k]) is None]
         if missing or not_numbers:
-            found = ", ".join(sorted(row)) or "none"
-            problems = [f"lacks {', '.join(missing)} (keys found: {found})"] if missing else []
+            problems = [f"lacks {', '.join(missing)} (keys found: {found_text(set(row))})"] if missing else []
             problems += [f"has a non-number: {', '.join(not_numbers)}"] if not_numbers else []
             raise InputError(
                 str(path),
                 line,
                 f"snapshot {'; '.join(problems)}",
-                "each line needs t, init_queue, run_queue, eval_queue (see the pipeline trace format)",
+                (missing and other_reader(set(row), str(path)))
+                or "each line needs t, init_queue, run_queue, eval_queue (see the pipeline trace format)",
             )
         t = float(row["t"])
         if not -_MAX_VALUE < t < _MAX_VALUE:

@@ -78,6 +78,8 @@ def _check_dir(path: Path) -> None:
         raise InputError(
             str(path), None, "is a tirl run directory, not a model", f"give a checkpoint's model: {newest}"
         )
+    if not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():  # checkpoints/step-N
+        raise InputError(str(path), None, "is a tirl checkpoint, not a model", f"give its model: {path / 'model'}")
     if not (path / "config.json").is_file():
         raise InputError(
             str(path),

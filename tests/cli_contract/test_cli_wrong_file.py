@@ -1,0 +1,87 @@
+"""One of a run's files given to the command that reads another: the error names the command that reads it.
+
+``tirl diagnose pipeline metrics.jsonl`` listed ~90 keys and the trace format; ``tirl diagnose training`` of a
+trace or a trajectory file listed the keys every log format needs. Covered: the three JSONL files a run writes
+(metrics, pipeline trace, trajectories), each given to the two diagnose commands it is not for, and a checkpoint
+directory (``RUN/checkpoints/step-N``) given as a model, and a run's inner directory or a model directory given
+to ``--resume``. Not covered:
+``tirl audit``/``tirl filter`` of a metrics log (their error names the missing ``messages`` field).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.cli_contract.cli_run import TRAJ, assert_refused, metrics_row, run_cli, trace_row, write_jsonl
+
+from tirl.config import TirlConfig, config_to_dict
+
+
+@pytest.mark.parametrize(
+    ("command", "rows", "reader"),
+    [
+        (["diagnose", "pipeline"], [metrics_row(1), metrics_row(2)], "tirl diagnose training"),
+        (["diagnose", "pipeline"], [TRAJ], "tirl audit"),
+        (["diagnose", "training"], [trace_row(0.0), trace_row(0.5)], "tirl diagnose pipeline"),
+        (["diagnose", "training"], [TRAJ], "tirl audit"),
+    ],
+)
+def test_a_run_file_given_to_the_wrong_command_names_the_right_one(capsys, tmp_path, command, rows, reader) -> None:
+    path = write_jsonl(tmp_path / "some.jsonl", rows)
+    got = run_cli(capsys, *command, path)
+    assert_refused(got, f"read it with `{reader} {path}`")
+    assert "(+" in got.err or len(got.err) < 600  # the keys found are cut short, as the training reader's were
+
+
+def test_a_trace_line_without_a_queue_keeps_the_format_fix(capsys, tmp_path) -> None:
+    """A trace that is no other run file still gets the trace format as its fix."""
+    path = write_jsonl(tmp_path / "trace.jsonl", [{"t": 0.0, "init_queue": 1}])
+    assert_refused(run_cli(capsys, "diagnose", "pipeline", path), "lacks run_queue, eval_queue", "each line needs t")
+
+
+@pytest.mark.parametrize("command", [["model", "check"], ["eval", "--model"], ["train", "--model"]])
+def test_a_checkpoint_directory_as_a_model_names_its_model(capsys, tmp_path, monkeypatch, command) -> None:
+    """``RUN/checkpoints/step-N`` holds the model in ``model/``; the error said it had no config.json."""
+    step = tmp_path / "checkpoints" / "step-1"
+    (step / "model").mkdir(parents=True)
+    (step / "model" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)  # a train that got through would write runs/ here
+    got = run_cli(capsys, *command, step)
+    assert_refused(got, f"{step}: is a tirl checkpoint, not a model", f"give its model: {step / 'model'}")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("command", [["train", "--resume"], ["config", "show", "--resume"]])
+@pytest.mark.parametrize("inner", ["checkpoints", "checkpoints/step-1", "checkpoints/step-1/model"])
+def test_resume_of_a_directory_inside_a_run_names_the_run(capsys, tmp_path, command, inner) -> None:
+    """They said "has no config.json" or, for the model, "unknown config key 'architectures'"."""
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-1" / "model").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(config_to_dict(TirlConfig())))
+    (run / "checkpoints" / "step-1" / "model" / "config.json").write_text('{"model_type": "llama"}')
+    got = run_cli(capsys, *command, run / inner)
+    assert_refused(got, f"is inside the run directory {run}", f"give the run directory itself: {run}")
+
+
+@pytest.mark.parametrize("command", [["train", "--resume"], ["config", "show", "--resume"]])
+def test_resume_of_a_model_directory_says_so(capsys, tmp_path, command) -> None:
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}')
+    assert_refused(run_cli(capsys, *command, tmp_path), "is a model directory, not a tirl run directory", "--model")
+
+
+def test_audit_of_nothing_is_refused(capsys, tmp_path) -> None:
+    """An empty trajectory file printed a table of zeros (exit 0); a directory without trajectories.jsonl named a
+    file the user never gave."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert_refused(run_cli(capsys, "audit", empty), f"{empty}: holds no trajectories")
+    assert_refused(run_cli(capsys, "audit", tmp_path), f"{tmp_path}: is a directory without trajectories.jsonl")
+    assert run_cli(capsys, "audit", write_jsonl(tmp_path / "one.jsonl", [TRAJ])).code == 0
+
+
+def test_run_on_a_log_that_names_no_run_says_to_leave_it_out(capsys, tmp_path) -> None:
+    """The fix was "pass one of them to --run" after "runs found: none"."""
+    path = write_jsonl(tmp_path / "metrics.jsonl", [metrics_row(1)])
+    got = run_cli(capsys, "diagnose", "training", path, "--run", "x")
+    assert_refused(got, "no run named 'x': the files name no run", "leave --run out")
