@@ -183,7 +183,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     directory existed): a failed set-up removes the run directory and those parents again while they are empty.
     """
     overrides = _overrides(args)
-    if args.master_port and args.nproc == 1:  # it was ignored: one process has no rendezvous
+    if getattr(args, "master_port", None) and getattr(args, "nproc", 1) == 1:  # ignored before: no rendezvous
         raise InputError("--master-port", None, "is the rendezvous port of --nproc N ranks, and --nproc is 1",
                          "leave --master-port out, or add --nproc N")  # fmt: skip
     if args.resume:
