@@ -13,16 +13,21 @@ from pathlib import Path
 from tirl.models.loading import Policy, load_policy
 from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
 
-TINY_TRAIN_ARGS = [
+#: A tiny run with the job's own evaluation (the real-CLI run-directory tests).
+TINY_RUN_ARGS = [
     "--set", "trainer.prompts_per_step=2",
     "--set", "algo.group_size=2",
     "--set", "generation.max_new_tokens=16",
     "--set", "generation.max_total_tokens=200",
     "--set", "filter.mode=off",  # a random model only writes void turns; train on them anyway
-    "--set", "algo.kl_coef=0.01",  # every step updates (all-zero advantages would skip the update)
     "--set", "trainer.threads=1",
-    "--set", "trainer.eval_before_after=false",
     "--no-progress",
+]  # fmt: skip
+#: The same without the evaluation, every step an update.
+TINY_TRAIN_ARGS = [
+    *TINY_RUN_ARGS,
+    "--set", "algo.kl_coef=0.01",  # every step updates (all-zero advantages would skip the update)
+    "--set", "trainer.eval_before_after=false",
 ]  # fmt: skip
 
 

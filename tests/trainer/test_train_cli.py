@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tests.tiny_run import save_tiny_model
+from tests.tiny_run import TINY_RUN_ARGS, save_tiny_model
 
 from tirl.cli import main
 from tirl.models.kernels import build_line
@@ -18,15 +18,7 @@ from tirl.trainer import run_files
 from tirl.trainer.logging import REQUIRED_METRICS, read_metrics
 
 TIRL = [sys.executable, "-m", "tirl.cli"]
-TINY = [
-    "--set", "trainer.prompts_per_step=2",
-    "--set", "algo.group_size=2",
-    "--set", "generation.max_new_tokens=16",
-    "--set", "generation.max_total_tokens=200",
-    "--set", "filter.mode=off",  # a random model only writes void turns; train on them anyway
-    "--set", "trainer.threads=1",
-    "--no-progress",
-]  # fmt: skip
+TINY = TINY_RUN_ARGS
 
 
 @pytest.fixture(scope="module")

@@ -17,20 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.tiny_run import save_tiny_model
+from tests.tiny_run import TINY_RUN_ARGS, save_tiny_model
 
 from tirl.cli import main
 from tirl.trainer.logging import read_metrics
 
-TINY = [
-    "--set", "trainer.prompts_per_step=2",
-    "--set", "algo.group_size=2",
-    "--set", "generation.max_new_tokens=16",
-    "--set", "generation.max_total_tokens=200",
-    "--set", "filter.mode=off",  # a random model only writes void turns; train on them anyway
-    "--set", "trainer.threads=1",
-    "--no-progress",
-]  # fmt: skip
+TINY = TINY_RUN_ARGS
 
 
 @pytest.fixture(scope="module")
