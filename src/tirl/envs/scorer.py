@@ -54,16 +54,6 @@ class Verdict:
     timed_out: bool = False
     failures: tuple[str, ...] = ()
 
-    @property
-    def total(self) -> int:
-        """Tests that count towards the reward: a skipped one counts as not passed.
-
-        A hidden test that skips on what the workspace holds (``if not hasattr(mod, "f"): pytest.skip()``) was
-        left out of the total, so deleting the function it tests scored the task 1.0. An ``xfail`` test that
-        failed as marked counts nowhere (it is not in ``skipped``).
-        """
-        return self.passed + self.failed + self.errors + self.skipped
-
 
 @dataclass(frozen=True, slots=True)
 class Judgement:

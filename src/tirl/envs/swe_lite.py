@@ -295,7 +295,10 @@ class SweLiteEnv(ToolEnv):
         if counts is None:  # no summary: timed out, crashed, or a non-pytest command
             passed_all = result.ok and not timed_out
             counts = {"passed": int(passed_all), "failed": int(not passed_all), "errors": 0, "skipped": 0}
-        total = counts["passed"] + counts["failed"] + counts["errors"] + counts["skipped"]  # a skip is no pass
+        # A skipped test is no pass: one that skips on what the workspace holds (``if not hasattr(mod, "f"):
+        # pytest.skip()``) let an agent delete the function and score 1.0. (An ``xfail`` test that failed as
+        # marked is in no count: tirl.envs.scorer_runner.)
+        total = counts["passed"] + counts["failed"] + counts["errors"] + counts["skipped"]
         all_pass = total > 0 and counts["passed"] == total and not timed_out
         fraction = counts["passed"] / total if total else 0.0
         reward = (1.0 if all_pass else 0.0) if self.reward_mode == "all" else fraction
