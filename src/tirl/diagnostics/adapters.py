@@ -306,8 +306,9 @@ def _canonical(value: Any, canon: str) -> float | None:
 def read_log_runs(path: str | Path) -> dict[str | None, FileRows]:
     """The rows of each run in one log: TensorBoard event files (a file or a directory of them), else a file."""
     p = Path(path)
-    if is_event_file(p) or (p.is_dir() and event_files(p)):
-        return {name: _training_steps(part) for name, part in read_tensorboard(p).items()}
+    files = event_files(p) if p.is_dir() else None  # listed once: read_tensorboard takes them
+    if is_event_file(p) or files:
+        return {name: _training_steps(part) for name, part in read_tensorboard(p, files).items()}
     return read_file_runs(p)
 
 

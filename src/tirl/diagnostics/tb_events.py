@@ -179,14 +179,15 @@ class _RunValues:
         return FileRows(label, [rows[s] for s in steps], [self.where[s] for s in steps], notes)
 
 
-def read_tensorboard(path: str | Path) -> dict[str | None, FileRows]:
+def read_tensorboard(path: str | Path, files: list[Path] | None = None) -> dict[str | None, FileRows]:
     """The scalar rows of each run in an event file or under a directory (module docstring).
 
-    Raises :class:`InputError` naming the path when it holds no event file or no scalar at all, and naming
-    the file and byte of a record that is damaged anywhere but at its end.
+    ``files``: :func:`event_files` of ``path`` when the caller has already listed them. Raises
+    :class:`InputError` naming the path when it holds no event file or no scalar at all, and naming the file
+    and byte of a record that is damaged anywhere but at its end.
     """
     root = Path(path)
-    files = event_files(root)
+    files = event_files(root) if files is None else files
     if not files:
         raise InputError(str(root), None, "no TensorBoard event file here", "point at a run's tb/ directory")
     groups: dict[Path, list[Path]] = {}
