@@ -40,7 +40,7 @@ the user configured; the isolation is the run's sandbox backend's (with
 sandbox's interpreter is the base Python, without the project's packages
 (e.g. no numpy unless the system Python has it); output longer than
 ``sandbox.max_output_chars`` is cut (skyrl-gym returns all of it); code longer
-than the kernel's limit on one argument (128 KiB) is a sandbox error.
+than the kernel's limit on one argument (128 KiB) gets the sandbox's error text (not skyrl-gym's run).
 """
 
 from __future__ import annotations
@@ -96,8 +96,11 @@ def host_code_problem(env_class: str, entry_point: Any) -> str | None:
 
 
 def host_code_fix() -> str:
-    """The fix an error about an unknown env class names."""
-    known = ", ".join(sorted(p.rsplit(".", 2)[-2] for p in KNOWN_CLASSES))
+    """The fix an error about an unknown env class names (the registered names of the classes tirl knows)."""
+    import skyrl_gym
+
+    entries = {name: spec.entry_point for name, spec in skyrl_gym.registry.items()}
+    known = ", ".join(sorted(name for name, entry in entries.items() if entry in KNOWN_CLASSES))
     return (
         f"use one of skyrl-gym's own classes ({known}), or set {HOST_CODE_KEY}=true to run it anyway "
         "(its code then runs unsandboxed, with your privileges)"
@@ -120,7 +123,8 @@ def tool_text(result: ExecResult, timeout: float) -> str:
 
     As skyrl-gym: stdout stripped; any stderr makes it an error text; a
     timeout names the tool's timeout. Added (skyrl-gym returns stdout there):
-    a run that hit the memory limit or was killed by a signal says so.
+    a run that hit the memory limit, or ended with a non-zero status and no
+    stderr (killed, ``sys.exit(3)``), says so.
     """
     error = "Error executing Python code: "
     if result.timed_out:
@@ -129,8 +133,9 @@ def tool_text(result: ExecResult, timeout: float) -> str:
         return error + result.stderr.strip()
     if result.memory_exceeded:
         return f"{error}memory limit exceeded."
-    if result.exit_code is not None and result.exit_code < 0:
-        return f"{error}killed by signal {-result.exit_code}."
+    if result.exit_code not in (0, None):  # bwrap reports a signal as 128 + its number
+        status = result.exit_code
+        return error + (f"killed by signal {-status}." if status < 0 else f"exited with status {status}.")
     if result.error is not None:
         return f"{error}sandbox error: {result.error}"
     return result.stdout.strip()
