@@ -81,11 +81,13 @@ async def test_the_python_tool_cannot_reach_a_host_socket(sandbox: BwrapSandbox)
         listener.listen(1)
         listener.setblocking(False)
         port = listener.getsockname()[1]
-        code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'x'); print('in')"
+        code = (
+            f"import socket as s; s.create_connection(('127.0.0.1', {port}), timeout=2).send(b'x'); print('connected')"
+        )
         text = await _python_tool(sandbox, code)
         with pytest.raises(BlockingIOError):  # nobody connected
             listener.accept()
-    assert "in" != text and "Error executing Python code:" in text
+    assert "connected" not in text and "Error executing Python code:" in text
 
 
 def _processes_with(token: str) -> list[int]:
@@ -102,8 +104,8 @@ def _processes_with(token: str) -> list[int]:
 
 async def test_the_python_tool_leaves_no_background_process(sandbox: BwrapSandbox) -> None:
     token = "tirl-bg-" + uuid.uuid4().hex
-    code = ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', "
-            f"{token!r}], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print('ok')")  # fmt: skip
+    code = ("import subprocess as s, sys; s.Popen([sys.executable, '-c', 'import time; time.sleep(60)', "
+            f"{token!r}], start_new_session=True, stdout=s.DEVNULL, stderr=s.DEVNULL); print('ok')")  # fmt: skip
     text = await _python_tool(sandbox, code)
     left = _processes_with(token)
     for _ in range(20):  # the sandbox kills its PID namespace when the run ends; allow the kernel a moment
@@ -127,9 +129,8 @@ async def test_the_sandboxed_tool_answers_as_skyrl_gyms_own(sandbox: BwrapSandbo
 
 
 async def test_a_timeout_or_a_killed_program_is_the_episodes_tool_output(sandbox: BwrapSandbox) -> None:
-    from tirl.integrations.skyrl_code import SandboxedCode, sandbox_env
-
     from tirl.envs.common import SandboxLease
+    from tirl.integrations.skyrl_code import SandboxedCode, sandbox_env
 
     group = PythonCodeExecutorToolGroup(timeout=1.0)
     env = type("Env", (), {"tool_groups": [group]})()
@@ -178,7 +179,8 @@ async def test_lcb_code_cannot_forge_its_reward(sandbox: BwrapSandbox) -> None:
 
 async def test_lcb_code_cannot_write_a_host_file(sandbox: BwrapSandbox, tmp_path: Path) -> None:
     target = tmp_path / "written_by_the_policy"
-    program = f"open({str(target)!r}, 'w').write('pwned')\na, b = map(int, input().split())\nprint(a + b)"
+    # os.open: skyrl-gym's call_method replaces builtins.open with a mock while the program runs
+    program = f"import os\nos.write(os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT), b'pwned')\nprint(3)"
     await _lcb(sandbox, _STDIO, program)
     assert not target.exists()
 
@@ -221,7 +223,8 @@ def unknown_env() -> Any:
 
 def test_an_env_class_tirl_does_not_know_is_refused_unless_opted_in(tmp_path: Path, unknown_env: Any) -> None:
     path = tmp_path / "rows.jsonl"
-    path.write_text(json.dumps({"prompt": [{"role": "user", "content": "go"}], "env_class": "tirl_unknown", "answer": "x"}) + "\n")
+    row = {"prompt": [{"role": "user", "content": "go"}], "env_class": "tirl_unknown", "answer": "x"}
+    path.write_text(json.dumps(row) + "\n")
     with pytest.raises(InputError, match=r"rows.jsonl:1: skyrl-gym env class 'tirl_unknown' .*not one tirl knows"):
         load_tasks(EnvConfig(name="skyrl-gym", tasks_file=str(path)), 1)
     with pytest.raises(ConfigError, match=r"env.name=skyrl-gym:tirl_unknown: .* set env.skyrl_host_code=true"):

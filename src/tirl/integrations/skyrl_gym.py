@@ -42,6 +42,13 @@ An episode (:class:`SkyRLGymEnv`):
   the rule calls an answer → ``answered``; done at or after ``max_turns`` →
   ``max_turns`` (truncated); done on another action → ``submitted``; not done
   after ``max_turns`` turns → ``max_turns``.
+* Where skyrl-gym would run the model's code on the host (``searchcode``'s
+  python tool, ``lcb``'s reward), the env instance is changed to run it in the
+  run's sandbox (:mod:`tirl.integrations.skyrl_code`, applied in ``reset``); a
+  sandbox failure during a step raises :class:`~tirl.envs.base.EnvError`. An
+  env class tirl does not know is refused (by :func:`task_source`, naming the
+  row, and again in ``reset``) unless ``env.skyrl_host_code=true``, which
+  :func:`task_source` records in each task's ``data["host_code"]``.
 * A step that returns ``postprocessed_action`` is refused with
   :class:`~tirl.envs.base.EnvError` (the episode ends with ``error``): it
   rewrites the model's text, so the tokens trained on would not be the tokens
@@ -53,8 +60,9 @@ A ``swe-lite`` row's episode is :class:`~tirl.envs.swe_lite.SweLiteEnv`'s
 
 Not covered: skyrl-gym's ``get_metrics``/``aggregate_metrics`` (not logged),
 tool groups that need network services (search, a SQL database) unless the
-user provides them, per-env ``env_config`` beyond a plain mapping, and
-multimodal prompts.
+user provides them, per-env ``env_config`` beyond a plain mapping,
+multimodal prompts, and what :mod:`tirl.integrations.skyrl_code` lists
+(``text2sql``'s SQL runs on the host's sqlite file).
 """
 
 from __future__ import annotations
@@ -81,8 +89,8 @@ from tirl.envs.base import (
 )
 from tirl.envs.common import SandboxLease
 from tirl.envs.tasks.files import TaskRow
-from tirl.integrations.skyrl_code import SandboxedCode, host_code_fix, host_code_problem, sandbox_env, warn_host_code
 from tirl.errors import ConfigError, InputError, SetupError
+from tirl.integrations.skyrl_code import SandboxedCode, host_code_fix, host_code_problem, sandbox_env, warn_host_code
 from tirl.parsing import ACTION_RULES, DEFAULT_RULES, ActionKind, ParseRules, judge_message
 from tirl.types import Message, Role, TerminationReason
 
@@ -149,7 +157,8 @@ def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
         registry = _skyrl().registry
         if forced not in registry:  # the name is wrong
             known = ", ".join(sorted([*registry, *TIRL_CLASSES]))
-            raise ConfigError(f"env.name={config.name}: {forced!r} is not a registered skyrl-gym env — use one of {known}")
+            raise ConfigError(f"env.name={config.name}: {forced!r} is not a registered skyrl-gym env — "
+                              f"use one of {known}")  # fmt: skip
         problem = host_code_problem(forced, registry[forced].entry_point)
         if problem is not None and not config.skyrl_host_code:
             raise ConfigError(f"env.name={config.name}: {problem} — {host_code_fix()}")
