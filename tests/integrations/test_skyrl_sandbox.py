@@ -29,7 +29,7 @@ from tirl.envs.base import EnvError, Task  # noqa: E402
 from tirl.errors import ConfigError, InputError  # noqa: E402
 from tirl.filters import rules_from_config  # noqa: E402
 from tirl.integrations.skyrl_gym import SkyRLGymEnv  # noqa: E402
-from tirl.sandbox import BwrapSandbox, bwrap_problem  # noqa: E402
+from tirl.sandbox.bwrap import BwrapSandbox, bwrap_problem  # noqa: E402
 from tirl.types import Message, Role  # noqa: E402
 
 pytestmark = pytest.mark.skipif(bwrap_problem() is not None, reason=f"bubblewrap unusable: {bwrap_problem()}")
@@ -145,6 +145,16 @@ async def test_a_timeout_or_a_killed_program_is_the_episodes_tool_output(sandbox
     assert killed == "Error executing Python code: exited with status 137."  # bwrap: 128 + SIGKILL; skyrl-gym: ''
 
     assert code.infra_error is None  # the model's failures, not the sandbox's
+
+
+async def test_a_broken_sandbox_is_an_infrastructure_error_not_a_tool_output() -> None:
+    """searchcode turns any exception of a tool into the observation; a sandbox failure must end the episode."""
+    broken = BwrapSandbox(python="/opt/no-such-python/bin/python3")  # the sandbox cannot start its interpreter
+    env = SkyRLGymEnv(max_turns=3, rules=RULES, sandbox=broken)
+    await env.reset(_task("searchcode", "42"))
+    with pytest.raises(EnvError, match=r"'searchcode': tirl's sandbox failed running the model's code: SetupError"):
+        await env.step(Message(role=Role.ASSISTANT, content="<tool><python>print(1)</python></tool>"))
+    await env.close()
 
 
 # --- lcb: the program judged for the reward ---------------------------------------------------------------------------
