@@ -42,6 +42,13 @@ An episode (:class:`SkyRLGymEnv`):
   the rule calls an answer → ``answered``; done at or after ``max_turns`` →
   ``max_turns`` (truncated); done on another action → ``submitted``; not done
   after ``max_turns`` turns → ``max_turns``.
+* Where skyrl-gym would run the model's code on the host (``searchcode``'s
+  python tool, ``lcb``'s reward), the env instance is changed to run it in the
+  run's sandbox (:mod:`tirl.integrations.skyrl_code`, applied in ``reset``); a
+  sandbox failure during a step raises :class:`~tirl.envs.base.EnvError`. An
+  env class tirl does not know is refused (by :func:`task_source`, naming the
+  row, and again in ``reset``) unless ``env.skyrl_host_code=true``, which
+  :func:`task_source` records in each task's ``data["host_code"]``.
 * A step that returns ``postprocessed_action`` is refused with
   :class:`~tirl.envs.base.EnvError` (the episode ends with ``error``): it
   rewrites the model's text, so the tokens trained on would not be the tokens
@@ -53,8 +60,9 @@ A ``swe-lite`` row's episode is :class:`~tirl.envs.swe_lite.SweLiteEnv`'s
 
 Not covered: skyrl-gym's ``get_metrics``/``aggregate_metrics`` (not logged),
 tool groups that need network services (search, a SQL database) unless the
-user provides them, per-env ``env_config`` beyond a plain mapping, and
-multimodal prompts.
+user provides them, per-env ``env_config`` beyond a plain mapping,
+multimodal prompts, and what :mod:`tirl.integrations.skyrl_code` lists
+(``text2sql``'s SQL runs on the host's sqlite file).
 """
 
 from __future__ import annotations
@@ -79,8 +87,10 @@ from tirl.envs.base import (
     reward_number,
     trainable,
 )
+from tirl.envs.common import SandboxLease
 from tirl.envs.tasks.files import TaskRow
 from tirl.errors import ConfigError, InputError, SetupError
+from tirl.integrations.skyrl_code import SandboxedCode, host_code_fix, host_code_problem, sandbox_env, warn_host_code
 from tirl.parsing import ACTION_RULES, DEFAULT_RULES, ActionKind, ParseRules, judge_message
 from tirl.types import Message, Role, TerminationReason
 
@@ -120,7 +130,7 @@ def forced_class(name: str) -> str | None:
     return rest.strip() or None
 
 
-def _check_class(env_class: Any, where: tuple[str, int | None, str]) -> str:
+def _check_class(env_class: Any, where: tuple[str, int | None, str], host_code: bool) -> str:
     if env_class in TIRL_CLASSES:  # tirl's own: no skyrl-gym needed
         return str(env_class)
     if env_class is None:
@@ -132,6 +142,9 @@ def _check_class(env_class: Any, where: tuple[str, int | None, str]) -> str:
         known = ", ".join(sorted([*registry, *TIRL_CLASSES]))
         raise InputError(where[0], where[1], f"{where[2]}env_class {env_class!r} is not a registered skyrl-gym env",
                          f"use one of {known}, or register yours with skyrl_gym.register")  # fmt: skip
+    problem = host_code_problem(env_class, registry[env_class].entry_point)
+    if problem is not None and not host_code:
+        raise InputError(where[0], where[1], where[2] + problem, host_code_fix())
     return env_class
 
 
@@ -140,9 +153,15 @@ def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
     from tirl.envs.tasks.files import TaskFileSpec, iter_records, read_task_row
 
     forced = forced_class(config.name)
-    if forced is not None and forced not in TIRL_CLASSES and forced not in _skyrl().registry:  # the name is wrong
-        known = ", ".join(sorted([*_skyrl().registry, *TIRL_CLASSES]))
-        raise ConfigError(f"env.name={config.name}: {forced!r} is not a registered skyrl-gym env — use one of {known}")
+    if forced is not None and forced not in TIRL_CLASSES:
+        registry = _skyrl().registry
+        if forced not in registry:  # the name is wrong
+            known = ", ".join(sorted([*registry, *TIRL_CLASSES]))
+            raise ConfigError(f"env.name={config.name}: {forced!r} is not a registered skyrl-gym env — "
+                              f"use one of {known}")  # fmt: skip
+        problem = host_code_problem(forced, registry[forced].entry_point)
+        if problem is not None and not config.skyrl_host_code:
+            raise ConfigError(f"env.name={config.name}: {problem} — {host_code_fix()}")
     if not config.tasks_file:
         raise ConfigError(f"env.name={config.name} needs a task file in SkyRL's format — set env.tasks_file=PATH")
     path = Path(config.tasks_file)
@@ -157,7 +176,7 @@ def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
         if not isinstance(record, dict):
             raise InputError(where[0], where[1], f"{where[2]}expected an object, got {type(record).__name__}",
                              "write one object per row")  # fmt: skip
-        env_class = _check_class(forced or record.get("env_class"), where)
+        env_class = _check_class(forced or record.get("env_class"), where, config.skyrl_host_code)
         if env_class in TIRL_CLASSES:
             from tirl.integrations.skyrl_swe import swe_row_task
 
@@ -169,11 +188,20 @@ def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
                              "give each task its own id")  # fmt: skip
         first[task.id] = number
         tasks.append(task)
+    _warn_host_code({str(t.data["env_class"]) for t in tasks if t.data.get("host_code")})
     if not tasks:
         raise InputError(str(path), None, "no tasks in the file",
                          'add rows like {"prompt": [{"role": "user", "content": "..."}], "env_class": "gsm8k", '
                          '"reward_spec": {"method": "rule", "ground_truth": "42"}}')  # fmt: skip
     return tasks
+
+
+def _warn_host_code(classes: set[str]) -> None:
+    """The loud note for each env class that runs on the host because the user set ``env.skyrl_host_code``."""
+    registry = _skyrl().registry if classes else {}
+    for env_class in sorted(classes):
+        if host_code_problem(env_class, registry[env_class].entry_point) is not None:
+            warn_host_code(env_class)
 
 
 def _gym_task(row: TaskRow, record: dict[str, Any], env_class: str, config: EnvConfig,
@@ -186,7 +214,7 @@ def _gym_task(row: TaskRow, record: dict[str, Any], env_class: str, config: EnvC
         raise InputError(where[0], where[1], f"{where[2]}the row's fields are not plain JSON values",
                          "write strings, numbers, lists and objects") from None  # fmt: skip
     task = row.to_task(_KIND)
-    data = {**task.data, "env_class": env_class, "extras": extras}
+    data = {**task.data, "env_class": env_class, "extras": extras, "host_code": config.skyrl_host_code}
     return Task(id=task.id, prompt=task.prompt, answer=task.answer, kind=_KIND, data=data, messages=task.messages)
 
 
@@ -235,7 +263,7 @@ class SkyRLGymEnv:
         max_turns: int = 4,
         rules: ParseRules = DEFAULT_RULES,
         env_config: dict[str, Any] | None = None,
-        sandbox: Any = None,  # skyrl-gym envs run their own tools; tirl's swe-lite rows run on this sandbox
+        sandbox: Any = None,  # where the model's code runs (skyrl-gym's python tool, lcb's tests; swe-lite rows)
         sandbox_config: Any = None,
         **_: Any,
     ) -> None:
@@ -246,6 +274,8 @@ class SkyRLGymEnv:
         self.rules = rules
         self.env_config = dict(env_config or {})
         self._sandbox = (sandbox, sandbox_config)
+        self._lease = SandboxLease(sandbox, sandbox_config)  # skyrl-gym's code execution, routed here
+        self._code: SandboxedCode | None = None
         self._tirl: Env | None = None  # the tirl env of a row whose env_class is tirl's own (swe-lite)
         self.step_rewards: list[float] = []
         self.answer: str | None = None
@@ -283,6 +313,8 @@ class SkyRLGymEnv:
         self._task, self.env_class = task, env_class
         prompt = [m.to_dict() for m in task.messages] or [{"role": "user", "content": task.prompt}]
         self._env = await asyncio.to_thread(self._make, env_class, extras)
+        self._code = SandboxedCode(self._lease, asyncio.get_running_loop())
+        sandbox_env(self._env, self._code, env_class=env_class, allow_host=task.data.get("host_code") is True)
         chat, _ = await asyncio.to_thread(self._env.init, prompt)
         return [_message(item, env_class) for item in chat]
 
@@ -314,6 +346,9 @@ class SkyRLGymEnv:
         if verdict.answer is not None:
             self.answer = info["answer"] = verdict.answer
         out = await asyncio.to_thread(self._env.step, action.content or "")
+        if self._code is not None and self._code.infra_error is not None:
+            raise EnvError(f"skyrl-gym env {self.env_class!r}: tirl's sandbox failed running the model's code: "
+                           f"{self._code.infra_error}")  # fmt: skip
         if out.get("postprocessed_action") is not None:
             raise EnvError(
                 f"skyrl-gym env {self.env_class!r} returned postprocessed_action, which rewrites the model's output "
@@ -366,5 +401,8 @@ class SkyRLGymEnv:
         self._closed = True
         if self._tirl is not None:
             await self._tirl.close()
-        if self._env is not None:
-            await asyncio.to_thread(self._env.close)
+        try:
+            if self._env is not None:
+                await asyncio.to_thread(self._env.close)
+        finally:
+            await self._lease.close()
