@@ -250,3 +250,17 @@ async def test_seeded_sampling_equals_a_plain_loop_drawing_one_uniform_per_token
             ids.append(int(tok[0]))
         assert res.token_ids == ids[len(prompt) :]
     await gen.close()
+
+
+async def test_a_request_cancelled_mid_batch_leaves_the_batch_at_its_next_token(policy: Policy) -> None:
+    """Red team, session 45: a cancelled request (a ``tirl serve`` client that hung up) sampled on to max_new."""
+    gen = HFGenerator(policy.model, policy.tokenizer, eos_ids=[-1], batch_window_s=0.05)  # no EOS: only lengths end
+    long = asyncio.ensure_future(gen.generate(_prompts(policy)[0], SamplingParams(max_new_tokens=600)))
+    short = await gen.generate(_prompts(policy)[1], SamplingParams(max_new_tokens=8))  # the same batch
+    assert len(short.token_ids) == 8 and gen.is_busy  # handed back at once; the long row goes on
+    long.cancel()
+    while gen.batches == 0:
+        await asyncio.sleep(0.01)
+    print(f"tokens generated: {gen.tokens_generated} (608 if the cancelled row had run to its max_new)")
+    assert gen.batches == 1 and gen.tokens_generated < 300
+    await gen.close()

@@ -131,6 +131,39 @@ def test_ordinary_requests_still_work_and_keep_alive(server) -> None:
         assert client.post(server[0] + "/completions", json=body, headers=big).status_code == 200
 
 
+_POST = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _POST + b"Content-Length: -1\r\n\r\n",
+        _POST + b"Content-Length: 1180591620717411303424\r\n\r\n",
+        _POST + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+        _POST + b"Transfer-Encoding: gzip\r\n\r\n",
+        _POST + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 100,
+    ],
+    ids=["negative-length", "length-2**70", "two-lengths", "te-gzip", "bad-chunk-size", "tls-hello"],
+)
+def test_a_request_h11_cannot_parse_is_an_openai_400(server, raw: bytes) -> None:
+    """Red team, session 45: uvicorn answered these with a plain-text 400 ("Invalid HTTP request received.")."""
+    head, _, body = _raw(server, [raw]).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), head[:200]
+    assert b"connection: close" in head.lower() and b"application/json" in head.lower()
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"} and "not valid HTTP/1.1" in error["message"]
+    assert httpx.get(server[0].removesuffix("/v1") + "/health", timeout=30).status_code == 200
+
+
+def test_a_websocket_upgrade_is_served_as_plain_http(server) -> None:
+    """Red team, session 45: there is no WebSocket endpoint, and an upgrade request got an empty 403."""
+    upgrade = (b"Upgrade: websocket", b"Connection: Upgrade, close", b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==")
+    head, _, body = _raw(server, [_request(*upgrade, b"Sec-WebSocket-Version: 13")]).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), head[:200]
+    assert json.loads(body)["status"] == "ok"
+
+
 HEAD = _request(b"A: 1", b"Bb: " + b"x" * 30, b"C: 3") + b'{"body": "after the head"}'
 
 

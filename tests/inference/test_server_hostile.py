@@ -73,6 +73,8 @@ def _hostile_bodies(server) -> dict[str, tuple[str, str]]:
         "huge_float_temperature": ("/completions", _body(server).replace('"max_tokens": 4', '"temperature": 1e999')),
         "int_as_temperature_overflow": ("/completions", _body(server, temperature=10**400)),
         "stop_too_long": ("/completions", _body(server, stop="x" * 5000)),
+        # red team, session 45: "no" was read as true and the usage chunk sent
+        "include_usage_string": ("/completions", _body(server, stream=True, stream_options={"include_usage": "no"})),
     }
 
 
@@ -89,6 +91,7 @@ def _hostile_bodies(server) -> dict[str, tuple[str, str]]:
         "huge_float_temperature",
         "int_as_temperature_overflow",
         "stop_too_long",
+        "include_usage_string",
     ],
 )
 def test_malformed_value_is_an_openai_400(server, name):
@@ -108,6 +111,14 @@ def test_official_client_gets_bad_request_for_seed_and_role(server):
     with pytest.raises(openai.BadRequestError) as err:
         c.chat.completions.create(model=server[1], messages=[{"role": ["user"], "content": "hi"}])  # type: ignore[list-item,typeddict-item]
     assert "role" in err.value.body["param"]
+
+
+def test_an_unknown_model_name_is_not_echoed_whole(server):
+    """Red team, session 45: a 1 MB model name came back whole in the 404's message."""
+    with pytest.raises(openai.NotFoundError) as err:
+        _client(server).completions.create(model="m" * MB, prompt="1+1=", max_tokens=2)
+    assert err.value.body["param"] == "model" and len(err.value.body["message"]) < 300
+    assert f"({MB} characters)" in err.value.body["message"]
 
 
 def test_body_over_the_limit_is_413_by_content_length(server):

@@ -34,6 +34,9 @@ The trainer updates the same torch module in-process and bumps
 :attr:`HFGenerator.policy_version`; generation and training must not overlap
 (hold :attr:`HFGenerator.model_lock` while updating to be sure).
 
+A request cancelled while queued is skipped; one cancelled while its batch runs (an HTTP client of
+``tirl serve`` that hung up) leaves the batch at its next token.
+
 Not covered: per-request stop *token ids* (stop strings and the chat format's
 EOS ids are supported), beam search, speculative decoding, admission by
 memory (a batch takes up to ``max_batch`` rows, whatever their lengths).
@@ -464,6 +467,8 @@ class HFGenerator:
                 row.finish = "stop"
             elif len(row.out) >= row.max_new:
                 row.finish = "length"
+            elif row.request is not None and row.request.future.cancelled():  # its caller left (tirl serve)
+                row.finish = "length"  # the result goes nowhere; the row leaves the batch now, not at max_new
             else:
                 keep.append(j)
         self.tokens_generated += len(live)

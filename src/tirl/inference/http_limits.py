@@ -20,6 +20,13 @@ the connection is closed; the app sees a client disconnect. The clock stops when
 so generation time never counts. Not covered: a client that reads its response slowly (the response is
 written as fast as the socket takes it; asyncio buffers the rest), and the HTTP/1.1 chunk-extension lines of
 a chunked body (h11 bounds them).
+
+A request h11 cannot parse (a negative, huge or doubled ``Content-Length``, a ``Transfer-Encoding`` other
+than chunked, a bad chunk size, bytes that are not HTTP) was answered by uvicorn with a plain-text 400
+(``Invalid HTTP request received.``); here it is a 400 with the OpenAI-shaped body and ``Connection: close``
+(unless a response had already begun: then the connection is only closed). The server has no WebSocket
+endpoint, so an ``Upgrade: websocket`` request is served as the plain HTTP request it also is
+(``ws="none"``), not answered with an empty 403.
 """
 
 from __future__ import annotations
@@ -147,6 +154,14 @@ def capped_protocol(
             self._disarm()
             super().connection_lost(exc)
 
+        def send_400_response(self, msg: str) -> None:
+            """h11 could not parse the request: an OpenAI-shaped 400 (uvicorn's own is plain text)."""
+            self._disarm()
+            if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # else a response has begun: only close
+                why = "the request is not valid HTTP/1.1 (check Content-Length, Transfer-Encoding and the request line)"
+                self.transport.write(error_response("400 Bad Request", why))
+            self.transport.close()
+
     return CappedH11Protocol
 
 
@@ -155,4 +170,5 @@ def uvicorn_limits(request_timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, An
     return {
         "http": capped_protocol(request_timeout_s=request_timeout_s),
         "h11_max_incomplete_event_size": MAX_HEADER_BYTES + 1024,
+        "ws": "none",  # no WebSocket endpoint: an upgrade request is served as plain HTTP
     }

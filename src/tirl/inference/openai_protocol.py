@@ -80,7 +80,7 @@ def bad(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param=param)
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
     """``repr(value)`` cut to 40 characters: an error message never echoes a megabyte of the request."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
@@ -107,19 +107,19 @@ def _field(
         return default
     accepts, noun = _KINDS[kind]
     if not isinstance(value, accepts) or (isinstance(value, bool) and kind is not bool):
-        raise bad(f"'{key}' must be {noun}, got {_show(value)}", key)
+        raise bad(f"'{key}' must be {noun}, got {show_value(value)}", key)
     if kind is float:
         try:
             number = float(value)
         except OverflowError:
             number = math.inf
         if not math.isfinite(number):
-            raise bad(f"'{key}' must be a finite number, got {_show(value)}", key)
+            raise bad(f"'{key}' must be a finite number, got {show_value(value)}", key)
         value = number
     if lo is not None and value < lo:
-        raise bad(f"'{key}' must be >= {lo}, got {_show(value)}", key)
+        raise bad(f"'{key}' must be >= {lo}, got {show_value(value)}", key)
     if hi is not None and value > hi:
-        raise bad(f"'{key}' must be <= {hi}, got {_show(value)}", key)
+        raise bad(f"'{key}' must be <= {hi}, got {show_value(value)}", key)
     return value
 
 
@@ -212,7 +212,7 @@ def _common(body: dict[str, Any], *, default_max_tokens: int, logprobs: int | No
         params=params,
         n=n,
         stream=_field(body, "stream", bool, False),
-        include_usage=bool(stream_options.get("include_usage", False)),
+        include_usage=_field(stream_options, "include_usage", bool, False),  # "no" was read as true
         logprobs=logprobs,
         token_ids_as_text=_field(body, "return_tokens_as_token_ids", bool, False),
         return_token_ids=_field(body, "return_token_ids", bool, False),
@@ -316,7 +316,7 @@ def parse_chat(body: Any, *, default_max_tokens: int = 256, max_messages: int | 
         if role == "developer":
             role = "system"
         if not isinstance(role, str) or role not in _ROLES:
-            raise bad(f"messages[{i}].role {_show(role)} is not one of {sorted(_ROLES)}", f"messages[{i}].role")
+            raise bad(f"messages[{i}].role {show_value(role)} is not one of {sorted(_ROLES)}", f"messages[{i}].role")
         messages.append(_message(m, i, _ROLES[role]))
     want = _field(body, "logprobs", bool, False)
     top = _field(body, "top_logprobs", int, 0, lo=0, hi=20)

@@ -33,7 +33,9 @@ Token-id extension (vLLM's names, so one RL client works against both):
 Concurrent requests are batched by :class:`~tirl.inference.hf.HFGenerator`
 (one sampling loop; no second sampler here); :class:`~tirl.inference.arrival.ArrivalGate` lets a
 burst of HTTP arrivals finish before an idle sampler starts, so that the
-burst shares one batch as it would in-process.
+burst shares one batch as it would in-process. Prompts are encoded on one
+tokenizer thread (:mod:`~tirl.inference.tokenizer_thread`), not the event
+loop; a client that hangs up cancels its generation (:mod:`~tirl.inference.request_io`).
 
 Not covered: incremental streaming while sampling — a streamed response
 sends its chunks (one per token) when its sample is complete, because the
@@ -66,8 +68,9 @@ from tirl.inference.arrival import ArrivalGate
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.inference.openai_protocol import APIError, ChatJob, Common, CompletionJob, bad, parse_chat, parse_completion
+from tirl.inference.request_io import ClientGone, read_json, unless_client_leaves
+from tirl.inference.tokenizer_thread import TokenizerThread
 from tirl.inference.tools_api import tool_chunks, tool_reply
-from tirl.jsonl import JSONProblem, parse_json
 from tirl.models.loading import Policy
 
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
@@ -148,6 +151,7 @@ class ModelServer:
         self.requests = 0  # generation requests (one per prompt and choice)
         self._pieces: dict[tuple[int, bool], str] = {}
         self._reload_lock = asyncio.Lock()
+        self.tokenize = TokenizerThread()  # every encode and chat render of a request, off the event loop
 
     # ----------------------------------------------------------------- checks
     def _auth(self, request: Request) -> None:
@@ -163,6 +167,7 @@ class ModelServer:
 
     def _model(self, name: str) -> None:
         if name != self.model_name:
+            name = name if len(name) <= 64 else f"{name[:40]}... ({len(name)} characters)"  # never echo a megabyte
             raise APIError(
                 404,
                 f"The model `{name}` does not exist. This server serves `{self.model_name}` (GET /v1/models).",
@@ -262,24 +267,9 @@ class ModelServer:
 
     # --------------------------------------------------------------- handlers
     async def _body(self, request: Request) -> Any:
-        """The request's JSON, read with a size cap (413) and parsed strictly (400): see :func:`parse_json`."""
+        """The request's JSON after the key check: a size cap (413), parsed strictly (400); see :func:`read_json`."""
         self._auth(request)
-        limit = self.max_body_bytes
-        too_big = APIError(413, f"the request body is larger than {limit} bytes (tirl serve --max-body-mb)")
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and len(declared) < 20 and int(declared) > limit:
-            raise too_big
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_big
-            chunks.append(chunk)
-        try:
-            return parse_json(b"".join(chunks), allow_nan=False)
-        except JSONProblem as exc:
-            raise bad(f"could not parse the request body as JSON: {exc}") from None
+        return await read_json(request, self.max_body_bytes)
 
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``."""
@@ -313,9 +303,7 @@ class ModelServer:
         job: CompletionJob = parse_completion(await self._body(request))
         common = job.common
         self._model(common.model)
-        prompts = [p if isinstance(p, list) else self._encode(p) for p in job.prompts]
-        for ids in prompts:
-            self._check_ids(ids, common.params.max_new_tokens, "prompt")
+        prompts = await self.tokenize.run(self._prompt_ids, job)
         rid = f"cmpl-{uuid.uuid4().hex}"
 
         def text_of(ids: list[int]) -> str:
@@ -323,7 +311,7 @@ class ModelServer:
 
         if common.stream:
             return self._stream(self._completion_chunks(rid, prompts, common, text_of))
-        samples = await self._sample(prompts, common, text_of)
+        samples = await unless_client_leaves(request, self._sample(prompts, common, text_of))
         choices = []
         for i, s in enumerate(samples):
             choice: dict[str, Any] = {
@@ -358,7 +346,7 @@ class ModelServer:
         self._model(common.model)
         self._check_chars(_prompt_chars(job), "messages", "messages")
         try:
-            ids = self._chat_prompt_ids(job)
+            ids = await self.tokenize.run(self._chat_prompt_ids, job)
         except APIError:
             raise
         except Exception as exc:
@@ -375,7 +363,7 @@ class ModelServer:
             return self._stream(tool_chunks(lambda: self._sample([ids], common, text_of), job.tools, base, usage))
         if common.stream:
             return self._stream(self._chat_chunks(rid, ids, job, text_of))
-        samples = await self._sample([ids], common, text_of)
+        samples = await unless_client_leaves(request, self._sample([ids], common, text_of))
         choices = []
         for i, s in enumerate(samples):
             text = job.tools.forced_start + s.text if job.tools else s.text
@@ -404,6 +392,14 @@ class ModelServer:
         if common.return_token_ids:
             body["prompt_token_ids"] = ids
         return JSONResponse(body)
+
+    def _prompt_ids(self, job: CompletionJob) -> list[list[int]]:
+        """(Tokenizer thread.) Each prompt's ids, checked as soon as it is encoded: a long one stops the rest."""
+        prompts = []
+        for p in job.prompts:
+            prompts.append(p if isinstance(p, list) else self._encode(p))
+            self._check_ids(prompts[-1], job.common.params.max_new_tokens, "prompt")
+        return prompts
 
     def _chat_prompt_ids(self, job: ChatJob) -> list[int]:
         """The rendered messages (with ``tools``), then the forced start of a required call (tools_api)."""
@@ -573,6 +569,8 @@ class ModelServer:
                     return await fn(request)  # type: ignore[no-any-return]
                 except APIError as exc:
                     return JSONResponse(exc.body(), status_code=exc.status)
+                except ClientGone:  # its generation was cancelled; nobody reads this (nginx's "client closed")
+                    return Response(status_code=499)
                 except Exception as exc:  # a bug, not the client's fault: still OpenAI-shaped, never plain text
                     err = APIError(500, f"internal error: {describe(exc)}")
                     return JSONResponse(err.body(), status_code=500)
