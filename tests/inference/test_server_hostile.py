@@ -113,6 +113,21 @@ def test_official_client_gets_bad_request_for_seed_and_role(server):
     assert "role" in err.value.body["param"]
 
 
+def test_json_mode_is_refused_not_ignored(server):
+    """A ``response_format`` asking for JSON was accepted and ignored: the client got free text it took for JSON."""
+    c = _client(server)
+    for fmt in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}):
+        with pytest.raises(openai.BadRequestError) as err:
+            c.chat.completions.create(
+                model=server[1], messages=[{"role": "user", "content": "hi"}], max_tokens=2, response_format=fmt
+            )  # type: ignore[call-overload]
+        assert err.value.body["param"] == "response_format"
+    plain = c.chat.completions.create(
+        model=server[1], messages=[{"role": "user", "content": "hi"}], max_tokens=2, response_format={"type": "text"}
+    )
+    assert plain.choices[0].finish_reason in ("stop", "length")
+
+
 def test_an_unknown_model_name_is_not_echoed_whole(server):
     """Red team, session 45: a 1 MB model name came back whole in the 404's message."""
     with pytest.raises(openai.NotFoundError) as err:

@@ -16,7 +16,8 @@ Fields beyond OpenAI's follow vLLM's names, so one client works against
 ``skip_special_tokens``. Fields that are accepted but ignored: ``user``,
 ``presence_penalty``/``frequency_penalty`` when 0, ``stream_options`` other
 than ``include_usage``. Fields that are refused with 400: ``echo``,
-``best_of`` > n, ``suffix``, ``logit_bias``, non-zero penalties. ``tools`` and
+``best_of`` > n, ``suffix``, ``logit_bias``, non-zero penalties, a ``response_format``
+other than ``{"type": "text"}`` (JSON mode would be ignored, not enforced). ``tools`` and
 ``tool_choice`` (chat only) are parsed by :mod:`tirl.inference.tools_api`.
 
 Hostile values are 400s, never 500s: non-finite or overflowing numbers,
@@ -152,6 +153,9 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
         raise bad("'suffix' is not supported by tirl serve", "suffix")
     if body.get("logit_bias"):
         raise bad("'logit_bias' is not supported by tirl serve", "logit_bias")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:  # JSON mode / a JSON schema would be silently ignored
+        raise bad('\'response_format\' is not supported by tirl serve (only {"type": "text"})', "response_format")
     for key in ("presence_penalty", "frequency_penalty"):
         if _field(body, key, float, 0.0) != 0.0:
             raise bad(f"'{key}' is not supported by tirl serve (only 0)", key)
