@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -343,3 +345,17 @@ def test_the_pages_policy_stops_a_script_that_got_through(report: Path, tmp_path
     unprotected.write_text(probe.read_text(encoding="utf-8").replace(f'content="{CSP}"', 'content=""'))
     dom = _chromium("--virtual-time-budget=3000", "--dump-dom", unprotected.as_uri(), user_dir=tmp_path / "ud2")
     assert "<title>pwned</title>" in dom.stdout  # the probe itself works: without the policy the script runs
+
+
+@pytest.mark.parametrize("name", ["summary.json", "config.json"])
+def test_a_fifo_among_the_runs_files_is_a_warning_not_a_hang(tmp_path: Path, name: str) -> None:
+    """A shared run with ``summary.json`` (or ``config.json``) a FIFO: the report waited for a writer forever."""
+    run = full_run_dir(tmp_path)
+    (run / name).unlink()
+    os.mkfifo(run / name)
+    cmd = [sys.executable, "-m", "tirl.cli", "report", str(run), "--out", str(tmp_path / "r.html")]
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "r.html").is_file()
+    if name == "summary.json":
+        assert f"{run / name}: is not a regular file" in got.stderr

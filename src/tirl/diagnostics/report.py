@@ -286,8 +286,8 @@ def _sampled_words(summary: dict[str, Any]) -> str:
 def _cpu_generator(run_dir: Path) -> bool:
     """The run generated with the in-process generator on the CPU (its runners are the bottleneck by design)."""
     try:
-        cfg = parse_json((run_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, JSONProblem):
+        cfg = parse_json(_run_file_bytes(run_dir / "config.json"))
+    except (OSError, InputError, JSONProblem):
         return False
     model = cfg.get("model") if isinstance(cfg, dict) else None
     return isinstance(model, dict) and model.get("generator") == "hf" and model.get("device", "cpu") == "cpu"
@@ -435,9 +435,18 @@ def _summary_section(path: Path) -> str:
     return f"<h2>Summary</h2><table>{rows}</table>{nested if rest else ''}"
 
 
+def _run_file_bytes(path: Path) -> bytes:
+    """A run's own JSON file; one that is not a regular file (a FIFO never ends: the report hung) is an InputError."""
+    if not path.is_file():
+        raise InputError(
+            str(path), None, "is not a regular file (a pipe or a device)", "restore the file the run wrote"
+        )
+    return path.read_bytes()
+
+
 def _read_summary(path: Path) -> dict[str, Any]:
     try:
-        data = parse_json(path.read_bytes())  # JSONProblem names bytes that are not UTF-8
+        data = parse_json(_run_file_bytes(path))  # JSONProblem names bytes that are not UTF-8
     except OSError as exc:
         raise InputError(str(path), None, f"cannot be read ({exc.strerror or exc})", "check its permissions") from None
     except JSONProblem as exc:
