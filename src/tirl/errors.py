@@ -68,16 +68,37 @@ def show_value(value: object) -> str:
 
 
 _BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+#: the characters that reorder what follows them on screen ("Trojan source"): shown escaped, as controls are
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _obeyed(ch: str) -> bool:
+    """A character a terminal acts on instead of showing: C0 and C1 controls, DEL, and the bidi controls."""
+    return ch < " " or "\x7f" <= ch <= "\x9f" or ch in _BIDI
 
 
 def one_line(text: str) -> str:
     r"""``text`` with line breaks and control characters escaped (``\n``, ``\x1e``): one ``error:`` line stays one.
 
     Messages echo user input (keys, values, paths); a key holding a newline must not split the line.
+    The rest is :func:`printable`'s rule: an escape sequence in the input is shown, never obeyed.
     """
     if text.isprintable():
         return text
-    return "".join(_escape(ch) if ch in _BREAKS or (ch < " " and ch != "\t") or ch == "\x7f" else ch for ch in text)
+    return "".join(_escape(ch) if ch in _BREAKS or (_obeyed(ch) and ch != "\t") else ch for ch in text)
+
+
+def printable(text: str) -> str:
+    r"""``text`` for a terminal: controls escaped (``\x1b``, ``\x07``, ``\r``, ``\x9b``, ``\u202e``) but ``\n``, ``\t``.
+
+    Text that came from a file or a model (a trajectory id, a file name the agent made, a reviewer's answer) is
+    shown, never obeyed: an OSC 52 sequence would write the clipboard, others set the window title, move the
+    cursor, clear the screen or hide the lines before them. Not covered: text that only looks like other text
+    (homoglyphs).
+    """
+    if text.isprintable():
+        return text
+    return "".join(_escape(ch) if _obeyed(ch) and ch not in "\n\t" else ch for ch in text)
 
 
 def _escape(ch: str) -> str:

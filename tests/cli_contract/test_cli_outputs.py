@@ -2,7 +2,7 @@
 
 Writes go through symbolic links and into devices and FIFOs (never replacing
 them); directories and paths under a file are refused before any work; a
-user's ``X.tmp`` survives ``--out X``.
+user's ``X.tmp`` survives ``--out X``. A run directory holding a link among its own files is refused.
 """
 
 from __future__ import annotations
@@ -242,3 +242,22 @@ def test_sft_out_is_the_init_checkpoint(capsys, tmp_path):
     out = run_cli(capsys, "sft", "--init", init, "--out", init, "--steps", "1")
     assert_refused(out, "--out", "input")
     assert "model:" not in out.out and (init / "config.json").read_text(encoding="utf-8") == "{}"
+
+
+@pytest.mark.parametrize("name", ["report.html", "metrics.jsonl", "tb"])
+def test_report_never_writes_through_a_link_in_a_shared_run(capsys, tmp_path, name):
+    """A shared run with ``report.html -> ~/.bashrc``: ``tirl report RUN`` replaced the link's target, exit 0."""
+    run = _full_run(tmp_path)
+    victim = tmp_path / "victim"
+    if name == "tb":
+        victim.mkdir()
+        (run / "tb" / "events.out.tfevents.1.host").rename(victim / "events.out.tfevents.1.host")
+        (run / "tb").rmdir()
+    elif name == "metrics.jsonl":
+        (run / name).replace(victim)
+    else:
+        victim.write_text("the user's file\n")
+    (run / name).symlink_to(victim)
+    before = _snapshot(tmp_path)
+    assert_refused(run_cli(capsys, "report", run), f"{run / name}: is a symbolic link (to {victim})", "cp -rL")
+    assert _snapshot(tmp_path) == before

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from tirl.cli import main
 from tirl.diagnostics import write_report
 from tirl.diagnostics.adapters import load_metrics
 from tirl.diagnostics.render import verdict_line
+from tirl.diagnostics.report import CSP
 from tirl.diagnostics.training import diagnose_training
 from tirl.trainer.run import write_report as write_report_summary
 
@@ -199,7 +202,8 @@ def test_a_path_without_a_run_is_one_error_line(
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (make sysdeps installs it)")
 def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None:
     probe = tmp_path / "probe.html"
-    probe.write_text(report.read_text(encoding="utf-8").replace("</body>", CHECK_SCRIPT + "</body>"))
+    page = report.read_text(encoding="utf-8").replace(f'content="{CSP}"', 'content=""')  # the probe's own script
+    probe.write_text(page.replace("</body>", CHECK_SCRIPT + "</body>"))
     dom = _chromium("--virtual-time-budget=5000", "--dump-dom", probe.as_uri(), user_dir=tmp_path / "ud1")
     m = re.search(r'id="imgcheck">loaded (\d+) of (\d+)<', dom.stdout)
     assert m, f"no image check in the DOM; stderr: {dom.stderr[-2000:]}"
@@ -286,3 +290,72 @@ def test_a_training_section_with_findings_names_unmatched_spikes(tmp_path: Path)
     page = write_report(run).read_text(encoding="utf-8")
     assert 'Training: <span class="verdict bad">void_leak</span>' in page
     assert "Also an IS-ratio spike at step 60 matched no row of the table" in page
+
+
+HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
+
+
+def _hostile_run(tmp_path: Path) -> Path:
+    """A shared run whose files carry markup where text or numbers belong (ids, termination names and counts)."""
+    run = full_run_dir(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["eval/before"]["terminations"] = {HOSTILE: 1, "void": HOSTILE}
+    (run / "summary.json").write_text(json.dumps(summary))
+    rows = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
+    rows[1]["id"] = HOSTILE
+    write_jsonl(run / "trajectories.jsonl", rows)
+    return run
+
+
+def test_markup_in_a_shared_run_never_enters_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A count of ``<script>...`` in summary.json went into the page unescaped; now that section is a warning."""
+    run = _hostile_run(tmp_path)
+    assert main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert "<script" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;" in page  # the id, shown as text
+    assert f"{run / 'summary.json'}: eval/before.terminations is not a table of counts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["x", [0.5], True])
+def test_an_accuracy_that_is_not_a_number_is_a_warning_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: object
+) -> None:
+    run = full_run_dir(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["eval/after"]["accuracy"] = value
+    summary["eval/paired"] = {"n": "many"}
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(run)]) == 0
+    assert "eval/after.accuracy is" in capsys.readouterr().err
+    summary["eval/after"]["accuracy"] = 0.5  # the comparison record alone
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(run)]) == 0
+    assert "its comparison before/after cannot be read (ValueError" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (make sysdeps installs it)")
+def test_the_pages_policy_stops_a_script_that_got_through(report: Path, tmp_path: Path) -> None:
+    """Were an escape missed, the page's Content-Security-Policy still runs no script: the title stays."""
+    probe = tmp_path / "probe.html"
+    probe.write_text(report.read_text(encoding="utf-8").replace("</body>", HOSTILE + "</body>"))
+    dom = _chromium("--virtual-time-budget=3000", "--dump-dom", probe.as_uri(), user_dir=tmp_path / "ud")
+    assert "<title>tirl report</title>" in dom.stdout, dom.stderr[-2000:]
+    unprotected = tmp_path / "unprotected.html"
+    unprotected.write_text(probe.read_text(encoding="utf-8").replace(f'content="{CSP}"', 'content=""'))
+    dom = _chromium("--virtual-time-budget=3000", "--dump-dom", unprotected.as_uri(), user_dir=tmp_path / "ud2")
+    assert "<title>pwned</title>" in dom.stdout  # the probe itself works: without the policy the script runs
+
+
+@pytest.mark.parametrize("name", ["summary.json", "config.json"])
+def test_a_fifo_among_the_runs_files_is_a_warning_not_a_hang(tmp_path: Path, name: str) -> None:
+    """A shared run with ``summary.json`` (or ``config.json``) a FIFO: the report waited for a writer forever."""
+    run = full_run_dir(tmp_path)
+    (run / name).unlink()
+    os.mkfifo(run / name)
+    cmd = [sys.executable, "-m", "tirl.cli", "report", str(run), "--out", str(tmp_path / "r.html")]
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "r.html").is_file()
+    if name == "summary.json":
+        assert f"{run / name}: is not a regular file" in got.stderr

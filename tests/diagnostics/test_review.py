@@ -45,6 +45,7 @@ async def chat(request: Request) -> JSONResponse:
         )
     user = next(m["content"] for m in body["messages"] if m["role"] == "user")
     verdict = "void_leak" if "void_leak" in user else "unknown"
+    extra = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J" if "hostile" in user else ""  # a reviewer that writes the clipboard
     return JSONResponse(
         {
             "id": "chatcmpl-1",
@@ -55,7 +56,10 @@ async def chat(request: Request) -> JSONResponse:
                 {
                     "index": 0,
                     "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": f"Reviewed {len(user)} chars; verdict {verdict}."},
+                    "message": {
+                        "role": "assistant",
+                        "content": f"Reviewed {len(user)} chars; verdict {verdict}.{extra}",
+                    },
                 }
             ],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
@@ -125,6 +129,19 @@ def test_review_sends_the_bundle(server: str, bundle: Path, monkeypatch, capsys)
     sent = SEEN[-1]
     assert sent["model"] == "tiny-reviewer" and sent["messages"][0]["role"] == "system"
     assert sent["messages"][1]["content"] == bundle.read_text()
+
+
+def test_a_reviewers_escape_sequences_are_shown_not_obeyed(server: str, bundle: Path, monkeypatch, capsys) -> None:
+    """The answer went to the terminal raw: an OSC 52 in it would set the clipboard; ``--out`` keeps it as sent."""
+    monkeypatch.setenv("REVIEW_KEY", KEY)
+    bundle.write_text("hostile bundle\n", encoding="utf-8")
+    out = bundle.parent / "answer.md"
+    argv = ["review", str(bundle), "--base-url", f"{server}/v1", "--model", "tiny-reviewer", "--env-key", "REVIEW_KEY"]
+    assert main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\x07" not in printed
+    assert "verdict unknown.\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b[2J" in printed
+    assert out.read_text(encoding="utf-8").endswith("\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\n")
 
 
 def test_trailing_slash_is_fine(server: str, monkeypatch) -> None:

@@ -7,7 +7,7 @@ so, or stops with exactly one ``error:`` line and leaves the run as it was:
 a pickle payload in any checkpoint file (with the checksum list rewritten by
 the attacker), a checkpoint without a checksum list, truncated training-state
 files, ``policy_version: [1]``, a ``step-99999999999999999999999`` directory,
-no checkpoint that verifies, a second writer, a torn last metrics line.
+no checkpoint that verifies, a second writer, a torn last metrics line, a link among the run's files.
 Disk-full saves are in ``test_checkpoint_disk_full.py``.
 """
 
@@ -434,3 +434,20 @@ def test_a_run_killed_before_its_summary_finishes_its_evaluation(run: Path, caps
     assert code == 0, err
     assert "its 2 steps are done; the evaluation after training and the summary run now" in err
     assert (run / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "checkpoints", "checkpoints/step-1"])
+def test_a_link_in_a_shared_run_is_refused_before_anything_is_written(run: Path, tmp_path: Path, capsys, name) -> None:
+    """``metrics.jsonl -> elsewhere`` had resume append to the file outside the run, ``checkpoints -> elsewhere``
+    save into and prune the directory outside it."""
+    outside = tmp_path / "outside"
+    (run / name).rename(outside)
+    (run / name).symlink_to(outside)
+    before = {p: p.read_bytes() for p in sorted(outside.rglob("*")) if p.is_file()} if outside.is_dir() else None
+    text = outside.read_bytes() if outside.is_file() else None
+    line = _one_error(*_resume(run, capsys, steps=3))
+    assert f"{run / name}: is a symbolic link (to {outside})" in line and "cp -rL" in line
+    if outside.is_dir():
+        assert {p: p.read_bytes() for p in sorted(outside.rglob("*")) if p.is_file()} == before
+    else:
+        assert outside.read_bytes() == text

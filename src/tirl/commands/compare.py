@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tirl.errors import InputError
+from tirl.errors import InputError, printable
 from tirl.jsonl import read_json
 from tirl.rollout.evaluation import TaskOutcome
 from tirl.rollout.paired import PairedSamples, UnevenSamples, solved_counts
@@ -173,9 +173,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(record))
         return 0
     if a.decoding != b.decoding:
-        print(f"note: the two evaluations decode differently ({a.decoding} vs {b.decoding})", file=sys.stderr)
-    print(f"first:  {a.describe()}")
-    print(f"second: {b.describe()}")
+        print(
+            printable(f"note: the two evaluations decode differently ({a.decoding} vs {b.decoding})"), file=sys.stderr
+        )
+    print(printable(f"first:  {a.describe()}"))  # the model and split as the files name them: shown, not obeyed
+    print(printable(f"second: {b.describe()}"))
     for line in result.lines():
         print(line)
     return 0

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tirl.cli import converted, output_file
 from tirl.config import load_config
+from tirl.errors import printable
 from tirl.fileio import atomic_write, check_output, refuse_overwrite
 from tirl.filters import RuleOptions, rules_with_options
 from tirl.filters.stream import judge_file
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if void_correct:
             shown = ", ".join(void_correct[:20]) + (" …" if len(void_correct) > 20 else "")
-            print(f"  ids: {shown}")
+            print(f"  ids: {printable(shown)}")  # ids from the file: shown, never obeyed by the terminal
     else:
         print("audit: no trajectory carries 'answer', so the void-but-correct check was not run")
     return 0

@@ -4,8 +4,10 @@ Refused with one ``error:`` line: a path that does not exist or is not a directo
 of a run's files (:data:`tirl.diagnostics.report.FILES`), and an output inside the run directory other than a
 new name at its top (``RUN_DIR/report.html``, the default, or e.g. ``RUN_DIR/report-v2.html``): never one of
 the run's own files (:mod:`tirl.trainer.run_files`) and never anything under ``checkpoints/``, ``tb/`` or
-another subdirectory, links and ``..`` resolved first. A section whose file cannot be read is a ``warning:``
-line on stderr (one per file) and a notice in the page; the rest of the report is still written (exit 0). A torn
+another subdirectory, links and ``..`` resolved first; a run holding a symbolic link among its own files
+(:func:`tirl.trainer.run_files.refuse_links`: ``report.html -> ~/.bashrc`` in a shared run). A section whose
+file cannot be read is a ``warning:`` line on stderr (one per file) and a notice in the page; the rest of the
+report is still written (exit 0). A torn
 last line of ``metrics.jsonl`` or ``pipeline_trace.jsonl`` (a killed run) is skipped with a ``note:`` line naming
 ``FILE:LINE`` (and the same note in the page). ``tirl train`` prints the same lines at its end. After the
 report's path, stdout gets the training verdict in one line (:func:`tirl.diagnostics.render.verdict_line`, the
@@ -72,6 +74,7 @@ def check_out_of_run(out: Path, run_dir: Path, *, option: str = "--out") -> None
 def run(args: argparse.Namespace) -> int:
     """Write the report, print its path and the training verdict; warn once per unreadable file, print notes."""
     check_run_dir(args.run_dir)
+    run_files.refuse_links(args.run_dir)  # RUN/report.html -> ~/.bashrc would be written through
     out = args.out if args.out is not None else args.run_dir / run_files.REPORT
     check_output(out)  # first: a directory, or a path under a file, is named as such
     check_out_of_run(out, args.run_dir, option="--out" if args.out is not None else "the report's path")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tirl.cli import output_file
 from tirl.diagnostics.review import review_bundle
-from tirl.errors import InputError
+from tirl.errors import InputError, printable
 from tirl.fileio import check_output, refuse_overwrite, write_text
 
 
@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     result = review_bundle(
         bundle, base_url=args.base_url, model=args.model, env_key=args.env_key, timeout_s=args.timeout
     )
-    print(result.text)
+    print(
+        printable(result.text)
+    )  # the endpoint's words: shown, never obeyed by the terminal (--out keeps them as sent)
     if args.out:
         write_text(args.out, result.text + "\n")
     return 0

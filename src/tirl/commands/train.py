@@ -189,6 +189,7 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     if args.resume:
         run_dir = Path(args.resume)
         saved_cfg = read_run_config(run_dir)
+        run_files.refuse_links(run_dir)  # its logs are appended to and its checkpoints pruned in place
         if args.config:
             raise InputError("--config", None, "cannot be given with --resume: a resumed run keeps its saved config",
                              "change single keys with --set KEY=VALUE")  # fmt: skip

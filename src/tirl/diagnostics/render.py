@@ -1,4 +1,9 @@
-"""Readable terminal output (rich tables) for the diagnoses and the audit."""
+"""Readable terminal output (rich tables) for the diagnoses and the audit.
+
+Text that came from the files (trajectory ids, file names the agent made, the re-judge's details, the path
+given) goes through :func:`for_terminal` first: rich reads ``[...]`` in a printed string as markup (an id
+``[/x]`` was a ``MarkupError`` traceback, ``[link=...]`` a hyperlink), and a terminal obeys escape sequences.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.pipeline import PipelineDiagnosis, high_text
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, evidence_lines, spikes_text, steps_text
+from tirl.errors import printable
 
 #: The width of a console that is not a terminal (a pipe, a file): wide enough that tables keep their natural
 #: width instead of being cut to rich's default of 80 columns. ``COLUMNS`` overrides it.
@@ -27,6 +33,20 @@ def output_console() -> Console:
     if columns.isdigit() and int(columns) > 0:
         return Console(width=int(columns))
     return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
+
+
+def for_terminal(value: Any) -> Any:
+    """``value`` with every string in it (keys too) shown as text by rich: markup escaped, controls escaped.
+
+    Lists and dicts are copied; numbers and ``None`` are returned as they are.
+    """
+    if isinstance(value, str):
+        return escape(printable(value))
+    if isinstance(value, dict):
+        return {for_terminal(k): for_terminal(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [for_terminal(v) for v in value]
+    return value
 
 
 _UNMATCHED = "matched no row of the table (neither the run's longest trajectory nor a filter drop in its step)"
@@ -139,9 +159,9 @@ def print_training(
     """
     console = console or output_console()
     style = "green" if diag.verdict == "healthy" else "bold red"
-    run = f" run {diag.run!r}" if diag.run is not None else ""
+    run = f" run {for_terminal(repr(diag.run))}" if diag.run is not None else ""
     console.print(
-        f"[bold]{diag.path}[/bold]{run} ({diag.format} format, {steps_text(diag.steps)}): "
+        f"[bold]{for_terminal(str(diag.path))}[/bold]{run} ({diag.format} format, {steps_text(diag.steps)}): "
         f"verdict [{style}]{diag.verdict}[/]"
     )
     if not diag.findings:
@@ -157,7 +177,7 @@ def print_training(
         table.add_row(
             f"{f.kind}\n[dim]{SUMMARY[f.kind]}[/dim]",
             _steps_text(f.steps),
-            "\n".join(evidence_lines(f.evidence)),
+            for_terminal("\n".join(evidence_lines(f.evidence))),
             check_first(f.kind, diag.format),
         )
     console.print(table)
@@ -195,12 +215,12 @@ def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> N
         style = "yellow"
     snapshots = "1 snapshot" if ev["snapshots"] == 1 else f"{ev['snapshots']} snapshots"
     console.print(
-        f"[bold]{escape(diag.path)}[/bold] ({snapshots}, {ev['duration_s']} s): verdict [{style}]{diag.verdict}[/]"
-        + escape(pipeline_coverage(diag)),
+        f"[bold]{for_terminal(diag.path)}[/bold] ({snapshots}, {ev['duration_s']} s): "
+        f"verdict [{style}]{diag.verdict}[/]" + escape(pipeline_coverage(diag)),
         soft_wrap=True,  # one line whatever its length, as the healthy line of diagnose training
     )
     if diag.verdict == "cannot_judge":  # one line: why; no table of numbers that no verdict stands on
-        console.print(f"cannot judge the pipeline: {ev['cannot_judge']}", soft_wrap=True)
+        console.print(f"cannot judge the pipeline: {for_terminal(ev['cannot_judge'])}", soft_wrap=True)
         return
     table = Table()
     for col in ("queue", "time-avg depth", "fill", "max", "non-empty", "first→last third", "trend /s", "high"):
@@ -228,8 +248,9 @@ def print_pipeline(diag: PipelineDiagnosis, console: Console | None = None) -> N
 
 
 def print_audit(data: dict[str, Any], path: str, console: Console | None = None) -> None:
-    """The audit as a few small tables."""
+    """The audit as a few small tables; the data's text is shown, never read as markup or obeyed."""
     console = console or output_console()
+    data, path = for_terminal(data), for_terminal(path)
     console.print(
         f"[bold]{path}[/bold]: {data['trajectories']} trajectories, {data['void']} void "
         f"({data['void_ratio']:.1%}), {data['void_turns']} void turns"

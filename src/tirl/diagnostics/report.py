@@ -10,7 +10,9 @@ report then says so instead of failing)::
     tb/                   TensorBoard events (listed; the plots come from metrics.jsonl)
 
 The page has no external references (no scripts, fonts or images from the
-network), so it can be mailed or archived as one file. Plots use matplotlib's
+network), so it can be mailed or archived as one file. Text from the run (ids, names, the policy's words) is
+HTML-escaped, numbers are checked to be numbers, and the page's Content-Security-Policy (:data:`CSP`) lets no
+script run and nothing load even if a value got through unescaped. Plots use matplotlib's
 Agg backend (no display needed).
 """
 
@@ -32,7 +34,7 @@ from tirl.diagnostics.bundle import filter_config
 from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, high_text, load_trace
 from tirl.diagnostics.render import coverage_lines, has_ratio, pipeline_not_checked, verdict_line
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines, steps_text
-from tirl.errors import InputError, TirlError, one_line
+from tirl.errors import InputError, TirlError, cut, describe, one_line
 from tirl.fileio import write_text
 from tirl.jsonl import JSONProblem, parse_json
 
@@ -43,6 +45,10 @@ FILES: dict[str, str] = {
     "summary.json": "the run summary",
     "tb": "TensorBoard event files",
 }
+
+#: The page's own rule: no script runs and nothing is fetched, whatever text a run's files put into it (every
+#: value is escaped as well; it holds even where an escape is missed). Images are the inline PNGs.
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -186,37 +192,63 @@ def _raw(log: MetricsLog, key: str) -> list[float | None]:
     return out
 
 
-def _eval_section(summary: dict[str, Any]) -> str:
+_SUMMARY_FIX = "restore the summary.json the run wrote (the rest of the report does not need it)"
+
+
+def _eval_numbers(record: dict[str, Any], side: str, where: str) -> tuple[float, float, dict[str, int]]:
+    """One side's accuracy, mean turns and termination counts; a value of another type is an ``InputError``.
+
+    summary.json may come from someone else's run: its values go into the page as numbers, never as text.
+    """
+    out: list[float] = []
+    for key in ("accuracy", "mean_turns"):
+        value = record.get(key) or 0.0
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise InputError(where, None, f"eval/{side}.{key} is {cut(repr(value))}, not a number",
+                             _SUMMARY_FIX)  # fmt: skip
+        out.append(float(value))
+    counts = record.get("terminations") or {}
+    ok = isinstance(counts, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in counts.values())
+    if not ok:
+        raise InputError(where, None, f"eval/{side}.terminations is not a table of counts",
+                         _SUMMARY_FIX)  # fmt: skip
+    return out[0], out[1], counts
+
+
+def _eval_section(summary: dict[str, Any], where: str = "summary.json") -> str:
     """Held-out accuracy and mean turns before and after training, as bars, with the termination counts."""
     before, after = summary.get("eval/before"), summary.get("eval/after")
     if not isinstance(before, dict) or not isinstance(after, dict):
         return "<h2>Evaluation</h2><p class='missing'>no evaluation before and after in summary.json</p>"
+    (acc_b, turns_b, ends_b), (acc_a, turns_a, ends_a) = (
+        _eval_numbers(before, "before", where),
+        _eval_numbers(after, "after", where),
+    )
+    try:
+        words = _paired_words(summary) + _sampled_words(summary)
+    except (KeyError, IndexError, TypeError, ValueError) as exc:  # a hand-edited comparison record
+        raise InputError(where, None, f"its comparison before/after cannot be read ({describe(exc)})",
+                         _SUMMARY_FIX) from None  # fmt: skip
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(6.4, 2.4))
-    for ax, key, title in ((axes[0], "accuracy", "held-out accuracy"), (axes[1], "mean_turns", "mean turns")):
-        values = [float(before.get(key) or 0.0), float(after.get(key) or 0.0)]
+    for ax, values, title in (
+        (axes[0], [acc_b, acc_a], "held-out accuracy"),
+        (axes[1], [turns_b, turns_a], "mean turns"),
+    ):
         bars = ax.bar(["before", "after"], values, color=["#999", "#3a7"])
         ax.bar_label(bars, fmt="%.3g", fontsize=8)
         ax.set_title(title, fontsize=10)
         ax.tick_params(labelsize=8)
     axes[0].set_ylim(0, 1.05)
     img = _img("evaluation before and after", _png(fig))
-    kinds = sorted(set(before.get("terminations") or {}) | set(after.get("terminations") or {}))
     rows = "".join(
-        f"<tr><td>{html.escape(k)}</td><td>{(before.get('terminations') or {}).get(k, 0)}</td>"
-        f"<td>{(after.get('terminations') or {}).get(k, 0)}</td></tr>"
-        for k in kinds
+        f"<tr><td>{html.escape(k)}</td><td>{ends_b.get(k, 0)}</td><td>{ends_a.get(k, 0)}</td></tr>"
+        for k in sorted(set(ends_b) | set(ends_a))
     )
-    n = after.get("n", "?")
-    from tirl.rollout.evaluation import PairedChange
-
-    paired = summary.get("eval/paired")
-    pairs = f" Task by task: {PairedChange.from_dict(paired).line()}." if isinstance(paired, dict) else ""
-    pairs += html.escape(_sampled_words(summary))
     built = summary.get("built_with")
     ran = (
         f" Ran with {html.escape(built)}: the run repeats to the digit where these match (tirl.models.kernels)."
@@ -224,10 +256,18 @@ def _eval_section(summary: dict[str, Any]) -> str:
         else ""
     )
     return (
-        f"<h2>Evaluation</h2><p>{html.escape(str(n))} tasks, greedy: accuracy {before.get('accuracy', 0):.3f} → "
-        f"{after.get('accuracy', 0):.3f}.{pairs}{ran}</p><div class='plots'>{img}</div>"
+        f"<h2>Evaluation</h2><p>{html.escape(str(after.get('n', '?')))} tasks, greedy: accuracy {acc_b:.3f} → "
+        f"{acc_a:.3f}.{html.escape(words)}{ran}</p><div class='plots'>{img}</div>"
         f"<table><tr><th>how episodes ended</th><th>before</th><th>after</th></tr>{rows}</table>"
     )
+
+
+def _paired_words(summary: dict[str, Any]) -> str:
+    """The greedy evaluation's task-by-task change as a sentence; empty without one."""
+    from tirl.rollout.evaluation import PairedChange
+
+    paired = summary.get("eval/paired")
+    return f" Task by task: {PairedChange.from_dict(paired).line()}." if isinstance(paired, dict) else ""
 
 
 def _sampled_words(summary: dict[str, Any]) -> str:
@@ -246,8 +286,8 @@ def _sampled_words(summary: dict[str, Any]) -> str:
 def _cpu_generator(run_dir: Path) -> bool:
     """The run generated with the in-process generator on the CPU (its runners are the bottleneck by design)."""
     try:
-        cfg = parse_json((run_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, JSONProblem):
+        cfg = parse_json(_run_file_bytes(run_dir / "config.json"))
+    except (OSError, InputError, JSONProblem):
         return False
     model = cfg.get("model") if isinstance(cfg, dict) else None
     return isinstance(model, dict) and model.get("generator") == "hf" and model.get("device", "cpu") == "cpu"
@@ -395,9 +435,18 @@ def _summary_section(path: Path) -> str:
     return f"<h2>Summary</h2><table>{rows}</table>{nested if rest else ''}"
 
 
+def _run_file_bytes(path: Path) -> bytes:
+    """A run's own JSON file; one that is not a regular file (a FIFO never ends: the report hung) is an InputError."""
+    if not path.is_file():
+        raise InputError(
+            str(path), None, "is not a regular file (a pipe or a device)", "restore the file the run wrote"
+        )
+    return path.read_bytes()
+
+
 def _read_summary(path: Path) -> dict[str, Any]:
     try:
-        data = parse_json(path.read_bytes())  # JSONProblem names bytes that are not UTF-8
+        data = parse_json(_run_file_bytes(path))  # JSONProblem names bytes that are not UTF-8
     except OSError as exc:
         raise InputError(str(path), None, f"cannot be read ({exc.strerror or exc})", "check its permissions") from None
     except JSONProblem as exc:
@@ -445,7 +494,9 @@ def render_report(
     if present["summary.json"]:
         summary = run_dir / "summary.json"
         parts.append(_guard("Summary", summary.name, lambda: _summary_section(summary), problems))
-        parts.append(_guard("Evaluation", summary.name, lambda: _eval_section(_read_summary(summary)), problems))
+        parts.append(
+            _guard("Evaluation", summary.name, lambda: _eval_section(_read_summary(summary), str(summary)), problems)
+        )
     if present["metrics.jsonl"]:
 
         def training() -> str:
@@ -486,7 +537,8 @@ def render_report(
         )
     body = "\n".join(parts)
     return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>tirl report</title>"
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\"><title>tirl report</title>"
         f"<style>{CSS}</style></head><body>{body}</body></html>\n"
     )
 

@@ -14,9 +14,20 @@ At the top of ``RUN_DIR``::
 
 ``report.html`` is the report's own file (``tirl report RUN`` rewrites it); every other name is the run's
 record, which :func:`is_run_file` recognises (any ``eval_*.json`` too, and each file's ``.torn`` companion).
+
+A run directory tirl wrote holds no symbolic links, and one it is given (``--resume``, ``tirl report``) may hold
+none among these names (``.lock`` has its own guard) or directly inside ``checkpoints/``, ``tb/`` and ``ranks/``:
+the writers append to, replace and prune these paths in place, so a shared run with ``metrics.jsonl ->
+~/.bashrc`` would have the next command write through the link outside the run (:func:`refuse_links`). The run
+directory itself may be a link.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tirl.errors import InputError
 
 CONFIG = "config.json"
 NOTES = "config_notes.json"  # the notes on TRL/verl names the saved config was made from
@@ -44,3 +55,39 @@ def is_run_file(name: str) -> bool:
     """Whether ``name`` (one path component at the top of a run directory) is part of the run's record."""
     base = name.removesuffix(TORN)
     return base in RECORD or name in DIRECTORIES or (base.startswith("eval_") and base.endswith(".json"))
+
+
+def linked_entries(run_dir: Path) -> list[Path]:
+    """The entries of ``run_dir`` that its writers use (its names and what its directories hold) and that are links."""
+    found: list[Path] = []
+    try:
+        top = sorted(os.scandir(run_dir), key=lambda e: e.name)
+    except OSError:  # not (yet) a directory: the caller's own checks name it
+        return found
+    for entry in top:
+        if entry.name == LOCK or (entry.name != REPORT and not is_run_file(entry.name)):
+            continue  # the lock file is opened without following a link (tirl.trainer.run_lock) and says so
+        if entry.is_symlink():
+            found.append(Path(entry.path))
+        elif entry.name in DIRECTORIES and entry.is_dir(follow_symlinks=False):
+            try:
+                found += sorted(Path(e.path) for e in os.scandir(entry.path) if e.is_symlink())
+            except OSError:
+                continue
+    return found
+
+
+def refuse_links(run_dir: Path) -> None:
+    """One ``error:`` (:class:`InputError`) naming the first link of :func:`linked_entries`; nothing when none."""
+    links = linked_entries(run_dir)
+    if not links:
+        return
+    link = links[0]
+    more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
+    raise InputError(
+        str(link),
+        None,
+        f"is a symbolic link (to {os.readlink(link)}){more}; tirl writes a run's files in place, so it would "
+        "write through the link outside the run",
+        "replace each link by a copy of what it names (cp -rL), or give a copy of the run made with cp -rL",
+    )
