@@ -413,3 +413,19 @@ def test_a_device_as_input_is_refused_before_it_is_read(capsys, tmp_path, argv):
 def test_diagnose_training_names_a_device_for_what_it_is(capsys):
     """``/dev/zero`` (and a pipe such as ``<(cat log)``) was reported as "file not found"."""
     assert_refused(run_cli(capsys, "diagnose", "training", "/dev/zero"), "is not a regular file", "save the log")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep", "not-utf8"])
+def test_audit_of_a_run_whose_config_is_not_a_readable_json_file(capsys, tmp_path, kind):
+    """A FIFO config.json was skipped without a word (the audit ran under the default rule); a deep one was
+    refused by a catch-all line that did not name the file. Either is now one line naming the run's config."""
+    import os
+
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "trajectories.jsonl", [TRAJ])
+    if kind == "fifo":
+        os.mkfifo(run / "config.json")
+    else:
+        (run / "config.json").write_bytes(DEEP.encode() if kind == "deep" else NOT_UTF8)
+    assert_refused(run_cli(capsys, "audit", run), str(run / "config.json"))

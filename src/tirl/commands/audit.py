@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +25,7 @@ from tirl.diagnostics.render import print_audit
 from tirl.envs.base import EnvError
 from tirl.errors import InputError, SetupError
 from tirl.filters import rules_with_options
-from tirl.jsonl import dumps_json, read_trajectories
+from tirl.jsonl import dumps_json, read_json, read_trajectories
 from tirl.parsing import ParseRules
 from tirl.types import Trajectory
 
@@ -53,16 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_config(args: argparse.Namespace) -> tuple[TirlConfig | None, str]:
     """The config the trajectories were made under (``None``: not known) and where it came from."""
     saved = args.input / "config.json" if args.input.is_dir() else None
-    if saved is not None and saved.is_file():
+    if saved is not None and (saved.exists() or saved.is_symlink()):
         if args.config is not None:
             fix = "drop --config: a run's trajectories are audited under the config that made them"
             raise InputError(str(args.config), None, f"{args.input} is a run directory with its own config.json", fix)
-        try:
-            data = json.loads(saved.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            fix = "restore the config.json tirl wrote, or audit the trajectories file itself"
-            raise InputError(str(saved), None, f"cannot read the run's config: {exc}", fix) from None
-        return config_from_dict(data), str(saved)
+        fix = "restore the config.json tirl wrote, or audit the trajectories file itself"
+        if not saved.is_file():  # a FIFO would hang the read; skipping it would audit under the default rule
+            raise InputError(str(saved), None, "the run's config is not a regular file", fix)
+        return config_from_dict(read_json(saved, missing_fix=fix)), str(saved)
     if args.config is not None:
         return load_config(args.config), str(args.config)
     return None, ""
