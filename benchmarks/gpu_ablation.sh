@@ -80,7 +80,11 @@ SETS=(
     generation.max_total_tokens="$MAX_TOTAL_TOKENS" rollout.run_workers=64 algo.micro_batch_tokens=8192
 )
 read -r -a extra <<< "${EXTRA:-}"
-SETS+=("${extra[@]}")
+for e in "${extra[@]}"; do  # an EXTRA key replaces the script's own (tirl refuses a key given twice in --set)
+    for i in "${!SETS[@]}"; do [[ "${SETS[$i]%%=*}" == "${e%%=*}" ]] && unset 'SETS[i]'; done
+    SETS+=("$e")
+done
+SETS=("${SETS[@]}")
 SET_ARGS=()
 for s in "${SETS[@]}"; do SET_ARGS+=(--set "$s"); done
 
@@ -103,10 +107,10 @@ if (( DRY )); then
         "${cmd[@]/--json/--dry-run}"
         # the resolved config of the level's first test run (off, seed 0), as tirl config show prints it
         mapfile -t overrides < <("$PYTHON" -c 'import sys; from tirl.ablation import AblationPlan
-plan = AblationPlan(level=sys.argv[1], steps=int(sys.argv[2]), split="validation")
-print("\n".join(plan.overrides("off", 0)))' "$level" "$STEPS")
+plan = AblationPlan(level=sys.argv[1], steps=int(sys.argv[2]), split="validation", extra=tuple(sys.argv[3:]))
+print("\n".join(plan.overrides("off", 0)))' "$level" "$STEPS" "${SETS[@]}")
         cfg_args=()
-        for s in "${overrides[@]}" "${SETS[@]}"; do cfg_args+=(--set "$s"); done
+        for s in "${overrides[@]}"; do cfg_args+=(--set "$s"); done
         show "${TIRL[@]}" config show "${cfg_args[@]}"
         if ! shown=$("${TIRL[@]}" config show "${cfg_args[@]}" 2>&1); then echo "$shown" >&2; exit 2; fi
         [[ "${VERBOSE:-0}" == 1 ]] && echo "$shown"

@@ -31,6 +31,24 @@ TINY_TRAIN_ARGS = [
 ]  # fmt: skip
 
 
+def with_sets(base: list[str], *items: str) -> list[str]:
+    """``base`` with each ``KEY=VALUE`` of ``items`` as a ``--set``, replacing ``base``'s own ``--set`` of that key.
+
+    The CLI refuses a key given twice in ``--set`` (the last one used to win without a word), so a test that
+    changes one of the shared tiny-run keys says so here instead of repeating it.
+    """
+    keys = {item.split("=", 1)[0].strip() for item in items}
+    out: list[str] = []
+    i = 0
+    while i < len(base):
+        if base[i] == "--set" and base[i + 1].split("=", 1)[0].strip() in keys:
+            i += 2
+            continue
+        out.append(base[i])
+        i += 1
+    return [*out, *(a for item in items for a in ("--set", item))]
+
+
 def save_tiny_model(out: Path) -> Path:
     """A 1-layer random model (hidden 32) and its tokenizer saved at ``out``; the directory."""
     spec = TinyModelSpec(hidden_size=32, layers=1, heads=2, kv_heads=2, intermediate_size=64, max_positions=256)

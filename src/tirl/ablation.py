@@ -165,7 +165,20 @@ class AblationPlan:
         if mode == "roc":  # oversample: twice the group size the other arms use; the filter keeps half
             sizes = [o.split("=", 1)[1] for o in base if o.replace(" ", "").startswith("algo.group_size=")]
             base.append(f"algo.group_size={2 * int(sizes[-1]) if sizes else 16}")
-        return base
+        return merged_overrides(base)
+
+
+def merged_overrides(items: list[str]) -> list[str]:
+    """``items`` with one ``KEY=VALUE`` per key, the last one given (a level over STRESS, ``extra`` over both).
+
+    ``tirl train`` refuses a key given twice in ``--set``, so a run's command line holds each key once.
+    """
+    by_key: dict[str, str] = {}
+    for item in items:
+        key = item.split("=", 1)[0].strip()
+        by_key.pop(key, None)  # the later value, at its own place in the order
+        by_key[key] = item
+    return list(by_key.values())
 
 
 @dataclass(slots=True)

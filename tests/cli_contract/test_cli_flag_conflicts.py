@@ -39,6 +39,25 @@ def test_a_flag_and_a_set_of_the_same_key_are_refused(capsys, tmp_path, monkeypa
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["train"], ["eval"], ["config", "show"], ["ablate", "--out", "abl"], ["tasks", "export", "--out", "tasks"]],
+)
+def test_a_key_set_twice_is_refused(capsys, tmp_path, monkeypatch, command) -> None:
+    """``--set env.seed=1 --set env.seed=2`` took 2 without a word (the last one won)."""
+    monkeypatch.chdir(tmp_path)
+    argv = [*command, "--set", "env.seed=1", "--set", "env.seed = 2"]
+    if command[0] == "train":  # one that got through stops at its model, not after a job
+        argv += ["--set", f"model.path={tmp_path / 'missing'}"]
+    assert_refused(run_cli(capsys, *argv), "--set env.seed=1", "--set env.seed = 2", "both set env.seed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_key_set_twice_under_an_alias_is_refused(capsys) -> None:
+    out = run_cli(capsys, "config", "show", "--set", "trainer.steps=3", "--set", "max_steps=4")
+    assert_refused(out, "--set trainer.steps=3", "--set max_steps=4", "both set trainer.steps")
+
+
 def test_a_flag_and_a_set_of_other_keys_combine(capsys) -> None:
     out = run_cli(capsys, "config", "show", "--env", "tir-math", "--set", "trainer.steps=3")
     assert out.code == 0, out.err

@@ -18,18 +18,18 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
+from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model, with_sets
 
 from tirl.cli import main
 from tirl.trainer.logging import read_metrics
 
 ONE_STEP = [
-    *TINY_TRAIN_ARGS,
+    # a random model writes void turns only: their penalty rows carry the signal
+    *with_sets(TINY_TRAIN_ARGS, "filter.mode=penalize"),
     "--steps", "1",
     "--set", "generation.temperature=0.7",
     "--set", "algo.minibatches=2",
     "--set", "algo.lr=1e-3",
-    "--set", "filter.mode=penalize",  # a random model writes void turns only: their penalty rows carry the signal
     "--set", "filter.void_penalty=1.0",
     # one episode at a time: the sampler's seeds come from one stream in request order, and that order must not
     # depend on how fast the envs answer (Ray env hosts answer at varying speed)

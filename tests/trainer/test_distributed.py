@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
+from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model, with_sets
 
 from tirl.cli import main
 from tirl.distributed.launch import free_port
@@ -114,7 +114,7 @@ def test_global_batch_not_divisible_by_nproc_names_the_fix(
     model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     if (os.cpu_count() or 1) < 3:
-        args = [*TINY, "--set", "trainer.prompts_per_step=1", "--set", "algo.group_size=3", "--nproc", "2"]
+        args = [*with_sets(TINY, "trainer.prompts_per_step=1", "algo.group_size=3"), "--nproc", "2"]
     else:
         args = [*TINY, "--nproc", "3"]
     line = _error(["train", "--model", str(model_dir), "--run-dir", str(tmp_path / "r"), *args], capsys)

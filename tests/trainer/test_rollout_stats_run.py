@@ -17,13 +17,16 @@ from typing import Any
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
+from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model, with_sets
 
 from tirl.cli import main
 from tirl.envs import register_env, unregister_env
 from tirl.envs.base import EvalResult, StepResult
 from tirl.trainer.logging import read_metrics
 from tirl.types import Message, Role, TerminationReason
+
+#: filter.mode=drop: the random model writes only void turns, so the step resamples its groups
+DROP_ARGS = with_sets(TINY_TRAIN_ARGS, "filter.mode=drop")
 
 STAGES = ("init", "run", "eval")
 COUNTS = [
@@ -40,8 +43,10 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("m") / "model")
 
 
-def _train(model_dir: Path, run_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict[str, Any]]:
-    code = main(["train", "--model", str(model_dir), "--run-dir", str(run_dir), *TINY_TRAIN_ARGS, *extra])
+def _train(
+    model_dir: Path, run_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str, base: list[str] = TINY_TRAIN_ARGS
+) -> list[dict[str, Any]]:
+    code = main(["train", "--model", str(model_dir), "--run-dir", str(run_dir), *base, *extra])
     err = capsys.readouterr().err
     assert code == 0 and "Traceback" not in err, err
     rows = read_metrics(run_dir)
@@ -111,8 +116,8 @@ def test_timeouts_and_retries_of_every_resample_round_reach_the_row(
 ) -> None:
     # filter.mode=drop: the random model writes only void turns, so the step resamples its groups once
     (row,) = _train(model_dir, tmp_path / "run", capsys, "--steps", "1", "--env", slow_env,
-                    "--set", "filter.mode=drop", "--set", "filter.max_resample_rounds=1",
-                    "--set", "rollout.eval_timeout_s=0.3", "--set", "rollout.retries=1")  # fmt: skip
+                    "--set", "filter.max_resample_rounds=1",
+                    "--set", "rollout.eval_timeout_s=0.3", "--set", "rollout.retries=1", base=DROP_ARGS)  # fmt: skip
     n = row["rollout/trajectories"]
     assert row["filter/resample_rounds"] == 1 and n == 8  # 2 tasks x 2 episodes, twice
     assert row["rollout/eval_timeouts"] == row["rollout/eval_retries"] == n  # the first evaluation of every episode

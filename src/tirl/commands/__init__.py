@@ -14,7 +14,9 @@ def flag_overrides(overrides: Sequence[str], flags: Sequence[tuple[str, str, obj
 
     Raises :class:`~tirl.errors.ConfigError` when a ``--set`` item (in tirl's name or a TRL/verl alias of it) sets a
     key a given flag sets too: the flag used to win without a word, so ``--steps 1 --set trainer.steps=3`` trained
-    one step. A malformed ``--set`` item is left to :func:`tirl.config.resolve_config`'s own error.
+    one step; and when two ``--set`` items set the same key (the last used to win without a word). ``flags=[]``
+    checks a command's ``--set`` list alone. A malformed ``--set`` item is left to
+    :func:`tirl.config.resolve_config`'s own error.
     """
     from tirl.config import parse_override, tirl_keys
     from tirl.config_aliases import translate
@@ -22,12 +24,18 @@ def flag_overrides(overrides: Sequence[str], flags: Sequence[tuple[str, str, obj
 
     given = {key: (flag, value) for flag, key, value in flags if value is not None}
     keys = tirl_keys()
+    seen: dict[str, str] = {}
     for item in overrides:
         try:
             parts, value = parse_override(item)
             key = translate(".".join(parts), value, keys.__contains__).key
         except TirlError:
             continue  # resolve_config reports it, with the same words as without a flag
+        if key in seen:  # the last one used to win without a word
+            raise ConfigError(
+                f"--set {cut(seen[key])} and --set {cut(item)} both set {key} — give it once, with the value you mean"
+            )
+        seen[key] = item
         if key in given:
             flag, flag_value = given[key]
             raise ConfigError(
