@@ -238,4 +238,9 @@ def test_load_weights_bumps_policy_version(server):
         server[0] + "/load_weights", json={"path": "/nonexistent/ckpt", "policy_version": 9}, headers=headers
     )
     assert r.status_code == 400 and _error(r)["param"] == "path"
+    for bad_version in (-1, 2**80):  # a client's staleness arithmetic took them (red team, session 45)
+        r = httpx.post(
+            server[0] + "/load_weights", json={"path": str(server[3]), "policy_version": bad_version}, headers=headers
+        )
+        assert r.status_code == 400 and _error(r)["param"] == "policy_version", r.text
     assert httpx.get(server[0].removesuffix("/v1") + "/health").json()["policy_version"] == v0 + 1

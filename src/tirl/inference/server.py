@@ -421,8 +421,8 @@ class ModelServer:
         if not isinstance(body, dict) or not isinstance(body.get("path"), str) or not body["path"].strip("\x00"):
             raise bad("'path' is required: a checkpoint directory written with save_pretrained", "path")
         version = body.get("policy_version")
-        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
-            raise bad("'policy_version' must be an integer", "policy_version")
+        if version is not None and (type(version) is not int or not 0 <= version < 2**63):  # bool is not int here
+            raise bad("'policy_version' must be an integer from 0 to 2**63 - 1", "policy_version")
         if "\x00" in body["path"]:
             raise bad("'path' holds a NUL character", "path")
         try:
