@@ -10,7 +10,7 @@ This module:
   pytest bundle (``pytest.zip``) and the hidden tests (``tests/``). The judge reads and deletes
   all three before any code of the workspace runs, so the agent's code never sees them;
 * :func:`judge` runs the judge with the workspace as the sandbox's working directory, and
-  :func:`read_verdict` accepts only the line that starts with the secret.
+  :func:`read_verdict` accepts only a line signed with the secret (an HMAC; the secret is never sent).
 
 Failures the episode causes are the episode's (reward 0, with the reason in
 :attr:`Judgement.failure`), never an infrastructure error: a workspace too full to stage the
@@ -26,6 +26,7 @@ verdict is as trustworthy as that command (docs/sandbox.md, "The swe-lite scorer
 from __future__ import annotations
 
 import errno
+import hmac
 import json
 import os
 import secrets
@@ -131,12 +132,19 @@ def judge_code(budget_s: float) -> str:
 
 
 def read_verdict(stdout: str, secret: str) -> Verdict | None:
-    """The verdict on the last line that starts with ``secret``, or None (absent or malformed)."""
+    """The verdict on the last line whose tag is the judge's MAC of its JSON under ``secret``, or None.
+
+    The secret itself is never on the line: a process that reads the judge's output on its way here (as
+    the code under test can, where the sandbox runs as the host's uid) must not learn what signs a verdict.
+    """
     for line in reversed(stdout.splitlines()):
-        if not line.startswith(secret + " "):
+        tag, _, payload = line.partition(" ")
+        if not hmac.compare_digest(
+            tag.encode("utf-8", "surrogatepass"), scorer_runner.verdict_mac(secret, payload).encode()
+        ):
             continue
         try:
-            data = json.loads(line[len(secret) + 1 :])
+            data = json.loads(payload)
         except ValueError:
             return None
         if not isinstance(data, dict):

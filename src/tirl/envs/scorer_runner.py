@@ -30,9 +30,11 @@ The order inside the judge; each step happens before any code of the workspace r
    read the expected values;
 4. each test gets a fresh subject (its process group is killed after the test) and shares one
    deadline; a call past it fails the test and marks the verdict ``timed_out``;
-5. the verdict, ``<secret> <json>``, is the only thing written to the judge's standard output;
-   everything else (pytest's report, the subject's output) goes to standard error. No subject
-   holds that descriptor or knows the secret.
+5. the verdict, ``<mac> <json>`` (:func:`verdict_mac`: an HMAC of the JSON under the secret), is the
+   only thing written to the judge's standard output; everything else (pytest's report, the subject's
+   output) goes to standard error. No subject holds that descriptor or knows the secret, and a subject
+   that reads the line anyway (it can reach the run's output pipe, see docs/sandbox.md) learns a tag
+   that signs nothing else.
 
 Not covered (see docs/sandbox.md, "The swe-lite scorer"): what a test asserts about an object of
 the subject (its truth value, ``==`` between two such objects, ``len``, ``str``, iteration) is
@@ -400,6 +402,18 @@ def imported_names(sources: list[str]) -> set[str]:
     return names
 
 
+def verdict_mac(secret: str, payload: str) -> str:
+    """The verdict line's tag: HMAC-SHA256 of ``payload`` under ``secret`` (hex), never the secret itself.
+
+    The line can be read on its way to the host (a process of the sandbox that reaches the run's standard
+    output pipe); what it shows must not let anyone sign another payload (docs/sandbox.md).
+    """
+    import hashlib
+    import hmac
+
+    return hmac.new(secret.encode("ascii"), payload.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
 def _harden() -> None:
     """Step 1 of the module docstring: a clean path and environment, no bytecode, undumpable, no SIGINT.
 
@@ -545,7 +559,7 @@ def judge_main(wire: str, eval_dir: str, budget_s: float) -> None:
         status = pytest.main(args, plugins=[tally])
     finally:
         link.stop()
-    report = dict(tally.verdict(), status=int(status))
     import json
 
-    os.write(verdict_fd, f"\n{secret} {json.dumps(report)}\n".encode())
+    payload = json.dumps(dict(tally.verdict(), status=int(status)))
+    os.write(verdict_fd, f"\n{verdict_mac(secret, payload)} {payload}\n".encode())
