@@ -207,7 +207,9 @@ def zygote_main(ctrl_in, done_w, out_w, err_w):
     """
     status = 1
     try:
-        os.setpgid(0, 0)
+        # Its own session, not only its own group: a session has its own scheduler autogroup, whose nice value
+        # any member may set (/proc/self/autogroup), and the server's would carry to every later run.
+        os.setsid()
         PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)
         first_to_kill()
         null = os.open(os.devnull, os.O_RDONLY)
@@ -248,7 +250,7 @@ def kernel_main(sock, work, req):
     """A session kernel: keep one set of globals, run each request's code in it."""
     import socket  # see Server.kernel
 
-    os.setpgid(0, 0)
+    os.setsid()  # see zygote_main
     PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)
     first_to_kill()
     os.register_at_fork(after_in_child=random.seed)  # see zygote_main

@@ -26,7 +26,9 @@ Covered:
       namespace with it, including ``setsid`` daemons and processes that
       cleared their parent-death signal; nested user namespaces are disabled;
       PID 1's memory (``/proc/1/mem``, ``/proc/1/task/1/mem``) is masked, since
-      bwrap's own init runs as the code's uid and is dumpable;
+      bwrap's own init runs as the code's uid and is dumpable; ``/proc/sys`` is
+      read-only (the sandbox's IPC and PID namespace sysctls would otherwise be
+      writable, and a pool server's outlive its runs);
     - **resources**: rlimits on CPU time, address space, process count, file
       size and open files; a wall-clock timeout; the bytes in the writable
       places, and, as root, their number of files (one tmpfs with
@@ -187,6 +189,11 @@ def bwrap_argv(
     # /proc/1/mem was open for writing, so the code could rewrite PID 1's code (red team, session 44). Masked.
     for mem in ("/proc/1/mem", "/proc/1/task/1/mem"):
         argv += ["--ro-bind", "/dev/null", mem]
+    # The sysctls of the sandbox's own IPC and PID namespaces (shmmax, msgmni, sem, mqueue limits, pid_max) are
+    # writable by the code's uid, and a pool server's namespaces outlive its runs: pid_max = 301 left every later
+    # run on that server unable to fork (red team, session 45). Read-only. What /proc/sys shows is chosen by the
+    # reader's namespaces, so the host's, bound here, reads as the sandbox's own (bwrap binds from the host).
+    argv += ["--ro-bind", "/proc/sys", "/proc/sys"]
     if capped:
         argv += ["--bind", f"{MOUNT_POINT}/shm", SHM, "--bind", f"{MOUNT_POINT}/tmp", TMP]
     else:
