@@ -129,7 +129,7 @@ def set_limits(req, cpu=True):
         (resource.RLIMIT_NPROC, nproc),
         (resource.RLIMIT_FSIZE, fsize_mb * MB),
         (resource.RLIMIT_NOFILE, 256),
-        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_CORE, 1),  # not 0: a pipe core_pattern gets the dump anyway (tirl.sandbox._common.CORE_LIMIT)
     ]
     if cpu:
         pairs.append((resource.RLIMIT_CPU, int(timeout_s + 1)))
