@@ -9,7 +9,7 @@ It imports the usual modules once, then serves requests (``OP_RUN``) arriving on
 one at a time, in the frames of :mod:`tirl.sandbox._wire` (exit status, timed out, wall seconds, the head
 and tail of stdout and stderr).
 
-``pool``: a pre-forked child (its own process group, rlimits, cwd WORK) takes the request from fd 0
+``pool``: a pre-forked child (its own session and process group, rlimits, cwd WORK) takes the request from fd 0
 itself, reports its nonce, timeout and output cap to the server on its status pipe, closes fd 0,
 runs the code and exits. It is forked right after the previous run's cleanup, so a run's latency
 excludes the fork, and it waits with everything that does not depend on the request done

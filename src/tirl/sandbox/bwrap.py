@@ -8,8 +8,10 @@ process-count limit applies to it.
 
 Covered:
     - **network**: a new, empty network namespace (``--unshare-net``): no
-      interface but a down loopback, no DNS (no ``/etc/resolv.conf``);
-      listeners on the host's 127.0.0.1 are unreachable;
+      interface but the sandbox's own loopback (bwrap brings ``lo`` up), no DNS
+      (no ``/etc/resolv.conf``); listeners on the host's 127.0.0.1 are
+      unreachable; no socket family a network namespace does not scope
+      (``AF_VSOCK``: the seccomp filter allows only unix, inet, inet6, netlink);
     - **file system**: ``/usr`` (and the ``/bin``, ``/lib`` links) read-only;
       no ``/home``, ``/root``, project directory or host ``/tmp``; a private,
       size-limited writable workspace ``/work`` (or the caller's ``workdir``,
@@ -30,9 +32,10 @@ Covered:
       read-only (the sandbox's IPC and PID namespace sysctls would otherwise be
       writable, and a pool server's outlive its runs);
     - **resources**: rlimits on CPU time, address space, process count, file
-      size and open files; a wall-clock timeout; the bytes in the writable
-      places, and, as root, their number of files (one tmpfs with
-      ``nr_inodes``, mounted in a private mount namespace);
+      size, open files and core dumps (1 byte: no dump, also to a pipe
+      helper); a wall-clock timeout; the bytes in the writable places, and,
+      as root, their number of files (one tmpfs with ``nr_inodes``, mounted
+      in a private mount namespace);
     - **memory as a whole**, where tirl can write a cgroup hierarchy (as root):
       the run's own memory cgroup (:mod:`tirl.sandbox._cgroup`) limited to
       ``memory_mb`` charges processes, memfd, tmpfs files, shared memory and
