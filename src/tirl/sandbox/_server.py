@@ -81,7 +81,7 @@ PREIMPORTED = [bisect, cmath, collections, copy, datetime, decimal, fractions, f
 PREIMPORTED += [heapq, itertools, math, operator, re, statistics, string, textwrap, typing, json, random]
 
 if "empty_dir" not in globals():  # imported as a module; inside the sandbox the sources come first
-    from tirl.sandbox._leftovers import EMPTY_TMPFS_DIR, descendants, remove_sysv_ipc, tmpfs_mounts
+    from tirl.sandbox._leftovers import EMPTY_TMPFS_DIR, descendants, remove_sysv_ipc, sized_mounts
     from tirl.sandbox._tree import TreeTooLarge, empty_dir
     from tirl.sandbox._wire import READY, CappedBuffer, decode_request, encode_answer, frame
 
@@ -311,7 +311,7 @@ class Server:
         self.me = os.getpid()
         # As the namespace's init, a signal without a handler cannot reach us from inside: drop Python's.
         self.init = isolated and self.me == 1
-        self.tmpfs = tmpfs_mounts({work, *scratch}) if isolated else set()
+        self.tmpfs = sized_mounts({work, *scratch}) if isolated else set()
         self.times = {root: (os.stat(root).st_atime_ns, os.stat(root).st_mtime_ns) for root in (work, *scratch)}
         if self.init:
             signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -87,6 +87,7 @@ from tirl.sandbox.base import ExecResult, RunDefaults, RunRequest, Sandbox
 WORK = "/work"
 TMP = "/tmp"
 SHM = "/dev/shm"
+MQUEUE = "/dev/mqueue"  # the IPC namespace's POSIX message queues as files, so a pool server can remove them
 _UID_BASE = 200_000
 _UID_SPAN = 100_000
 
@@ -207,8 +208,9 @@ def bwrap_argv(
         argv += ["--bind", f"{MOUNT_POINT}/work", WORK]
     else:
         argv += ["--size", size, "--tmpfs", WORK]
-    # Everything else (the root, /etc, /dev itself) read-only: the writable places are exactly the three tmpfs.
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK, "--clearenv"]
+    # Everything else (the root, /etc, /dev itself) read-only: the writable places are exactly the three tmpfs
+    # and the IPC namespace's own mqueue (its queues as files).
+    argv += ["--mqueue", MQUEUE, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK, "--clearenv"]
     for key, value in dict(CLEAN_ENV, HOME=WORK, TMPDIR="/tmp").items():
         argv += ["--setenv", key, value]
     return argv

@@ -13,9 +13,10 @@ server over its stdin/stdout in the binary frames of :mod:`tirl.sandbox._wire`.
 
 A server runs one execution at a time. Afterwards it kills every process that
 execution left behind, empties the workspace, ``/tmp`` and ``/dev/shm`` and
-removes SysV IPC objects, so nothing of one execution (globals, files,
-processes, shared memory) is visible to the next. The rest of the sandbox's
-file system is read-only. With ``isolate=True`` the server is the sandbox's
+removes SysV IPC objects and POSIX message queues (``/dev/mqueue``, the IPC
+namespace's own mqueue), so nothing of one execution (globals, files,
+processes, shared memory, queues) is visible to the next. The rest of the
+sandbox's file system is read-only. With ``isolate=True`` the server is the sandbox's
 PID 1 (bwrap ``--as-pid-1``) and undumpable, under the seccomp filter: no
 process can ptrace it, open its descriptors or signal it, and ``kill(-1)``
 reaches every other process of the namespace. Every request carries a nonce
@@ -58,8 +59,6 @@ Not covered:
       An execution that could corrupt the server itself (e.g. through a
       kernel bug) could see the next one; the host replaces a server that
       stops answering or answers out of turn;
-    - POSIX message queues (``mq_open``) made by one execution outlive it on
-      that server (their names cannot be listed without mounting mqueue);
     - the PID counter and the tmpfs inode counter outlive a run on its server:
       a run can tell how many processes and files the runs before it created
       (a covert channel of a few bits per run between runs that cooperate);
@@ -105,7 +104,7 @@ from tirl.sandbox._common import CLEAN_ENV, argv_result, build_result, nul_resul
 from tirl.sandbox._launch import DEFAULT_INODES, Launch
 from tirl.sandbox._wire import FRAME, OP_RUN, READY, decode_answer, encode_request, frame
 from tirl.sandbox.base import ExecResult, RunDefaults, RunRequest, Sandbox
-from tirl.sandbox.bwrap import SHM, TMP, WORK, BwrapSandbox, launch, sandbox_python
+from tirl.sandbox.bwrap import MQUEUE, SHM, TMP, WORK, BwrapSandbox, launch, sandbox_python
 from tirl.sandbox.process import WARNING, ProcessSandbox
 
 _HERE = Path(__file__).parent
@@ -341,7 +340,7 @@ class WarmPool(Sandbox):
         start = None
         pass_fds: tuple[int, ...] = ()
         if self.isolate:
-            prog = [self.python, "-I", "-c", BOOT, SERVER_SOURCE, "isolated", kind, WORK, TMP, SHM]
+            prog = [self.python, "-I", "-c", BOOT, SERVER_SOURCE, "isolated", kind, WORK, TMP, SHM, MQUEUE]
             start = launch(
                 python=self.python,
                 prog=prog,
