@@ -48,7 +48,7 @@ def reference_chain(limits: Limits | None, user: int | None, procs: Path | None)
             "nproc": limits.nproc,
             "fsize": limits.fsize_mb * mb,
             "nofile": limits.nofile,
-            "core": 0,
+            "core": 1,
         }
         out += ["/usr/bin/prlimit", *(f"--{k}={v}:{v}" for k, v in values.items()), "--"]
     return out
@@ -70,7 +70,7 @@ def test_rlimit_values_cover_what_apply_rlimits_sets() -> None:
         ("nproc", 3),
         ("fsize", 2 << 20),
         ("nofile", 9),
-        ("core", 0),
+        ("core", 1),
     ]
 
 
@@ -113,7 +113,7 @@ async def test_a_child_set_up_by_the_helpers_sees_what_preexec_fn_gives_it(monke
     assert how_chained["argv"][0] == "/usr/bin/prlimit" or how_chained["argv"][0].endswith("setpriv")
     assert how_plain["preexec_fn"] is not None
     mb = 1 << 20
-    assert chained["limits"] == [[10, 10], [700 * mb] * 2, [50, 50], [5 * mb] * 2, [33, 33], [0, 0]]
+    assert chained["limits"] == [[10, 10], [700 * mb] * 2, [50, 50], [5 * mb] * 2, [33, 33], [1, 1]]
     if os.geteuid() == 0:
         assert (chained["uid"], chained["euid"], chained["gid"]) == (65534, 65534, 65534)
         assert chained["groups"] in ([], [65534])

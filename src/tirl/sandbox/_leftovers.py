@@ -3,15 +3,16 @@
 Standard library only: the warm pool's fork server runs this source inside the sandbox (it is put in
 front of ``_server.py``'s, see :data:`tirl.sandbox.pool.SERVER_SOURCE`), and uses it between runs.
 
-Not covered: POSIX message queues (their names cannot be listed without mounting mqueue); files, which
-:mod:`tirl.sandbox._tree` removes.
+POSIX message queues are files of the sandbox's own ``mqueue`` mount (``/dev/mqueue``, which bwrap mounts
+for the pool's servers), emptied like the other directories. Not covered: files, which :mod:`tirl.sandbox._tree`
+removes.
 """
 
 import ctypes
 import os
 
 LIBC = ctypes.CDLL(None)
-# tmpfs gives a directory a size of 20 bytes per entry, counting "." and "..": 40 is an empty one.
+# tmpfs and mqueue give a directory a size of 20 bytes per entry, counting "." and "..": 40 is an empty one.
 EMPTY_TMPFS_DIR = 40
 
 
@@ -38,13 +39,16 @@ def remove_sysv_ipc():
                 getattr(LIBC, func)(ident, 0, None)
 
 
-def tmpfs_mounts(paths):
-    """Those of ``paths`` that are tmpfs mount points (the last mount on a path is the one seen)."""
+def sized_mounts(paths):
+    """Those of ``paths`` that are tmpfs or mqueue mount points (the last mount on a path is the one seen).
+
+    An empty directory of either is told by its size (:data:`EMPTY_TMPFS_DIR`).
+    """
     fstype = {}
     with open("/proc/self/mountinfo", "rb") as f:
         for fields, _, tail in (line.partition(" - ") for line in f.read().decode("utf-8", "replace").splitlines()):
             fstype[(fields.split(" ") + [""] * 5)[4]] = tail.split(" ")[0]
-    return {p for p in paths if fstype.get(p) == "tmpfs"}
+    return {p for p in paths if fstype.get(p) in ("tmpfs", "mqueue")}
 
 
 def descendants(root):

@@ -27,6 +27,22 @@ when the program dies of it): memory held in a memfd filled with ``write()``, or
 attached a piece at a time, is in no process's address space, so the address-space rlimit cannot count
 it, and without a cgroup nothing else would. With a cgroup the three stay allowed: it charges them.
 
+**PID 1 keeps its scheduling and limits** (red team, session 45). A call that acts on another process
+by pid only checks that the caller has the same uid, and the warm pool's server (the namespace's PID 1,
+which outlives every run) does: the code could lower its hard rlimits (every later run's child then
+failed to set its own: ``not allowed to raise maximum limit``), renice it, pin it to one CPU or give it
+the idle I/O class, and every later run on that server inherited it. Denied with ``EPERM`` when the
+target is pid 1 (compared on the low 32 bits, as the kernel reads a ``pid_t``): ``prlimit64``,
+``sched_setaffinity``, ``sched_setscheduler``, ``sched_setparam``, ``sched_setattr``, ``setpriority``
+(and with ``PRIO_PGRP`` or ``PRIO_USER`` at all, which reach it by group or uid), ``ioprio_set`` (likewise
+with ``IOPRIO_WHO_PGRP`` or ``IOPRIO_WHO_USER``). On one's own processes these calls still work.
+
+**Socket families**: only ``AF_UNIX``, ``AF_INET``, ``AF_INET6`` and ``AF_NETLINK`` (each scoped by the
+sandbox's network namespace); ``socket`` and ``socketpair`` with any other family fail with
+``EAFNOSUPPORT``. ``AF_VSOCK`` is the reason (red team, session 45): its sockets are not scoped by
+a network namespace on the kernels we run (6.18 here), so in a VM with a virtio-vsock device the code
+could open one and connect to the hypervisor's services (CID 2) around the empty network namespace.
+
 ``clone3`` fails with ``ENOSYS``: its flags sit in memory, where a filter cannot read them, and C
 libraries then fall back to ``clone``, whose flags are checked. Calls of another architecture's ABI
 (e.g. 32-bit ``int 0x80`` on x86-64) kill the process (libseccomp's default for a foreign
@@ -42,6 +58,7 @@ import errno
 import functools
 import os
 import tempfile
+from typing import Any
 
 DENIED = (
     "ptrace",
@@ -89,6 +106,14 @@ DENIED = (
 # Memory that no rlimit counts; refused only where no memory cgroup counts it either.
 MEMORY_DENIED = ("memfd_create", "memfd_secret", "shmget")
 
+# Calls whose first argument is a target pid: none may act on pid 1 (the pool's server outlives every run).
+PID1_DENIED = ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr")
+# setpriority/ioprio_set: (which, who, ...); by group or user they reach pid 1 too, so those are denied at all.
+PRIO_DENIED_WHICH = {"setpriority": (1, 2), "ioprio_set": (2, 3)}  # PRIO_PGRP, PRIO_USER; IOPRIO_WHO_PGRP, _USER
+# Socket families the sandbox may open (all scoped by its network namespace); any other is EAFNOSUPPORT.
+SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
+LOW32 = 0xFFFFFFFF  # the kernel reads an int argument from the low 32 bits of its register
+
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 CLONE_NS_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
 
@@ -110,10 +135,38 @@ def filter_bpf(cgroup: bool = True) -> bytes:
     for flag in CLONE_NS_FLAGS:
         f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    _protect_pid1(sc, f)
+    _socket_families(sc, f)
     with tempfile.TemporaryFile() as tmp:
         f.export_bpf(tmp)
         tmp.seek(0)
         return tmp.read()
+
+
+def _protect_pid1(sc: Any, f: Any) -> None:
+    """No call may change pid 1's rlimits, priority, CPUs or I/O class (see the module docstring)."""
+    deny = sc.ERRNO(errno.EPERM)
+    for name in PID1_DENIED:
+        f.add_rule(deny, name, sc.Arg(0, sc.MASKED_EQ, LOW32, 1))
+    for name, whiches in PRIO_DENIED_WHICH.items():
+        f.add_rule(deny, name, sc.Arg(1, sc.MASKED_EQ, LOW32, 1))
+        for which in whiches:
+            f.add_rule(deny, name, sc.Arg(0, sc.MASKED_EQ, LOW32, which))
+
+
+def _socket_families(sc: Any, f: Any) -> None:
+    """``socket``/``socketpair`` of a family outside :data:`SOCKET_FAMILIES`: EAFNOSUPPORT.
+
+    Families below the largest allowed one are refused one by one; the rest by ``>=``, compared on all 64
+    bits, so a value whose high bits are set (the kernel would read only the low 32) is refused too.
+    """
+    refuse = sc.ERRNO(errno.EAFNOSUPPORT)
+    top = max(SOCKET_FAMILIES)
+    for name in ("socket", "socketpair"):
+        for family in range(top):
+            if family not in SOCKET_FAMILIES:
+                f.add_rule(refuse, name, sc.Arg(0, sc.EQ, family))
+        f.add_rule(refuse, name, sc.Arg(0, sc.GT, top))
 
 
 def seccomp_problem() -> str | None:

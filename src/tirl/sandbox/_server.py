@@ -9,7 +9,7 @@ It imports the usual modules once, then serves requests (``OP_RUN``) arriving on
 one at a time, in the frames of :mod:`tirl.sandbox._wire` (exit status, timed out, wall seconds, the head
 and tail of stdout and stderr).
 
-``pool``: a pre-forked child (its own process group, rlimits, cwd WORK) takes the request from fd 0
+``pool``: a pre-forked child (its own session and process group, rlimits, cwd WORK) takes the request from fd 0
 itself, reports its nonce, timeout and output cap to the server on its status pipe, closes fd 0,
 runs the code and exits. It is forked right after the previous run's cleanup, so a run's latency
 excludes the fork, and it waits with everything that does not depend on the request done
@@ -81,7 +81,7 @@ PREIMPORTED = [bisect, cmath, collections, copy, datetime, decimal, fractions, f
 PREIMPORTED += [heapq, itertools, math, operator, re, statistics, string, textwrap, typing, json, random]
 
 if "empty_dir" not in globals():  # imported as a module; inside the sandbox the sources come first
-    from tirl.sandbox._leftovers import EMPTY_TMPFS_DIR, descendants, remove_sysv_ipc, tmpfs_mounts
+    from tirl.sandbox._leftovers import EMPTY_TMPFS_DIR, descendants, remove_sysv_ipc, sized_mounts
     from tirl.sandbox._tree import TreeTooLarge, empty_dir
     from tirl.sandbox._wire import READY, CappedBuffer, decode_request, encode_answer, frame
 
@@ -129,7 +129,7 @@ def set_limits(req, cpu=True):
         (resource.RLIMIT_NPROC, nproc),
         (resource.RLIMIT_FSIZE, fsize_mb * MB),
         (resource.RLIMIT_NOFILE, 256),
-        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_CORE, 1),  # not 0: a pipe core_pattern gets the dump anyway (tirl.sandbox._common.CORE_LIMIT)
     ]
     if cpu:
         pairs.append((resource.RLIMIT_CPU, int(timeout_s + 1)))
@@ -207,7 +207,9 @@ def zygote_main(ctrl_in, done_w, out_w, err_w):
     """
     status = 1
     try:
-        os.setpgid(0, 0)
+        # Its own session, not only its own group: a session has its own scheduler autogroup, whose nice value
+        # any member may set (/proc/self/autogroup), and the server's would carry to every later run.
+        os.setsid()
         PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)
         first_to_kill()
         null = os.open(os.devnull, os.O_RDONLY)
@@ -248,7 +250,7 @@ def kernel_main(sock, work, req):
     """A session kernel: keep one set of globals, run each request's code in it."""
     import socket  # see Server.kernel
 
-    os.setpgid(0, 0)
+    os.setsid()  # see zygote_main
     PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)
     first_to_kill()
     os.register_at_fork(after_in_child=random.seed)  # see zygote_main
@@ -309,7 +311,7 @@ class Server:
         self.me = os.getpid()
         # As the namespace's init, a signal without a handler cannot reach us from inside: drop Python's.
         self.init = isolated and self.me == 1
-        self.tmpfs = tmpfs_mounts({work, *scratch}) if isolated else set()
+        self.tmpfs = sized_mounts({work, *scratch}) if isolated else set()
         self.times = {root: (os.stat(root).st_atime_ns, os.stat(root).st_mtime_ns) for root in (work, *scratch)}
         if self.init:
             signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -8,8 +8,10 @@ process-count limit applies to it.
 
 Covered:
     - **network**: a new, empty network namespace (``--unshare-net``): no
-      interface but a down loopback, no DNS (no ``/etc/resolv.conf``);
-      listeners on the host's 127.0.0.1 are unreachable;
+      interface but the sandbox's own loopback (bwrap brings ``lo`` up), no DNS
+      (no ``/etc/resolv.conf``); listeners on the host's 127.0.0.1 are
+      unreachable; no socket family a network namespace does not scope
+      (``AF_VSOCK``: the seccomp filter allows only unix, inet, inet6, netlink);
     - **file system**: ``/usr`` (and the ``/bin``, ``/lib`` links) read-only;
       no ``/home``, ``/root``, project directory or host ``/tmp``; a private,
       size-limited writable workspace ``/work`` (or the caller's ``workdir``,
@@ -26,11 +28,14 @@ Covered:
       namespace with it, including ``setsid`` daemons and processes that
       cleared their parent-death signal; nested user namespaces are disabled;
       PID 1's memory (``/proc/1/mem``, ``/proc/1/task/1/mem``) is masked, since
-      bwrap's own init runs as the code's uid and is dumpable;
+      bwrap's own init runs as the code's uid and is dumpable; ``/proc/sys`` is
+      read-only (the sandbox's IPC and PID namespace sysctls would otherwise be
+      writable, and a pool server's outlive its runs);
     - **resources**: rlimits on CPU time, address space, process count, file
-      size and open files; a wall-clock timeout; the bytes in the writable
-      places, and, as root, their number of files (one tmpfs with
-      ``nr_inodes``, mounted in a private mount namespace);
+      size, open files and core dumps (1 byte: no dump, also to a pipe
+      helper); a wall-clock timeout; the bytes in the writable places, and,
+      as root, their number of files (one tmpfs with ``nr_inodes``, mounted
+      in a private mount namespace);
     - **memory as a whole**, where tirl can write a cgroup hierarchy (as root):
       the run's own memory cgroup (:mod:`tirl.sandbox._cgroup`) limited to
       ``memory_mb`` charges processes, memfd, tmpfs files, shared memory and
@@ -82,6 +87,7 @@ from tirl.sandbox.base import ExecResult, RunDefaults, RunRequest, Sandbox
 WORK = "/work"
 TMP = "/tmp"
 SHM = "/dev/shm"
+MQUEUE = "/dev/mqueue"  # the IPC namespace's POSIX message queues as files, so a pool server can remove them
 _UID_BASE = 200_000
 _UID_SPAN = 100_000
 
@@ -187,6 +193,11 @@ def bwrap_argv(
     # /proc/1/mem was open for writing, so the code could rewrite PID 1's code (red team, session 44). Masked.
     for mem in ("/proc/1/mem", "/proc/1/task/1/mem"):
         argv += ["--ro-bind", "/dev/null", mem]
+    # The sysctls of the sandbox's own IPC and PID namespaces (shmmax, msgmni, sem, mqueue limits, pid_max) are
+    # writable by the code's uid, and a pool server's namespaces outlive its runs: pid_max = 301 left every later
+    # run on that server unable to fork (red team, session 45). Read-only. What /proc/sys shows is chosen by the
+    # reader's namespaces, so the host's, bound here, reads as the sandbox's own (bwrap binds from the host).
+    argv += ["--ro-bind", "/proc/sys", "/proc/sys"]
     if capped:
         argv += ["--bind", f"{MOUNT_POINT}/shm", SHM, "--bind", f"{MOUNT_POINT}/tmp", TMP]
     else:
@@ -197,8 +208,9 @@ def bwrap_argv(
         argv += ["--bind", f"{MOUNT_POINT}/work", WORK]
     else:
         argv += ["--size", size, "--tmpfs", WORK]
-    # Everything else (the root, /etc, /dev itself) read-only: the writable places are exactly the three tmpfs.
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK, "--clearenv"]
+    # Everything else (the root, /etc, /dev itself) read-only: the writable places are exactly the three tmpfs
+    # and the IPC namespace's own mqueue (its queues as files).
+    argv += ["--mqueue", MQUEUE, "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", WORK, "--clearenv"]
     for key, value in dict(CLEAN_ENV, HOME=WORK, TMPDIR="/tmp").items():
         argv += ["--setenv", key, value]
     return argv

@@ -6,16 +6,17 @@ one :mod:`tirl.sandbox.bwrap` builds, under its own unprivileged uid when tirl
 runs as root. A server has already imported the usual modules (math,
 fractions, itertools, collections, re, json, decimal, statistics...). For each
 execution a fresh child, forked after the previous run's cleanup, takes the
-request from the host's pipe, closes that pipe, puts itself in a new process
-group, applies the rlimits and runs the code in the private workspace. The
-host talks to a server over its stdin/stdout in the binary frames of
-:mod:`tirl.sandbox._wire`.
+request from the host's pipe, closes that pipe, puts itself in a new session
+(not the server's: a session shares its scheduler autogroup), applies the
+rlimits and runs the code in the private workspace. The host talks to a
+server over its stdin/stdout in the binary frames of :mod:`tirl.sandbox._wire`.
 
 A server runs one execution at a time. Afterwards it kills every process that
 execution left behind, empties the workspace, ``/tmp`` and ``/dev/shm`` and
-removes SysV IPC objects, so nothing of one execution (globals, files,
-processes, shared memory) is visible to the next. The rest of the sandbox's
-file system is read-only. With ``isolate=True`` the server is the sandbox's
+removes SysV IPC objects and POSIX message queues (``/dev/mqueue``, the IPC
+namespace's own mqueue), so nothing of one execution (globals, files,
+processes, shared memory, queues) is visible to the next. The rest of the
+sandbox's file system is read-only. With ``isolate=True`` the server is the sandbox's
 PID 1 (bwrap ``--as-pid-1``) and undumpable, under the seccomp filter: no
 process can ptrace it, open its descriptors or signal it, and ``kill(-1)``
 reaches every other process of the namespace. Every request carries a nonce
@@ -41,7 +42,10 @@ end no later turn early.
 Covered (``isolate=True``): everything the bubblewrap backend covers (see
 :mod:`tirl.sandbox.bwrap`), per execution. The network, file system and
 environment are isolated. Timeouts, rlimits and the cleanup of processes and
-files are enforced by the server inside the sandbox. Where a memory cgroup can
+files are enforced by the server inside the sandbox. What outlives a run and
+the cleanup cannot reset is kept from the code: the server's own rlimits,
+priority, CPUs and I/O class (the seccomp filter refuses those calls on pid 1)
+and its namespaces' sysctls (``/proc/sys`` is read-only). Where a memory cgroup can
 be made, each server (and all its runs' processes and files) is in its own,
 limited to each run's ``memory_mb`` before the run; an OOM kill there during a
 run makes it ``memory_exceeded`` (when it took the server, the server is
@@ -55,11 +59,12 @@ Not covered:
       An execution that could corrupt the server itself (e.g. through a
       kernel bug) could see the next one; the host replaces a server that
       stops answering or answers out of turn;
-    - POSIX message queues (``mq_open``) made by one execution outlive it on
-      that server (their names cannot be listed without mounting mqueue);
     - the PID counter and the tmpfs inode counter outlive a run on its server:
       a run can tell how many processes and files the runs before it created
       (a covert channel of a few bits per run between runs that cooperate);
+    - TCP sockets in ``TIME_WAIT`` on the server's loopback outlive a run by
+      up to 60 s: the next run sees their ports and cannot bind them (a wider
+      channel; closing it needs privileges in the server's network namespace);
     - a thread that session code leaves in the kernel runs during the
       session's later turns (it is session state) and can read their nonce;
     - a session kernel's CPU rlimit is re-armed before each run, but its
@@ -99,7 +104,7 @@ from tirl.sandbox._common import CLEAN_ENV, argv_result, build_result, nul_resul
 from tirl.sandbox._launch import DEFAULT_INODES, Launch
 from tirl.sandbox._wire import FRAME, OP_RUN, READY, decode_answer, encode_request, frame
 from tirl.sandbox.base import ExecResult, RunDefaults, RunRequest, Sandbox
-from tirl.sandbox.bwrap import SHM, TMP, WORK, BwrapSandbox, launch, sandbox_python
+from tirl.sandbox.bwrap import MQUEUE, SHM, TMP, WORK, BwrapSandbox, launch, sandbox_python
 from tirl.sandbox.process import WARNING, ProcessSandbox
 
 _HERE = Path(__file__).parent
@@ -335,7 +340,7 @@ class WarmPool(Sandbox):
         start = None
         pass_fds: tuple[int, ...] = ()
         if self.isolate:
-            prog = [self.python, "-I", "-c", BOOT, SERVER_SOURCE, "isolated", kind, WORK, TMP, SHM]
+            prog = [self.python, "-I", "-c", BOOT, SERVER_SOURCE, "isolated", kind, WORK, TMP, SHM, MQUEUE]
             start = launch(
                 python=self.python,
                 prog=prog,
