@@ -73,11 +73,12 @@ def test_microbatch_accumulation_gives_the_whole_batch_gradient(agg: str, worker
 
 def test_old_logprobs_from_the_first_minibatch_match_the_scoring_pass() -> None:
     # with lr 0 the weights never move: every ratio must be exactly 1, whether a row's old log-probs came
-    # from the no-grad scoring pass or from the first mini-batch's own forward
+    # from the no-grad scoring pass or from the first mini-batch's own forward (warm-up off: it would set the
+    # optimiser's lr from algo.lr, and the weights would move a little)
     trajs = [_traj(i, 6 + 3 * i, 2) for i in range(6)]
     model, _ = build_tiny_model(SMALL, seed=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    algo = AlgoConfig(minibatches=3, epochs=2, micro_batch_tokens=25)
+    algo = AlgoConfig(minibatches=3, epochs=2, micro_batch_tokens=25, warmup_steps=0)
     stats = PolicyUpdater(model=model, optimizer=opt, algo=algo, pad_id=0).update(
         trajs, torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0]), seed=1
     )
