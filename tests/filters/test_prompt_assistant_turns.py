@@ -4,7 +4,8 @@ A real episode: the tir-math env (process sandbox) starts from a task chat with 
 has no action ("1+1 is 2."), the scripted policy writes its turns through :class:`AgentLoop`, and the filter
 judges the result. The demonstration made every such trajectory void (every episode of the task dropped or
 penalised), and under ``penalize`` its index masked the policy's first turn (correct code) as the void one.
-The audit's reasons use the same indexes. Not covered: trajectories read from JSONL, which carry no turn records (every assistant message is judged).
+The audit's reasons use the same indexes. Not covered: trajectories read from JSONL, which carry no turn
+records (every assistant message is judged).
 """
 
 from __future__ import annotations

@@ -89,12 +89,8 @@ def judge_trajectory(traj: Trajectory, rules: ParseRules = DEFAULT_RULES) -> Tra
 
 def _policy_verdict(traj: Trajectory, given: int, rules: ParseRules) -> TrajectoryVerdict:
     """The verdict of the assistant messages after the prompt's ``given`` ones, indexed as in the whole list."""
-    seen = 0
-    for cut, m in enumerate(traj.messages):
-        seen += m.role is Role.ASSISTANT
-        if seen == given:
-            break
-    own = judge_messages(traj.messages[cut + 1 :], rules)
+    at = [i for i, m in enumerate(traj.messages) if m.role is Role.ASSISTANT]
+    own = judge_messages(traj.messages[at[given - 1] + 1 :], rules)
     return TrajectoryVerdict(void=own.void, void_turns=tuple(k + given for k in own.void_turns), turns=own.turns)
 
 
