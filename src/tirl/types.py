@@ -373,8 +373,18 @@ class Trajectory:
 
     @property
     def assistant_messages(self) -> list[Message]:
-        """The assistant messages, in order (the ones the void rule judges)."""
+        """The assistant messages, in order (the void rule judges those the policy wrote)."""
         return [m for m in self.messages if m.role is Role.ASSISTANT]
+
+    @property
+    def prompt_assistant_messages(self) -> int:
+        """How many assistant messages came with the prompt (a task chat's demonstrations), not from the policy.
+
+        The runner records one :class:`TurnRecord` per sampled turn, so they are the assistant messages before
+        the last ``len(turns)``; 0 when no turn is recorded (a trajectory read from JSONL carries none: all its
+        assistant messages count as the policy's).
+        """
+        return max(len(self.assistant_messages) - len(self.turns), 0) if self.turns else 0
 
     def check_token_view(self) -> None:
         """Raise ``ValueError`` if the token arrays disagree in length or the mask is not 0/1."""

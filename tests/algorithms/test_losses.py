@@ -14,14 +14,18 @@ from tirl.algorithms.losses import (
 from tirl.trainer.logprobs import target_logprobs
 
 
-def _ref_token_loss(lp: float, old: float, a: float, lo: float, hi: float, dual: float | None) -> tuple[float, bool]:
+def _ref_token_loss(
+    lp: float, old: float, a: float, lo: float, hi: float, dual: float | None
+) -> tuple[float, bool, bool]:
+    """(loss, clipped, held by the dual clip) of one token."""
     r = math.exp(lp - old)
     unclipped = -a * r
     clipped = -a * min(max(r, 1 - lo), 1 + hi)
     loss = max(unclipped, clipped)
+    held = dual is not None and a < 0 and loss > -a * dual
     if dual is not None and a < 0:
         loss = min(loss, -a * dual)
-    return loss, clipped > unclipped
+    return loss, clipped > unclipped, held
 
 
 def _ref_kl(lp: float, ref: float, kind: str) -> float:
@@ -52,7 +56,7 @@ def _reference(lp, old, adv, mask, cfg: LossConfig, tis=None, ref=None):
         for t in range(len(lp[b])):
             if not mask[b][t]:
                 continue
-            loss, clipped = _ref_token_loss(lp[b][t], old[b][t], adv[b], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+            loss, clipped, _ = _ref_token_loss(lp[b][t], old[b][t], adv[b], cfg.clip_low, cfg.clip_high, cfg.dual_clip)
             if tis is not None:
                 loss *= tis[b][t]
             kl = _ref_kl(lp[b][t], ref[b][t], cfg.kl_estimator) if ref is not None else 0.0
@@ -104,6 +108,12 @@ def test_policy_loss_matches_reference_loop(agg: str, kl: str, dual: float | Non
         want_loss, want_clip = _reference(lp, old, adv, mask, cfg, tis if with_tis else None, ref)
         assert out.loss.item() == pytest.approx(want_loss, rel=1e-9, abs=1e-12)
         assert out.clip_frac.item() == pytest.approx(want_clip)
+        sampled = [(b, t) for b in range(len(lp)) for t in range(len(lp[b])) if mask[b][t]]
+        # the logged diagnostics are token means whatever the aggregation (the loss itself uses cfg.loss_agg)
+        want_kl = sum(_ref_kl(lp[b][t], ref[b][t], kl) for b, t in sampled) / len(sampled)
+        assert out.kl.item() == pytest.approx(want_kl, rel=1e-9, abs=1e-12)
+        held = [_ref_token_loss(lp[b][t], old[b][t], adv[b], 0.2, 0.28, dual)[2] for b, t in sampled]
+        assert out.dual_clip_frac.item() == pytest.approx(sum(held) / len(sampled))
 
 
 def test_clip_higher_is_asymmetric() -> None:

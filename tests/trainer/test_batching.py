@@ -73,13 +73,37 @@ def test_microbatch_accumulation_gives_the_whole_batch_gradient(agg: str, worker
 
 def test_old_logprobs_from_the_first_minibatch_match_the_scoring_pass() -> None:
     # with lr 0 the weights never move: every ratio must be exactly 1, whether a row's old log-probs came
-    # from the no-grad scoring pass or from the first mini-batch's own forward
+    # from the no-grad scoring pass or from the first mini-batch's own forward (warm-up off: it would set the
+    # optimiser's lr from algo.lr, and the weights would move a little)
     trajs = [_traj(i, 6 + 3 * i, 2) for i in range(6)]
     model, _ = build_tiny_model(SMALL, seed=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    algo = AlgoConfig(minibatches=3, epochs=2, micro_batch_tokens=25)
+    algo = AlgoConfig(minibatches=3, epochs=2, micro_batch_tokens=25, warmup_steps=0)
     stats = PolicyUpdater(model=model, optimizer=opt, algo=algo, pad_id=0).update(
         trajs, torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0]), seed=1
     )
     assert stats.steps == 6
     assert stats.ratio_min == pytest.approx(1.0, abs=1e-5) and stats.ratio_max == pytest.approx(1.0, abs=1e-5)
+
+
+def test_train_metrics_do_not_depend_on_the_micro_batch_split() -> None:
+    """Every ``train/*`` statistic is a property of the mini-batch, not of how it is cut (``seq_mean``, KL on).
+
+    ``train/kl`` was the ``seq_mean`` KL of each micro-batch weighted by its tokens, so it moved with
+    ``algo.micro_batch_tokens`` (and with ``--nproc``); it is the token mean of the KL estimator.
+    """
+    trajs = [_traj(i, 6 + 3 * i, 2 + i % 3, weight=0.0 if i == 1 else 1.0) for i in range(6)]
+    adv = torch.tensor([1.0, -0.5, 0.3, -1.2, 0.7, -0.2])
+    rows = []
+    for budget in (0, 20):
+        model, _ = build_tiny_model(SMALL, seed=3)
+        ref, _ = build_tiny_model(SMALL, seed=4)
+        algo = AlgoConfig(minibatches=2, micro_batch_tokens=budget, loss_agg="seq_mean", kl_coef=0.5, lr=1e-2)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        upd = PolicyUpdater(model=model, optimizer=opt, algo=algo, pad_id=0, ref_model=ref, workers=1)
+        rows.append(upd.update(trajs, adv, seed=0).metrics())
+    one, cut = rows
+    assert one["train/optimizer_steps"] == 2 and one["train/kl"] > 0
+    for key, value in one.items():
+        if key.startswith("train/") and isinstance(value, float):
+            assert cut[key] == pytest.approx(value, rel=1e-4, abs=1e-7), key

@@ -177,11 +177,16 @@ class LossConfig:
 
 @dataclass(slots=True)
 class LossOutput:
-    """The differentiable loss and its detached diagnostics (means over unmasked tokens)."""
+    """The differentiable loss and its detached diagnostics.
+
+    ``kl``, ``clip_frac`` and ``dual_clip_frac`` are token means over the unmasked tokens whatever
+    ``loss_agg`` is, so that a caller can weight them by token count and add micro-batches up (under
+    ``seq_mean`` the KL that enters ``loss`` is the mean of per-sequence means; the logged one is not).
+    """
 
     loss: Tensor  # [] differentiable
-    pg_loss: Tensor  # []
-    kl: Tensor  # [] 0 when no reference
+    pg_loss: Tensor  # [] aggregated by loss_agg, as in loss
+    kl: Tensor  # [] token mean of the KL estimator; 0 when no reference
     clip_frac: Tensor  # []
     dual_clip_frac: Tensor  # []
     ratio: Tensor  # [B, T] detached importance ratio (read only where mask is 1)
@@ -215,14 +220,16 @@ def policy_loss(
     if tis is not None:
         per_token = per_token * tis.detach()
     pg = agg(per_token, mask)
-    kl = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    kl = kl_mean = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     if ref_logprobs is not None and cfg.kl_coef > 0:
-        kl = agg(KL_ESTIMATORS[cfg.kl_estimator](logprobs, ref_logprobs.detach()), mask)
+        per_token_kl = KL_ESTIMATORS[cfg.kl_estimator](logprobs, ref_logprobs.detach())  # [B, T]
+        kl = agg(per_token_kl, mask)
+        kl_mean = token_mean(per_token_kl.detach(), mask)  # the logged value: additive over micro-batches
     loss = pg + cfg.kl_coef * kl
     return LossOutput(
         loss=loss,
         pg_loss=pg.detach(),
-        kl=kl.detach(),
+        kl=kl_mean,
         clip_frac=token_mean(clipped.to(logprobs.dtype), mask).detach(),
         dual_clip_frac=token_mean(dual.to(logprobs.dtype), mask).detach(),
         ratio=ratio.detach(),

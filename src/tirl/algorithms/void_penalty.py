@@ -69,10 +69,12 @@ def sampled_runs(loss_mask: list[int]) -> list[tuple[int, int]]:
 def void_turn_mask(traj: Trajectory) -> list[int]:
     """The loss mask of ``traj`` restricted to the sampled tokens of its void turns.
 
-    ``traj.void_turns`` index the assistant turns from 0 (as the filter sets
-    them); turn ``k`` is the ``k``-th run of sampled tokens. An index past the
-    recorded runs (a turn the runner cut) maps to the last run. A trajectory
-    with no void turn gets an all-zero mask.
+    ``traj.void_turns`` index the assistant messages from 0 (as the filter sets
+    them); the policy's turn ``k`` is the ``k``-th run of sampled tokens, and
+    the assistant messages that came with the prompt
+    (:attr:`~tirl.types.Trajectory.prompt_assistant_messages`) come before it
+    and have no run. An index past the recorded runs (a turn the runner cut)
+    maps to the last run. A trajectory with no void turn gets an all-zero mask.
 
     >>> t = Trajectory(id="t", messages=[], token_ids=[0] * 7, loss_mask=[0, 1, 1, 0, 1, 1, 1])
     >>> t.void_turns = [1]
@@ -83,8 +85,11 @@ def void_turn_mask(traj: Trajectory) -> list[int]:
     runs = sampled_runs(traj.loss_mask)
     if not runs:
         return out
+    given = traj.prompt_assistant_messages
     for k in traj.void_turns:
-        start, end = runs[min(k, len(runs) - 1)]
+        if k < given:
+            continue  # a demonstration in the prompt: not sampled, never trained on
+        start, end = runs[min(k - given, len(runs) - 1)]
         out[start:end] = [1] * (end - start)
     return out
 

@@ -155,7 +155,9 @@ def _correct(traj: Trajectory, final_answer: str | None) -> bool | None:
 
 
 def _truncated_turns(traj: Trajectory) -> set[int]:
-    out = {t.index for t in traj.turns if t.finish_reason == "length"}
+    """Assistant-message indexes (the prompt's demonstrations counted, as in ``void_turns``) of turns cut short."""
+    given = traj.prompt_assistant_messages  # TurnRecord.index counts the policy's turns only
+    out = {t.index + given for t in traj.turns if t.finish_reason == "length"}
     if traj.termination is TerminationReason.OVERLONG and traj.assistant_messages:
         out.add(len(traj.assistant_messages) - 1)
     return out

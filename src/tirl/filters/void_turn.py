@@ -45,7 +45,7 @@ from tirl.config import EnvConfig, FilterConfig, TirlConfig
 from tirl.errors import ConfigError
 from tirl.filters.roc import group_rng, resample_on_correct
 from tirl.parsing import ACTION_RULES, DEFAULT_RULES, ParseRules, TrajectoryVerdict, judge_messages
-from tirl.types import Group, TerminationReason, Trajectory
+from tirl.types import Group, Role, TerminationReason, Trajectory
 
 FilterMode = Literal["drop", "mask", "off", "penalize", "roc"]
 
@@ -74,13 +74,24 @@ def judge_trajectory(traj: Trajectory, rules: ParseRules = DEFAULT_RULES) -> Tra
     """The void verdict of one trajectory, from its assistant messages only.
 
     An episode the environment already ended with reason ``void`` is void even
-    if its messages were cut before the void turn was recorded.
+    if its messages were cut before the void turn was recorded. Assistant messages that came with the prompt
+    (:attr:`~tirl.types.Trajectory.prompt_assistant_messages`: a task chat's demonstrations) are not judged
+    (one without an action made every episode of its task void); ``void_turns`` still index every assistant
+    message from 0, theirs included.
     """
-    verdict = judge_messages(traj.messages, rules)
+    given = traj.prompt_assistant_messages
+    verdict = judge_messages(traj.messages, rules) if not given else _policy_verdict(traj, given, rules)
     if not verdict.void and traj.termination is TerminationReason.VOID:
         n = len(traj.assistant_messages)
         return TrajectoryVerdict(void=True, void_turns=(max(n - 1, 0),), turns=verdict.turns)
     return verdict
+
+
+def _policy_verdict(traj: Trajectory, given: int, rules: ParseRules) -> TrajectoryVerdict:
+    """The verdict of the assistant messages after the prompt's ``given`` ones, indexed as in the whole list."""
+    at = [i for i, m in enumerate(traj.messages) if m.role is Role.ASSISTANT]
+    own = judge_messages(traj.messages[at[given - 1] + 1 :], rules)
+    return TrajectoryVerdict(void=own.void, void_turns=tuple(k + given for k in own.void_turns), turns=own.turns)
 
 
 @dataclass(slots=True)

@@ -458,7 +458,9 @@ class PolicyUpdater:
     def _warm_up(self) -> None:
         """Linear learning-rate warm-up over the first ``algo.warmup_steps`` optimiser steps.
 
-        The count comes from the optimiser's own state (Adam's ``step``), so it survives a resume.
+        The count comes from the optimiser's own state (Adam's ``step``), so it survives a resume. It is the
+        largest count of any parameter: Adam keeps no state for a parameter that never had a gradient (the
+        first one read alone, unused, held the rate at ``lr / warmup_steps`` for good).
         """
         warmup = self.algo.warmup_steps
         if warmup <= 0:
@@ -468,9 +470,7 @@ class PolicyUpdater:
             for p in group["params"]:
                 state = self.optimizer.state.get(p)
                 if state and "step" in state:
-                    done = int(float(state["step"]))
-                break
-            break
+                    done = max(done, int(float(state["step"])))
         factor = min(1.0, (done + 1) / warmup)
         for group in self.optimizer.param_groups:
             group["lr"] = self.algo.lr * factor
