@@ -101,12 +101,13 @@ if (( DRY )); then
         mapfile -d '' -t cmd < <(test_cmd "$level")
         show "${cmd[@]}"
         "${cmd[@]/--json/--dry-run}"
-        # the resolved config of the level's first test run (off, seed 0), as tirl config show prints it
+        # the resolved config of the level's first test run (off, seed 0), as tirl config show prints it; the
+        # plan's overrides with SETS last, one per key, as tirl ablate passes them (a key set twice is refused)
         mapfile -t overrides < <("$PYTHON" -c 'import sys; from tirl.ablation import AblationPlan
-plan = AblationPlan(level=sys.argv[1], steps=int(sys.argv[2]), split="validation")
-print("\n".join(plan.overrides("off", 0)))' "$level" "$STEPS")
+plan = AblationPlan(level=sys.argv[1], steps=int(sys.argv[2]), split="validation", extra=tuple(sys.argv[3:]))
+print("\n".join(plan.overrides("off", 0)))' "$level" "$STEPS" "${SETS[@]}")
         cfg_args=()
-        for s in "${overrides[@]}" "${SETS[@]}"; do cfg_args+=(--set "$s"); done
+        for s in "${overrides[@]}"; do cfg_args+=(--set "$s"); done
         show "${TIRL[@]}" config show "${cfg_args[@]}"
         if ! shown=$("${TIRL[@]}" config show "${cfg_args[@]}" 2>&1); then echo "$shown" >&2; exit 2; fi
         [[ "${VERBOSE:-0}" == 1 ]] && echo "$shown"

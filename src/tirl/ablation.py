@@ -152,8 +152,12 @@ class AblationPlan:
         return (*STRESS, *DOSE_LEVELS.get(self.level, ()))
 
     def overrides(self, mode: str, seed: int) -> list[str]:
-        """The ``--set`` pairs of one run: seed ``seed`` sets both ``trainer.seed`` and ``env.seed`` (paired)."""
-        base = [
+        """The ``--set`` pairs of one run, one per key: seed ``seed`` sets both ``trainer.seed`` and ``env.seed``.
+
+        A key given twice (a dose level's ``env.max_turns`` over the stress one, an ``extra`` over either) keeps
+        its later value, once: ``tirl train`` refuses one key set twice to two values.
+        """
+        base = last_wins([
             *self.stress,
             f"env.eval_split={self.split}",
             f"filter.mode={mode}",
@@ -161,11 +165,34 @@ class AblationPlan:
             f"env.seed={seed}",
             f"trainer.steps={self.steps}",
             *self.extra,
-        ]
+        ])  # fmt: skip
         if mode == "roc":  # oversample: twice the group size the other arms use; the filter keeps half
-            sizes = [o.split("=", 1)[1] for o in base if o.replace(" ", "").startswith("algo.group_size=")]
-            base.append(f"algo.group_size={2 * int(sizes[-1]) if sizes else 16}")
-        return base
+            size = base.pop("algo.group_size", "algo.group_size=8").split("=", 1)[1].strip()
+            doubled = str(2 * int(size)) if size.isdigit() else size  # not a count: the config check says so
+            base["algo.group_size"] = f"algo.group_size={doubled}"
+        return list(base.values())
+
+
+def last_wins(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` items by their tirl key (TRL/verl aliases read as tirl's), the last of each, in that order.
+
+    An item that is no ``KEY=VALUE`` (or an alias with no tirl meaning) is kept under its own text: the run's
+    config check reports it.
+    """
+    from tirl.config import parse_override, tirl_keys
+    from tirl.config_aliases import translate
+    from tirl.errors import TirlError
+
+    keys, out = tirl_keys(), {}
+    for item in items:
+        try:
+            parts, value = parse_override(item)
+            key = translate(".".join(parts), value, keys.__contains__).key
+        except TirlError:
+            key = item
+        out.pop(key, None)
+        out[key] = item
+    return out
 
 
 @dataclass(slots=True)

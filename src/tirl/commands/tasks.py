@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Resolve the tasks, then write them (all or nothing)."""
+    from tirl.commands import flag_overrides
     from tirl.config import resolve_config
     from tirl.config_ranges import check_flag
     from tirl.errors import ConfigError
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     check_flag("--seed", "env.seed", args.seed)  # the env's seed range, as tirl eval --seed
     if any(o.split("=", 1)[0].strip() == "env.name" for o in args.overrides):  # --env's value would win silently
         raise ConfigError("--set env.name: tirl tasks export names its env with --env — use --env NAME")
-    env = resolve_config(None, [*args.overrides, f"env.name={args.env}"]).config.env
+    env = resolve_config(None, flag_overrides(args.overrides, [("--env", "env.name", args.env)])).config.env
     if env.tasks_file:
         from tirl.envs.tasks.swe_gen import load_swe_tasks
 
