@@ -80,6 +80,20 @@ def test_audit_of_nothing_is_refused(capsys, tmp_path) -> None:
     assert run_cli(capsys, "audit", write_jsonl(tmp_path / "one.jsonl", [TRAJ])).code == 0
 
 
+@pytest.mark.parametrize("text", ["", "\n \n\t\n"])
+def test_filter_of_nothing_is_refused(capsys, tmp_path, text) -> None:
+    """An empty (or blank) trajectory file wrote empty verdicts and exit 0; ``tirl audit`` refuses it, and so does
+    filter now, before any output exists (an existing one is left as it was)."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(text)
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("mine\n")
+    got = run_cli(capsys, "filter", empty, "--verdicts", tmp_path / "v.jsonl", "--kept", kept)
+    assert_refused(got, f"{empty}: holds no trajectories", "at least one line")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl", "kept.jsonl"]
+    assert kept.read_text() == "mine\n"
+
+
 def test_run_on_a_log_that_names_no_run_says_to_leave_it_out(capsys, tmp_path) -> None:
     """The fix was "pass one of them to --run" after "runs found: none"."""
     path = write_jsonl(tmp_path / "metrics.jsonl", [metrics_row(1)])
