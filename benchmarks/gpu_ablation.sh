@@ -22,8 +22,8 @@
 # Environment: MODEL (required unless dry-run), PYTHON (python3; vLLM lives in .venv-vllm: make install-vllm),
 # OUT (runs/gpu-ablation-<time>), SEEDS (10), DOSE_SEEDS (3), STEPS (20), MODES (off,mask,drop,penalize,roc),
 # LEVELS (every dose level), LEVEL (skip the dose step and test at this level), LR (1e-6), WARMUP (5),
-# MAX_NEW_TOKENS (512), MAX_TOTAL_TOKENS (4096), GPU_MEM (0.35), EXTRA (more KEY=VALUE overrides, space-separated),
-# VERBOSE (1: the dry run also prints each level's resolved config).
+# MAX_NEW_TOKENS (512), MAX_TOTAL_TOKENS (4096), GPU_MEM (0.35), EXTRA (more KEY=VALUE overrides, space-separated;
+# one of a key the script sets replaces it), VERBOSE (1: the dry run also prints each level's resolved config).
 # Bad input: one `error:` line naming the variable and the fix, exit 2. Not run where tirl is developed (no GPU):
 # only --dry-run is, by tests/smoke/test_gpu_ablation_dry_run.py. Time on a GPU: not measured.
 set -euo pipefail
@@ -81,6 +81,9 @@ SETS=(
 )
 read -r -a extra <<< "${EXTRA:-}"
 SETS+=("${extra[@]}")
+# one item per key, EXTRA's over the defaults above (tirl refuses one key set twice to two values)
+mapfile -t SETS < <("$PYTHON" -c 'import sys; from tirl.ablation import last_wins
+print("\n".join(last_wins(sys.argv[1:]).values()))' "${SETS[@]}")
 SET_ARGS=()
 for s in "${SETS[@]}"; do SET_ARGS+=(--set "$s"); done
 

@@ -413,14 +413,24 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _fsync_tree(root: Path) -> None:
-    """Flush to disk every regular file and directory under ``root`` (and ``root``); links are not followed."""
+def _publish_tree(root: Path) -> None:
+    """Give every file and directory under ``root`` (and ``root``) a user's mode, and flush it to disk.
+
+    The mode is what a new file of the user's gets: ``0o666 & ~umask`` (``0o777 & ~umask`` for a directory
+    and for a file its owner may execute). Writers that stage through a temporary file leave ``0o600``
+    (safetensors 0.8's ``save_file``: ``model.safetensors``, ``optimizer.safetensors``), ``mkdtemp`` ``0o700``;
+    nothing tirl stages in a directory is meant to be private. Links are not followed.
+    """
+    umask = _umask()
     for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
         for name in filenames:
             path = os.path.join(dirpath, name)
-            if stat.S_ISREG(os.lstat(path).st_mode):
-                fsync_file(path)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                fsync_file(path)  # first: a umask without the owner's read bit leaves a file it cannot open
+                os.chmod(path, (0o777 if st.st_mode & stat.S_IXUSR else 0o666) & ~umask)
         _fsync_dir(Path(dirpath))
+        os.chmod(dirpath, 0o777 & ~umask)
 
 
 def clean_staged(target: str | Path, *, restore_only: bool = False) -> bool:
@@ -458,8 +468,10 @@ def staged_dir(
     """A new directory beside ``target`` for the block to fill; it becomes ``target`` only if the block succeeds.
 
     The directory is a hidden sibling (``.NAME.*``, from :func:`tempfile.mkdtemp`: the same parent, so the
-    same file system, and private while it is filled); on success it gets ``0o777 & ~umask``, is renamed to
-    ``target`` and the parent is fsynced. An exception in the block removes it and leaves ``target`` as it
+    same file system, and private while it is filled); on success every directory in it gets ``0o777 & ~umask``
+    and every file ``0o666 & ~umask`` (``0o777 & ~umask`` if its owner may execute it), as a user's new files
+    do, whatever mode the writer left (safetensors' ``0o600``); it is renamed to ``target`` and the parent is
+    fsynced. An exception in the block removes it and leaves ``target`` as it
     was. The parent must exist (create it first if wanted); one that takes no new entry (read-only, ``/proc``,
     permissions) is an :class:`OutputError` that names ``target`` and ends with ``fix``.
 
@@ -498,8 +510,7 @@ def staged_dir(
         raise OutputError(str(final), None, problem, fix) from None
     try:
         yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 is for the build only
-        _fsync_tree(tmp)
+        _publish_tree(tmp)  # mkdtemp's 0700 (and a writer's 0600) is for the build only
         if replace and os.path.lexists(final):
             _swap_in(tmp, final)
         else:
