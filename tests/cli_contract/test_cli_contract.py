@@ -141,6 +141,12 @@ def test_sft_copy_short_share_is_a_share(capsys, tmp_path, value, advice):
         (["--copy-steps", "-1"], "--copy-steps -1 is invalid"),  # was made 0, silently
         (["--stop-at-accuracy", "5"], "--stop-at-accuracy 5.0 is invalid"),  # could never stop, silently
         (["--arch", "llama", "--init", "src/tirl/assets/tiny-tir"], "--arch llama with --init"),  # --arch was ignored
+        # the fresh model's shape and tokenizer, with --init or (BPE) --arch tiny: each was ignored without a word
+        (["--init", "src/tirl/assets/tiny-tir", "--layers", "8", "--hidden", "64"], "--layers, --hidden with --init"),
+        (["--init", "src/tirl/assets/tiny-tir", "--heads", "2"], "--heads with --init: the model and its tokenizer"),
+        (["--init", "src/tirl/assets/tiny-tir", "--split-digits"], "--split-digits with --init"),
+        (["--vocab", "4096"], "--vocab is for a BPE tokenizer, and --arch tiny has the character one: add --arch"),
+        (["--corpus", "tasks", "--split-digits"], "--corpus, --split-digits are for a BPE tokenizer"),
         (["--heads", "0"], "--heads of a fresh tiny model must be >= 1"),
         (["--hidden", "-8"], "--hidden and --heads of a fresh tiny model must be >= 1"),
     ],
