@@ -79,8 +79,12 @@ def _refuse(path: Path, problem: str, fix: str) -> OutputError:
     return OutputError(str(path), None, problem, fix)
 
 
-def _existing_parent(path: Path) -> None:
-    """Refuse a path whose nearest existing ancestor is not a directory."""
+def _existing_parent(path: Path, shown: Path | None = None) -> None:
+    """Refuse a path whose nearest existing ancestor is not a directory, or is one this process cannot write in.
+
+    The write creates its file (or its missing directories) there: a read-only directory or file system
+    failed only when the output was written, after the work (a whole ``tirl sft``, a paid ``tirl review``).
+    """
     for parent in path.parents:
         try:
             st = parent.stat()
@@ -88,11 +92,21 @@ def _existing_parent(path: Path) -> None:
             continue
         except OSError as exc:
             raise _refuse(
-                path, f"its directory {parent} cannot be used ({exc.strerror})", "choose another path"
+                shown or path, f"its directory {parent} cannot be used ({exc.strerror})", "choose another path"
             ) from None
         if not stat.S_ISDIR(st.st_mode):
-            raise _refuse(path, f"{parent} is a file, not a directory", "choose a path inside a directory")
+            raise _refuse(shown or path, f"{parent} is a file, not a directory", "choose a path inside a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            why = "a read-only file system" if _read_only(parent) else "no permission to write there"
+            raise _refuse(shown or path, f"cannot write in {parent} ({why})", "choose a writable directory")
         return
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def check_output(path: str | Path) -> Path:
@@ -110,10 +124,10 @@ def check_output(path: str | Path) -> Path:
             raise _refuse(target, f"file descriptor {fd} is not open", "open it in the shell, or give a file") from None
         return target
     real = Path(os.path.realpath(target))  # through symbolic links (dangling ones too)
-    _existing_parent(real)
     try:
         st = real.stat()
     except FileNotFoundError:
+        _existing_parent(real, target)
         return real
     except OSError as exc:
         raise _refuse(target, f"cannot be written ({exc.strerror})", "choose another path") from None
@@ -121,18 +135,30 @@ def check_output(path: str | Path) -> Path:
         raise _refuse(target, "is a directory", "give a file path, e.g. DIR/out.jsonl")
     if stat.S_ISSOCK(st.st_mode):
         raise _refuse(target, "is a socket", "give a file path")
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        if not os.access(real, os.W_OK):  # written into, not replaced: its own permission counts
+            raise _refuse(target, "cannot be written (no permission)", "choose another path")
+        return real
+    _existing_parent(real, target)  # a regular file is replaced by a rename in its directory
     return real
 
 
-def check_output_dir(path: str | Path) -> Path:
-    """A directory tirl may write into (existing or creatable), or :class:`OutputError` — checked before a long job."""
+def check_output_dir(path: str | Path, *, staged: bool = False) -> Path:
+    """A directory tirl may write into (existing or creatable), or :class:`OutputError` — checked before a long job.
+
+    An existing directory must take new entries (files are written into it); a missing one, or any with
+    ``staged`` (written by :func:`staged_dir`: built beside it and renamed in), needs a writable parent.
+    """
     target = Path(path)
     if str(path) == "":  # Path("") is the current directory
         raise _refuse(target, "the output directory is empty", "give a directory path")
     real = Path(os.path.realpath(target))
-    _existing_parent(real)
     if real.exists() and not real.is_dir():
         raise _refuse(target, "exists and is not a directory", "give a directory path (it is created if missing)")
+    if real.is_dir() and not staged:
+        _existing_parent(real / "x", target)  # real itself: the files go in there
+    else:
+        _existing_parent(real, target)
     return real
 
 

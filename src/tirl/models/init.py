@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # torch, tokenizers and transformers load in the builders: `t
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from tirl.errors import ConfigError, OutputError
-from tirl.fileio import staged_dir
+from tirl.fileio import check_output_dir, staged_dir
 from tirl.models.corpus import CORPORA, corpus_lines
 from tirl.models.template import ADDED_TOKENS, CHAT_TEMPLATE, EOS, EOT, SPECIAL_TOKENS
 
@@ -191,6 +191,7 @@ def check_out(out: Path) -> None:
         raise OutputError(str(out), None, "exists and is not an empty directory", "choose a new --out or remove it")
     if not out.parent.exists():
         raise OutputError(str(out), None, f"its parent {out.parent} does not exist", "create the parent directory")
+    check_output_dir(out, staged=True)  # a read-only parent: now, not after the model is built (or merged)
 
 
 def init_model(spec: ModelSpec, out: str | Path) -> Path:
