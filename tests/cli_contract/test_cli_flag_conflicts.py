@@ -145,6 +145,15 @@ def test_master_port_without_ranks_is_refused(capsys, tmp_path, monkeypatch) -> 
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("value", ["99999", "-1"])
+def test_master_port_out_of_range_is_refused_at_parse_time(capsys, tmp_path, monkeypatch, value) -> None:
+    """``--nproc 2 --master-port 99999`` created the run's lock, then failed at bind() with "a number ... too large"."""
+    monkeypatch.chdir(tmp_path)
+    got = run_cli(capsys, "train", "--nproc", "2", "--master-port", value, "--set", f"model.path={tmp_path / 'm'}")
+    assert_refused(got, "--master-port", "is not a port: use 1-65535")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_run_dir_that_holds_other_files_is_refused(capsys, tmp_path, monkeypatch) -> None:
     """``--run-dir runs`` (meant as the root) wrote a run's files among the other runs' directories.
 
