@@ -189,6 +189,13 @@ def _config(args: argparse.Namespace) -> SFTConfig:
     _fresh_model_flags(args)
     if not args.init and args.arch == "tiny" and (args.layers < 1 or args.hidden < 1 or args.heads < 1):
         raise ConfigError("--layers, --hidden and --heads of a fresh tiny model must be >= 1")
+    if not args.init:  # the bounds and memory of tirl model init's models (a traceback, or the machine's memory)
+        spec = ModelSpec(layers=args.layers, hidden=args.hidden, heads=args.heads)
+        spec.check()
+        spec.check_memory(16)  # AdamW: weights, gradients and two moments, in float32
+    check_flag("--seed", "trainer.seed", args.seed)
+    check_flag("--train-tasks", "env.eval_size", args.train_tasks)  # 99999999999 generated without end
+    check_flag("--eval-tasks", "env.eval_size", args.eval_tasks)
     if not 0.0 <= args.copy_short_share <= 1.0:
         raise ConfigError(f"--copy-short-share {args.copy_short_share} is invalid: use a share from 0 to 1")
     if args.tools and args.env == "swe-lite":

@@ -77,6 +77,21 @@ class ModelSpec:
             )
         if self.hidden % self.n_heads:
             raise ConfigError(f"--hidden {self.hidden} is not divisible by --heads {self.n_heads}: choose them so")
+        self.check_memory(4)
+
+    def check_memory(self, bytes_per_param: int) -> None:
+        """Refuse a model whose parameters, at ``bytes_per_param`` (4: float32 weights; 16: with AdamW's
+        gradients and moments), do not fit in the memory available now: building it took the machine's memory
+        (``--layers 128 --hidden 16384``: 400 billion parameters) or ended in torch's allocation traceback."""
+        from tirl.models.vet import available_bytes
+
+        params = self.layers * (4 * self.hidden**2 + 3 * self.hidden * self.intermediate) + 2 * self.vocab * self.hidden
+        need, free = params * bytes_per_param, available_bytes("cpu")
+        if need > free:
+            raise ConfigError(
+                f"--layers {self.layers} --hidden {self.hidden}: about {params / 1e9:.2f} billion parameters need "
+                f"{need / 2**30:.1f} GiB, and {free / 2**30:.1f} GiB of memory are free — choose a smaller model"
+            )
 
     @property
     def n_heads(self) -> int:
