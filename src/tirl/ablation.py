@@ -183,7 +183,8 @@ def last_wins(items: list[str]) -> dict[str, str]:
     from tirl.config_aliases import translate
     from tirl.errors import TirlError
 
-    keys, out = tirl_keys(), {}
+    keys = tirl_keys()
+    out: dict[str, str] = {}
     for item in items:
         try:
             parts, value = parse_override(item)

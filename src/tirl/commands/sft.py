@@ -162,9 +162,9 @@ def _fresh_model_flags(args: argparse.Namespace) -> None:
                           f"({args.init}); drop {'them' if len(given) > 1 else 'it'}")  # fmt: skip
     bpe = [flag for flag in given if flag in ("--vocab", "--corpus", "--split-digits")]
     if args.arch == "tiny" and bpe:
-        many = len(bpe) > 1
-        raise ConfigError(f"{', '.join(bpe)} {'are' if many else 'is'} for a BPE tokenizer, and --arch tiny has the "
-                          f"character one: add --arch qwen2 (or llama), or drop {'them' if many else 'it'}")  # fmt: skip
+        are, them = ("are", "them") if len(bpe) > 1 else ("is", "it")
+        raise ConfigError(f"{', '.join(bpe)} {are} for a BPE tokenizer, and --arch tiny has the character one: "
+                          f"add --arch qwen2 (or llama), or drop {them}")  # fmt: skip
     for name, default in _FRESH.items():
         if getattr(args, name) is None:
             setattr(args, name, default)

@@ -80,9 +80,11 @@ class ModelSpec:
         self.check_memory(4)
 
     def check_memory(self, bytes_per_param: int) -> None:
-        """Refuse a model whose parameters, at ``bytes_per_param`` (4: float32 weights; 16: with AdamW's
-        gradients and moments), do not fit in the memory available now: building it took the machine's memory
-        (``--layers 128 --hidden 16384``: 400 billion parameters) or ended in torch's allocation traceback."""
+        """Refuse a model whose parameters do not fit in the memory available now, at ``bytes_per_param``.
+
+        4: float32 weights; 16: with AdamW's gradients and moments. Building one took the machine's memory
+        (``--layers 128 --hidden 16384``: 400 billion parameters) or ended in torch's allocation traceback.
+        """
         from tirl.models.vet import available_bytes
 
         params = self.layers * (4 * self.hidden**2 + 3 * self.hidden * self.intermediate) + 2 * self.vocab * self.hidden
