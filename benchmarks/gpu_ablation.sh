@@ -22,8 +22,8 @@
 # Environment: MODEL (required unless dry-run), PYTHON (python3; vLLM lives in .venv-vllm: make install-vllm),
 # OUT (runs/gpu-ablation-<time>), SEEDS (10), DOSE_SEEDS (3), STEPS (20), MODES (off,mask,drop,penalize,roc),
 # LEVELS (every dose level), LEVEL (skip the dose step and test at this level), LR (1e-6), WARMUP (5),
-# MAX_NEW_TOKENS (512), MAX_TOTAL_TOKENS (4096), GPU_MEM (0.35), EXTRA (more KEY=VALUE overrides, space-separated),
-# VERBOSE (1: the dry run also prints each level's resolved config).
+# MAX_NEW_TOKENS (512), MAX_TOTAL_TOKENS (4096), GPU_MEM (0.35), EXTRA (more KEY=VALUE overrides, space-separated;
+# one of a key the script sets replaces it), VERBOSE (1: the dry run also prints each level's resolved config).
 # Bad input: one `error:` line naming the variable and the fix, exit 2. Not run where tirl is developed (no GPU):
 # only --dry-run is, by tests/smoke/test_gpu_ablation_dry_run.py. Time on a GPU: not measured.
 set -euo pipefail
@@ -80,11 +80,10 @@ SETS=(
     generation.max_total_tokens="$MAX_TOTAL_TOKENS" rollout.run_workers=64 algo.micro_batch_tokens=8192
 )
 read -r -a extra <<< "${EXTRA:-}"
-for e in "${extra[@]}"; do  # an EXTRA key replaces the script's own (tirl refuses a key given twice in --set)
-    for i in "${!SETS[@]}"; do [[ "${SETS[$i]%%=*}" == "${e%%=*}" ]] && unset 'SETS[i]'; done
-    SETS+=("$e")
-done
-SETS=("${SETS[@]}")
+SETS+=("${extra[@]}")
+# one item per key, EXTRA's over the defaults above (tirl refuses one key set twice to two values)
+mapfile -t SETS < <("$PYTHON" -c 'import sys; from tirl.ablation import last_wins
+print("\n".join(last_wins(sys.argv[1:]).values()))' "${SETS[@]}")
 SET_ARGS=()
 for s in "${SETS[@]}"; do SET_ARGS+=(--set "$s"); done
 
@@ -105,7 +104,8 @@ if (( DRY )); then
         mapfile -d '' -t cmd < <(test_cmd "$level")
         show "${cmd[@]}"
         "${cmd[@]/--json/--dry-run}"
-        # the resolved config of the level's first test run (off, seed 0), as tirl config show prints it
+        # the resolved config of the level's first test run (off, seed 0), as tirl config show prints it; the
+        # plan's overrides with SETS last, one per key, as tirl ablate passes them (a key set twice is refused)
         mapfile -t overrides < <("$PYTHON" -c 'import sys; from tirl.ablation import AblationPlan
 plan = AblationPlan(level=sys.argv[1], steps=int(sys.argv[2]), split="validation", extra=tuple(sys.argv[3:]))
 print("\n".join(plan.overrides("off", 0)))' "$level" "$STEPS" "${SETS[@]}")

@@ -53,6 +53,33 @@ def test_create_onto_a_missing_target(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o077])
+def test_what_is_published_gets_the_users_modes(tmp_path: Path, mask: int) -> None:
+    """``tirl model init`` published ``model.safetensors`` as 0600 (safetensors' save_file writes through a private
+    temporary file) beside 0644 files: every file now gets ``0o666 & ~umask``, a file its owner may run and
+    every directory ``0o777 & ~umask``, whatever the writer left. The real save_file writes here."""
+    import tempfile
+
+    import torch
+    from safetensors.torch import save_file
+
+    old = os.umask(mask)
+    try:
+        target = tmp_path / "model"
+        with staged_dir(target, replace=False) as tmp:
+            save_file({"w": torch.zeros(2)}, str(tmp / "model.safetensors"))
+            assert stat.S_IMODE((tmp / "model.safetensors").stat().st_mode) == 0o600  # the writer's own mode
+            _fill(tmp, {"config.json": "{}", "run.sh": "true\n"})
+            (tmp / "run.sh").chmod(0o700)
+            Path(tempfile.mkdtemp(dir=tmp)).rename(tmp / "sub")  # 0700, as mkdtemp makes it
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [target, *target.iterdir()]}
+    finally:
+        os.umask(old)
+    files, runnable = 0o666 & ~mask, 0o777 & ~mask
+    assert modes == {"model": runnable, "model.safetensors": files, "config.json": files, "run.sh": runnable,
+                     "sub": runnable}  # fmt: skip
+
+
 def test_create_onto_an_empty_directory(tmp_path: Path) -> None:
     target = tmp_path / "out"
     target.mkdir()

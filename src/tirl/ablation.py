@@ -152,8 +152,12 @@ class AblationPlan:
         return (*STRESS, *DOSE_LEVELS.get(self.level, ()))
 
     def overrides(self, mode: str, seed: int) -> list[str]:
-        """The ``--set`` pairs of one run: seed ``seed`` sets both ``trainer.seed`` and ``env.seed`` (paired)."""
-        base = [
+        """The ``--set`` pairs of one run, one per key: seed ``seed`` sets both ``trainer.seed`` and ``env.seed``.
+
+        A key given twice (a dose level's ``env.max_turns`` over the stress one, an ``extra`` over either) keeps
+        its later value, once: ``tirl train`` refuses one key set twice to two values.
+        """
+        base = last_wins([
             *self.stress,
             f"env.eval_split={self.split}",
             f"filter.mode={mode}",
@@ -161,24 +165,35 @@ class AblationPlan:
             f"env.seed={seed}",
             f"trainer.steps={self.steps}",
             *self.extra,
-        ]
+        ])  # fmt: skip
         if mode == "roc":  # oversample: twice the group size the other arms use; the filter keeps half
-            sizes = [o.split("=", 1)[1] for o in base if o.replace(" ", "").startswith("algo.group_size=")]
-            base.append(f"algo.group_size={2 * int(sizes[-1]) if sizes else 16}")
-        return merged_overrides(base)
+            size = base.pop("algo.group_size", "algo.group_size=8").split("=", 1)[1].strip()
+            doubled = str(2 * int(size)) if size.isdigit() else size  # not a count: the config check says so
+            base["algo.group_size"] = f"algo.group_size={doubled}"
+        return list(base.values())
 
 
-def merged_overrides(items: list[str]) -> list[str]:
-    """``items`` with one ``KEY=VALUE`` per key, the last one given (a level over STRESS, ``extra`` over both).
+def last_wins(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` items by their tirl key (TRL/verl aliases read as tirl's), the last of each, in that order.
 
-    ``tirl train`` refuses a key given twice in ``--set``, so a run's command line holds each key once.
+    An item that is no ``KEY=VALUE`` (or an alias with no tirl meaning) is kept under its own text: the run's
+    config check reports it.
     """
-    by_key: dict[str, str] = {}
+    from tirl.config import parse_override, tirl_keys
+    from tirl.config_aliases import translate
+    from tirl.errors import TirlError
+
+    keys = tirl_keys()
+    out: dict[str, str] = {}
     for item in items:
-        key = item.split("=", 1)[0].strip()
-        by_key.pop(key, None)  # the later value, at its own place in the order
-        by_key[key] = item
-    return list(by_key.values())
+        try:
+            parts, value = parse_override(item)
+            key = translate(".".join(parts), value, keys.__contains__).key
+        except TirlError:
+            key = item
+        out.pop(key, None)
+        out[key] = item
+    return out
 
 
 @dataclass(slots=True)

@@ -79,8 +79,12 @@ def _refuse(path: Path, problem: str, fix: str) -> OutputError:
     return OutputError(str(path), None, problem, fix)
 
 
-def _existing_parent(path: Path) -> None:
-    """Refuse a path whose nearest existing ancestor is not a directory."""
+def _existing_parent(path: Path, shown: Path | None = None) -> None:
+    """Refuse a path whose nearest existing ancestor is not a directory, or is one this process cannot write in.
+
+    The write creates its file (or its missing directories) there: a read-only directory or file system
+    failed only when the output was written, after the work (a whole ``tirl sft``, a paid ``tirl review``).
+    """
     for parent in path.parents:
         try:
             st = parent.stat()
@@ -88,11 +92,21 @@ def _existing_parent(path: Path) -> None:
             continue
         except OSError as exc:
             raise _refuse(
-                path, f"its directory {parent} cannot be used ({exc.strerror})", "choose another path"
+                shown or path, f"its directory {parent} cannot be used ({exc.strerror})", "choose another path"
             ) from None
         if not stat.S_ISDIR(st.st_mode):
-            raise _refuse(path, f"{parent} is a file, not a directory", "choose a path inside a directory")
+            raise _refuse(shown or path, f"{parent} is a file, not a directory", "choose a path inside a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            why = "a read-only file system" if _read_only(parent) else "no permission to write there"
+            raise _refuse(shown or path, f"cannot write in {parent} ({why})", "choose a writable directory")
         return
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def check_output(path: str | Path) -> Path:
@@ -110,10 +124,10 @@ def check_output(path: str | Path) -> Path:
             raise _refuse(target, f"file descriptor {fd} is not open", "open it in the shell, or give a file") from None
         return target
     real = Path(os.path.realpath(target))  # through symbolic links (dangling ones too)
-    _existing_parent(real)
     try:
         st = real.stat()
     except FileNotFoundError:
+        _existing_parent(real, target)
         return real
     except OSError as exc:
         raise _refuse(target, f"cannot be written ({exc.strerror})", "choose another path") from None
@@ -121,18 +135,30 @@ def check_output(path: str | Path) -> Path:
         raise _refuse(target, "is a directory", "give a file path, e.g. DIR/out.jsonl")
     if stat.S_ISSOCK(st.st_mode):
         raise _refuse(target, "is a socket", "give a file path")
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        if not os.access(real, os.W_OK):  # written into, not replaced: its own permission counts
+            raise _refuse(target, "cannot be written (no permission)", "choose another path")
+        return real
+    _existing_parent(real, target)  # a regular file is replaced by a rename in its directory
     return real
 
 
-def check_output_dir(path: str | Path) -> Path:
-    """A directory tirl may write into (existing or creatable), or :class:`OutputError` — checked before a long job."""
+def check_output_dir(path: str | Path, *, staged: bool = False) -> Path:
+    """A directory tirl may write into (existing or creatable), or :class:`OutputError` — checked before a long job.
+
+    An existing directory must take new entries (files are written into it); a missing one, or any with
+    ``staged`` (written by :func:`staged_dir`: built beside it and renamed in), needs a writable parent.
+    """
     target = Path(path)
     if str(path) == "":  # Path("") is the current directory
         raise _refuse(target, "the output directory is empty", "give a directory path")
     real = Path(os.path.realpath(target))
-    _existing_parent(real)
     if real.exists() and not real.is_dir():
         raise _refuse(target, "exists and is not a directory", "give a directory path (it is created if missing)")
+    if real.is_dir() and not staged:
+        _existing_parent(real / "x", target)  # real itself: the files go in there
+    else:
+        _existing_parent(real, target)
     return real
 
 
@@ -413,14 +439,24 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _fsync_tree(root: Path) -> None:
-    """Flush to disk every regular file and directory under ``root`` (and ``root``); links are not followed."""
+def _publish_tree(root: Path) -> None:
+    """Give every file and directory under ``root`` (and ``root``) a user's mode, and flush it to disk.
+
+    The mode is what a new file of the user's gets: ``0o666 & ~umask`` (``0o777 & ~umask`` for a directory
+    and for a file its owner may execute). Writers that stage through a temporary file leave ``0o600``
+    (safetensors 0.8's ``save_file``: ``model.safetensors``, ``optimizer.safetensors``), ``mkdtemp`` ``0o700``;
+    nothing tirl stages in a directory is meant to be private. Links are not followed.
+    """
+    umask = _umask()
     for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
         for name in filenames:
             path = os.path.join(dirpath, name)
-            if stat.S_ISREG(os.lstat(path).st_mode):
-                fsync_file(path)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                fsync_file(path)  # first: a umask without the owner's read bit leaves a file it cannot open
+                os.chmod(path, (0o777 if st.st_mode & stat.S_IXUSR else 0o666) & ~umask)
         _fsync_dir(Path(dirpath))
+        os.chmod(dirpath, 0o777 & ~umask)
 
 
 def clean_staged(target: str | Path, *, restore_only: bool = False) -> bool:
@@ -458,8 +494,10 @@ def staged_dir(
     """A new directory beside ``target`` for the block to fill; it becomes ``target`` only if the block succeeds.
 
     The directory is a hidden sibling (``.NAME.*``, from :func:`tempfile.mkdtemp`: the same parent, so the
-    same file system, and private while it is filled); on success it gets ``0o777 & ~umask``, is renamed to
-    ``target`` and the parent is fsynced. An exception in the block removes it and leaves ``target`` as it
+    same file system, and private while it is filled); on success every directory in it gets ``0o777 & ~umask``
+    and every file ``0o666 & ~umask`` (``0o777 & ~umask`` if its owner may execute it), as a user's new files
+    do, whatever mode the writer left (safetensors' ``0o600``); it is renamed to ``target`` and the parent is
+    fsynced. An exception in the block removes it and leaves ``target`` as it
     was. The parent must exist (create it first if wanted); one that takes no new entry (read-only, ``/proc``,
     permissions) is an :class:`OutputError` that names ``target`` and ends with ``fix``.
 
@@ -498,8 +536,7 @@ def staged_dir(
         raise OutputError(str(final), None, problem, fix) from None
     try:
         yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 is for the build only
-        _fsync_tree(tmp)
+        _publish_tree(tmp)  # mkdtemp's 0700 (and a writer's 0600) is for the build only
         if replace and os.path.lexists(final):
             _swap_in(tmp, final)
         else:

@@ -290,7 +290,7 @@ def write_demonstrations(demos: list[Trajectory], path: str | Path) -> None:
 
 def run_sft(cfg: SFTConfig, options: SFTRunOptions) -> SFTResult:
     """Build demonstrations, train, evaluate, save ``options.out``; returns what the run did."""
-    out = check_output_dir(options.out)  # a bad --out fails now, not after training
+    out = check_output_dir(options.out, staged=True)  # a bad --out fails now, not after training
     refuse_overwrite(out, [options.init], option="--out")  # the starting checkpoint is an input
     check_sft_out(out)  # nor one that holds a run, a model tirl sft did not write, or a user's files
     if options.demos_out is not None:

@@ -141,6 +141,18 @@ def test_sft_copy_short_share_is_a_share(capsys, tmp_path, value, advice):
         (["--copy-steps", "-1"], "--copy-steps -1 is invalid"),  # was made 0, silently
         (["--stop-at-accuracy", "5"], "--stop-at-accuracy 5.0 is invalid"),  # could never stop, silently
         (["--arch", "llama", "--init", "src/tirl/assets/tiny-tir"], "--arch llama with --init"),  # --arch was ignored
+        # the fresh model's shape and tokenizer, with --init or (BPE) --arch tiny: each was ignored without a word
+        (["--init", "src/tirl/assets/tiny-tir", "--layers", "8", "--hidden", "64"], "--layers, --hidden with --init"),
+        (["--init", "src/tirl/assets/tiny-tir", "--heads", "2"], "--heads with --init: the model and its tokenizer"),
+        (["--init", "src/tirl/assets/tiny-tir", "--split-digits"], "--split-digits with --init"),
+        (["--vocab", "4096"], "--vocab is for a BPE tokenizer, and --arch tiny has the character one: add --arch"),
+        (["--corpus", "tasks", "--split-digits"], "--corpus, --split-digits are for a BPE tokenizer"),
+        # a fresh model's bounds (a transformers traceback, torch's allocation traceback, or the machine's memory)
+        (["--hidden", "30", "--heads", "4"], "--hidden 30 is not divisible by --heads 4"),
+        (["--layers", "100000", "--hidden", "100000"], "--layers 100000 is out of range: use 1 to 128"),
+        (["--layers", "128", "--hidden", "16384"], "billion parameters need"),
+        (["--seed", "-1"], "--seed -1 is invalid"),  # trained with it
+        (["--train-tasks", "99999999999"], "--train-tasks 99999999999 is invalid"),  # generated without end
         (["--heads", "0"], "--heads of a fresh tiny model must be >= 1"),
         (["--hidden", "-8"], "--hidden and --heads of a fresh tiny model must be >= 1"),
     ],
@@ -149,6 +161,13 @@ def test_sft_flags_out_of_range_are_refused_before_any_work(capsys, tmp_path, fl
     out = run_cli(capsys, "sft", *flags, "--out", str(tmp_path / "out"))
     assert_refused(out, advice)
     assert not (tmp_path / "out").exists()
+
+
+def test_model_init_larger_than_memory_is_refused(capsys, tmp_path):
+    """``--layers 128 --hidden 16384`` (400 billion parameters) took the machine's memory building the model."""
+    out = run_cli(capsys, "model", "init", "--layers", "128", "--hidden", "16384", "--out", str(tmp_path / "m"))
+    assert_refused(out, "--layers 128 --hidden 16384: about 412", "GiB of memory are free — choose a smaller model")
+    assert not (tmp_path / "m").exists()
 
 
 @pytest.mark.parametrize("heads", ["-4", "129"])

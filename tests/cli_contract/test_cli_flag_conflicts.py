@@ -64,6 +64,34 @@ def test_a_flag_and_a_set_of_other_keys_combine(capsys) -> None:
     assert 'name = "tir-math"  # --set' in out.out and "steps = 3  # --set" in out.out
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--set", "model.path={missing}"],
+        ["eval", "--model", "{missing}"],
+        ["config", "show"],
+        ["tasks", "export", "--n", "1", "--out", "{tmp}/tasks"],
+        ["ablate", "--dry-run", "--out", "{tmp}/ablate"],
+    ],
+)
+def test_one_key_set_twice_to_two_values_is_refused(capsys, tmp_path, monkeypatch, argv) -> None:
+    """``--set K=3 --set K=5``: the last won without a word, on every command that takes ``--set``.
+
+    A TRL alias and its tirl key are one key; the same value twice passes (``config show`` shows it once). The
+    train and eval here name a missing model, so one that got through stops there (nothing is trained).
+    """
+    monkeypatch.chdir(tmp_path)
+    names = {"missing": str(tmp_path / "missing"), "tmp": str(tmp_path)}
+    base = [a.format(**names) for a in argv]
+    twice = ["--set", "env.eval_size=3", "--set", "env.eval_size=5"]
+    assert_refused(run_cli(capsys, *base, *twice), "--set env.eval_size=3 and --set env.eval_size=5", "give it once")
+    alias = ["--set", "num_generations=4", "--set", "algo.group_size=8"]
+    assert_refused(run_cli(capsys, *base, *alias), "--set num_generations=4 and --set algo.group_size=8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no runs/, no tasks, no ablation directory
+    same = run_cli(capsys, "config", "show", "--set", "env.eval_size=3", "--set", "env.eval_size=3")
+    assert same.code == 0 and "eval_size = 3  # --set" in same.out, same.err
+
+
 def test_run_dir_beside_resume_is_refused(capsys, tmp_path) -> None:
     run = tmp_path / "run"
     run.mkdir()
@@ -134,6 +162,15 @@ def test_master_port_without_ranks_is_refused(capsys, tmp_path, monkeypatch) -> 
     got = run_cli(capsys, "train", "--master-port", "29511", "--set", f"model.path={tmp_path / 'missing'}")
     assert_refused(got, "--master-port", "--nproc is 1", "add --nproc N")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("value", ["99999", "-1"])
+def test_master_port_out_of_range_is_refused_at_parse_time(capsys, tmp_path, monkeypatch, value) -> None:
+    """``--nproc 2 --master-port 99999`` created the run's lock, then failed at bind() with "a number ... too large"."""
+    monkeypatch.chdir(tmp_path)
+    got = run_cli(capsys, "train", "--nproc", "2", "--master-port", value, "--set", f"model.path={tmp_path / 'm'}")
+    assert_refused(got, "--master-port", "is not a port: use 1-65535")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_run_dir_that_holds_other_files_is_refused(capsys, tmp_path, monkeypatch) -> None:

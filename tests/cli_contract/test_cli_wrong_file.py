@@ -11,6 +11,11 @@ to ``--resume``. Not covered:
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from tests.cli_contract.cli_run import TRAJ, assert_refused, metrics_row, run_cli, trace_row, write_jsonl
@@ -80,8 +85,62 @@ def test_audit_of_nothing_is_refused(capsys, tmp_path) -> None:
     assert run_cli(capsys, "audit", write_jsonl(tmp_path / "one.jsonl", [TRAJ])).code == 0
 
 
+@pytest.mark.parametrize("text", ["", "\n \n\t\n"])
+def test_filter_of_nothing_is_refused(capsys, tmp_path, text) -> None:
+    """An empty (or blank) trajectory file wrote empty verdicts and exit 0; ``tirl audit`` refuses it, and so does
+    filter now, before any output exists (an existing one is left as it was)."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(text)
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("mine\n")
+    got = run_cli(capsys, "filter", empty, "--verdicts", tmp_path / "v.jsonl", "--kept", kept)
+    assert_refused(got, f"{empty}: holds no trajectories", "at least one line")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl", "kept.jsonl"]
+    assert kept.read_text() == "mine\n"
+
+
 def test_run_on_a_log_that_names_no_run_says_to_leave_it_out(capsys, tmp_path) -> None:
     """The fix was "pass one of them to --run" after "runs found: none"."""
     path = write_jsonl(tmp_path / "metrics.jsonl", [metrics_row(1)])
     got = run_cli(capsys, "diagnose", "training", path, "--run", "x")
     assert_refused(got, "no run named 'x': the files name no run", "leave --run out")
+
+
+def _as_a_user(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``tirl ARGV`` in a child without root's permission override (uid 0 keeps it: setpriv drops every capability)."""
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: a read-only directory cannot be made here")
+        prefix = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+    code = "import sys; from tirl.cli import main; sys.exit(main())"
+    return subprocess.run([*prefix, sys.executable, "-c", code, *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sft", "--out", "ro/s", "--steps", "1"],
+        ["model", "init", "--out", "ro/m"],
+        ["train", "--run-dir", "ro/run", "--set", "model.path=missing"],
+        ["ablate", "--dry-run", "--out", "ro/a"],
+        ["review", "bundle.md", "--base-url", "http://127.0.0.1:9", "--model", "m", "--out", "ro/r.md"],
+        ["filter", "t.jsonl", "--verdicts", "ro/v.jsonl"],
+    ],
+)
+def test_an_output_in_a_read_only_directory_is_refused_before_any_work(tmp_path, argv) -> None:
+    """The write failed only at its end: ``tirl sft`` trained, then could not save; ``tirl review`` asked the
+    endpoint (paid), then could not write; ``ablate --dry-run`` said all was well. Now one line before the work."""
+    write_jsonl(tmp_path / "t.jsonl", [TRAJ])
+    (tmp_path / "bundle.md").write_text("# evidence\n")
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    try:
+        got = _as_a_user(argv, tmp_path)
+    finally:
+        ro.chmod(0o755)
+    lines = [line for line in got.stderr.splitlines() if line.strip()]
+    assert got.returncode == 2 and len(lines) == 1, got.stderr
+    assert lines[0].startswith("error: ro/") and "cannot write in" in lines[0] and "choose a writable" in lines[0]
+    assert list(ro.iterdir()) == []

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--levels picks the levels of --dose: add --dose, or use --level NAME for one ablation")
     if args.modes is not None and args.dose:
         raise ConfigError("--modes does not go with --dose: the dose step runs filter.mode=off only; drop --modes")
-    flag_overrides(args.overrides, [])  # a key given twice in --set: the last would win without a word
+    flag_overrides(args.overrides)  # --set K=1 --set K=2: the last won silently
     for override in args.overrides:  # --set trainer.steps=9 silently beat --steps
         key = override.split("=", 1)[0].strip()
         if key in PLAN_KEYS:

@@ -3,7 +3,7 @@
 Writes one verdict line per input trajectory (input order), optionally the
 kept (non-void) trajectories unchanged, and prints a summary with the audit
 of void trajectories that nevertheless ended with the correct answer.
-Nothing is written unless the whole input is valid; an output that is also
+Nothing is written unless the whole input is valid and holds a trajectory; an output that is also
 an input (``tirl filter X --kept X``) is refused. The judging is
 :func:`tirl.filters.stream.judge_file` (a fast path exact to the reference
 reader, optionally over several processes).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tirl.cli import converted, output_file
 from tirl.config import load_config
-from tirl.errors import printable
+from tirl.errors import InputError, printable
 from tirl.fileio import atomic_write, check_output, refuse_overwrite
 from tirl.filters import RuleOptions, rules_with_options
 from tirl.filters.stream import judge_file
@@ -75,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     rules = rules_from_args(args)
     # The outputs are opened only once judge_file has judged every line: a bad input raised before they existed.
     with judge_file(args.input, rules, keep=args.kept is not None, workers=args.workers) as judged, ExitStack() as out:
+        if not judged.part.trajectories:  # it wrote empty verdicts, exit 0 (tirl audit refuses the same file)
+            raise InputError(str(args.input), None, "holds no trajectories (it is empty, or blank lines only)",
+                             "give a trajectory JSONL with at least one line")  # fmt: skip
         judged.write_verdicts(out.enter_context(atomic_write(args.verdicts, "wb")))
         if args.kept:
             judged.write_kept(out.enter_context(atomic_write(args.kept, "wb")))

@@ -95,9 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a fresh model: tiny (Llama over the character tokenizer) or, as `tirl model init` makes it, a "
         "Qwen2/Llama with a byte-level BPE tokenizer and the ChatML/Hermes template",
     )
-    parser.add_argument("--vocab", type=int, default=2048, help="BPE vocabulary of a fresh --arch qwen2|llama model")
     parser.add_argument(
-        "--corpus", choices=CORPORA, default="builtin", help="BPE training text of a fresh --arch qwen2|llama model"
+        "--vocab", type=int, help=f"BPE vocabulary of a fresh --arch qwen2|llama model (default {_FRESH['vocab']})"
+    )
+    parser.add_argument(
+        "--corpus", choices=CORPORA, help="BPE training text of a fresh --arch qwen2|llama model (default builtin)"
     )
     parser.add_argument(
         "--split-digits", action="store_true", help="BPE: Qwen2's pre-tokenizer (each digit its own token)"
@@ -111,10 +113,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.stop_at_accuracy,
         help="stop once held-out accuracy (temperature 1) reaches this; negative = never stop early",
     )
-    spec = TinyModelSpec()
-    parser.add_argument("--layers", type=int, default=spec.layers, help="layers of a fresh tiny model")
-    parser.add_argument("--hidden", type=int, default=spec.hidden_size, help="width of a fresh tiny model")
-    parser.add_argument("--heads", type=int, default=spec.heads, help="attention heads of a fresh tiny model")
+    for name, text in (("layers", "layers"), ("hidden", "width"), ("heads", "attention heads")):
+        parser.add_argument(f"--{name}", type=int, help=f"{text} of a fresh model (default {_FRESH[name]})")
     parser.add_argument(
         "--copy-steps",
         type=int,
@@ -141,6 +141,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sandbox", choices=("auto", "bwrap", "process"), default="auto", help="sandbox backend")
 
 
+#: The fresh model's shape and tokenizer when the flag is not given (None in ``args``: a flag given with
+#: ``--init``, or a BPE flag with ``--arch tiny``, is refused rather than ignored).
+_FRESH: dict[str, object] = {
+    "layers": TinyModelSpec().layers, "hidden": TinyModelSpec().hidden_size, "heads": TinyModelSpec().heads,
+    "vocab": 2048, "corpus": "builtin",
+}  # fmt: skip
+
+
+def _fresh_model_flags(args: argparse.Namespace) -> None:
+    """Refuse the fresh-model flags that would be ignored, then fill in the defaults of the others.
+
+    ``--layers/--hidden/--heads/--vocab/--corpus/--split-digits`` with ``--init`` (the model and its tokenizer
+    come from there), and the BPE tokenizer's ``--vocab/--corpus/--split-digits`` with ``--arch tiny`` (its
+    tokenizer is the character one), were ignored without a word.
+    """
+    given = [f"--{n.replace('_', '-')}" for n in (*_FRESH, "split_digits") if getattr(args, n) not in (None, False)]
+    if args.init and given:
+        raise ConfigError(f"{', '.join(given)} with --init: the model and its tokenizer come from --init "
+                          f"({args.init}); drop {'them' if len(given) > 1 else 'it'}")  # fmt: skip
+    bpe = [flag for flag in given if flag in ("--vocab", "--corpus", "--split-digits")]
+    if args.arch == "tiny" and bpe:
+        are, them = ("are", "them") if len(bpe) > 1 else ("is", "it")
+        raise ConfigError(f"{', '.join(bpe)} {are} for a BPE tokenizer, and --arch tiny has the character one: "
+                          f"add --arch qwen2 (or llama), or drop {them}")  # fmt: skip
+    for name, default in _FRESH.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+
+
 def _config(args: argparse.Namespace) -> SFTConfig:
     if args.steps < 1 or args.batch_size < 1 or args.train_tasks < 1 or args.eval_tasks < 1 or args.eval_every < 1:
         raise ConfigError("--steps, --batch-size, --train-tasks, --eval-tasks and --eval-every must be >= 1")
@@ -157,8 +186,16 @@ def _config(args: argparse.Namespace) -> SFTConfig:
         )
     if args.init and args.arch != "tiny":
         raise ConfigError(f"--arch {args.arch} with --init: the model and its tokenizer come from --init; drop --arch")
+    _fresh_model_flags(args)
     if not args.init and args.arch == "tiny" and (args.layers < 1 or args.hidden < 1 or args.heads < 1):
         raise ConfigError("--layers, --hidden and --heads of a fresh tiny model must be >= 1")
+    if not args.init:  # the bounds and memory of tirl model init's models (a traceback, or the machine's memory)
+        spec = ModelSpec(layers=args.layers, hidden=args.hidden, heads=args.heads)
+        spec.check()
+        spec.check_memory(16)  # AdamW: weights, gradients and two moments, in float32
+    check_flag("--seed", "trainer.seed", args.seed)
+    check_flag("--train-tasks", "env.eval_size", args.train_tasks)  # 99999999999 generated without end
+    check_flag("--eval-tasks", "env.eval_size", args.eval_tasks)
     if not 0.0 <= args.copy_short_share <= 1.0:
         raise ConfigError(f"--copy-short-share {args.copy_short_share} is invalid: use a share from 0 to 1")
     if args.tools and args.env == "swe-lite":

@@ -51,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
     check_flag("--seed", "env.seed", args.seed)  # the env's seed range, as tirl eval --seed
     if any(o.split("=", 1)[0].strip() == "env.name" for o in args.overrides):  # --env's value would win silently
         raise ConfigError("--set env.name: tirl tasks export names its env with --env — use --env NAME")
-    flag_overrides(args.overrides, [])  # a key given twice in --set: the last would win without a word
-    env = resolve_config(None, [*args.overrides, f"env.name={args.env}"]).config.env
+    env = resolve_config(None, flag_overrides(args.overrides, [("--env", "env.name", args.env)])).config.env
     if env.tasks_file:
         from tirl.envs.tasks.swe_gen import load_swe_tasks
 

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tirl.cli import port
 from tirl.commands import flag_overrides
 from tirl.config import TirlConfig, config_to_dict, resolve_config
 from tirl.errors import ConfigError, InputError, TirlError
@@ -89,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--nproc", type=int, default=1, metavar="N", help="data-parallel trainer processes (gloo on CPU, nccl on GPU)"
     )
-    parser.add_argument("--master-port", type=int, default=0, metavar="PORT", help="--nproc rendezvous port (0: auto)")
+    parser.add_argument("--master-port", type=port, default=0, metavar="PORT", help="--nproc rendezvous port (0: auto)")
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:

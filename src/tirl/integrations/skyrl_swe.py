@@ -172,7 +172,7 @@ def export_tasks(tasks: Sequence[Task], out: str | Path) -> Exported:
     ``out`` must not exist, or be an empty directory: nothing is overwritten. The directory is built beside
     ``out`` and renamed into place, so an interrupted export leaves no partial ``out``.
     """
-    target = check_output_dir(out)  # a file in the way is refused with its name
+    target = check_output_dir(out, staged=True)  # a file in the way is refused with its name
     if target.is_dir() and any(target.iterdir()):
         raise OutputError(str(target), None, "exists and is not an empty directory",
                           "give a new directory (an export never overwrites)")  # fmt: skip

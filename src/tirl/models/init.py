@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # torch, tokenizers and transformers load in the builders: `t
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from tirl.errors import ConfigError, OutputError
-from tirl.fileio import staged_dir
+from tirl.fileio import check_output_dir, staged_dir
 from tirl.models.corpus import CORPORA, corpus_lines
 from tirl.models.template import ADDED_TOKENS, CHAT_TEMPLATE, EOS, EOT, SPECIAL_TOKENS
 
@@ -77,6 +77,23 @@ class ModelSpec:
             )
         if self.hidden % self.n_heads:
             raise ConfigError(f"--hidden {self.hidden} is not divisible by --heads {self.n_heads}: choose them so")
+        self.check_memory(4)
+
+    def check_memory(self, bytes_per_param: int) -> None:
+        """Refuse a model whose parameters do not fit in the memory available now, at ``bytes_per_param``.
+
+        4: float32 weights; 16: with AdamW's gradients and moments. Building one took the machine's memory
+        (``--layers 128 --hidden 16384``: 400 billion parameters) or ended in torch's allocation traceback.
+        """
+        from tirl.models.vet import available_bytes
+
+        params = self.layers * (4 * self.hidden**2 + 3 * self.hidden * self.intermediate) + 2 * self.vocab * self.hidden
+        need, free = params * bytes_per_param, available_bytes("cpu")
+        if need > free:
+            raise ConfigError(
+                f"--layers {self.layers} --hidden {self.hidden}: about {params / 1e9:.2f} billion parameters need "
+                f"{need / 2**30:.1f} GiB, and {free / 2**30:.1f} GiB of memory are free — choose a smaller model"
+            )
 
     @property
     def n_heads(self) -> int:
@@ -191,6 +208,7 @@ def check_out(out: Path) -> None:
         raise OutputError(str(out), None, "exists and is not an empty directory", "choose a new --out or remove it")
     if not out.parent.exists():
         raise OutputError(str(out), None, f"its parent {out.parent} does not exist", "create the parent directory")
+    check_output_dir(out, staged=True)  # a read-only parent: now, not after the model is built (or merged)
 
 
 def init_model(spec: ModelSpec, out: str | Path) -> Path:
