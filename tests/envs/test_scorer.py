@@ -217,6 +217,51 @@ async def test_a_stop_iteration_from_the_code_under_test_does_not_end_the_judges
     assert result.reward == 0.0 and result.info["tests_failed"] == 3, result.info
 
 
+CAUGHT_CODE = """import os, sys
+def crash(s):
+    os._exit(3)
+def interrupt(s):
+    raise KeyboardInterrupt
+def leave(s):
+    raise SystemExit(0)
+def garble(s):
+    os.write(int(sys.argv[2]), b"not json\\n")
+"""
+CAUGHT_TESTS = """import pytest
+import calc
+def test_crash():
+    with pytest.raises(Exception):
+        calc.crash(1)
+def test_interrupt():
+    with pytest.raises(Exception):
+        calc.interrupt(1)
+def test_exit():
+    with pytest.raises(Exception):
+        calc.leave(1)
+def test_garble():
+    with pytest.raises(Exception):
+        calc.garble(1)
+def test_bare():
+    try:
+        calc.crash(1)
+    except BaseException:
+        pass
+"""
+
+
+async def test_a_test_that_expects_an_error_does_not_pass_when_the_code_under_test_dies(make) -> None:  # type: ignore[no-untyped-def]
+    """The judge's own failures (the subject exited, broke the wire, raised no ``Exception``) fail the test.
+
+    They were ``Exception``s in the judge: ``pytest.raises(Exception)`` and ``except Exception`` took a subject
+    that only called ``os._exit``, raised ``KeyboardInterrupt`` or ``SystemExit`` (under pytest itself none of
+    them is caught by either), or wrote nonsense on the wire for the error the test expected: all five passed
+    (found by the red-team pass of session 45). A test that catches even ``BaseException`` fails too.
+    """
+    t = task({"calc/__init__.py": CAUGHT_CODE}, {"test_calc.py": CAUGHT_TESTS})
+    result = await play(make(reward_mode="fraction"), t, SUBMIT)
+    assert result.reward == 0.0 and result.info["tests_failed"] == 5, result.info
+
+
 PROBE = """
 import glob, os
 def reachable(secret):
@@ -376,7 +421,7 @@ async def test_interrupting_the_judge_does_not_drop_the_failing_tests(make) -> N
 def test_a_collected_test_without_an_outcome_counts_as_an_error() -> None:
     from tirl.envs.scorer_runner import Tally
 
-    tally = Tally(types.SimpleNamespace(timed_out=False), "tests")  # type: ignore[arg-type]
+    tally = Tally(types.SimpleNamespace(timed_out=False, broken=""), "tests")  # type: ignore[arg-type]
     tally.collected = 3
     tally.pytest_runtest_logreport(types.SimpleNamespace(passed=True, skipped=False, when="call", nodeid="t::a"))
     assert tally.verdict()["passed"] == 1 and tally.verdict()["errors"] == 2
