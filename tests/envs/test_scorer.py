@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tirl.config import RolloutConfig
-from tirl.envs import scorer
+from tirl.envs import scorer, scorer_wire
 from tirl.envs.base import Task
 from tirl.envs.scorer import Verdict, read_verdict
 from tirl.envs.scorer_wire import WireError, decode, encode
@@ -260,6 +260,65 @@ async def test_a_test_that_expects_an_error_does_not_pass_when_the_code_under_te
     t = task({"calc/__init__.py": CAUGHT_CODE}, {"test_calc.py": CAUGHT_TESTS})
     result = await play(make(reward_mode="fraction"), t, SUBMIT)
     assert result.reward == 0.0 and result.info["tests_failed"] == 5, result.info
+
+
+MUTATING_CODE = """
+def sorted_copy(xs):
+    xs.sort()
+    return xs
+def add(xs, x):
+    xs.append(x)
+def set_cell(grid, i, j, v):
+    grid[i][j] = v
+def configure(cfg=None):
+    cfg["seen"] = True
+    cfg["inner"].add(3)
+"""
+MUTATING_TESTS = """
+from lists import add, configure, set_cell, sorted_copy
+def test_input_unchanged():
+    xs = [3, 1, 2]
+    assert sorted_copy(xs) == [1, 2, 3]
+    assert xs == [3, 1, 2]
+def test_add():
+    xs = [1]
+    assert add(xs, 2) is None
+    assert xs == [1, 2]
+def test_cell():
+    grid = [[0, 0], [0, 0]]
+    row = grid[0]
+    set_cell(grid, 0, 1, 5)
+    assert row == [0, 5] and grid == [[0, 5], [0, 0]]
+def test_keyword():
+    inner = {1}
+    cfg = {"inner": inner}
+    configure(cfg=cfg)
+    assert cfg == {"inner": {1, 3}, "seen": True} and inner == {1, 3}
+"""
+
+
+async def test_what_a_call_does_to_its_arguments_is_what_the_test_sees(make) -> None:  # type: ignore[no-untyped-def]
+    """Arguments cross to the subject as copies; the changes a call makes to its containers come back.
+
+    Before session 45 they did not: a test that a function leaves its input alone passed for code that sorted
+    the caller's list in place (reward 1.0 with that bug in place), and correct code that changes its
+    argument (``append``, a nested cell, a keyword ``dict``) failed. Now only the mutating ``sorted_copy``
+    fails, and the containers the test already held (``row``, ``inner``) see the change.
+    """
+    t = task({"lists/__init__.py": MUTATING_CODE}, {"test_lists.py": MUTATING_TESTS})
+    result = await play(make(reward_mode="fraction"), t, SUBMIT)
+    assert result.info["tests_passed"] == 3 and result.info["tests_failing"] == ["test_input_unchanged"], result.info
+
+
+def test_an_argument_comes_back_only_as_what_a_call_can_make_of_it() -> None:
+    xs, inner = [1, [2]], {"k": {1}}
+    kept = xs[1]
+    scorer_wire.sync(xs, [1, [2, 3], 4])
+    scorer_wire.sync(inner, {"k": {5}, "j": 0})
+    assert xs == [1, [2, 3], 4] and kept is xs[1] and inner == {"k": {5}, "j": 0}
+    for local, new in (([1], (1,)), ({1}, [1]), ((1, []), (1,)), (5, 6), (([],), ({},))):
+        with pytest.raises(WireError):
+            scorer_wire.sync(local, new)
 
 
 PROBE = """

@@ -11,9 +11,9 @@ answers the judge's requests over two pipes. What comes back is **data** (``None
 or an opaque reference to an object that stays in the subject; an exception comes back as its
 nearest built-in exception class and its message (``StopIteration`` as a plain error: in ``map``
 it would end the judge's iteration); one that is no ``Exception`` (``SystemExit``), a subject that dies
-and a broken wire fail the test, even inside ``pytest.raises(Exception)`` (:class:`RemoteFailure`). The assertions therefore run in the judge, on
-values it rebuilt itself: the code under test chooses what its functions return, never what a
-comparison or a test outcome is. A reference never equals a value (an object whose ``__eq__``
+and a broken wire fail the test, even inside ``pytest.raises(Exception)`` (:class:`RemoteFailure`).
+The assertions therefore run in the judge, on values it rebuilt itself: the code under test chooses
+what its functions return, never what a comparison or a test outcome is. A reference never equals a value (an object whose ``__eq__``
 always answers True compares unequal to ``2.5``).
 
 The order inside the judge; each step happens before any code of the workspace runs anywhere:
@@ -40,7 +40,9 @@ the subject (its truth value, ``==`` between two such objects, ``len``, ``str``,
 what that object's own methods answer, as in any Python; an identity check (``is``) on a module
 attribute imported at collection time (it is a lazy reference); attributes whose name starts with
 ``_``; fixtures that reach into the repository (``monkeypatch``), helper modules shared between
-hidden test files, and tests that pass callables or their own objects to the code under test.
+hidden test files, and tests that pass callables or their own objects to the code under test; an
+argument that the code keeps past the call (a list stored on a subject object, a returned argument) is a
+copy in the judge (what the call itself left in its container arguments comes back: :func:`sync`).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from typing import Any
 
 try:  # in the sandbox the host runs these modules' sources first, in the same globals, and tirl is absent
     from tirl.envs.scorer_bundle import BundleImporter
-    from tirl.envs.scorer_wire import MAX_LINE, WireError, decode, encode
+    from tirl.envs.scorer_wire import MAX_LINE, WireError, decode, encode, sync
 except ImportError:
     pass
 
@@ -233,14 +235,18 @@ class Link:
             raise self._fail(f"the code under test broke the wire ({exc})") from None
         try:
             reply = json.loads(line)
-            if type(reply) is not dict or len(reply) != 1:
+            if type(reply) is not dict or set(reply) not in ({"x"}, {"v"}, {"v", "m"} if op == "call" else {"v"}):
                 raise WireError("not a reply")
             if "x" in reply:
                 error = remote_exception(reply["x"])
                 if isinstance(error, RemoteFailure):
                     raise self.broke(str(error))
             else:
-                return decode(reply["v"], self._incoming)
+                value = decode(reply["v"], self._incoming)
+                for key, data in reply.get("m", []):  # the call's changes to its container arguments
+                    args = fields["a"] if type(key) is int and 0 <= key < len(fields["a"]) else fields["k"]
+                    sync(args[key], decode(data, self._incoming))
+                return value
         except (ValueError, KeyError, TypeError, RecursionError, WireError) as exc:
             raise self._fail(f"the code under test broke the wire ({type(exc).__name__})") from None
         raise error
@@ -248,7 +254,8 @@ class Link:
     def _outgoing(self, value: Any) -> Any:
         if isinstance(value, Remote):
             return value._wire()
-        raise self.broke(f"a {type(value).__name__} cannot be passed to the code under test (only data and its objects)")
+        kind = type(value).__name__
+        raise self.broke(f"a {kind} cannot be passed to the code under test (only data and its objects)")
 
     def _incoming(self, tag: str, payload: Any) -> Any:
         if tag != "h" or type(payload) is not list or len(payload) != 2 or type(payload[0]) is not int:

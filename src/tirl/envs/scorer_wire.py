@@ -7,7 +7,9 @@ object per line each way, on two pipes that only the two processes hold). :func:
 ``float``, ``str`` as JSON, ``list``/``tuple``/``set``/``frozenset``/``dict``/``bytes``/``complex``
 tagged (``{"l": [...]}``...), anything else as a reference (``{"h": [id, type name]}`` from the
 subject; ``{"h": id}`` or ``{"p": attribute path}`` from the judge). A subclass of a built-in value
-type is sent as its base type's value (its methods, ``__eq__`` included, stay behind).
+type is sent as its base type's value (its methods, ``__eq__`` included, stay behind). A call's reply
+also carries what the call left in its container arguments (:func:`changed_args`), which the judge writes
+into the test's own objects (:func:`sync`), as if the call had run in the judge.
 
 The subject imports the workspace's modules from their source only (:func:`source_only`: no cached or
 sourceless bytecode, no extension modules from the workspace).
@@ -90,6 +92,50 @@ def decode(data: Any, ref: Any, depth: int = 0) -> Any:
     return ref(tag, payload)
 
 
+#: the argument types whose contents a call can change (a tuple: the containers inside it)
+_CONTAINERS = (list, dict, set, tuple)
+
+
+def changed_args(args: tuple[Any, ...], kwargs: dict[str, Any], ref: Any) -> list[Any]:
+    """What a call left in its container arguments, encoded: ``[[position or keyword, value], ...]``."""
+    given = [*enumerate(args), *kwargs.items()]
+    return [[key, encode(value, ref)] for key, value in given if type(value) in _CONTAINERS]
+
+
+def sync(local: Any, new: Any, depth: int = 0) -> None:
+    """Make the judge's argument ``local`` hold ``new`` (the subject's copy of it after the call), in place.
+
+    The judge's own containers are kept wherever the new value has the same type at the same place, so the
+    test's other names for them see the change too, as they would if the call had run in the judge. A
+    tuple's items cannot be replaced: only the containers inside it change. ``WireError`` when ``new`` is
+    not something the call could have left there (another type, a tuple of another length).
+    """
+    if depth > MAX_DEPTH or type(new) is not type(local) or type(local) not in _CONTAINERS:
+        raise WireError("an argument came back as something no call can make of it")
+
+    def keep(old: Any, value: Any) -> Any:
+        if type(old) is type(value) and type(old) in (list, dict, set):
+            sync(old, value, depth + 1)
+            return old
+        return value
+
+    if type(local) is list:
+        local[:] = [keep(a, b) for a, b in zip(local, new, strict=False)] + new[len(local) :]
+    elif type(local) is dict:
+        merged = {k: keep(local[k], v) if k in local else v for k, v in new.items()}
+        local.clear()
+        local.update(merged)
+    elif type(local) is set:
+        local.clear()
+        local.update(new)
+    else:
+        if len(new) != len(local):
+            raise WireError("a tuple argument came back with another length")
+        for a, b in zip(local, new, strict=True):
+            if type(a) in _CONTAINERS:
+                sync(a, b, depth + 1)
+
+
 # --- the subject (untrusted: it imports the workspace) ------------------------------------------
 
 
@@ -147,9 +193,13 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
     def arg(data: Any) -> Any:
         return decode(data, lambda tag, payload: resolve(payload) if tag == "p" else handles[payload])
 
+    def call(obj: Any, req: Any) -> dict[str, Any]:
+        args, kwargs = arg(req["a"]), arg(req["k"])
+        value = obj(*args, **kwargs)
+        return {"v": encode(value, ref), "m": changed_args(args, kwargs, ref)}
+
     ops = {
         "get": lambda obj, req: obj,
-        "call": lambda obj, req: obj(*arg(req["a"]), **arg(req["k"])),
         "setattr": lambda obj, req: setattr(obj, req["n"], arg(req["v"])),
         "len": lambda obj, req: len(obj),
         "bool": lambda obj, req: bool(obj),
@@ -162,7 +212,10 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
     while line := requests.readline(MAX_LINE):
         req = json.loads(line)
         try:
-            reply = json.dumps({"v": encode(ops[req["op"]](resolve(req["t"]), req), ref)})
+            if req["op"] == "call":
+                reply = json.dumps(call(resolve(req["t"]), req))
+            else:
+                reply = json.dumps({"v": encode(ops[req["op"]](resolve(req["t"]), req), ref)})
         except BaseException as exc:
             names = [c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c]
             try:
