@@ -321,6 +321,28 @@ def test_an_argument_comes_back_only_as_what_a_call_can_make_of_it() -> None:
             scorer_wire.sync(local, new)
 
 
+HELPER_HIDDEN = {
+    "helpers.py": "CASES = [(1, 2), (5, 10)]\n",
+    "test_calc.py": "from calc import double\nfrom helpers import CASES\ndef test_double():\n"
+    "    for x, want in CASES:\n        assert double(x) == want\n",
+}
+FORGED_HELPER = "printf 'CASES = [(1, 2), (5, 6)]\\n' > helpers.py"
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+async def test_a_helper_module_of_the_hidden_tests_comes_from_them_not_the_workspace(make, fixed: bool) -> None:  # type: ignore[no-untyped-def]
+    """``from helpers import CASES`` in a hidden test loads the hidden ``helpers.py``, whatever the workspace holds.
+
+    It used to be a reference into the subject, which imports from the workspace: an agent that wrote a
+    ``helpers.py`` whose expected values matched the bug got reward 1.0 (found by the red-team pass of
+    session 45). Now the forged file changes nothing, and the fix (``x * 2``) passes next to it.
+    """
+    body = "x * 2" if fixed else "x + 1"
+    t = task({"calc/__init__.py": f"def double(x):\n    return {body}\n"}, HELPER_HIDDEN)
+    result = await play(make(), t, [f"```bash\n{FORGED_HELPER}\n```", *SUBMIT])
+    assert result.reward == float(fixed), result.info
+
+
 PROBE = """
 import glob, os
 def reachable(secret):

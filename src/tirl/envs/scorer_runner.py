@@ -13,8 +13,8 @@ nearest built-in exception class and its message (``StopIteration`` as a plain e
 it would end the judge's iteration); one that is no ``Exception`` (``SystemExit``), a subject that dies
 and a broken wire fail the test, even inside ``pytest.raises(Exception)`` (:class:`RemoteFailure`).
 The assertions therefore run in the judge, on values it rebuilt itself: the code under test chooses
-what its functions return, never what a comparison or a test outcome is. A reference never equals a value (an object whose ``__eq__``
-always answers True compares unequal to ``2.5``).
+what its functions return, never what a comparison or a test outcome is. A reference never equals a
+value (an object whose ``__eq__`` always answers True compares unequal to ``2.5``).
 
 The order inside the judge; each step happens before any code of the workspace runs anywhere:
 
@@ -39,8 +39,9 @@ Not covered (see docs/sandbox.md, "The swe-lite scorer"): what a test asserts ab
 the subject (its truth value, ``==`` between two such objects, ``len``, ``str``, iteration) is
 what that object's own methods answer, as in any Python; an identity check (``is``) on a module
 attribute imported at collection time (it is a lazy reference); attributes whose name starts with
-``_``; fixtures that reach into the repository (``monkeypatch``), helper modules shared between
-hidden test files, and tests that pass callables or their own objects to the code under test; an
+``_``; fixtures that reach into the repository (``monkeypatch``), a helper module of the hidden tests
+imported only inside a test, or named like a module of the repository (:func:`helper_finder`), and tests
+that pass callables or their own objects to the code under test; an
 argument that the code keeps past the call (a list stored on a subject object, a returned argument) is a
 copy in the judge (what the call itself left in its container arguments comes back: :func:`sync`).
 """
@@ -409,6 +410,22 @@ def remote_finder(link: Link, names: set[str]) -> Any:
     return Finder()
 
 
+def helper_finder(tests: str, names: set[str]) -> Any:
+    """A meta-path finder for the top-level modules ``names`` of the hidden tests' directory ``tests``.
+
+    Their submodules are found through the package's own path, as usual; nothing of the workspace is searched.
+    """
+    import importlib.machinery
+
+    class Finder:
+        def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+            if fullname not in names:
+                return None
+            return importlib.machinery.PathFinder.find_spec(fullname, [tests])
+
+    return Finder()
+
+
 def imported_names(sources: list[str]) -> set[str]:
     """The top-level module names that ``sources`` import (absolute imports only)."""
     import ast
@@ -536,10 +553,11 @@ class Tally:
         }
 
 
-def judge_main(wire: str, eval_dir: str, budget_s: float) -> None:
+def judge_main(wire: str, eval_dir: str, budget_s: float, helpers: list[str] | None = None) -> None:
     """Run the hidden tests under ``eval_dir`` against the workspace (the cwd); print the verdict.
 
-    ``wire``: the source of :mod:`tirl.envs.scorer_wire`, from which each subject starts.
+    ``wire``: the source of :mod:`tirl.envs.scorer_wire`, from which each subject starts; ``helpers``: the
+    top-level modules of the hidden tests' own directory that they import (imported here, never remote).
     """
     import os
     import time
@@ -566,7 +584,9 @@ def judge_main(wire: str, eval_dir: str, budget_s: float) -> None:
     link = Link(wire, os.getcwd(), deadline)
     import importlib.util
 
-    remote = {n for n in imported_names(sources) if importlib.util.find_spec(n) is None}
+    local = set(helpers or ())
+    remote = {n for n in imported_names(sources) if n not in local and importlib.util.find_spec(n) is None}
+    sys.meta_path.append(helper_finder(tests, local))
     sys.meta_path.append(remote_finder(link, remote))
     tally = Tally(link, tests)
     args = [tests, "-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "--noconftest"]
