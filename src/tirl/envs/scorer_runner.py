@@ -40,7 +40,7 @@ the subject (its truth value, ``==`` between two such objects, ``len``, ``str``,
 what that object's own methods answer, as in any Python; an identity check (``is``) on a module
 attribute imported at collection time (it is a lazy reference); attributes whose name starts with
 ``_``; fixtures that reach into the repository (``monkeypatch``), a helper module of the hidden tests
-imported only inside a test, or named like a module of the repository (:func:`helper_finder`), and tests
+imported only inside a test, or named like a module of the repository (:func:`~tirl.envs.scorer_bundle.helper_finder`), and tests
 that pass callables or their own objects to the code under test; an
 argument that the code keeps past the call (a list stored on a subject object, a returned argument) is a
 copy in the judge (what the call itself left in its container arguments comes back: :func:`sync`).
@@ -52,7 +52,7 @@ import sys
 from typing import Any
 
 try:  # in the sandbox the host runs these modules' sources first, in the same globals, and tirl is absent
-    from tirl.envs.scorer_bundle import BundleImporter
+    from tirl.envs.scorer_bundle import BundleImporter, helper_finder
     from tirl.envs.scorer_wire import MAX_LINE, WireError, decode, encode, sync
 except ImportError:
     pass
@@ -410,22 +410,6 @@ def remote_finder(link: Link, names: set[str]) -> Any:
     return Finder()
 
 
-def helper_finder(tests: str, names: set[str]) -> Any:
-    """A meta-path finder for the top-level modules ``names`` of the hidden tests' directory ``tests``.
-
-    Their submodules are found through the package's own path, as usual; nothing of the workspace is searched.
-    """
-    import importlib.machinery
-
-    class Finder:
-        def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-            if fullname not in names:
-                return None
-            return importlib.machinery.PathFinder.find_spec(fullname, [tests])
-
-    return Finder()
-
-
 def imported_names(sources: list[str]) -> set[str]:
     """The top-level module names that ``sources`` import (absolute imports only)."""
     import ast
@@ -515,6 +499,7 @@ class Tally:
         (:meth:`Link.broke`) fails even when the test caught the :class:`RemoteFailure`.
         """
         rank = {"passed": 0, "skipped": 1, "xfailed": 1, "failed": 2, "error": 3}
+        outcome: str | None
         if self.link.broken:  # the link failed in this phase, whatever the test made of it (RemoteFailure)
             outcome = "failed" if report.when == "call" else "error"
             self.link.broken = ""
