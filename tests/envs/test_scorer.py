@@ -491,7 +491,7 @@ async def test_interrupting_the_judge_does_not_drop_the_failing_tests(make) -> N
         "def hard():\n    os.kill(os.getppid(), signal.SIGINT)\n    time.sleep(2)\n    return 0\n"
     }
     hidden = {
-        "test_sly.py": "from sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
+        "test_sly.py": "import pytest\nfrom sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
         "def test_b():\n    assert hard() == 42\ndef test_c():\n    assert fast() == 1\n"
     }
     result = await play(make(), task(files, hidden), SUBMIT)
@@ -509,18 +509,23 @@ def test_a_collected_test_without_an_outcome_counts_as_an_error() -> None:
 
 
 async def test_lowering_the_judges_limits_only_fails_tests(make) -> None:  # type: ignore[no-untyped-def]
-    """``prlimit`` on the judge (same uid: the kernel allows it) makes later calls fail, never pass."""
+    """``prlimit`` on the judge (same uid: the kernel allows it) makes later calls fail, never pass.
+
+    ``test_d`` expects an error: the judge's own ``OSError`` (no descriptor left for the next subject's pipes)
+    once passed it (found by the red-team pass of session 45).
+    """
     files = {
         "sly.py": "import os, resource\ndef fast():\n    return 1\ndef hard():\n"
         "    for res, val in ((resource.RLIMIT_AS, 64 << 20), (resource.RLIMIT_NOFILE, 5)):\n"
         "        resource.prlimit(os.getppid(), res, (val, val))\n    return 0\n"
     }
     hidden = {
-        "test_sly.py": "from sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
+        "test_sly.py": "import pytest\nfrom sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
         "def test_b():\n    assert hard() == 42\ndef test_c():\n    assert fast() == 1\n"
+        "def test_d():\n    with pytest.raises(Exception):\n        fast()\n"
     }
     result = await play(make(), task(files, hidden), SUBMIT)
-    assert result.reward == 0.0 and result.info["tests_total"] == 3 and result.info["tests_passed"] == 1, result.info
+    assert result.reward == 0.0 and result.info["tests_total"] == 4 and result.info["tests_passed"] == 1, result.info
 
 
 SHADOWING = {  # a package the judge imports itself: from pytest's bundle, and from the standard library

@@ -39,11 +39,11 @@ Not covered (see docs/sandbox.md, "The swe-lite scorer"): what a test asserts ab
 the subject (its truth value, ``==`` between two such objects, ``len``, ``str``, iteration) is
 what that object's own methods answer, as in any Python; an identity check (``is``) on a module
 attribute imported at collection time (it is a lazy reference); attributes whose name starts with
-``_``; fixtures that reach into the repository (``monkeypatch``), a helper module of the hidden tests
-imported only inside a test, or named like a module of the repository (:func:`~tirl.envs.scorer_bundle.helper_finder`), and tests
-that pass callables or their own objects to the code under test; an
-argument that the code keeps past the call (a list stored on a subject object, a returned argument) is a
-copy in the judge (what the call itself left in its container arguments comes back: :func:`sync`).
+``_``; fixtures that reach into the repository (``monkeypatch``), a hidden helper module imported only
+inside a test or named like a module of the repository (:func:`~tirl.envs.scorer_bundle.helper_finder`),
+tests that pass callables or their own objects to the code under test; an argument that the code keeps
+past the call (stored on a subject object, or returned) is a copy in the judge (what a call left in its
+container arguments comes back: :func:`~tirl.envs.scorer_wire.sync`).
 """
 
 from __future__ import annotations
@@ -217,7 +217,20 @@ class Link:
         return line
 
     def request(self, op: str, target: Any, **fields: Any) -> Any:
-        """Send one request about ``target``; the decoded value, or raise the subject's exception."""
+        """Send one request about ``target``; the decoded value, or raise the subject's exception.
+
+        Anything else that goes wrong is a :class:`RemoteFailure`, never the code's error: the judge's own
+        ``OSError`` or ``MemoryError`` (a subject that lowered the judge's ``RLIMIT_NOFILE`` with ``prlimit``
+        made the next ``os.pipe`` fail, and a ``pytest.raises(Exception)`` passed).
+        """
+        try:
+            return self._request(op, target, fields)
+        except (RemoteFailure, RemoteError):
+            raise
+        except Exception as exc:
+            raise self.broke(f"the judge failed during the call ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+    def _request(self, op: str, target: Any, fields: dict[str, Any]) -> Any:
         import json
         import time
 
