@@ -273,9 +273,18 @@ def set_cell(grid, i, j, v):
 def configure(cfg=None):
     cfg["seen"] = True
     cfg["inner"].add(3)
+def check_sorted(xs):
+    xs.sort()
+    raise ValueError("was not sorted")
 """
 MUTATING_TESTS = """
-from lists import add, configure, set_cell, sorted_copy
+import pytest
+from lists import add, check_sorted, configure, set_cell, sorted_copy
+def test_unchanged_after_an_error():
+    xs = [2, 1]
+    with pytest.raises(ValueError):
+        check_sorted(xs)
+    assert xs == [2, 1]
 def test_input_unchanged():
     xs = [3, 1, 2]
     assert sorted_copy(xs) == [1, 2, 3]
@@ -302,12 +311,14 @@ async def test_what_a_call_does_to_its_arguments_is_what_the_test_sees(make) -> 
 
     Before session 45 they did not: a test that a function leaves its input alone passed for code that sorted
     the caller's list in place (reward 1.0 with that bug in place), and correct code that changes its
-    argument (``append``, a nested cell, a keyword ``dict``) failed. Now only the mutating ``sorted_copy``
-    fails, and the containers the test already held (``row``, ``inner``) see the change.
+    argument (``append``, a nested cell, a keyword ``dict``) failed. Now only the two functions that change
+    an input they must leave alone fail (one of them then raises), and the containers the test already held
+    (``row``, ``inner``) see the change.
     """
     t = task({"lists/__init__.py": MUTATING_CODE}, {"test_lists.py": MUTATING_TESTS})
     result = await play(make(reward_mode="fraction"), t, SUBMIT)
-    assert result.info["tests_passed"] == 3 and result.info["tests_failing"] == ["test_input_unchanged"], result.info
+    failing = ["test_unchanged_after_an_error", "test_input_unchanged"]
+    assert result.info["tests_passed"] == 3 and result.info["tests_failing"] == failing, result.info
 
 
 def test_an_argument_comes_back_only_as_what_a_call_can_make_of_it() -> None:

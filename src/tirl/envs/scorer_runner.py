@@ -249,18 +249,17 @@ class Link:
             raise self._fail(f"the code under test broke the wire ({exc})") from None
         try:
             reply = json.loads(line)
-            if type(reply) is not dict or set(reply) not in ({"x"}, {"v"}, {"v", "m"} if op == "call" else {"v"}):
+            if type(reply) is not dict or set(reply) - ({"m"} if op == "call" else set()) not in ({"x"}, {"v"}):
                 raise WireError("not a reply")
+            for key, data in reply.get("m", []):  # the call's changes to its container arguments, raised or not
+                args = fields["a"] if type(key) is int and 0 <= key < len(fields["a"]) else fields["k"]
+                sync(args[key], decode(data, self._incoming))
             if "x" in reply:
                 error = remote_exception(reply["x"])
                 if isinstance(error, RemoteFailure):
                     raise self.broke(str(error))
             else:
-                value = decode(reply["v"], self._incoming)
-                for key, data in reply.get("m", []):  # the call's changes to its container arguments
-                    args = fields["a"] if type(key) is int and 0 <= key < len(fields["a"]) else fields["k"]
-                    sync(args[key], decode(data, self._incoming))
-                return value
+                return decode(reply["v"], self._incoming)
         except (ValueError, KeyError, TypeError, RecursionError, WireError) as exc:
             raise self._fail(f"the code under test broke the wire ({type(exc).__name__})") from None
         raise error

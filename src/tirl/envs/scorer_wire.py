@@ -193,10 +193,12 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
     def arg(data: Any) -> Any:
         return decode(data, lambda tag, payload: resolve(payload) if tag == "p" else handles[payload])
 
+    given: list[Any] = []  # the arguments of the call being answered: what it left in them goes back, raised or not
+
     def call(obj: Any, req: Any) -> dict[str, Any]:
-        args, kwargs = arg(req["a"]), arg(req["k"])
-        value = obj(*args, **kwargs)
-        return {"v": encode(value, ref), "m": changed_args(args, kwargs, ref)}
+        given[:] = [arg(req["a"]), arg(req["k"])]
+        value = obj(*given[0], **given[1])
+        return {"v": encode(value, ref), "m": changed_args(*given, ref)}
 
     ops = {
         "get": lambda obj, req: obj,
@@ -211,6 +213,7 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
     }
     while line := requests.readline(MAX_LINE):
         req = json.loads(line)
+        given.clear()
         try:
             if req["op"] == "call":
                 reply = json.dumps(call(resolve(req["t"]), req))
@@ -222,7 +225,12 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
                 message = str(exc)[:4000]
             except BaseException:
                 message = ""
-            reply = json.dumps({"x": {"bases": names, "type": type(exc).__qualname__[:200], "msg": message}})
+            out: dict[str, Any] = {"x": {"bases": names, "type": type(exc).__qualname__[:200], "msg": message}}
+            try:
+                out.update({"m": changed_args(*given, ref)} if given else {})
+            except BaseException:
+                pass
+            reply = json.dumps(out)
         replies.write(reply.encode() + b"\n")
         replies.flush()
     os._exit(0)
