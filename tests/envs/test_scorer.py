@@ -332,6 +332,44 @@ def test_an_argument_comes_back_only_as_what_a_call_can_make_of_it() -> None:
             scorer_wire.sync(local, new)
 
 
+PRINTING_CODE = """import sys
+def greet(name):
+    print(f"Hello, {name}!")
+    print("careful", file=sys.stderr)
+def double(x):
+    print("debug:", x)
+    return x * 2
+def fail(x):
+    print("about to fail")
+    raise ValueError(x)
+"""
+PRINTING_TESTS = """import pytest
+from talk import double, fail, greet
+def test_greet(capsys):
+    greet("Ann")
+    assert capsys.readouterr() == ("Hello, Ann!\\n", "careful\\n")
+def test_silent(capsys):
+    assert double(2) == 4
+    assert capsys.readouterr().out == ""
+def test_fail(capsys):
+    with pytest.raises(ValueError):
+        fail(1)
+    assert capsys.readouterr().out == "about to fail\\n"
+"""
+
+
+async def test_what_the_code_under_test_prints_reaches_capsys(make) -> None:  # type: ignore[no-untyped-def]
+    """A call's ``sys.stdout``/``sys.stderr`` output is written to the judge's, where ``capsys`` reads it.
+
+    Before session 45 it went straight to the judge's standard error: a test that a function prints nothing
+    passed for code that printed debug output (reward 1.0 with that bug in place), and a test of what a
+    function prints failed for correct code. Now only the chatty ``double`` fails.
+    """
+    t = task({"talk/__init__.py": PRINTING_CODE}, {"test_talk.py": PRINTING_TESTS})
+    result = await play(make(reward_mode="fraction"), t, SUBMIT)
+    assert result.info["tests_passed"] == 2 and result.info["tests_failing"] == ["test_silent"], result.info
+
+
 HELPER_HIDDEN = {
     "helpers.py": "CASES = [(1, 2), (5, 10)]\n",
     "test_calc.py": "from calc import double\nfrom helpers import CASES\ndef test_double():\n"

@@ -43,7 +43,8 @@ attribute imported at collection time (it is a lazy reference); attributes whose
 inside a test or named like a module of the repository (:func:`~tirl.envs.scorer_bundle.helper_finder`),
 tests that pass callables or their own objects to the code under test; an argument that the code keeps
 past the call (stored on a subject object, or returned) is a copy in the judge (what a call left in its
-container arguments comes back: :func:`~tirl.envs.scorer_wire.sync`).
+container arguments comes back: :func:`~tirl.envs.scorer_wire.sync`); output not written through
+``sys.stdout``/``sys.stderr`` during a call (``capfd``), and the code's warnings (``pytest.warns``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from typing import Any
 
 try:  # in the sandbox the host runs these modules' sources first, in the same globals, and tirl is absent
     from tirl.envs.scorer_bundle import BundleImporter, helper_finder
-    from tirl.envs.scorer_wire import MAX_LINE, WireError, decode, encode, sync
+    from tirl.envs.scorer_wire import MAX_LINE, WireError, apply_effects, decode, encode
 except ImportError:
     pass
 
@@ -249,11 +250,9 @@ class Link:
             raise self._fail(f"the code under test broke the wire ({exc})") from None
         try:
             reply = json.loads(line)
-            if type(reply) is not dict or set(reply) - ({"m"} if op == "call" else set()) not in ({"x"}, {"v"}):
+            if type(reply) is not dict or set(reply) - ({"m", "o"} if op == "call" else set()) not in ({"x"}, {"v"}):
                 raise WireError("not a reply")
-            for key, data in reply.get("m", []):  # the call's changes to its container arguments, raised or not
-                args = fields["a"] if type(key) is int and 0 <= key < len(fields["a"]) else fields["k"]
-                sync(args[key], decode(data, self._incoming))
+            apply_effects(reply, fields, self._incoming)  # what the call left in its arguments, and printed
             if "x" in reply:
                 error = remote_exception(reply["x"])
                 if isinstance(error, RemoteFailure):

@@ -25,6 +25,7 @@ from typing import Any
 
 MAX_LINE = 16 << 20  # bytes in one message of the wire
 MAX_DEPTH = 100  # nesting of one encoded value
+MAX_OUTPUT = 1 << 20  # characters of one call's stdout (and of its stderr) sent back
 _SCALARS = (type(None), bool, int, float, str)
 _TAGS: dict[type, str] = {list: "l", tuple: "t", set: "s", frozenset: "f"}
 _BUILDERS: dict[str, Any] = {"l": list, "t": tuple, "s": set, "f": frozenset}
@@ -136,6 +137,25 @@ def sync(local: Any, new: Any, depth: int = 0) -> None:
                 sync(a, b, depth + 1)
 
 
+def apply_effects(reply: dict[str, Any], fields: dict[str, Any], ref: Any) -> None:
+    """Replay in the judge what a call did besides its answer: its changes to its arguments, and its output.
+
+    ``reply["m"]``: the arguments' new state (:func:`sync`); ``reply["o"]``: what the call wrote to
+    ``sys.stdout`` and ``sys.stderr``, written to the judge's own (so ``capsys`` sees it, as it would if
+    the call had run in the judge). ``WireError`` for anything malformed.
+    """
+    for key, data in reply.get("m", []):
+        args = fields["a"] if type(key) is int and 0 <= key < len(fields["a"]) else fields["k"]
+        sync(args[key], decode(data, ref))
+    printed = reply.get("o", ["", ""])
+    if type(printed) is not list or len(printed) != 2 or not all(type(t) is str for t in printed):
+        raise WireError("malformed output")
+    for stream, text in zip((sys.stdout, sys.stderr), printed, strict=True):
+        if text:
+            stream.write(text)
+            stream.flush()
+
+
 # --- the subject (untrusted: it imports the workspace) ------------------------------------------
 
 
@@ -170,7 +190,9 @@ def source_only(workspace: str) -> None:
 def subject_main(rfd: int, wfd: int, workspace: str) -> None:
     """Answer the judge's requests until end of file (one JSON object per line each way)."""
     import builtins
+    import contextlib
     import importlib
+    import io
     import json
     import os
 
@@ -195,10 +217,17 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
 
     given: list[Any] = []  # the arguments of the call being answered: what it left in them goes back, raised or not
 
+    printed = ["", ""]  # what the call wrote to sys.stdout and sys.stderr
+
     def call(obj: Any, req: Any) -> dict[str, Any]:
         given[:] = [arg(req["a"]), arg(req["k"])]
-        value = obj(*given[0], **given[1])
-        return {"v": encode(value, ref), "m": changed_args(*given, ref)}
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                value = obj(*given[0], **given[1])
+        finally:
+            printed[:] = [out.getvalue()[:MAX_OUTPUT], err.getvalue()[:MAX_OUTPUT]]
+        return {"v": encode(value, ref), "m": changed_args(given[0], given[1], ref), "o": printed}
 
     ops = {
         "get": lambda obj, req: obj,
@@ -214,6 +243,7 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
     while line := requests.readline(MAX_LINE):
         req = json.loads(line)
         given.clear()
+        printed[:] = ["", ""]
         try:
             if req["op"] == "call":
                 reply = json.dumps(call(resolve(req["t"]), req))
@@ -227,7 +257,7 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
                 message = ""
             out: dict[str, Any] = {"x": {"bases": names, "type": type(exc).__qualname__[:200], "msg": message}}
             try:
-                out.update({"m": changed_args(*given, ref)} if given else {})
+                out.update({"m": changed_args(given[0], given[1], ref), "o": printed} if given else {})
             except BaseException:
                 pass
             reply = json.dumps(out)
