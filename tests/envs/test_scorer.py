@@ -332,7 +332,7 @@ def test_an_argument_comes_back_only_as_what_a_call_can_make_of_it() -> None:
             scorer_wire.sync(local, new)
 
 
-PRINTING_CODE = """import sys
+PRINTING_CODE = """import sys, warnings
 def greet(name):
     print(f"Hello, {name}!")
     print("careful", file=sys.stderr)
@@ -342,9 +342,21 @@ def double(x):
 def fail(x):
     print("about to fail")
     raise ValueError(x)
+def old_api(x):
+    warnings.warn("old_api is deprecated", DeprecationWarning)
+    return x
+def loud(x):
+    warnings.warn("careful", UserWarning)
+    return x
 """
 PRINTING_TESTS = """import pytest
-from talk import double, fail, greet
+from talk import double, fail, greet, loud, old_api
+def test_warns():
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        assert old_api(1) == 1
+@pytest.mark.filterwarnings("error")
+def test_no_warning():
+    assert loud(1) == 1
 def test_greet(capsys):
     greet("Ann")
     assert capsys.readouterr() == ("Hello, Ann!\\n", "careful\\n")
@@ -358,16 +370,18 @@ def test_fail(capsys):
 """
 
 
-async def test_what_the_code_under_test_prints_reaches_capsys(make) -> None:  # type: ignore[no-untyped-def]
-    """A call's ``sys.stdout``/``sys.stderr`` output is written to the judge's, where ``capsys`` reads it.
+async def test_what_the_code_under_test_prints_or_warns_reaches_the_test(make) -> None:  # type: ignore[no-untyped-def]
+    """A call's ``sys.stdout``/``sys.stderr`` output goes to the judge's, where ``capsys`` reads it; its warnings too.
 
-    Before session 45 it went straight to the judge's standard error: a test that a function prints nothing
-    passed for code that printed debug output (reward 1.0 with that bug in place), and a test of what a
-    function prints failed for correct code. Now only the chatty ``double`` fails.
+    Before session 45 the output went straight to the judge's standard error and the warnings stayed in the
+    subject: a test that a function prints nothing, or warns nothing (``filterwarnings("error")``), passed for
+    code that did (reward 1.0 with that bug in place), and tests of what a function prints or warns failed
+    for correct code. Now only the chatty ``double`` and the warning ``loud`` fail.
     """
     t = task({"talk/__init__.py": PRINTING_CODE}, {"test_talk.py": PRINTING_TESTS})
     result = await play(make(reward_mode="fraction"), t, SUBMIT)
-    assert result.info["tests_passed"] == 2 and result.info["tests_failing"] == ["test_silent"], result.info
+    failing = ["test_no_warning", "test_silent"]
+    assert result.info["tests_passed"] == 3 and result.info["tests_failing"] == failing, result.info
 
 
 HELPER_HIDDEN = {

@@ -44,7 +44,7 @@ inside a test or named like a module of the repository (:func:`~tirl.envs.scorer
 tests that pass callables or their own objects to the code under test; an argument that the code keeps
 past the call (stored on a subject object, or returned) is a copy in the judge (what a call left in its
 container arguments comes back: :func:`~tirl.envs.scorer_wire.sync`); output not written through
-``sys.stdout``/``sys.stderr`` during a call (``capfd``), and the code's warnings (``pytest.warns``).
+``sys.stdout``/``sys.stderr`` during a call (``capfd``); a warning's own class (its nearest built-in).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import Any
 
 try:  # in the sandbox the host runs these modules' sources first, in the same globals, and tirl is absent
     from tirl.envs.scorer_bundle import BundleImporter, helper_finder
-    from tirl.envs.scorer_wire import MAX_LINE, WireError, apply_effects, decode, encode
+    from tirl.envs.scorer_wire import EFFECTS, MAX_LINE, WireError, apply_effects, decode, encode
 except ImportError:
     pass
 
@@ -226,7 +226,7 @@ class Link:
         """
         try:
             return self._request(op, target, fields)
-        except (RemoteFailure, RemoteError):
+        except (RemoteFailure, RemoteError, Warning):  # a Warning: the code's, made an error by the test's filters
             raise
         except Exception as exc:
             raise self.broke(f"the judge failed during the call ({type(exc).__name__}: {str(exc)[:200]})") from None
@@ -250,9 +250,9 @@ class Link:
             raise self._fail(f"the code under test broke the wire ({exc})") from None
         try:
             reply = json.loads(line)
-            if type(reply) is not dict or set(reply) - ({"m", "o"} if op == "call" else set()) not in ({"x"}, {"v"}):
+            if type(reply) is not dict or set(reply) - (EFFECTS if op == "call" else set()) not in ({"x"}, {"v"}):
                 raise WireError("not a reply")
-            apply_effects(reply, fields, self._incoming)  # what the call left in its arguments, and printed
+            apply_effects(reply, fields, self._incoming)  # what the call left in its arguments, printed, warned
             if "x" in reply:
                 error = remote_exception(reply["x"])
                 if isinstance(error, RemoteFailure):

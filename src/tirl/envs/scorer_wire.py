@@ -25,6 +25,8 @@ from typing import Any
 
 MAX_LINE = 16 << 20  # bytes in one message of the wire
 MAX_DEPTH = 100  # nesting of one encoded value
+#: the parts of a call's reply besides its value or exception (:func:`apply_effects`)
+EFFECTS = frozenset({"m", "o", "w"})
 MAX_OUTPUT = 1 << 20  # characters of one call's stdout (and of its stderr) sent back
 _SCALARS = (type(None), bool, int, float, str)
 _TAGS: dict[type, str] = {list: "l", tuple: "t", set: "s", frozenset: "f"}
@@ -142,11 +144,20 @@ def apply_effects(reply: dict[str, Any], fields: dict[str, Any], ref: Any) -> No
 
     ``reply["m"]``: the arguments' new state (:func:`sync`); ``reply["o"]``: what the call wrote to
     ``sys.stdout`` and ``sys.stderr``, written to the judge's own (so ``capsys`` sees it, as it would if
-    the call had run in the judge). ``WireError`` for anything malformed.
+    the call had run in the judge); ``reply["w"]``: the warnings it emitted, warned again in the judge (so
+    ``pytest.warns`` and the ``filterwarnings("error")`` of a test see them). ``WireError`` for anything
+    malformed; a warning that the judge's filters turn into an error is raised.
     """
     for key, data in reply.get("m", []):
         args = fields["a"] if type(key) is int and 0 <= key < len(fields["a"]) else fields["k"]
         sync(args[key], decode(data, ref))
+    for names, message in reply.get("w", []):  # a warning: as its nearest built-in class, through the filters
+        import builtins
+        import warnings
+
+        kinds = [getattr(builtins, n, None) for n in names if type(n) is str] + [UserWarning]
+        kind = next(k for k in kinds if isinstance(k, type) and issubclass(k, Warning))
+        warnings.warn_explicit(str(message), kind, "<code under test>", 0)
     printed = reply.get("o", ["", ""])
     if type(printed) is not list or len(printed) != 2 or not all(type(t) is str for t in printed):
         raise WireError("malformed output")
@@ -187,12 +198,36 @@ def source_only(workspace: str) -> None:
     sys.dont_write_bytecode = True
 
 
+def captured_call(fn: Any, args: list[Any], kwargs: dict[str, Any], effects: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)``; its output and warnings go to ``effects``, whether it returns or raises.
+
+    ``effects["o"]``: what it wrote to ``sys.stdout`` and ``sys.stderr``; ``effects["w"]``: the warnings it
+    emitted, as class names and message (see :func:`apply_effects`).
+    """
+    import contextlib
+    import io
+    import warnings
+
+    out, err = io.StringIO(), io.StringIO()
+    caught: list[Any] = []
+    try:
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            warnings.catch_warnings(record=True) as w,
+        ):
+            caught = w
+            warnings.simplefilter("always")  # the judge's filters decide, as if the call had run there
+            return fn(*args, **kwargs)
+    finally:
+        effects["o"] = [out.getvalue()[:MAX_OUTPUT], err.getvalue()[:MAX_OUTPUT]]
+        effects["w"] = [[[c.__name__ for c in x.category.__mro__], str(x.message)[:4000]] for x in caught[:100]]
+
+
 def subject_main(rfd: int, wfd: int, workspace: str) -> None:
     """Answer the judge's requests until end of file (one JSON object per line each way)."""
     import builtins
-    import contextlib
     import importlib
-    import io
     import json
     import os
 
@@ -216,18 +251,12 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
         return decode(data, lambda tag, payload: resolve(payload) if tag == "p" else handles[payload])
 
     given: list[Any] = []  # the arguments of the call being answered: what it left in them goes back, raised or not
-
-    printed = ["", ""]  # what the call wrote to sys.stdout and sys.stderr
+    effects: dict[str, Any] = {}  # what it printed and warned (captured_call)
 
     def call(obj: Any, req: Any) -> dict[str, Any]:
         given[:] = [arg(req["a"]), arg(req["k"])]
-        out, err = io.StringIO(), io.StringIO()
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                value = obj(*given[0], **given[1])
-        finally:
-            printed[:] = [out.getvalue()[:MAX_OUTPUT], err.getvalue()[:MAX_OUTPUT]]
-        return {"v": encode(value, ref), "m": changed_args(given[0], given[1], ref), "o": printed}
+        value = captured_call(obj, given[0], given[1], effects)
+        return {"v": encode(value, ref), "m": changed_args(given[0], given[1], ref), **effects}
 
     ops = {
         "get": lambda obj, req: obj,
@@ -243,7 +272,7 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
     while line := requests.readline(MAX_LINE):
         req = json.loads(line)
         given.clear()
-        printed[:] = ["", ""]
+        effects.clear()
         try:
             if req["op"] == "call":
                 reply = json.dumps(call(resolve(req["t"]), req))
@@ -257,7 +286,7 @@ def subject_main(rfd: int, wfd: int, workspace: str) -> None:
                 message = ""
             out: dict[str, Any] = {"x": {"bases": names, "type": type(exc).__qualname__[:200], "msg": message}}
             try:
-                out.update({"m": changed_args(given[0], given[1], ref), "o": printed} if given else {})
+                out.update({"m": changed_args(given[0], given[1], ref), **effects} if given else {})
             except BaseException:
                 pass
             reply = json.dumps(out)
