@@ -335,6 +335,7 @@ def test_an_argument_comes_back_only_as_what_a_call_can_make_of_it() -> None:
 PRINTING_CODE = """import sys, warnings
 def greet(name):
     print(f"Hello, {name}!")
+    sys.stdout.buffer.write(b"bytes too\\n")
     print("careful", file=sys.stderr)
 def double(x):
     print("debug:", x)
@@ -359,7 +360,7 @@ def test_no_warning():
     assert loud(1) == 1
 def test_greet(capsys):
     greet("Ann")
-    assert capsys.readouterr() == ("Hello, Ann!\\n", "careful\\n")
+    assert capsys.readouterr() == ("Hello, Ann!\\nbytes too\\n", "careful\\n")
 def test_silent(capsys):
     assert double(2) == 4
     assert capsys.readouterr().out == ""

@@ -27,7 +27,7 @@ MAX_LINE = 16 << 20  # bytes in one message of the wire
 MAX_DEPTH = 100  # nesting of one encoded value
 #: the parts of a call's reply besides its value or exception (:func:`apply_effects`)
 EFFECTS = frozenset({"m", "o", "w"})
-MAX_OUTPUT = 1 << 20  # characters of one call's stdout (and of its stderr) sent back
+MAX_OUTPUT = 1 << 20  # bytes of one call's stdout (and of its stderr) sent back
 _SCALARS = (type(None), bool, int, float, str)
 _TAGS: dict[type, str] = {list: "l", tuple: "t", set: "s", frozenset: "f"}
 _BUILDERS: dict[str, Any] = {"l": list, "t": tuple, "s": set, "f": frozenset}
@@ -208,7 +208,8 @@ def captured_call(fn: Any, args: list[Any], kwargs: dict[str, Any], effects: dic
     import io
     import warnings
 
-    out, err = io.StringIO(), io.StringIO()
+    # a text stream with a .buffer, as pytest's own capture has (code that writes bytes to sys.stdout.buffer works)
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="", write_through=True) for _ in "oe")
     caught: list[Any] = []
     try:
         with (
@@ -220,7 +221,7 @@ def captured_call(fn: Any, args: list[Any], kwargs: dict[str, Any], effects: dic
             warnings.simplefilter("always")  # the judge's filters decide, as if the call had run there
             return fn(*args, **kwargs)
     finally:
-        effects["o"] = [out.getvalue()[:MAX_OUTPUT], err.getvalue()[:MAX_OUTPUT]]
+        effects["o"] = [f.buffer.getvalue()[:MAX_OUTPUT].decode("utf-8", "replace") for f in (out, err)]
         effects["w"] = [[[c.__name__ for c in x.category.__mro__], str(x.message)[:4000]] for x in caught[:100]]
 
 
