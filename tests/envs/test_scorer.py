@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tirl.config import RolloutConfig
-from tirl.envs import scorer
+from tirl.envs import scorer, scorer_wire
 from tirl.envs.base import Task
 from tirl.envs.scorer import Verdict, read_verdict
 from tirl.envs.scorer_wire import WireError, decode, encode
@@ -226,6 +226,196 @@ async def test_a_stop_iteration_from_the_code_under_test_does_not_end_the_judges
     assert result.reward == 0.0 and result.info["tests_failed"] == 3, result.info
 
 
+CAUGHT_CODE = """import os, sys
+def crash(s):
+    os._exit(3)
+def interrupt(s):
+    raise KeyboardInterrupt
+def leave(s):
+    raise SystemExit(0)
+def garble(s):
+    os.write(int(sys.argv[2]), b"not json\\n")
+"""
+CAUGHT_TESTS = """import pytest
+import calc
+def test_crash():
+    with pytest.raises(Exception):
+        calc.crash(1)
+def test_interrupt():
+    with pytest.raises(Exception):
+        calc.interrupt(1)
+def test_exit():
+    with pytest.raises(Exception):
+        calc.leave(1)
+def test_garble():
+    with pytest.raises(Exception):
+        calc.garble(1)
+def test_bare():
+    try:
+        calc.crash(1)
+    except BaseException:
+        pass
+"""
+
+
+async def test_a_test_that_expects_an_error_does_not_pass_when_the_code_under_test_dies(make) -> None:  # type: ignore[no-untyped-def]
+    """The judge's own failures (the subject exited, broke the wire, raised no ``Exception``) fail the test.
+
+    They were ``Exception``s in the judge: ``pytest.raises(Exception)`` and ``except Exception`` took a subject
+    that only called ``os._exit``, raised ``KeyboardInterrupt`` or ``SystemExit`` (under pytest itself none of
+    them is caught by either), or wrote nonsense on the wire for the error the test expected: all five passed
+    (found by the red-team pass of session 45). A test that catches even ``BaseException`` fails too.
+    """
+    t = task({"calc/__init__.py": CAUGHT_CODE}, {"test_calc.py": CAUGHT_TESTS})
+    result = await play(make(reward_mode="fraction"), t, SUBMIT)
+    assert result.reward == 0.0 and result.info["tests_failed"] == 5, result.info
+
+
+MUTATING_CODE = """
+def sorted_copy(xs):
+    xs.sort()
+    return xs
+def add(xs, x):
+    xs.append(x)
+def set_cell(grid, i, j, v):
+    grid[i][j] = v
+def configure(cfg=None):
+    cfg["seen"] = True
+    cfg["inner"].add(3)
+def check_sorted(xs):
+    xs.sort()
+    raise ValueError("was not sorted")
+"""
+MUTATING_TESTS = """
+import pytest
+from lists import add, check_sorted, configure, set_cell, sorted_copy
+def test_unchanged_after_an_error():
+    xs = [2, 1]
+    with pytest.raises(ValueError):
+        check_sorted(xs)
+    assert xs == [2, 1]
+def test_input_unchanged():
+    xs = [3, 1, 2]
+    assert sorted_copy(xs) == [1, 2, 3]
+    assert xs == [3, 1, 2]
+def test_add():
+    xs = [1]
+    assert add(xs, 2) is None
+    assert xs == [1, 2]
+def test_cell():
+    grid = [[0, 0], [0, 0]]
+    row = grid[0]
+    set_cell(grid, 0, 1, 5)
+    assert row == [0, 5] and grid == [[0, 5], [0, 0]]
+def test_keyword():
+    inner = {1}
+    cfg = {"inner": inner}
+    configure(cfg=cfg)
+    assert cfg == {"inner": {1, 3}, "seen": True} and inner == {1, 3}
+"""
+
+
+async def test_what_a_call_does_to_its_arguments_is_what_the_test_sees(make) -> None:  # type: ignore[no-untyped-def]
+    """Arguments cross to the subject as copies; the changes a call makes to its containers come back.
+
+    Before session 45 they did not: a test that a function leaves its input alone passed for code that sorted
+    the caller's list in place (reward 1.0 with that bug in place), and correct code that changes its
+    argument (``append``, a nested cell, a keyword ``dict``) failed. Now only the two functions that change
+    an input they must leave alone fail (one of them then raises), and the containers the test already held
+    (``row``, ``inner``) see the change.
+    """
+    t = task({"lists/__init__.py": MUTATING_CODE}, {"test_lists.py": MUTATING_TESTS})
+    result = await play(make(reward_mode="fraction"), t, SUBMIT)
+    failing = ["test_unchanged_after_an_error", "test_input_unchanged"]
+    assert result.info["tests_passed"] == 3 and result.info["tests_failing"] == failing, result.info
+
+
+def test_an_argument_comes_back_only_as_what_a_call_can_make_of_it() -> None:
+    xs, inner = [1, [2]], {"k": {1}}
+    kept = xs[1]
+    scorer_wire.sync(xs, [1, [2, 3], 4])
+    scorer_wire.sync(inner, {"k": {5}, "j": 0})
+    assert xs == [1, [2, 3], 4] and kept is xs[1] and inner == {"k": {5}, "j": 0}
+    for local, new in (([1], (1,)), ({1}, [1]), ((1, []), (1,)), (5, 6), (([],), ({},))):
+        with pytest.raises(WireError):
+            scorer_wire.sync(local, new)
+
+
+PRINTING_CODE = """import sys, warnings
+def greet(name):
+    print(f"Hello, {name}!")
+    sys.stdout.buffer.write(b"bytes too\\n")
+    print("careful", file=sys.stderr)
+def double(x):
+    print("debug:", x)
+    return x * 2
+def fail(x):
+    print("about to fail")
+    raise ValueError(x)
+def old_api(x):
+    warnings.warn("old_api is deprecated", DeprecationWarning)
+    return x
+def loud(x):
+    warnings.warn("careful", UserWarning)
+    return x
+"""
+PRINTING_TESTS = """import pytest
+from talk import double, fail, greet, loud, old_api
+def test_warns():
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        assert old_api(1) == 1
+@pytest.mark.filterwarnings("error")
+def test_no_warning():
+    assert loud(1) == 1
+def test_greet(capsys):
+    greet("Ann")
+    assert capsys.readouterr() == ("Hello, Ann!\\nbytes too\\n", "careful\\n")
+def test_silent(capsys):
+    assert double(2) == 4
+    assert capsys.readouterr().out == ""
+def test_fail(capsys):
+    with pytest.raises(ValueError):
+        fail(1)
+    assert capsys.readouterr().out == "about to fail\\n"
+"""
+
+
+async def test_what_the_code_under_test_prints_or_warns_reaches_the_test(make) -> None:  # type: ignore[no-untyped-def]
+    """A call's ``sys.stdout``/``sys.stderr`` output goes to the judge's, where ``capsys`` reads it; its warnings too.
+
+    Before session 45 the output went straight to the judge's standard error and the warnings stayed in the
+    subject: a test that a function prints nothing, or warns nothing (``filterwarnings("error")``), passed for
+    code that did (reward 1.0 with that bug in place), and tests of what a function prints or warns failed
+    for correct code. Now only the chatty ``double`` and the warning ``loud`` fail.
+    """
+    t = task({"talk/__init__.py": PRINTING_CODE}, {"test_talk.py": PRINTING_TESTS})
+    result = await play(make(reward_mode="fraction"), t, SUBMIT)
+    failing = ["test_no_warning", "test_silent"]
+    assert result.info["tests_passed"] == 3 and result.info["tests_failing"] == failing, result.info
+
+
+HELPER_HIDDEN = {
+    "helpers.py": "CASES = [(1, 2), (5, 10)]\n",
+    "test_calc.py": "from calc import double\nfrom helpers import CASES\ndef test_double():\n"
+    "    for x, want in CASES:\n        assert double(x) == want\n",
+}
+FORGED_HELPER = "printf 'CASES = [(1, 2), (5, 6)]\\n' > helpers.py"
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+async def test_a_helper_module_of_the_hidden_tests_comes_from_them_not_the_workspace(make, fixed: bool) -> None:  # type: ignore[no-untyped-def]
+    """``from helpers import CASES`` in a hidden test loads the hidden ``helpers.py``, whatever the workspace holds.
+
+    It used to be a reference into the subject, which imports from the workspace: an agent that wrote a
+    ``helpers.py`` whose expected values matched the bug got reward 1.0 (found by the red-team pass of
+    session 45). Now the forged file changes nothing, and the fix (``x * 2``) passes next to it.
+    """
+    body = "x * 2" if fixed else "x + 1"
+    t = task({"calc/__init__.py": f"def double(x):\n    return {body}\n"}, HELPER_HIDDEN)
+    result = await play(make(), t, [f"```bash\n{FORGED_HELPER}\n```", *SUBMIT])
+    assert result.reward == float(fixed), result.info
+
+
 PROBE = """
 import glob, os
 def reachable(secret):
@@ -404,7 +594,7 @@ async def test_interrupting_the_judge_does_not_drop_the_failing_tests(make) -> N
         "def hard():\n    os.kill(os.getppid(), signal.SIGINT)\n    time.sleep(2)\n    return 0\n"
     }
     hidden = {
-        "test_sly.py": "from sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
+        "test_sly.py": "import pytest\nfrom sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
         "def test_b():\n    assert hard() == 42\ndef test_c():\n    assert fast() == 1\n"
     }
     result = await play(make(), task(files, hidden), SUBMIT)
@@ -415,25 +605,30 @@ async def test_interrupting_the_judge_does_not_drop_the_failing_tests(make) -> N
 def test_a_collected_test_without_an_outcome_counts_as_an_error() -> None:
     from tirl.envs.scorer_runner import Tally
 
-    tally = Tally(types.SimpleNamespace(timed_out=False), "tests")  # type: ignore[arg-type]
+    tally = Tally(types.SimpleNamespace(timed_out=False, broken=""), "tests")  # type: ignore[arg-type]
     tally.collected = 3
     tally.pytest_runtest_logreport(types.SimpleNamespace(passed=True, skipped=False, when="call", nodeid="t::a"))
     assert tally.verdict()["passed"] == 1 and tally.verdict()["errors"] == 2
 
 
 async def test_lowering_the_judges_limits_only_fails_tests(make) -> None:  # type: ignore[no-untyped-def]
-    """``prlimit`` on the judge (same uid: the kernel allows it) makes later calls fail, never pass."""
+    """``prlimit`` on the judge (same uid: the kernel allows it) makes later calls fail, never pass.
+
+    ``test_d`` expects an error: the judge's own ``OSError`` (no descriptor left for the next subject's pipes)
+    once passed it (found by the red-team pass of session 45).
+    """
     files = {
         "sly.py": "import os, resource\ndef fast():\n    return 1\ndef hard():\n"
         "    for res, val in ((resource.RLIMIT_AS, 64 << 20), (resource.RLIMIT_NOFILE, 5)):\n"
         "        resource.prlimit(os.getppid(), res, (val, val))\n    return 0\n"
     }
     hidden = {
-        "test_sly.py": "from sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
+        "test_sly.py": "import pytest\nfrom sly import fast, hard\ndef test_a():\n    assert fast() == 1\n"
         "def test_b():\n    assert hard() == 42\ndef test_c():\n    assert fast() == 1\n"
+        "def test_d():\n    with pytest.raises(Exception):\n        fast()\n"
     }
     result = await play(make(), task(files, hidden), SUBMIT)
-    assert result.reward == 0.0 and result.info["tests_total"] == 3 and result.info["tests_passed"] == 1, result.info
+    assert result.reward == 0.0 and result.info["tests_total"] == 4 and result.info["tests_passed"] == 1, result.info
 
 
 SHADOWING = {  # a package the judge imports itself: from pytest's bundle, and from the standard library

@@ -66,6 +66,33 @@ class Judgement:
     detail: str = ""
 
 
+def _top_names(root: Path) -> set[str]:
+    """The top-level module and package names under ``root`` (``x.py`` and directories)."""
+    return {p.name.removesuffix(".py") for p in root.iterdir() if p.is_dir() or p.suffix == ".py"}
+
+
+def _hidden_imports(hidden: Path) -> set[str]:
+    """The top-level names the hidden tests import (a file that does not parse is left to the judge)."""
+    imported: set[str] = set()
+    for path in sorted(hidden.rglob("*.py")):
+        try:
+            imported |= scorer_runner.imported_names([path.read_text(encoding="utf-8")])
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+    return imported
+
+
+def hidden_helpers(repo: Path, hidden: Path) -> list[str]:
+    """The modules the hidden tests import from their own directory (``from helpers import CASES``).
+
+    The judge imports these itself, from the hidden tests, before they are deleted. They used to go to the
+    subject like the repository's modules, where the agent could write them: a ``helpers.py`` in the
+    workspace root that set the expected values earned reward 1.0 with the bug in place. A name the
+    repository has too (``repo/calc`` and ``hidden/calc/test_core.py``) stays the repository's.
+    """
+    return sorted((_hidden_imports(hidden) & _top_names(hidden)) - _top_names(repo))
+
+
 def shadowed_modules(repo: Path, hidden: Path) -> list[str]:
     """The modules the hidden tests import that ``repo`` provides but the judge imports from its own copy.
 
@@ -76,20 +103,7 @@ def shadowed_modules(repo: Path, hidden: Path) -> list[str]:
     that does not parse is left to the judge (a collection error).
     """
     own = {n.removesuffix(".py") for n in PYTEST_MODULES} | {"pygments"} | set(sys.stdlib_module_names)
-    top = {p.name.removesuffix(".py") for p in repo.iterdir() if p.is_dir() or p.suffix == ".py"}
-    sources = []
-    for path in sorted(hidden.rglob("*.py")):
-        try:
-            sources.append(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            continue
-    imported: set[str] = set()
-    for source in sources:
-        try:
-            imported |= scorer_runner.imported_names([source])
-        except (SyntaxError, ValueError):
-            continue
-    return sorted(imported & top & own)
+    return sorted(_hidden_imports(hidden) & _top_names(repo) & own)
 
 
 def staging_failure(exc: OSError) -> str:
@@ -117,7 +131,7 @@ def stage(workspace: Path, hidden: Path, bundle: Path) -> str:
     return secret
 
 
-def judge_code(budget_s: float) -> str:
+def judge_code(budget_s: float, helpers: tuple[str, ...] = ()) -> str:
     """The program the sandbox runs: the wire's source (each subject starts from it), the judge's, its main."""
     wire = Path(scorer_wire.__file__).read_text(encoding="utf-8")
     bundle = Path(scorer_bundle.__file__).read_text(encoding="utf-8")
@@ -127,7 +141,7 @@ def judge_code(budget_s: float) -> str:
         "exec(compile(_WIRE, '<tirl-wire>', 'exec'))\n"
         f"exec(compile({bundle!r}, '<tirl-bundle>', 'exec'))\n"
         f"exec(compile({runner!r}, '<tirl-judge>', 'exec'))\n"
-        f"judge_main(_WIRE, {EVAL_DIR!r}, {budget_s!r})\n"
+        f"judge_main(_WIRE, {EVAL_DIR!r}, {budget_s!r}, {list(helpers)!r})\n"
     )
 
 
@@ -160,14 +174,19 @@ def read_verdict(stdout: str, secret: str) -> Verdict | None:
     return None
 
 
-async def judge(sandbox: Sandbox, workspace: Path, hidden: Path, bundle: Path, timeout_s: float) -> Judgement:
-    """Stage, run the judge under ``timeout_s`` with the workspace bound, and read the verdict."""
+async def judge(
+    sandbox: Sandbox, workspace: Path, hidden: Path, bundle: Path, timeout_s: float, helpers: tuple[str, ...] = ()
+) -> Judgement:
+    """Stage, run the judge under ``timeout_s`` with the workspace bound, and read the verdict.
+
+    ``helpers``: :func:`hidden_helpers` of the task (imported by the judge from the hidden tests).
+    """
     try:
         secret = stage(workspace, hidden, bundle)
     except OSError as exc:
         return Judgement(None, staging_failure(exc), None, f"staging the evaluation failed: {exc}")
     budget = max(timeout_s - min(5.0, 0.25 * timeout_s), 0.5)  # the judge's own deadline, inside the sandbox's
-    result = await sandbox.run(judge_code(budget), lang="python", timeout_s=timeout_s, workdir=workspace)
+    result = await sandbox.run(judge_code(budget, helpers), lang="python", timeout_s=timeout_s, workdir=workspace)
     if result.error is not None:
         raise EnvError(f"sandbox error while running the hidden tests: {result.error}")
     verdict = read_verdict(result.stdout, secret)

@@ -1,10 +1,10 @@
-"""The judge's importer of the pytest bundle: the zip is read into memory once, then imported from there.
+"""The judge's importers: the pytest bundle (read into memory once, then imported from there), the hidden helpers.
 
 Runs in the sandbox as part of the swe-lite judge (:mod:`tirl.envs.scorer_runner`; the host sends this
 module's source as text, so nothing here may import tirl). The judge unlinks the zip right after
 reading it, so no process of the workspace can change a pytest module the judge imports later.
 ``pygments`` (which pytest imports for colour only; the judge's report goes to a pipe) is a stub when
-the bundle has none.
+the bundle has none. :func:`helper_finder` imports the hidden tests' own helper modules from their directory.
 """
 
 from __future__ import annotations
@@ -86,3 +86,19 @@ class BundleImporter:
         """Whether the name is a package of the bundle."""
         found = self._where(fullname)
         return bool(found and found[1])
+
+
+def helper_finder(tests: str, names: set[str]) -> Any:
+    """A meta-path finder for the top-level modules ``names`` of the hidden tests' directory ``tests``.
+
+    Their submodules are found through the package's own path, as usual; nothing of the workspace is searched.
+    """
+    import importlib.machinery
+
+    class Finder:
+        def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+            if fullname not in names:
+                return None
+            return importlib.machinery.PathFinder.find_spec(fullname, [tests])
+
+    return Finder()

@@ -10,10 +10,11 @@ answers the judge's requests over two pipes. What comes back is **data** (``None
 ``frozenset``, a subclass as its base type's value, rebuilt by the judge from a tagged JSON form)
 or an opaque reference to an object that stays in the subject; an exception comes back as its
 nearest built-in exception class and its message (``StopIteration`` as a plain error: in ``map``
-it would end the judge's iteration). The assertions therefore run in the judge, on
-values it rebuilt itself: the code under test chooses what its functions return, never what a
-comparison or a test outcome is. A reference never equals a value (an object whose ``__eq__``
-always answers True compares unequal to ``2.5``).
+it would end the judge's iteration); one that is no ``Exception`` (``SystemExit``), a subject that dies
+and a broken wire fail the test, even inside ``pytest.raises(Exception)`` (:class:`RemoteFailure`).
+The assertions therefore run in the judge, on values it rebuilt itself: the code under test chooses
+what its functions return, never what a comparison or a test outcome is. A reference never equals a
+value (an object whose ``__eq__`` always answers True compares unequal to ``2.5``).
 
 The order inside the judge; each step happens before any code of the workspace runs anywhere:
 
@@ -40,8 +41,12 @@ Not covered (see docs/sandbox.md, "The swe-lite scorer"): what a test asserts ab
 the subject (its truth value, ``==`` between two such objects, ``len``, ``str``, iteration) is
 what that object's own methods answer, as in any Python; an identity check (``is``) on a module
 attribute imported at collection time (it is a lazy reference); attributes whose name starts with
-``_``; fixtures that reach into the repository (``monkeypatch``), helper modules shared between
-hidden test files, and tests that pass callables or their own objects to the code under test.
+``_``; fixtures that reach into the repository (``monkeypatch``), a hidden helper module imported only
+inside a test or named like a module of the repository (:func:`~tirl.envs.scorer_bundle.helper_finder`),
+tests that pass callables or their own objects to the code under test; an argument that the code keeps
+past the call (stored on a subject object, or returned) is a copy in the judge (what a call left in its
+container arguments comes back: :func:`~tirl.envs.scorer_wire.sync`); output not written through
+``sys.stdout``/``sys.stderr`` during a call (``capfd``); a warning's own class (its nearest built-in).
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ import sys
 from typing import Any
 
 try:  # in the sandbox the host runs these modules' sources first, in the same globals, and tirl is absent
-    from tirl.envs.scorer_bundle import BundleImporter
-    from tirl.envs.scorer_wire import MAX_LINE, WireError, decode, encode
+    from tirl.envs.scorer_bundle import BundleImporter, helper_finder
+    from tirl.envs.scorer_wire import EFFECTS, MAX_LINE, WireError, apply_effects, decode, encode
 except ImportError:
     pass
 
@@ -69,8 +74,13 @@ class RemoteError(Exception):
     remote_type = ""
 
 
-class RemoteFailure(Exception):
-    """The subject died, broke the protocol, or ran past the deadline: the test fails."""
+class RemoteFailure(BaseException):
+    """The subject died, broke the protocol, ran past the deadline, or raised no ``Exception``: the test fails.
+
+    Not an ``Exception``, and :class:`Tally` fails the test even when the test caught it: a hidden test's
+    ``pytest.raises(Exception)`` or ``except Exception`` once took a subject that only called ``os._exit`` (or
+    raised ``KeyboardInterrupt``, or answered nonsense on the wire) for the error it expected, and passed.
+    """
 
 
 _REMOTE_CLASSES: dict[type, type] = {}
@@ -89,6 +99,8 @@ def remote_exception(info: Any) -> BaseException:
 
     if type(info) is not dict or type(info.get("bases")) is not list or type(info.get("msg")) is not str:
         return RemoteFailure("malformed exception reply")
+    if "Exception" not in info["bases"]:  # SystemExit, KeyboardInterrupt...: under pytest itself no test passes
+        return RemoteFailure(f"the code under test raised {str(info.get('type'))[:200]}, not an Exception")
     for name in info["bases"]:
         base = getattr(builtins, name, None) if type(name) is str else None
         if not (isinstance(base, type) and issubclass(base, Exception)) or base is Exception:
@@ -116,6 +128,7 @@ class Link:
         self.deadline = deadline
         self.allowed = False  # False while pytest collects: no subject may run yet
         self.timed_out = False
+        self.broken = ""  # why the current test's link failed (a RemoteFailure); Tally fails that test
         self.generation = 0
         self.proc: Any = None
         self._wfd = self._rfd = -1
@@ -165,9 +178,14 @@ class Link:
         os.close(self._rfd)
         self.proc = None
 
+    def broke(self, why: str) -> RemoteFailure:
+        """The failure to raise; the test fails whether or not it catches it (:attr:`broken`)."""
+        self.broken = self.broken or why
+        return RemoteFailure(why)
+
     def _fail(self, why: str) -> RemoteFailure:
         self.stop()
-        return RemoteFailure(why)
+        return self.broke(why)
 
     def _wait(self, fd: int, write: bool) -> None:
         import select
@@ -202,7 +220,20 @@ class Link:
         return line
 
     def request(self, op: str, target: Any, **fields: Any) -> Any:
-        """Send one request about ``target``; the decoded value, or raise the subject's exception."""
+        """Send one request about ``target``; the decoded value, or raise the subject's exception.
+
+        Anything else that goes wrong is a :class:`RemoteFailure`, never the code's error: the judge's own
+        ``OSError`` or ``MemoryError`` (a subject that lowered the judge's ``RLIMIT_NOFILE`` with ``prlimit``
+        made the next ``os.pipe`` fail, and a ``pytest.raises(Exception)`` passed).
+        """
+        try:
+            return self._request(op, target, fields)
+        except (RemoteFailure, RemoteError, Warning):  # a Warning: the code's, made an error by the test's filters
+            raise
+        except Exception as exc:
+            raise self.broke(f"the judge failed during the call ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+    def _request(self, op: str, target: Any, fields: dict[str, Any]) -> Any:
         import json
         import time
 
@@ -210,7 +241,7 @@ class Link:
             raise RemoteFailure("the hidden tests used the code under test at import time (not supported)")
         if time.monotonic() >= self.deadline:
             self.timed_out = True
-            raise RemoteFailure("the evaluation deadline has passed")
+            raise self.broke("the evaluation deadline has passed")
         if self.proc is None:
             self._start()
         payload = {k: encode(v, self._outgoing) for k, v in fields.items()}
@@ -221,10 +252,13 @@ class Link:
             raise self._fail(f"the code under test broke the wire ({exc})") from None
         try:
             reply = json.loads(line)
-            if type(reply) is not dict or len(reply) != 1:
+            if type(reply) is not dict or set(reply) - (EFFECTS if op == "call" else set()) not in ({"x"}, {"v"}):
                 raise WireError("not a reply")
+            apply_effects(reply, fields, self._incoming)  # what the call left in its arguments, printed, warned
             if "x" in reply:
                 error = remote_exception(reply["x"])
+                if isinstance(error, RemoteFailure):
+                    raise self.broke(str(error))
             else:
                 return decode(reply["v"], self._incoming)
         except (ValueError, KeyError, TypeError, RecursionError, WireError) as exc:
@@ -234,7 +268,8 @@ class Link:
     def _outgoing(self, value: Any) -> Any:
         if isinstance(value, Remote):
             return value._wire()
-        raise TypeError(f"a {type(value).__name__} cannot be passed to the code under test (only data and its objects)")
+        kind = type(value).__name__
+        raise self.broke(f"a {kind} cannot be passed to the code under test (only data and its objects)")
 
     def _incoming(self, tag: str, payload: Any) -> Any:
         if tag != "h" or type(payload) is not list or len(payload) != 2 or type(payload[0]) is not int:
@@ -259,7 +294,7 @@ class Remote:
     def _live(self) -> None:
         """A handle is only good in the subject process that made it."""
         if self._generation is not None and (self._generation != self._link.generation or self._link.proc is None):
-            raise RemoteFailure(f"{self._label} belongs to a subject process that has ended")
+            raise self._link.broke(f"{self._label} belongs to a subject process that has ended")
 
     def _wire(self) -> Any:
         self._live()
@@ -304,7 +339,7 @@ class Remote:
             return NotImplemented  # a reference never equals a value: no always-equal objects
         answer = mine._ask("eq", o=theirs)
         if type(answer) is not bool:
-            raise RemoteFailure("== answered a non-bool")
+            raise self._link.broke("== answered a non-bool")
         return answer
 
     def __ne__(self, other: object) -> Any:
@@ -331,7 +366,7 @@ class Remote:
             return None, mine
         answer = mine._ask(op, **fields)
         if type(answer) is not kind:
-            raise RemoteFailure(f"{op} of {self._label} answered a {type(answer).__name__}, not a {kind.__name__}")
+            raise self._link.broke(f"{op} of {self._label} answered a {type(answer).__name__}, not a {kind.__name__}")
         return answer, None
 
     def __bool__(self) -> bool:
@@ -485,10 +520,15 @@ class Tally:
         """The worst outcome of a test's phases: error (setup/teardown) > failed > skipped/xfailed > passed.
 
         ``xfailed`` (an ``xfail`` test that failed, as its author marked it) counts nowhere; ``skipped`` counts
-        against the reward (:class:`tirl.envs.scorer.Verdict`).
+        against the reward (:class:`tirl.envs.scorer.Verdict`). A phase in which the link to the subject failed
+        (:meth:`Link.broke`) fails even when the test caught the :class:`RemoteFailure`.
         """
         rank = {"passed": 0, "skipped": 1, "xfailed": 1, "failed": 2, "error": 3}
-        if report.passed:
+        outcome: str | None
+        if self.link.broken:  # the link failed in this phase, whatever the test made of it (RemoteFailure)
+            outcome = "failed" if report.when == "call" else "error"
+            self.link.broken = ""
+        elif report.passed:
             outcome = "passed" if report.when == "call" else None
         elif report.skipped:
             outcome = "xfailed" if hasattr(report, "wasxfail") else "skipped"
@@ -497,6 +537,10 @@ class Tally:
         old = self.outcomes.get(report.nodeid)
         if outcome is not None and (old is None or rank[outcome] > rank[old]):
             self.outcomes[report.nodeid] = outcome
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        """A new test: no failure of the link yet."""
+        self.link.broken = ""
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         """The test is over: its subject and the subject's process group go."""
@@ -519,10 +563,11 @@ class Tally:
         }
 
 
-def judge_main(wire: str, eval_dir: str, budget_s: float) -> None:
+def judge_main(wire: str, eval_dir: str, budget_s: float, helpers: list[str] | None = None) -> None:
     """Run the hidden tests under ``eval_dir`` against the workspace (the cwd); print the verdict.
 
-    ``wire``: the source of :mod:`tirl.envs.scorer_wire`, from which each subject starts.
+    ``wire``: the source of :mod:`tirl.envs.scorer_wire`, from which each subject starts; ``helpers``: the
+    top-level modules of the hidden tests' own directory that they import (imported here, never remote).
     """
     import os
     import time
@@ -549,7 +594,9 @@ def judge_main(wire: str, eval_dir: str, budget_s: float) -> None:
     link = Link(wire, os.getcwd(), deadline)
     import importlib.util
 
-    remote = {n for n in imported_names(sources) if importlib.util.find_spec(n) is None}
+    local = set(helpers or ())
+    remote = {n for n in imported_names(sources) if n not in local and importlib.util.find_spec(n) is None}
+    sys.meta_path.append(helper_finder(tests, local))
     sys.meta_path.append(remote_finder(link, remote))
     tally = Tally(link, tests)
     args = [tests, "-q", "-s", "-p", "no:cacheprovider", "-p", "no:faulthandler", "--noconftest"]

@@ -68,7 +68,7 @@ from tirl.config import EnvConfig
 from tirl.envs.base import EnvError, EpisodeOverError, EvalResult, Task
 from tirl.envs.common import block_lang
 from tirl.envs.observation import clip
-from tirl.envs.scorer import EVAL_DIR, Judgement, judge, shadowed_modules, staging_failure
+from tirl.envs.scorer import EVAL_DIR, Judgement, hidden_helpers, judge, shadowed_modules, staging_failure
 from tirl.envs.tasks.swe_gen import SHADOW_FIX, expert_solution, generate_swe_tasks, load_swe_tasks, shadow_problem
 from tirl.envs.tool_env import ToolEnv, ToolEnvOptions, call_arguments
 from tirl.envs.workspace import Workspace, clear_path, default_cache_dir, materialise, provision, pytest_bundle
@@ -118,6 +118,12 @@ def _shadowed(repo: Path, hidden: Path) -> tuple[str, ...]:
     return tuple(shadowed_modules(repo, hidden))
 
 
+@functools.lru_cache(maxsize=256)
+def _helpers(repo: Path, hidden: Path) -> tuple[str, ...]:
+    """:func:`~tirl.envs.scorer.hidden_helpers` once per template."""
+    return tuple(hidden_helpers(repo, hidden))
+
+
 def _split_submit(body: str) -> tuple[str, bool]:
     """``(commands before, True)`` when the block's last non-blank line is ``submit``."""
     lines = body.rstrip().split("\n")
@@ -161,6 +167,7 @@ class SweLiteEnv(ToolEnv):
         self.keep_workspace = keep_workspace
         self._workspace: Workspace | None = None
         self._hidden: Path | None = None
+        self._helpers: tuple[str, ...] = ()  # the hidden tests' own modules, imported by the judge itself
 
     @property
     def workspace(self) -> Path | None:
@@ -179,6 +186,7 @@ class SweLiteEnv(ToolEnv):
             raise EnvError(f"task {task.id!r}: {shadow_problem(list(shadowed))}; {SHADOW_FIX}")
         self._workspace = provision(template, self.work_root)
         self._hidden = template.hidden
+        self._helpers = _helpers(template.repo, template.hidden) if judged and template.hidden else ()
         return {
             "copy_s": round(self._workspace.copy_s, 6),
             "template_cached": template.cached,
@@ -245,7 +253,7 @@ class SweLiteEnv(ToolEnv):
             if self._hidden is None:
                 raise EnvError(f"task {task.id!r} has no hidden tests")
             sandbox = await self.sandbox()
-            judged = await judge(sandbox, ws, self._hidden, bundle, self.eval_timeout_s)
+            judged = await judge(sandbox, ws, self._hidden, bundle, self.eval_timeout_s, self._helpers)
             return self._judged(judged, time.perf_counter() - start)
         try:
             self._stage_command(ws, bundle)
