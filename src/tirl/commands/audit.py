@@ -58,8 +58,12 @@ def _run_config(args: argparse.Namespace) -> tuple[TirlConfig | None, str]:
             raise InputError(str(args.config), None, f"{args.input} is a run directory with its own config.json", fix)
         fix = "restore the config.json tirl wrote, or audit the trajectories file itself"
         if not saved.is_file():  # a FIFO would hang the read; skipping it would audit under the default rule
-            raise InputError(str(saved), None, "the run's config is not a regular file", fix)
-        return config_from_dict(read_json(saved, missing_fix=fix)), str(saved)
+            raise InputError(str(saved), None, "cannot read the run's config: it is not a regular file", fix)
+        try:
+            data = read_json(saved, missing_fix=fix)
+        except InputError as exc:
+            raise InputError(str(saved), None, f"cannot read the run's config: {exc.problem}", fix) from None
+        return config_from_dict(data), str(saved)
     if args.config is not None:
         return load_config(args.config), str(args.config)
     return None, ""

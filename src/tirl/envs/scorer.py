@@ -76,7 +76,7 @@ def _hidden_imports(hidden: Path) -> set[str]:
     imported: set[str] = set()
     for path in sorted(hidden.rglob("*.py")):
         try:
-            imported |= scorer_runner.imported_names([path.read_text(encoding="utf-8")])
+            imported |= scorer_bundle.imported_names([path.read_text(encoding="utf-8")])
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             continue
     return imported
@@ -154,7 +154,7 @@ def read_verdict(stdout: str, secret: str) -> Verdict | None:
     for line in reversed(stdout.splitlines()):
         tag, _, payload = line.partition(" ")
         if not hmac.compare_digest(
-            tag.encode("utf-8", "surrogatepass"), scorer_runner.verdict_mac(secret, payload).encode()
+            tag.encode("utf-8", "surrogatepass"), scorer_bundle.verdict_mac(secret, payload).encode()
         ):
             continue
         try:

@@ -4,7 +4,9 @@ Runs in the sandbox as part of the swe-lite judge (:mod:`tirl.envs.scorer_runner
 module's source as text, so nothing here may import tirl). The judge unlinks the zip right after
 reading it, so no process of the workspace can change a pytest module the judge imports later.
 ``pygments`` (which pytest imports for colour only; the judge's report goes to a pipe) is a stub when
-the bundle has none. :func:`helper_finder` imports the hidden tests' own helper modules from their directory.
+the bundle has none. :func:`helper_finder` imports the hidden tests' own helper modules from their directory;
+:func:`imported_names` lists what sources import (the judge and the host both use it), and :func:`verdict_mac`
+tags the verdict line (the judge writes it, the host checks it).
 """
 
 from __future__ import annotations
@@ -102,3 +104,29 @@ def helper_finder(tests: str, names: set[str]) -> Any:
             return importlib.machinery.PathFinder.find_spec(fullname, [tests])
 
     return Finder()
+
+
+def imported_names(sources: list[str]) -> set[str]:
+    """The top-level module names that ``sources`` import (absolute imports only)."""
+    import ast
+
+    names: set[str] = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.partition(".")[0])
+    return names
+
+
+def verdict_mac(secret: str, payload: str) -> str:
+    """The verdict line's tag: HMAC-SHA256 of ``payload`` under ``secret`` (hex), never the secret itself.
+
+    The line can be read on its way to the host (a process of the sandbox that reaches the run's standard
+    output pipe); what it shows must not let anyone sign another payload (docs/sandbox.md).
+    """
+    import hashlib
+    import hmac
+
+    return hmac.new(secret.encode("ascii"), payload.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()

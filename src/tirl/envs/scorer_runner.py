@@ -31,7 +31,8 @@ The order inside the judge; each step happens before any code of the workspace r
    read the expected values;
 4. each test gets a fresh subject (its process group is killed after the test) and shares one
    deadline; a call past it fails the test and marks the verdict ``timed_out``;
-5. the verdict, ``<mac> <json>`` (:func:`verdict_mac`: an HMAC of the JSON under the secret), is the
+5. the verdict, ``<mac> <json>`` (:func:`~tirl.envs.scorer_bundle.verdict_mac`: an HMAC of the JSON
+   under the secret), is the
    only thing written to the judge's standard output; everything else (pytest's report, the subject's
    output) goes to standard error. No subject holds that descriptor or knows the secret, and a subject
    that reads the line anyway (it can reach the run's output pipe, see docs/sandbox.md) learns a tag
@@ -55,7 +56,7 @@ import sys
 from typing import Any
 
 try:  # in the sandbox the host runs these modules' sources first, in the same globals, and tirl is absent
-    from tirl.envs.scorer_bundle import BundleImporter, helper_finder
+    from tirl.envs.scorer_bundle import BundleImporter, helper_finder, imported_names, verdict_mac
     from tirl.envs.scorer_wire import EFFECTS, MAX_LINE, WireError, apply_effects, decode, encode
 except ImportError:
     pass
@@ -421,32 +422,6 @@ def remote_finder(link: Link, names: set[str]) -> Any:
             pass
 
     return Finder()
-
-
-def imported_names(sources: list[str]) -> set[str]:
-    """The top-level module names that ``sources`` import (absolute imports only)."""
-    import ast
-
-    names: set[str] = set()
-    for source in sources:
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Import):
-                names.update(alias.name.partition(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names.add(node.module.partition(".")[0])
-    return names
-
-
-def verdict_mac(secret: str, payload: str) -> str:
-    """The verdict line's tag: HMAC-SHA256 of ``payload`` under ``secret`` (hex), never the secret itself.
-
-    The line can be read on its way to the host (a process of the sandbox that reaches the run's standard
-    output pipe); what it shows must not let anyone sign another payload (docs/sandbox.md).
-    """
-    import hashlib
-    import hmac
-
-    return hmac.new(secret.encode("ascii"), payload.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 def _harden() -> None:
