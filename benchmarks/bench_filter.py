@@ -30,7 +30,7 @@ Two measurements:
   and ``filter`` (``tirl filter`` as a user runs it: default workers). Each
   gives min / median / max of wall seconds, CPU seconds (the process and its
   forked workers), assistant turns per wall second and per CPU second, and
-  peak RSS above its own empty-input baseline; the outputs of every run are
+  peak RSS above its own one-trajectory baseline; the outputs of every run are
   compared byte for byte. Target: >= 100,000 turns per second end to end on
   25,000 trajectories.
 
@@ -139,7 +139,7 @@ HOW = (
     "each side is a subprocess of this script (JSON in, JSON out: verdicts and kept files written, interpreter "
     "start-up and imports included); wall_s: perf_counter around it; cpu_s: user + system CPU of the process and "
     "its forked workers (os.wait4, from a small launcher process); peak_rss_mb: its peak RSS (the memory-mapped "
-    "input's pages count), above_baseline_mb: minus the same command's peak on an empty input. 'reference' is "
+    "input's pages count), above_baseline_mb: minus the same command's peak on a one-trajectory input. 'reference' is "
     "the plain loop the fast path must match, streamed (tirl.filters.stream.reference_part: json.loads through "
     "the one JSONL reader, Trajectory objects, judge_trajectory, json.dumps lines), 'filter_1' is "
     "`tirl filter --workers 1`, 'filter' is `tirl filter` with its default workers. The sides run interleaved, "
@@ -238,14 +238,15 @@ def bench_cli(n: int, repeats: int) -> dict[str, object]:
     rng = random.Random(1)
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        src, empty = tmp / "in.jsonl", tmp / "empty.jsonl"
-        empty.write_bytes(b"")
+        src, one = tmp / "in.jsonl", tmp / "one.jsonl"
         with src.open("w", encoding="utf-8") as fh:
             for i in range(n):
                 fh.write(json.dumps(make_trajectory(rng, i)) + "\n")
+        # the baseline input holds one trajectory: tirl filter refuses a file with none (it wrote empty verdicts)
+        one.write_text(src.read_text(encoding="utf-8").splitlines(keepends=True)[0], encoding="utf-8")
         sides = _sides(tmp, src)
-        on_empty = {k: [str(empty) if x == str(src) else x for x in cmd] for k, cmd in sides.items()}
-        baseline = {k: _run(cmd, tmp)[2] for k, cmd in on_empty.items()}  # start-up and imports alone
+        on_one = {k: [str(one) if x == str(src) else x for x in cmd] for k, cmd in sides.items()}
+        baseline = {k: _run(cmd, tmp)[2] for k, cmd in on_one.items()}  # start-up and imports, one trajectory
         runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
         expected: tuple[bytes, bytes] | None = None
         summary: dict[str, object] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
+from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model, with_sets
 
 from tirl.cli import main
 from tirl.config import load_config
@@ -58,8 +58,9 @@ def broken() -> Iterator[str]:
         unregister_env("broken-test")
 
 
-def _train(model_dir: Path, run_dir: Path, *extra: str, progress: bool = False) -> int:
-    tiny = [a for a in TINY_TRAIN_ARGS if not (progress and a == "--no-progress")]
+def _train(model_dir: Path, run_dir: Path, *extra: str, progress: bool = False, sets: tuple[str, ...] = ()) -> int:
+    """``sets``: ``KEY=VALUE`` items that replace the tiny run's own (a key may be given once)."""
+    tiny = [a for a in with_sets(TINY_TRAIN_ARGS, *sets) if not (progress and a == "--no-progress")]
     args = ["train", "--model", str(model_dir), "--run-dir", str(run_dir), "--env", "broken-test",
             "--set", "rollout.retries=0", *tiny, *extra]  # fmt: skip
     return main(args)
@@ -100,8 +101,8 @@ def test_an_evaluation_whose_every_episode_failed_stops_before_training(
 ) -> None:
     """With progress on, what is printed before the error: the run directory, then the evaluation's start."""
     run_dir = tmp_path / "run"
-    assert _train(model_dir, run_dir, "--steps", "1", "--set", "trainer.eval_before_after=true",
-                  "--set", "env.eval_size=3", progress=True) == 2  # fmt: skip
+    assert _train(model_dir, run_dir, "--steps", "1", "--set", "env.eval_size=3", progress=True,
+                  sets=("trainer.eval_before_after=true",)) == 2  # fmt: skip
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == f"run directory: {run_dir}  (tensorboard --logdir {run_dir / 'tb'})"
     assert lines[1] == "evaluating 3 held-out broken-test tasks (before training)..."
