@@ -85,6 +85,8 @@ def test_refusals_name_the_input_and_the_fix(capsys, tmp_path: Path) -> None:
     assert_refused(run_cli(capsys, "compare", one, other), "no task in common", "same env, split, seed")
     assert_refused(run_cli(capsys, "compare", one), "one.json", "a comparison needs two")
     assert_refused(run_cli(capsys, "compare", tmp_path / "missing.json", one), "missing.json", "does not exist")
+    # alone, a missing path was "is one evaluation: a comparison needs two" (new-user walk, session 45)
+    assert_refused(run_cli(capsys, "compare", tmp_path / "nope"), "nope: does not exist", "give a run directory")
     assert_refused(run_cli(capsys, "compare", tmp_path), "has no summary.json")
     _write(tmp_path / "summary.json", {"run_dir": "x", "eval/before": None})
     assert_refused(run_cli(capsys, "compare", tmp_path), "holds no evaluation before and after training")

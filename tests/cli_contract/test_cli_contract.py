@@ -448,3 +448,8 @@ def test_audit_of_a_run_whose_config_is_not_a_readable_json_file(capsys, tmp_pat
     else:
         (run / "config.json").write_bytes(DEEP.encode() if kind == "deep" else NOT_UTF8)
     assert_refused(run_cli(capsys, "audit", run), str(run / "config.json"))
+
+
+def test_eval_seed_out_of_range_names_the_flag_typed(capsys):
+    """``tirl eval --seed -1`` said "config env.seed=-1 is invalid", a key the user never typed (session 45)."""
+    assert_refused(run_cli(capsys, "eval", "--seed", "-1"), "--seed -1 is invalid", "0..4_294_967_295")

@@ -145,6 +145,8 @@ def sides(first: str, second: str | None, *, sampled: bool = False) -> tuple[Eva
         raise InputError("--sampled", None, "picks a run directory's sampled evaluations, and no argument is one",
                          "drop --sampled (a file is compared as it is), or give a run directory")  # fmt: skip
     if second is None:
+        if not dirs[0] and not Path(first).exists():  # it said "is one evaluation" of a path that is nothing
+            raise InputError(first, None, "does not exist", "give a run directory, or two `tirl eval --json` files")
         if not dirs[0]:
             raise InputError(first, None, "is one evaluation: a comparison needs two",
                              "give a second evaluation, or a run directory alone (before -> after)")  # fmt: skip

@@ -104,6 +104,7 @@ def _config(args: argparse.Namespace) -> TirlConfig:
         raise InputError("--samples", None, "needs --sampled (greedy decoding draws the same episode every time)",
                          "add --sampled, or drop --samples")  # fmt: skip
     check_flag("--n", "env.eval_size", args.n)  # the error names the flag the user typed, not the key it sets
+    check_flag("--seed", "env.seed", args.seed)  # it said "config env.seed=-1", a key the user never typed
     flags = [("--n", "env.eval_size", args.n), ("--seed", "env.seed", args.seed), ("--env", "env.name", args.env)]
     flag_overrides(args.overrides, [("--model", "model.path", args.model)])  # --model would win without a word
     sets = flag_overrides(args.overrides, flags)
