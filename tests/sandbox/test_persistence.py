@@ -181,7 +181,20 @@ def pipe_core_helper(tmp_path: Path) -> Iterator[Path]:
     ``core_pattern`` is global (a container shares the host's), so this runs only as root, and only where no
     pipe helper is installed already (a real one is never replaced, not even for the test's few seconds).
     """
+    import fcntl
+
     pattern = Path("/proc/sys/kernel/core_pattern")
+    # one test at a time across xdist workers: a second backend's run read the first's helper as the host's,
+    # skipped (gate of session 45), and could have restored that helper as the host's setting
+    lock = open("/tmp/tirl-test-core-pattern.lock", "a")  # noqa: SIM115 - held until the fixture ends
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield from _with_pipe_helper(pattern, tmp_path)
+    finally:
+        lock.close()
+
+
+def _with_pipe_helper(pattern: Path, tmp_path: Path) -> Iterator[Path]:
     try:
         old = pattern.read_text()
     except OSError:
