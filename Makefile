@@ -50,7 +50,7 @@ typecheck: install
 	$(BIN)/mypy
 
 pytest: install
-	TIRL_REQUIRE_PARTS=1 $(BIN)/python -m pytest -q -ra --durations=20 -n $(PYTEST_WORKERS) --dist load
+	TIRL_REQUIRE_PARTS=1 $(BIN)/python -m pytest -q -ra --tb=native --durations=20 -n $(PYTEST_WORKERS) --dist load
 
 test: install lint typecheck pytest
 
