@@ -24,6 +24,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from tirl import ast_lock
 from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.advice import check_first, where_to_look
 from tirl.diagnostics.pipeline import PipelineDiagnosis
@@ -87,7 +88,7 @@ def _resolve(module: str, attr: str | None = None) -> Any:
 
 def _calls(source: str) -> list[tuple[int, str, str]]:
     """(line, enclosing function, callee text) of every call in ``source``."""
-    tree = ast.parse(source)
+    tree = ast_lock.parse(source)
     out: list[tuple[int, str, str]] = []
 
     def visit(node: ast.AST, where: str) -> None:

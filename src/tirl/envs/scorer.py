@@ -35,6 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tirl import ast_lock
 from tirl.envs import scorer_bundle, scorer_runner, scorer_wire
 from tirl.envs.base import EnvError
 from tirl.envs.workspace import PYTEST_MODULES, clear_path
@@ -76,7 +77,9 @@ def _hidden_imports(hidden: Path) -> set[str]:
     imported: set[str] = set()
     for path in sorted(hidden.rglob("*.py")):
         try:
-            imported |= scorer_bundle.imported_names([path.read_text(encoding="utf-8")])
+            source = path.read_text(encoding="utf-8")
+            with ast_lock.LOCK:  # the pipeline's workers read hidden tests at once (tirl.ast_lock)
+                imported |= scorer_bundle.imported_names([source])
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             continue
     return imported
