@@ -69,6 +69,7 @@ from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.inference.hf import HFGenerator
 from tirl.inference.openai_protocol import APIError, ChatJob, Common, CompletionJob, bad, parse_chat, parse_completion
 from tirl.inference.request_io import ClientGone, read_json, unless_client_leaves
+from tirl.inference.stream_text import token_pieces
 from tirl.inference.tokenizer_thread import TokenizerThread
 from tirl.inference.tools_api import tool_chunks, tool_reply
 from tirl.models.loading import Policy
@@ -490,18 +491,6 @@ class ModelServer:
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-    def _deltas(self, s: Sample, text_of: Callable[[list[int]], str]) -> list[str]:
-        """The text piece of each sampled token, so that the pieces join to ``s.text``."""
-        out, emitted = [], 0
-        ids = s.result.token_ids
-        for i in range(len(ids)):
-            upto = min(len(text_of(ids[: i + 1])), len(s.text))
-            out.append(s.text[emitted:upto] if upto > emitted else "")
-            emitted = max(emitted, upto)
-        if out and emitted < len(s.text):
-            out[-1] += s.text[emitted:]
-        return out
-
     async def _completion_chunks(
         self, rid: str, prompts: list[list[int]], common: Common, text_of: Callable[[list[int]], str]
     ) -> AsyncIterator[dict[str, Any]]:
@@ -509,7 +498,7 @@ class ModelServer:
         base = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": self.model_name}
         for i, s in enumerate(samples):
             ids, lps = s.result.token_ids, s.result.logprobs
-            deltas = self._deltas(s, text_of)
+            deltas = token_pieces(ids, s.text, text_of)
             offset = 0
             for j, (tid, lp, piece) in enumerate(zip(ids, lps, deltas, strict=True)):
                 last = j == len(ids) - 1
@@ -543,7 +532,7 @@ class ModelServer:
                 head["prompt_token_ids"] = ids
             yield head
             tids, lps = s.result.token_ids, s.result.logprobs
-            for j, (tid, lp, piece) in enumerate(zip(tids, lps, self._deltas(s, text_of), strict=True)):
+            for j, (tid, lp, piece) in enumerate(zip(tids, lps, token_pieces(tids, s.text, text_of), strict=True)):
                 last = j == len(tids) - 1
                 choice: dict[str, Any] = {
                     "index": i,
