@@ -59,6 +59,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -67,6 +68,7 @@ from tirl.errors import describe
 from tirl.inference.arrival import ArrivalGate
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.inference.hf import HFGenerator
+from tirl.inference.internal_errors import InternalErrors, report
 from tirl.inference.openai_protocol import APIError, ChatJob, Common, CompletionJob, bad, parse_chat, parse_completion
 from tirl.inference.request_io import ClientGone, read_json, unless_client_leaves
 from tirl.inference.stream_text import token_pieces
@@ -485,8 +487,8 @@ class ModelServer:
                     yield f"data: {json.dumps(chunk)}\n\n"
             except APIError as exc:
                 yield f"data: {json.dumps(exc.body())}\n\n"
-            except Exception as exc:  # the sampler failed after the 200 was sent
-                yield f"data: {json.dumps(APIError(500, f'generation failed: {exc}').body())}\n\n"
+            except Exception as exc:  # after the 200 was sent: logged, an error event that does not echo it
+                yield f"data: {json.dumps(report(exc, 'a streamed response').body())}\n\n"
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
@@ -560,9 +562,7 @@ class ModelServer:
                     return JSONResponse(exc.body(), status_code=exc.status)
                 except ClientGone:  # its generation was cancelled; nobody reads this (nginx's "client closed")
                     return Response(status_code=499)
-                except Exception as exc:  # a bug, not the client's fault: still OpenAI-shaped, never plain text
-                    err = APIError(500, f"internal error: {describe(exc)}")
-                    return JSONResponse(err.body(), status_code=500)
+                # anything else is a bug: InternalErrors logs it and answers a JSON 500 that does not echo it
 
             return handler
 
@@ -583,4 +583,5 @@ class ModelServer:
             Route("/v1/chat/completions", wrap(self.chat), methods=["POST"]),
             Route("/v1/load_weights", wrap(self.load_weights), methods=["POST"]),
         ]
-        return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+        errors = [Middleware(InternalErrors)]  # a handler's exception: logged, a JSON 500 that does not echo it
+        return Starlette(routes=routes, exception_handlers={HTTPException: http_error}, middleware=errors)

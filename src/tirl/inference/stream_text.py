@@ -2,7 +2,7 @@
 
 :class:`TextStream` decodes a growing token sequence a few tokens at a time: each :meth:`~TextStream.push`
 decodes a window of at most ``2 * HOLD_TOKENS`` ids (the tokens of the last piece, as context, and the
-tokens not yet sent) and returns the new text. A piece whose decode ends in ``"\\ufffd"`` (the bytes of a
+tokens not yet sent) and returns the new text. A piece whose decode ends in U+FFFD (the bytes of a
 character that a later byte token may complete) or that changes text already sent (a tokenizer merge or
 clean-up across the boundary) is held back, for up to ``HOLD_TOKENS`` tokens: a UTF-8 character is at most
 4 bytes and a byte-level token holds at least one. The window starts one piece back so that a decoder that
@@ -14,7 +14,7 @@ text at the lengths :class:`TextStream` gives, so the pieces join to exactly the
 strings cut included) whatever the tokenizer. Before session 46 each chunk decoded the whole text so far:
 1,000 tokens cost 500,500 decoded ids (0.1-0.4 s before the first chunk), 2,000 cost 2,001,000.
 
-Covered: byte-level BPE (held-back partial characters, invalid bytes that stay ``"\\ufffd"``), character
+Covered: byte-level BPE (held-back partial characters, invalid bytes that stay U+FFFD), character
 and SentencePiece-style tokenizers, special tokens, a trailing EOS dropped by the decode function. Not
 covered: a decoder whose text for a token depends on tokens more than ``HOLD_TOKENS`` back; then
 :class:`TextStream` alone can differ from the whole decode (:func:`token_pieces` still joins exactly, by
@@ -39,7 +39,7 @@ class TextStream:
         self._ids: list[int] = []
         self._start = 0  # the first id of the window: the tokens of the last piece sent, as context
         self._taken = 0  # the ids that the text sent so far was decoded from
-        self._done = ""  # the window's text that has been sent: decode(ids[start:taken]), less a held "\ufffd"
+        self._done = ""  # the window's text that has been sent: decode(ids[start:taken]), less a held U+FFFD
 
     def push(self, token_id: int) -> str:
         """The text ``token_id`` adds: ``""`` while it is held back (see the module doc)."""
@@ -55,7 +55,7 @@ class TextStream:
         return self._send(self._decode(self._ids[self._start :]), hold_last=False)
 
     def _send(self, window: str, *, hold_last: bool) -> str:
-        """Send the window's new text (less a last ``"\\ufffd"`` that a later byte may still complete)."""
+        """Send the window's new text (less a last U+FFFD that a later byte may still complete)."""
         end = len(window) - 1 if hold_last else len(window)
         piece = window[len(self._done) : end]
         self._start, self._taken = self._taken, len(self._ids)
