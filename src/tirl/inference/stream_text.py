@@ -16,9 +16,11 @@ strings cut included) whatever the tokenizer. Before session 46 each chunk decod
 
 Covered: byte-level BPE (held-back partial characters, invalid bytes that stay U+FFFD), character
 and SentencePiece-style tokenizers, special tokens, a trailing EOS dropped by the decode function. Not
-covered: a decoder whose text for a token depends on tokens more than ``HOLD_TOKENS`` back; then
-:class:`TextStream` alone can differ from the whole decode (:func:`token_pieces` still joins exactly, by
-cutting the final text).
+covered: a decoder whose text for a token depends on tokens more than ``HOLD_TOKENS`` back. One is common:
+``tokenizers``' ByteFallback (Llama 2, Mistral) turns a whole run of ``<0xNN>`` tokens into U+FFFD when one
+byte of the run is invalid, so text already sent (``日``) can turn into U+FFFD later; :class:`TextStream`
+alone then differs from the whole decode, and :func:`token_pieces`, which cuts the final text, still joins
+exactly.
 """
 
 from __future__ import annotations
