@@ -2,11 +2,13 @@
 
 For tests that inject a failure into the running server (``monkeypatch`` on its class) or count its work;
 everything else is served by a ``tirl serve`` subprocess (``server_proc.py``). uvicorn leaves logging alone
-(``log_config=None``), so the server's log records reach pytest's ``caplog``.
+(``log_config=None``), so the server's log records reach pytest's ``caplog``. On exit the server's tokenizer
+and sampler threads are stopped too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -40,3 +42,5 @@ def serve_in_thread(model_server: ModelServer, startup_s: float = 60.0) -> Itera
         server.should_exit = True
         thread.join(30)
         sock.close()
+        model_server.tokenize.close()  # the server's own threads (a `tirl serve` process ends with them)
+        asyncio.run(model_server.generator.close())
