@@ -37,6 +37,9 @@ burst shares one batch as it would in-process. Prompts are encoded on one
 tokenizer thread (:mod:`~tirl.inference.tokenizer_thread`), not the event
 loop; a client that hangs up cancels its generation (:mod:`~tirl.inference.request_io`).
 
+A streamed chunk's text is decoded a few tokens at a time (:mod:`~tirl.inference.stream_text`); a handler's
+exception is logged and answered with a JSON 500 that does not echo it (:mod:`~tirl.inference.internal_errors`).
+
 Not covered: incremental streaming while sampling — a streamed response
 sends its chunks (one per token) when its sample is complete, because the
 batched sampler returns whole samples; multi-model serving; per-token
