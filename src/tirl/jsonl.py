@@ -10,7 +10,9 @@ and the HTTP bodies of ``tirl serve``): every problem is a
 * integers longer than Python's 4300-digit conversion limit;
 * strings with lone UTF-16 surrogates (the escape ``\ud800`` alone), which no UTF-8 file
   or response can hold;
-* ``NaN``/``Infinity`` when ``allow_nan=False`` (request bodies).
+* ``NaN``/``Infinity`` when ``allow_nan=False`` (request bodies);
+* an object that repeats a key when ``unique_keys=True`` (request bodies: :class:`DuplicateKey` names it;
+  ``json.loads`` keeps the last value, so ``{"model": "a", "model": "b"}`` was served as ``"b"``).
 
 :func:`read_jsonl` reads a JSONL file line by line through
 :func:`parse_json`: non-UTF-8 bytes, bad lines and non-objects raise
@@ -44,6 +46,7 @@ from tirl.types import FieldError, Trajectory
 
 __all__ = [
     "MAX_DEPTH",
+    "DuplicateKey",
     "JSONProblem",
     "NotJSON",
     "atomic_write",
@@ -66,6 +69,27 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # the only way a strict UT
 
 class JSONProblem(ValueError):
     """Text that :func:`parse_json` refuses; ``str()`` is the reason, e.g. ``"nested deeper than 64 levels"``."""
+
+
+class DuplicateKey(JSONProblem):
+    """An object that repeats ``key`` (:func:`parse_json` with ``unique_keys=True``)."""
+
+    def __init__(self, key: str) -> None:
+        shown = repr(key) if len(repr(key)) <= 40 else f"{repr(key)[:30]}... ({len(key)} characters)"
+        super().__init__(f"the key {shown} appears twice in one object: give each key once")
+        self.key = key
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s object hook that refuses a repeated key."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return value
 
 
 def _no_constant(name: str) -> Any:
@@ -128,10 +152,14 @@ def _check_tree(value: Any, strings: bool = True) -> None:
         stack.extend((child, depth + 1) for child in children)
 
 
-def parse_json(text: str | bytes, *, allow_nan: bool = True) -> Any:
+def parse_json(text: str | bytes, *, allow_nan: bool = True, unique_keys: bool = False) -> Any:
     """:func:`json.loads` that raises only :class:`JSONProblem` (see the module doc)."""
     try:
-        value = json.loads(text, parse_constant=None if allow_nan else _no_constant)
+        value = json.loads(
+            text,
+            parse_constant=None if allow_nan else _no_constant,
+            object_pairs_hook=_unique_object if unique_keys else None,
+        )
     except json.JSONDecodeError as exc:
         raise JSONProblem(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:

@@ -103,6 +103,21 @@ def test_non_utf8_body_is_an_openai_400(server):
     _assert_openai_error(_post(server, "/completions", b'{"model": "\xff\xfe", "prompt": "x"}'), 400)
 
 
+@pytest.mark.parametrize(
+    ("path", "raw", "key"),
+    [
+        ("/completions", '{"model": "a", "model": "MODEL", "prompt": "x", "max_tokens": 2}', "model"),
+        ("/chat/completions", '{"model": "MODEL", "messages": [{"role": "user", "role": "system"}]}', "role"),
+        ("/load_weights", '{"path": "/nonexistent", "path": "/tmp"}', "path"),
+    ],
+)
+def test_a_repeated_key_is_a_400_naming_it(server, path, raw, key):
+    """``json.loads`` keeps the last value: ``{"model": "a", "model": NAME}`` was served as NAME (session 46)."""
+    error = _assert_openai_error(_post(server, path, raw.replace("MODEL", server[1])), 400)
+    assert error["param"] == key
+    assert f"the key '{key}' appears twice" in error["message"]
+
+
 def test_official_client_gets_bad_request_for_seed_and_role(server):
     c = _client(server)
     with pytest.raises(openai.BadRequestError) as err:

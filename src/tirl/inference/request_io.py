@@ -2,7 +2,7 @@
 
 :func:`read_json` reads the body with a size cap (413: on its ``Content-Length`` before a byte is read, else as
 soon as the bytes read pass the cap) and parses it strictly (400; :func:`tirl.jsonl.parse_json`: nesting, long
-integers, lone surrogates, ``NaN``).
+integers, lone surrogates, ``NaN``, a key repeated in one object, named in the message and ``param``).
 
 :func:`unless_client_leaves` awaits a request's generation and cancels it when the client hangs up first.
 Starlette does this for a streamed response (its disconnect listener); the handler of a plain response ran on:
@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 
 from tirl.inference.openai_protocol import APIError, bad
-from tirl.jsonl import JSONProblem, parse_json
+from tirl.jsonl import DuplicateKey, JSONProblem, parse_json
 
 T = TypeVar("T")
 
@@ -46,7 +46,9 @@ async def read_json(request: Request, limit: int) -> Any:
             raise too_big
         chunks.append(chunk)
     try:
-        return parse_json(b"".join(chunks), allow_nan=False)
+        return parse_json(b"".join(chunks), allow_nan=False, unique_keys=True)
+    except DuplicateKey as exc:  # json.loads would keep the last value: {"model": "a", "model": "b"} served "b"
+        raise bad(f"the request body is ambiguous: {exc}", exc.key if len(exc.key) <= 40 else None) from None
     except JSONProblem as exc:
         raise bad(f"could not parse the request body as JSON: {exc}") from None
 

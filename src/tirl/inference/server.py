@@ -37,6 +37,9 @@ burst shares one batch as it would in-process. Prompts are encoded on one
 tokenizer thread (:mod:`~tirl.inference.tokenizer_thread`), not the event
 loop; a client that hangs up cancels its generation (:mod:`~tirl.inference.request_io`).
 
+A streamed chunk's text is decoded a few tokens at a time (:mod:`~tirl.inference.stream_text`); a handler's
+exception is logged and answered with a JSON 500 that does not echo it (:mod:`~tirl.inference.internal_errors`).
+
 Not covered: incremental streaming while sampling — a streamed response
 sends its chunks (one per token) when its sample is complete, because the
 batched sampler returns whole samples; multi-model serving; per-token
@@ -59,6 +62,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -67,8 +71,10 @@ from tirl.errors import describe
 from tirl.inference.arrival import ArrivalGate
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.inference.hf import HFGenerator
+from tirl.inference.internal_errors import InternalErrors, report
 from tirl.inference.openai_protocol import APIError, ChatJob, Common, CompletionJob, bad, parse_chat, parse_completion
 from tirl.inference.request_io import ClientGone, read_json, unless_client_leaves
+from tirl.inference.stream_text import token_pieces
 from tirl.inference.tokenizer_thread import TokenizerThread
 from tirl.inference.tools_api import tool_chunks, tool_reply
 from tirl.models.loading import Policy
@@ -484,23 +490,11 @@ class ModelServer:
                     yield f"data: {json.dumps(chunk)}\n\n"
             except APIError as exc:
                 yield f"data: {json.dumps(exc.body())}\n\n"
-            except Exception as exc:  # the sampler failed after the 200 was sent
-                yield f"data: {json.dumps(APIError(500, f'generation failed: {exc}').body())}\n\n"
+            except Exception as exc:  # after the 200 was sent: logged, an error event that does not echo it
+                yield f"data: {json.dumps(report(exc, 'a streamed response').body())}\n\n"
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-
-    def _deltas(self, s: Sample, text_of: Callable[[list[int]], str]) -> list[str]:
-        """The text piece of each sampled token, so that the pieces join to ``s.text``."""
-        out, emitted = [], 0
-        ids = s.result.token_ids
-        for i in range(len(ids)):
-            upto = min(len(text_of(ids[: i + 1])), len(s.text))
-            out.append(s.text[emitted:upto] if upto > emitted else "")
-            emitted = max(emitted, upto)
-        if out and emitted < len(s.text):
-            out[-1] += s.text[emitted:]
-        return out
 
     async def _completion_chunks(
         self, rid: str, prompts: list[list[int]], common: Common, text_of: Callable[[list[int]], str]
@@ -509,7 +503,7 @@ class ModelServer:
         base = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": self.model_name}
         for i, s in enumerate(samples):
             ids, lps = s.result.token_ids, s.result.logprobs
-            deltas = self._deltas(s, text_of)
+            deltas = token_pieces(ids, s.text, text_of)
             offset = 0
             for j, (tid, lp, piece) in enumerate(zip(ids, lps, deltas, strict=True)):
                 last = j == len(ids) - 1
@@ -543,7 +537,7 @@ class ModelServer:
                 head["prompt_token_ids"] = ids
             yield head
             tids, lps = s.result.token_ids, s.result.logprobs
-            for j, (tid, lp, piece) in enumerate(zip(tids, lps, self._deltas(s, text_of), strict=True)):
+            for j, (tid, lp, piece) in enumerate(zip(tids, lps, token_pieces(tids, s.text, text_of), strict=True)):
                 last = j == len(tids) - 1
                 choice: dict[str, Any] = {
                     "index": i,
@@ -571,9 +565,7 @@ class ModelServer:
                     return JSONResponse(exc.body(), status_code=exc.status)
                 except ClientGone:  # its generation was cancelled; nobody reads this (nginx's "client closed")
                     return Response(status_code=499)
-                except Exception as exc:  # a bug, not the client's fault: still OpenAI-shaped, never plain text
-                    err = APIError(500, f"internal error: {describe(exc)}")
-                    return JSONResponse(err.body(), status_code=500)
+                # anything else is a bug: InternalErrors logs it and answers a JSON 500 that does not echo it
 
             return handler
 
@@ -594,4 +586,5 @@ class ModelServer:
             Route("/v1/chat/completions", wrap(self.chat), methods=["POST"]),
             Route("/v1/load_weights", wrap(self.load_weights), methods=["POST"]),
         ]
-        return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+        errors = [Middleware(InternalErrors)]  # a handler's exception: logged, a JSON 500 that does not echo it
+        return Starlette(routes=routes, exception_handlers={HTTPException: http_error}, middleware=errors)
