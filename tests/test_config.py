@@ -49,8 +49,8 @@ def test_errors_name_key_and_fix(override: str, message: str) -> None:
 def test_missing_and_bad_toml(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
-    with pytest.raises(ConfigError, match=r"cannot be read \(Is a directory\) — check the --config path"):
-        load_config(tmp_path)  # was "does not exist", of a directory that exists
+    with pytest.raises(ConfigError, match=r"is a directory, not a file — check the path given to --config"):
+        load_config(tmp_path)  # was "does not exist", then "cannot be read (Is a directory)"
     bad = tmp_path / "bad.toml"
     bad.write_text("[algo\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
@@ -83,19 +83,24 @@ def test_a_setting_the_rest_of_the_config_does_not_use_gets_a_note() -> None:
 
 
 def test_a_config_that_never_ends_is_refused_after_a_bounded_read(tmp_path: Path) -> None:
-    """``--config /dev/zero`` (or /dev/full) was read to the end, which never comes: the machine ran out of memory."""
+    """``--config /dev/zero`` (or /dev/full) was read to the end, which never comes: the machine ran out of memory.
+
+    A device is now refused before it is read; a pipe that never ends (``yes |``) is what the bound stops.
+    """
     big = tmp_path / "big.toml"
     big.write_bytes(b"# " + b"x" * (1 << 20) + b"\n")
     with pytest.raises(ConfigError, match=r"is larger than 1 MB — give a TOML config file"):
         load_config(str(big), [])
-    # /dev/zero in a child whose address space is capped: a regression fails there, not on the whole machine
+    with pytest.raises(ConfigError, match=r"config file /dev/zero is a device, not a file"):
+        load_config("/dev/zero", [])
+    # an endless pipe in a child whose address space is capped: a regression fails there, not on the whole machine
     code = (
         "from tirl.config import load_config\n"
-        "try:\n    load_config('/dev/zero', [])\nexcept Exception as e:\n    print(e)"
+        "try:\n    load_config('/dev/stdin', [])\nexcept Exception as e:\n    print(e)"
     )
-    out = subprocess.run(["bash", "-c", f"ulimit -v 2000000; exec {sys.executable} -c \"$0\"", code],
+    out = subprocess.run(["bash", "-c", f"ulimit -v 2000000; yes | {sys.executable} -c \"$0\"", code],
                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-    assert "config file /dev/zero is larger than 1 MB" in out.stdout, out.stderr[-1000:]
+    assert "config file /dev/stdin is larger than 1 MB" in out.stdout, out.stderr[-1000:]
 
 
 @pytest.mark.parametrize("langs", ['[""]', '["py thon"]', '["python", " "]'])
@@ -113,3 +118,22 @@ def test_a_file_that_is_not_toml_names_the_fix(tmp_path: Path) -> None:
     bad.write_text("not toml at all\n")
     with pytest.raises(ConfigError, match=r"is not valid TOML: .* — fix that line"):
         load_config(str(bad), [])
+
+
+def test_an_empty_config_is_refused_from_a_file_and_from_a_pipe(tmp_path: Path) -> None:
+    """``tirl train --config /dev/stdin`` of an empty pipe (a failed ``cat x |``) trained with the defaults; an
+    empty file did the same. Both are one error line now; a file of comments only is still a valid config."""
+    empty = tmp_path / "empty.toml"
+    empty.write_text(" \n\n")
+    with pytest.raises(ConfigError, match=r"config file .*empty\.toml is empty — .*leave --config out"):
+        load_config(empty, [])
+    comments = tmp_path / "defaults.toml"
+    comments.write_text("# the defaults, on purpose\n")
+    assert load_config(comments, []) == load_config(None, [])
+    for command in (["config", "show"], ["train", "--steps", "1"]):
+        got = subprocess.run([sys.executable, "-m", "tirl.cli", *command, "--config", "/dev/stdin"], input="",
+                             capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)  # fmt: skip
+        lines = got.stderr.strip().splitlines()
+        assert got.returncode == 2 and len(lines) == 1, got.stderr
+        assert lines[0].startswith("error: config file /dev/stdin is empty"), lines
+    assert not (tmp_path / "runs").exists()

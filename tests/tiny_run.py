@@ -10,6 +10,7 @@ import io
 import subprocess
 from pathlib import Path
 
+from tirl.ablation import last_wins
 from tirl.models.loading import Policy, load_policy
 from tirl.models.tiny import TinyModelSpec, build_tiny_model, save_policy
 
@@ -35,18 +36,18 @@ def with_sets(base: list[str], *items: str) -> list[str]:
     """``base`` with each ``KEY=VALUE`` of ``items`` as a ``--set``, replacing ``base``'s own ``--set`` of that key.
 
     The CLI refuses a key given twice in ``--set`` (the last one used to win without a word), so a test that
-    changes one of the shared tiny-run keys says so here instead of repeating it.
+    changes one of the shared tiny-run keys says so here instead of repeating it. The last of each key is
+    :func:`tirl.ablation.last_wins`'s (a TRL/verl alias is its tirl key); the ``--set`` flags go last.
     """
-    keys = {item.split("=", 1)[0].strip() for item in items}
-    out: list[str] = []
-    i = 0
-    while i < len(base):
-        if base[i] == "--set" and base[i + 1].split("=", 1)[0].strip() in keys:
-            i += 2
-            continue
-        out.append(base[i])
-        i += 1
-    return [*out, *(a for item in items for a in ("--set", item))]
+    others: list[str] = []
+    sets: list[str] = []
+    args = iter(base)
+    for arg in args:
+        if arg == "--set":
+            sets.append(next(args))
+        else:
+            others.append(arg)
+    return [*others, *(a for item in last_wins([*sets, *items]).values() for a in ("--set", item))]
 
 
 def save_tiny_model(out: Path) -> Path:

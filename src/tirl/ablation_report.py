@@ -30,6 +30,7 @@ from typing import Any
 
 from tirl.ablation import BOOTSTRAP_SEED, RATIO_SPIKE, RunResult
 from tirl.ablation_stats import COLLAPSE_RULE, bootstrap_ci, excludes_zero, fisher_exact, wilcoxon_signed_rank
+from tirl.diagnostics.plotting import pyplot
 from tirl.fileio import atomic_write, write_text
 
 BASELINE = "off"
@@ -192,10 +193,7 @@ def markdown_table(results: Sequence[RunResult], *, label: str = "held-out") -> 
 
 def figure(results: Sequence[RunResult]) -> Any:
     """Three panels: accuracy after per mode and seed; training reward and max IS ratio per step (whole steps)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     modes = list(dict.fromkeys(r.mode for r in results))
@@ -226,7 +224,7 @@ def figure(results: Sequence[RunResult]) -> Any:
 
 def plot(results: Sequence[RunResult], path: Path) -> Path:
     """:func:`figure`, saved as a PNG at ``path`` (whole or not at all: the previous one stays if saving fails)."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig = figure(results)
     try:

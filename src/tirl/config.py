@@ -29,7 +29,8 @@ from typing import Any, Literal
 from tirl.config_notes import unused_settings
 from tirl.config_ranges import check_section
 from tirl.config_values import coerce, quoted_kind, toml_float, toml_line, unquoted
-from tirl.errors import ConfigError, cut, show_value
+from tirl.errors import ConfigError, InputError, cut, show_value
+from tirl.inputs import input_file
 
 
 def _check(cond: bool, key: str, value: Any, fix: str) -> None:
@@ -438,8 +439,15 @@ def parse_override(text: str) -> tuple[list[str], str]:
 
 
 def _read_toml(p: Path, limit: int = 1 << 20) -> tuple[dict[str, Any], str]:
-    """A TOML file's table and text; every problem (bytes, syntax, depth, huge integers) is one ConfigError."""
-    try:  # bounded: /dev/zero or /dev/full as --config never ends (the whole machine went out of memory)
+    """A TOML file's table and text; every problem (kind of path, bytes, syntax, depth, huge ints) is a ConfigError.
+
+    So is an empty one (an empty pipe trained with the defaults): to use the defaults, leave --config out.
+    """
+    try:
+        input_file(p, "check the path given to --config")
+    except InputError as exc:
+        raise ConfigError(f"config file {p} {exc.problem} — {exc.fix}") from None
+    try:  # bounded: a pipe that never ends (`yes |`) took the whole machine's memory
         with p.open("rb") as fh:
             data = fh.read(limit + 1)
         if len(data) > limit:
@@ -449,6 +457,9 @@ def _read_toml(p: Path, limit: int = 1 << 20) -> tuple[dict[str, Any], str]:
         raise ConfigError(f"config file {p} is not UTF-8 ({exc.reason} at byte {exc.start}) — re-encode it") from None
     except OSError as exc:
         raise ConfigError(f"config file {p} cannot be read ({exc.strerror}) — check the --config path") from None
+    if not text.strip():
+        raise ConfigError(f"config file {p} is empty — write the settings into it, or leave --config out to "
+                          "use the defaults")  # fmt: skip
     try:
         return tomllib.loads(text, parse_float=toml_float), text
     except tomllib.TOMLDecodeError as exc:
@@ -530,8 +541,6 @@ def resolve_config(
     notes: list[str] = []
     if path is not None:
         p = Path(path)
-        if not p.exists():  # a directory is read below: "cannot be read (Is a directory)"
-            raise ConfigError(f"config file {p} does not exist — check the path given to --config")
         data, text = _read_toml(p)
         for key, value in _leaves(data):
             moved = translate(key, value, keys.__contains__)

@@ -34,7 +34,6 @@ import json
 import math
 import numbers
 import re
-import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any, TypedDict, Unpack
 
 from tirl.errors import InputError
 from tirl.fileio import atomic_write
+from tirl.inputs import input_file
 from tirl.types import FieldError, Trajectory
 
 __all__ = [
@@ -179,17 +179,11 @@ def parse_json(text: str | bytes, *, allow_nan: bool = True, unique_keys: bool =
 
 
 def open_input(p: Path, missing_fix: str = "check the path") -> Any:
-    """``p`` opened for binary reading; a missing file, a directory, a device or an unreadable path: InputError."""
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise InputError(str(p), None, "file does not exist", missing_fix) from None
-    except OSError as exc:
-        raise InputError(str(p), None, f"cannot be read ({exc.strerror})", missing_fix) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(str(p), None, "is a directory, not a file", missing_fix)
-    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):  # /dev/zero never ends: read, it took all memory
-        raise InputError(str(p), None, "is a device, not a file", "give a file (or a pipe: `<(command)`)")
+    """``p`` opened for binary reading; what :func:`tirl.inputs.input_file` refuses is an InputError.
+
+    A pipe is read (once); a missing file, a directory, a device, a socket or an unreadable path is refused.
+    """
+    input_file(p, missing_fix)
     try:
         return p.open("rb")
     except OSError as exc:

@@ -431,7 +431,7 @@ def test_a_device_as_input_is_refused_before_it_is_read(capsys, tmp_path, argv):
 
 def test_diagnose_training_names_a_device_for_what_it_is(capsys):
     """``/dev/zero`` (and a pipe such as ``<(cat log)``) was reported as "file not found"."""
-    assert_refused(run_cli(capsys, "diagnose", "training", "/dev/zero"), "is not a regular file", "save the log")
+    assert_refused(run_cli(capsys, "diagnose", "training", "/dev/zero"), "is a device, not a file", "save the log")
 
 
 @pytest.mark.parametrize("kind", ["fifo", "deep", "not-utf8"])

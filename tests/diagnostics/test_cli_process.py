@@ -25,4 +25,4 @@ def test_diagnose_wandb_csv_in_a_process(tmp_path: Path) -> None:
         [*TIRL, "diagnose", "training", str(tmp_path / "missing.jsonl")],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    assert bad.returncode == 2 and "missing.jsonl: file not found" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "missing.jsonl: does not exist" in bad.stderr and "Traceback" not in bad.stderr

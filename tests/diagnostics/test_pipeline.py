@@ -247,7 +247,7 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize("name", ["pipeline_trace.jsonl", "trace.csv"])
 def test_a_missing_trace_is_named_as_a_trace(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The fix names the trace and the run directory, not "the training log" (the training reader's words)."""
-    with pytest.raises(InputError, match=r"file not found — give the run directory or its pipeline_trace\.jsonl"):
+    with pytest.raises(InputError, match=r"does not exist — give the run directory or its pipeline_trace\.jsonl"):
         load_trace(tmp_path / name)
     assert main(["diagnose", "pipeline", str(tmp_path / "run")]) == 2  # a run directory that does not exist
     err = capsys.readouterr().err.strip().splitlines()

@@ -359,3 +359,46 @@ def test_a_fifo_among_the_runs_files_is_a_warning_not_a_hang(tmp_path: Path, nam
     assert (tmp_path / "r.html").is_file()
     if name == "summary.json":
         assert f"{run / name}: is not a regular file" in got.stderr
+
+
+def _report_with_home(tmp_path: Path, home: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``tirl report`` in a real process with ``HOME=home``, matplotlib's variables unset but ``env``."""
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "metrics.jsonl", tirl_log(seed=1))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    clean = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")}
+    clean.update(HOME=str(home), TMPDIR=str(scratch), **env)
+    cmd = [sys.executable, "-m", "tirl.cli", "report", str(run), "--out", str(tmp_path / "r.html")]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env=clean), scratch
+
+
+def test_a_home_that_cannot_be_written_is_no_problem(tmp_path: Path) -> None:
+    """``HOME`` read-only: matplotlib printed "mkdir -p failed ..." and "Matplotlib created a temporary cache
+    directory ..." on stderr. ``HOME`` under a file is unwritable even for root, who writes into a 0o555 one."""
+    (tmp_path / "a-file").write_text("")
+    got, scratch = _report_with_home(tmp_path, tmp_path / "a-file" / "home")
+    assert got.returncode == 0, got.stderr
+    assert "matplotlib" not in got.stderr.lower() and "mkdir" not in got.stderr, got.stderr
+    assert (tmp_path / "r.html").is_file() and "data:image/png;base64," in (tmp_path / "r.html").read_text()
+    assert list(scratch.iterdir()) == []  # the process's own matplotlib directory went with it
+
+
+def test_the_report_writes_nothing_into_home(tmp_path: Path) -> None:
+    """A writable ``HOME`` got ``~/.cache/matplotlib/fontlist-*.json`` and ``~/.config/matplotlib``."""
+    home = tmp_path / "home"
+    home.mkdir()
+    got, _ = _report_with_home(tmp_path, home)
+    assert got.returncode == 0, got.stderr
+    assert list(home.rglob("*")) == []
+
+
+def test_a_users_own_matplotlib_directory_is_used(tmp_path: Path) -> None:
+    """``MPLCONFIGDIR`` set by the user is left to matplotlib: its font cache goes there, as the user asked."""
+    home, mine = tmp_path / "home", tmp_path / "mpl"
+    home.mkdir()
+    mine.mkdir()
+    got, _ = _report_with_home(tmp_path, home, MPLCONFIGDIR=str(mine))
+    assert got.returncode == 0, got.stderr
+    assert list(mine.glob("fontlist-*.json")) and list(home.rglob("*")) == []

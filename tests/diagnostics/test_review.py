@@ -249,3 +249,17 @@ def test_connection_refused(monkeypatch) -> None:
 def test_a_404_is_about_the_model_only_when_it_names_it(text: str, model: str, expected: bool) -> None:
     """tirl serve's no-route 404 mentions /v1/models: it was read as an unknown model, with the wrong fix."""
     assert names_the_model(text, model) is expected
+
+
+@pytest.mark.parametrize("text", ["", " \n\n\t\n"])
+def test_an_empty_bundle_is_refused_before_any_request(server: str, tmp_path: Path, monkeypatch, capsys, text) -> None:
+    """An empty bundle was sent (a paid call asking for a review of nothing); now nothing reaches the server."""
+    monkeypatch.setenv("REVIEW_KEY", KEY)
+    empty = tmp_path / "empty.md"
+    empty.write_text(text, encoding="utf-8")
+    sent = len(SEEN)
+    argv = ["review", str(empty), "--base-url", f"{server}/v1", "--model", "tiny-reviewer", "--env-key", "REVIEW_KEY"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {empty}: is empty: there is nothing to review"), err
+    assert "--bundle" in err[0] and len(SEEN) == sent

@@ -181,6 +181,23 @@ def test_runs_and_evaluation_lines_are_named_after_the_task_file(tmp_path: Path)
     assert run_label(load_config(None, [])) == "tir-chain"
 
 
+def test_greedy_training_starts_with_one_warning_saying_why_it_learns_nothing() -> None:
+    """``generation.temperature=0`` trained in silence: every group one episode repeated, all advantages 0.
+
+    Warned, not refused (tests/trainer/test_resume_exact.py trains greedily on purpose); a temperature > 0
+    and a greedy *evaluation* (always greedy, whatever the temperature) get no warning.
+    """
+    from tirl.trainer.preflight import start_warnings
+
+    greedy = load_config(None, ["generation.temperature=0", "algo.group_size=4"])
+    [warning] = start_warnings(greedy)
+    assert warning.startswith("generation.temperature=0 samples greedily: the 4 samples of a task are one episode")
+    assert "every grpo advantage is 0 and nothing is learned" in warning
+    assert "softmax(logits), not of the argmax" in warning and "--set generation.temperature=1.0" in warning
+    assert start_warnings(load_config(None, ["generation.temperature=0.01"])) == []
+    assert start_warnings(load_config(None, [])) == []
+
+
 # -------------------------------------------------------------------- diagnose
 def test_diagnose_claims_no_active_filter_on_a_run_with_filter_off(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.errors import InputError, printable
+from tirl.inputs import input_file
 from tirl.jsonl import read_json
 from tirl.rollout.evaluation import TaskOutcome
 from tirl.rollout.paired import PairedSamples, UnevenSamples, solved_counts
@@ -145,8 +146,8 @@ def sides(first: str, second: str | None, *, sampled: bool = False) -> tuple[Eva
         raise InputError("--sampled", None, "picks a run directory's sampled evaluations, and no argument is one",
                          "drop --sampled (a file is compared as it is), or give a run directory")  # fmt: skip
     if second is None:
-        if not dirs[0] and not Path(first).exists():  # it said "is one evaluation" of a path that is nothing
-            raise InputError(first, None, "does not exist", "give a run directory, or two `tirl eval --json` files")
+        if not dirs[0]:  # it said "is one evaluation" of a path that is nothing ('-', a device, a dangling link)
+            input_file(first, "give a run directory, or two `tirl eval --json` files")
         if not dirs[0]:
             raise InputError(first, None, "is one evaluation: a comparison needs two",
                              "give a second evaluation, or a run directory alone (before -> after)")  # fmt: skip

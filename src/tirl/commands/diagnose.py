@@ -20,6 +20,7 @@ from tirl.diagnostics.log_rows import resolve_training_log
 from tirl.diagnostics.pipeline import diagnose_pipeline, load_trace
 from tirl.diagnostics.render import has_ratio, print_pipeline, print_training
 from tirl.diagnostics.training import diagnose_training
+from tirl.errors import InputError
 from tirl.fileio import check_output, refuse_overwrite, write_text
 from tirl.jsonl import dumps_json
 
@@ -53,8 +54,13 @@ def _config_dir(log: Path) -> Path:
 
 
 def _in_run_dir(path: Path, name: str) -> Path:
-    """A run directory stands for the file the trainer writes in it."""
-    return path / name if path.is_dir() else path
+    """A run directory stands for the file the trainer writes in it; a directory without it is an InputError."""
+    if not path.is_dir():
+        return path
+    if not (path / name).exists():  # it said "DIR/NAME: file not found", a file the user never named
+        raise InputError(str(path), None, f"is a directory without {name}",
+                         f"give the {name} file, or a run directory that `tirl train` wrote")  # fmt: skip
+    return path / name
 
 
 def run(args: argparse.Namespace) -> int:

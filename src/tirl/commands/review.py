@@ -9,6 +9,9 @@ from tirl.cli import output_file
 from tirl.diagnostics.review import review_bundle
 from tirl.errors import InputError, printable
 from tirl.fileio import check_output, refuse_overwrite, write_text
+from tirl.inputs import input_file
+
+_BUNDLE_FIX = "give the file that `tirl diagnose training RUN --bundle FILE` (or `diagnose pipeline`) wrote"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the set-up, send the bundle, print the answer."""
-    if not args.bundle.is_file():
-        raise InputError(str(args.bundle), None, "file not found", "write one with `tirl diagnose ... --bundle`")
+    input_file(args.bundle, _BUNDLE_FIX)  # a directory or a device says what it is; a pipe is read once
     if args.timeout <= 0:
         raise InputError("--timeout", None, f"{args.timeout} is not a positive number of seconds", "give e.g. 120")
     if args.out:
@@ -35,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
     except UnicodeDecodeError as exc:
         where = f"{exc.reason} at byte {exc.start}"
         raise InputError(str(args.bundle), None, f"not UTF-8 text ({where})", "re-encode it as UTF-8") from None
+    except OSError as exc:
+        raise InputError(str(args.bundle), None, f"cannot be read ({exc.strerror})", _BUNDLE_FIX) from None
+    if not bundle.strip():  # nothing to review: the endpoint is never asked (a request would cost a call)
+        raise InputError(str(args.bundle), None, "is empty: there is nothing to review", _BUNDLE_FIX)
     result = review_bundle(
         bundle, base_url=args.base_url, model=args.model, env_key=args.env_key, timeout_s=args.timeout
     )

@@ -28,6 +28,7 @@ from tirl.cli import converted
 from tirl.config import SandboxConfig
 from tirl.config_ranges import check_flag
 from tirl.errors import InputError
+from tirl.inputs import input_file, kind_of
 from tirl.sandbox import ExecResult, Sandbox, create_sandbox
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -89,12 +90,13 @@ def read_program(path: Path, lang: str = "python") -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the open
     except OSError as exc:
+        if isinstance(exc, FileNotFoundError):  # '-', a dangling link, a missing path: in tirl's words
+            input_file(path, "pass a program file", pipe_fix="save the program to a file first")
         raise InputError(str(path), None, f"cannot read the file ({exc.strerror})", "pass a readable file") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which raises on a directory
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # before fdopen, which raises on a directory
         os.close(fd)
-        raise InputError(
-            str(path), None, "is not a regular file", "pass a program file (not a directory, device or FIFO)"
-        )
+        raise InputError(str(path), None, f"is {kind_of(mode)}, not a regular file", "pass a program file")
     with os.fdopen(fd, "rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:

@@ -52,11 +52,10 @@ from tirl.models.precision import check_training_precision
 from tirl.trainer import run_files
 from tirl.trainer.preflight import (
     anchor_paths,
-    answer_format_warning,
     check_saved_trust,
-    context_warning,
     preflight,
     run_label,
+    start_warnings,
 )
 from tirl.trainer.run_lock import LOCK_NAME, hold_run_dir
 
@@ -318,9 +317,8 @@ def _write_notes(run_dir: Path, notes: list[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tirl train``."""
     cfg, run_dir, created = resolve(args)  # config errors come before the heavy imports below (~1 s, not ~15 s)
-    for warning in (answer_format_warning(cfg), context_warning(cfg)):
-        if warning:
-            print(f"warning: {warning}", file=sys.stderr)
+    for warning in start_warnings(cfg):
+        print(f"warning: {warning}", file=sys.stderr)
     try:
         from transformers.utils import logging as hf_logging
 

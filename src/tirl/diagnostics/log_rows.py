@@ -36,6 +36,7 @@ from typing import Any
 
 from tirl.diagnostics.wandb_csv import read_wandb_csv
 from tirl.errors import InputError, cut
+from tirl.inputs import input_file
 from tirl.jsonl import read_json, read_jsonl
 
 STEP_KEYS: tuple[str, ...] = ("step", "_step", "Step", "training/global_step", "global_step", "trainer/global_step")
@@ -126,8 +127,8 @@ def resolve_training_log(path: Path) -> Path:
     """The path a path on the command line stands for: a run directory's ``metrics.jsonl`` when it has one.
 
     A directory without ``metrics.jsonl`` stays as it is (its TensorBoard event files are the log, read by
-    :mod:`tirl.diagnostics.tb_events`) when it holds event files; otherwise it stands for its missing
-    ``metrics.jsonl`` (the "file not found" error names it).
+    :mod:`tirl.diagnostics.tb_events`) when it holds event files; one without either is an InputError that
+    says so (it said "DIR/metrics.jsonl: file not found", a file the user never named).
     """
     if not path.is_dir():
         return path
@@ -135,16 +136,13 @@ def resolve_training_log(path: Path) -> Path:
         return path / "metrics.jsonl"
     if next(path.rglob("*tfevents*"), None) is not None:
         return path
-    return path / "metrics.jsonl"
+    raise InputError(str(path), None, "is a directory without metrics.jsonl or TensorBoard event files",
+                     "give the training log file, or a run directory that `tirl train` wrote")  # fmt: skip
 
 
 def _existing(path: str | Path) -> Path:
-    p = Path(path)
-    if p.exists() and not p.is_file():  # a pipe or a device: the log's format is sniffed, so it is read twice
-        raise InputError(str(p), None, "is not a regular file (a pipe or a device)", "save the log to a file first")
-    if not p.is_file():
-        raise InputError(str(p), None, "file not found", "check the path of the training log")
-    return p
+    # a pipe is refused: the log's format is sniffed, so it is read twice
+    return input_file(path, "check the path of the training log", pipe_fix="save the log to a file first")
 
 
 def _log_history(p: Path) -> FileRows | None:

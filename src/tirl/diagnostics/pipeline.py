@@ -91,6 +91,7 @@ from tirl.diagnostics.adapters import found_text, other_reader, read_rows
 from tirl.diagnostics.log_rows import jsonl_objects
 from tirl.diagnostics.thresholds import PipelineThresholds
 from tirl.errors import InputError
+from tirl.inputs import input_file
 
 QUEUES: tuple[str, str, str] = ("init_queue", "run_queue", "eval_queue")
 STAGES: tuple[str, str, str] = ("init", "run", "eval")
@@ -159,11 +160,7 @@ def _numbered_rows(path: str | Path, notes: list[str]) -> list[tuple[int, dict[s
 
     The file's own line numbers for JSONL (blank lines skipped), the row's line under the header for a CSV.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(
-            str(p), None, "file not found", "give the run directory or its pipeline_trace.jsonl (tirl train writes it)"
-        )
+    p = input_file(path, "give the run directory or its pipeline_trace.jsonl (tirl train writes it)")  # pipe: read once
     if p.suffix.lower() == ".csv":
         return [(i, row) for i, row in enumerate(read_rows(p), start=2)]
     rows, torn = jsonl_objects(p, fix="write one snapshot per line")

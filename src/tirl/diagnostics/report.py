@@ -32,6 +32,7 @@ from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.audit import audit_file
 from tirl.diagnostics.bundle import filter_config
 from tirl.diagnostics.pipeline import PipelineDiagnosis, diagnose_pipeline, high_text, load_trace
+from tirl.diagnostics.plotting import pyplot
 from tirl.diagnostics.render import coverage_lines, has_ratio, pipeline_not_checked, verdict_line
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_training, evidence_lines, steps_text
 from tirl.errors import InputError, TirlError, cut, describe, one_line
@@ -64,7 +65,7 @@ pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:.85em}figcaption{font
 def _png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
@@ -81,10 +82,7 @@ def _figure(
     dots: bool = False,
 ) -> str | None:
     """One line plot as a base64 PNG; ``None`` when no series has a value (``dots``: always mark the points)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     usable = [(n, x, y) for n, x, y in series if any(v is not None for v in y)]
     if not usable:
@@ -229,10 +227,7 @@ def _eval_section(summary: dict[str, Any], where: str = "summary.json") -> str:
     except (KeyError, IndexError, TypeError, ValueError) as exc:  # a hand-edited comparison record
         raise InputError(where, None, f"its comparison before/after cannot be read ({describe(exc)})",
                          _SUMMARY_FIX) from None  # fmt: skip
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(6.4, 2.4))
     for ax, values, title in (

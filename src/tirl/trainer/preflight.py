@@ -20,7 +20,9 @@ that chooses code to import or where a credential goes, unless the command line 
 
 :func:`answer_format_warning` compares the answer format the task file's
 prompts ask for (``####`` after the answer, ``\boxed{}``, ``<answer>``) with
-the run's action rule and names the rule to use; :func:`run_label` names runs
+the run's action rule and names the rule to use; :func:`greedy_warning` says what training at
+``generation.temperature=0`` does (it is allowed: exact-resume tests train greedily), and
+:func:`start_warnings` is every warning ``tirl train`` prints at its start; :func:`run_label` names runs
 and evaluation lines after the task file when there is one. :func:`anchor_paths` makes a new run's local
 paths absolute, so its saved config resumes from any working directory.
 
@@ -249,3 +251,24 @@ def context_warning(cfg: TirlConfig) -> str | None:
         f"generator ends every episode at {positions} tokens (overlong) — give a model with more positions, "
         f"or --set generation.max_total_tokens={positions}"
     )
+
+
+def greedy_warning(cfg: TirlConfig) -> str | None:
+    """A warning when training samples greedily (``generation.temperature=0``): a group holds one episode repeated.
+
+    Not refused: a deterministic run is what an exact-resume test needs. Not covered: a temperature so low
+    (``1e-6``) that sampling is greedy in all but name.
+    """
+    if cfg.generation.temperature > 0:
+        return None
+    return (
+        f"generation.temperature=0 samples greedily: the {cfg.algo.group_size} samples of a task are one episode "
+        f"repeated, so every {cfg.algo.advantage} advantage is 0 and nothing is learned, and the importance "
+        "ratios are of softmax(logits), not of the argmax that chose the tokens — use --set "
+        "generation.temperature=1.0 (0 suits only a deterministic test run)"
+    )
+
+
+def start_warnings(cfg: TirlConfig) -> list[str]:
+    """The ``warning:`` lines ``tirl train`` prints before it loads anything: each check above that has one."""
+    return [w for w in (answer_format_warning(cfg), context_warning(cfg), greedy_warning(cfg)) if w]

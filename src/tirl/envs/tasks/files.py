@@ -38,6 +38,7 @@ from typing import Any
 from tirl.config import EnvConfig
 from tirl.envs.base import Task
 from tirl.errors import InputError
+from tirl.inputs import input_file
 from tirl.types import Message, Role
 
 __all__ = [
@@ -114,9 +115,8 @@ def _parquet_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(row, object)`` for each row of a parquet or JSONL file (1-based rows; JSONL: line numbers)."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(str(p), None, "task file does not exist", "check the path (env.tasks_file)")
+    # a pipe is refused: the task file is read more than once (the preflight's sample, then the env)
+    p = input_file(path, "check the path (env.tasks_file)", pipe_fix="save the tasks to a file first")
     if _is_parquet(p):
         yield from _parquet_records(p)
         return
