@@ -166,12 +166,12 @@ def check_script(program: Program, calls: list[str], expected: list[Any]) -> str
 
 
 def hidden_tests(program: Program, ns: dict[str, Any]) -> str:
-    """``test_hidden.py``: one test per function, its six calls against the correct code's values."""
+    """``test_hidden.py``: one test per function, its six calls and its probes against the correct code's values."""
     names = ", ".join(f.name for f in program.funcs)
     out = [f"from {program.package} import {names}", ""]
     for func in program.funcs:
         out += ["", f"def test_{func.name}():"]
-        for case in func.cases:
+        for case in (*func.cases, *func.probes):
             call = f"{func.name}({case})"
             out.append(f"    assert {call} == {eval(call, ns)!r}")
     return "\n".join([*out, ""])
