@@ -8,9 +8,10 @@ off-by-one, swapped arguments, wrong constant, inverted condition, missing
 return. The workspace holds the package and a visible ``check.py`` (plain
 asserts, one per function, runnable with ``python3 check.py``: pytest is not
 in the sandbox) whose assert on the buggy function fails; the hidden tests
-(``test_hidden.py``: six calls per function, expected values computed by
-running the correct code) are only ever in the template's ``hidden`` directory,
-which the judge stages after the episode.
+(``test_hidden.py``: six calls per function and its ``probes``, so that no bug
+shows on the prompt's quoted call alone; expected values computed by running
+the correct code) are only ever in the template's ``hidden`` directory, which
+the judge stages after the episode.
 
 Every site is checked when the pool is built, by running the correct and the
 buggy code in this process (our own code, not the model's): the correct code
