@@ -8,6 +8,7 @@ another: each episode is about 1-2 s, so each test plays at most 4.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import subprocess
 from collections import Counter
@@ -112,6 +113,29 @@ def test_deterministic_and_rebuilt_identically() -> None:
     assert all(t.data["bug"]["kind"] == "missing_return" for t in only)
     with pytest.raises(ValueError, match="unknown bug kinds"):
         generate_curriculum(1, kinds=("typo",))
+
+
+def test_every_bug_shows_on_a_hidden_call_the_prompt_does_not_quote() -> None:
+    """Answering only the quoted call with the prompt's answer scored 1.0 with the bug in place on 94 plain and
+    95 spec tasks (``between``'s ``x <= hi`` showed on ``x == hi`` alone...); ``Func.probes`` add a second one."""
+    for spec in (False, True):
+        for task in (t for split in SPLITS for t in pools(spec)[split]):
+            namespace: dict[str, object] = {}
+            exec(task.data["files"][task.data["module"]], namespace)
+            quoted = task.prompt.split("`")[5]  # `python3 check.py` fails in the `pkg` package: `call` ...
+            wrong = set()
+            for line in task.data["hidden_tests"]["test_hidden.py"].split("\n"):
+                call, _, want = line.removeprefix("    assert ").partition(" == ")
+                if want and call != quoted and _outcome(namespace, call) != (True, ast.literal_eval(want)):
+                    wrong.add(call)
+            assert wrong, task.id
+
+
+def _outcome(namespace: dict[str, object], call: str) -> tuple[bool, object]:
+    try:
+        return True, eval(call, dict(namespace))
+    except Exception as exc:
+        return False, type(exc)
 
 
 def test_every_planted_bug_is_caught_and_the_hidden_tests_never_ship() -> None:

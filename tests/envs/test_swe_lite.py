@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ from tirl.envs import check_env
 from tirl.envs.base import EpisodeOverError, Task
 from tirl.envs.swe_lite import SweLiteEnv, expert_solution, generate_swe_tasks, load_swe_tasks, parse_pytest_summary
 from tirl.envs.tasks.swe_gen import all_cases, run_hidden_in_process
-from tirl.envs.tasks.swe_programs import MUTATION_KINDS, PROGRAMS, parse_programs
+from tirl.envs.tasks.swe_programs import MUTATION_KINDS, PROGRAMS, Program, parse_programs
 from tirl.errors import InputError
 from tirl.sandbox.base import Sandbox
 from tirl.testing import play
@@ -33,6 +36,55 @@ def test_every_planted_bug_is_unique_and_caught_by_the_hidden_tests() -> None:
             buggy = program.source.replace(mutation.original, mutation.mutated, 1)
             _, failed = run_hidden_in_process(program, buggy)
             assert failed >= 1, (program.package, mutation.kind)
+
+
+def failing_checks(program: Program, source: str) -> list[str]:
+    """The source of each ``assert`` and ``with`` block of the hidden tests that fails on ``source``.
+
+    Each is judged on its own (a failing one does not stop its test); the statements before it still run.
+    """
+    tests = program.tests
+
+    class Each(ast.NodeTransformer):
+        def visit_Assert(self, node: ast.Assert) -> ast.AST:
+            return self.guarded(node, [ast.Expr(ast.Call(ast.Name("_ok", ast.Load()), [node.test], []))])
+
+        def visit_With(self, node: ast.With) -> ast.AST:
+            return self.guarded(node, [node])
+
+        def guarded(self, node: ast.stmt, body: list[ast.stmt]) -> ast.AST:
+            text = ast.Constant(ast.get_source_segment(tests, node))
+            fail = ast.Expr(ast.Call(ast.Name("_bad", ast.Load()), [text], []))
+            return ast.Try(body, [ast.ExceptHandler(ast.Name("BaseException", ast.Load()), None, [fail])], [], [])
+
+    bad: list[str] = []
+
+    def ok(value: object) -> None:
+        if not value:
+            raise AssertionError
+
+    package = types.ModuleType(program.package)
+    exec(compile(source, program.module_path, "exec"), package.__dict__)
+    saved = sys.modules.get(program.package)
+    sys.modules[program.package] = package
+    try:
+        namespace: dict[str, object] = {"_ok": ok, "_bad": bad.append}
+        exec(compile(ast.fix_missing_locations(Each().visit(ast.parse(tests))), "hidden", "exec"), namespace)
+        for name, fn in namespace.items():
+            if name.startswith("test_") and callable(fn):
+                fn()
+    finally:
+        sys.modules.pop(program.package) if saved is None else sys.modules.__setitem__(program.package, saved)
+    return bad
+
+
+def test_every_planted_bug_shows_on_a_hidden_call_the_issue_does_not_quote() -> None:
+    """Answering only the quoted call (``mean([1, 2, 3, 4])``) with the prompt's answer scored 1.0 with the bug
+    in place on 18 of the 33 planted bugs, whose only failing hidden check was that call (session 46)."""
+    assert failing_checks(PROGRAMS[0], PROGRAMS[0].source) == []
+    for program, mutation in all_cases():
+        bad = failing_checks(program, program.source.replace(mutation.original, mutation.mutated, 1))
+        assert len(bad) >= 2 and any(mutation.example not in text for text in bad), (program.package, mutation, bad)
 
 
 def test_programs_are_read_from_the_shipped_toml() -> None:

@@ -8,9 +8,10 @@ off-by-one, swapped arguments, wrong constant, inverted condition, missing
 return. The workspace holds the package and a visible ``check.py`` (plain
 asserts, one per function, runnable with ``python3 check.py``: pytest is not
 in the sandbox) whose assert on the buggy function fails; the hidden tests
-(``test_hidden.py``: six calls per function, expected values computed by
-running the correct code) are only ever in the template's ``hidden`` directory,
-which the judge stages after the episode.
+(``test_hidden.py``: six calls per function and its ``probes``, so that no bug
+shows on the prompt's quoted call alone; expected values computed by running
+the correct code) are only ever in the template's ``hidden`` directory, which
+the judge stages after the episode.
 
 Every site is checked when the pool is built, by running the correct and the
 buggy code in this process (our own code, not the model's): the correct code
@@ -166,12 +167,12 @@ def check_script(program: Program, calls: list[str], expected: list[Any]) -> str
 
 
 def hidden_tests(program: Program, ns: dict[str, Any]) -> str:
-    """``test_hidden.py``: one test per function, its six calls against the correct code's values."""
+    """``test_hidden.py``: one test per function, its six calls and its probes against the correct code's values."""
     names = ", ".join(f.name for f in program.funcs)
     out = [f"from {program.package} import {names}", ""]
     for func in program.funcs:
         out += ["", f"def test_{func.name}():"]
-        for case in func.cases:
+        for case in (*func.cases, *func.probes):
             call = f"{func.name}({case})"
             out.append(f"    assert {call} == {eval(call, ns)!r}")
     return "\n".join([*out, ""])

@@ -49,12 +49,18 @@ class Site:
 
 @dataclass(frozen=True, slots=True)
 class Func:
-    """One correct function: its source lines, bug sites and argument lists (source text, no parentheses)."""
+    """One correct function: its source lines, bug sites and argument lists (source text, no parentheses).
+
+    ``cases`` decide which sites make tasks and which call the prompt quotes; ``probes`` are further calls for
+    the hidden tests only, where a bug that ``cases`` show on a single call shows on a second one. Without them
+    special-casing the call that the prompt quotes (and its answer) scored 1.0 with the bug left in place.
+    """
 
     name: str
     lines: tuple[str, ...]
     sites: tuple[Site, ...]
     cases: tuple[str, ...]
+    probes: tuple[str, ...] = ()
 
     def site_line(self, site: Site) -> int:
         """The 0-based index of the one code line that holds ``site.old`` (raises when not exactly one).
@@ -110,9 +116,11 @@ def _lists(r: random.Random, lo: int, hi: int, min_len: int = 3, max_len: int = 
     return tuple(str(_ints(r, r.randint(min_len, max_len), lo, hi)) for _ in range(6))
 
 
-def _f(name: str, body: str, sites: list[Site], cases: list[str] | tuple[str, ...]) -> Func:
+def _f(
+    name: str, body: str, sites: list[Site], cases: list[str] | tuple[str, ...], probes: tuple[str, ...] = ()
+) -> Func:
     lines = tuple(body.format(n=name).strip("\n").split("\n"))
-    return Func(name, lines, tuple(sites), tuple(cases))
+    return Func(name, lines, tuple(sites), tuple(cases), probes)
 
 
 def affine(r: random.Random, name: str) -> Func:
@@ -141,7 +149,7 @@ def clamp(r: random.Random, name: str) -> Func:
         hi = lo + r.randint(3, 10)
         cases.append(f"{r.randint(lo - 3, hi + 5)}, {lo}, {hi}")
     cases[0] = f"{hi + 2}, {lo}, {hi}"
-    return _f(name, body, sites, cases)
+    return _f(name, body, sites, cases, (f"{hi + 1}, {lo}, {hi}",))  # a second x above hi
 
 
 def count_above(r: random.Random, name: str) -> Func:
@@ -248,7 +256,8 @@ def divisible(r: random.Random, name: str) -> Func:
         if len(cases) % 2 == 0:
             lst[-1] += (-sum(lst)) % k  # every other case is divisible
         cases.append(str(lst))
-    return _f(name, body, sites, cases)
+    k2 = int(sites[1].new.split()[-1])
+    return _f(name, body, sites, cases, (str([k if k % k2 else k2]),))  # divisible by one of k and the wrong k
 
 
 def last(r: random.Random, name: str) -> Func:
@@ -275,7 +284,7 @@ def span(r: random.Random, name: str) -> Func:
     for _ in range(6):
         a = r.randint(0, 10)
         cases.append(f"{a}, {a + r.randint(4, 9)}")
-    return _f(name, body, sites, cases)
+    return _f(name, body, sites, cases, (f"{a}, {a + 3 * s}", f"{a + 1}, {a + 1 + 2 * s}"))  # b - a: k steps
 
 
 def average(r: random.Random, name: str) -> Func:
@@ -289,7 +298,7 @@ def average(r: random.Random, name: str) -> Func:
     ]
     cases = [*_lists(r, 1, 20, 2, 5)[:5], "[]"]
     cases[0] = "[3, 4]"
-    return _f(name, body, sites, cases)
+    return _f(name, body, sites, cases, ("()",))  # a second empty sequence
 
 
 def discount(r: random.Random, name: str) -> Func:
@@ -318,7 +327,7 @@ def between(r: random.Random, name: str) -> Func:
         hi = lo + r.randint(3, 9)
         x = (hi, lo + 1, lo, hi - 1, hi + 2, lo - 1)[i]
         cases.append(f"{x}, {lo}, {hi}")
-    return _f(name, body, sites, cases)
+    return _f(name, body, sites, cases, (f"{hi}, {lo + 1}, {hi}",))  # a second x == hi
 
 
 def countdown(r: random.Random, name: str) -> Func:
@@ -331,7 +340,7 @@ def countdown(r: random.Random, name: str) -> Func:
         Site("missing_return", "    return out", ""),
     ]
     cases = [str(k) for k in r.sample(range(4, 16), 5)] + [str(s + 1)]
-    return _f(name, body, sites, cases)
+    return _f(name, body, sites, cases, (str(2 * s + 1),))  # a second start that reaches 1
 
 
 def index_of(r: random.Random, name: str) -> Func:
