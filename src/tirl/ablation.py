@@ -99,12 +99,14 @@ STRESS: tuple[str, ...] = (
 #: 1. ``mismatch``: the generator samples in bf16 while the trainer stays fp32 (vLLM vs FSDP;
 #:    ``generation.dtype``) and nothing corrects the gap (``algo.tis_cap=none``);
 #: 2. ``mismatch-ood``: plus out-of-distribution tool output on 30% of calls (tracebacks, warnings, noise;
-#:    ``env.ood_rate``) and no dual clip on negative advantages (``algo.dual_clip=none``);
+#:    ``env.ood_rate``; the held-out evaluation too, ``env.eval_ood_rate``) and no dual clip on negative
+#:    advantages (``algo.dual_clip=none``);
 #: 3. ``mismatch-ood-long``: plus no gradient clipping (``algo.grad_clip=0``), one weight per sequence
 #:    (``algo.loss_agg=seq_mean``: a short void row weighs as much as a long valid one) and longer horizons
 #:    (tir-chain chains of 4-8 calls, up to 10 turns and 1024 tokens).
 _MISMATCH = ("generation.dtype=bfloat16", "algo.tis_cap=none")
-_OOD = (*_MISMATCH, "env.ood_rate=0.3", "algo.dual_clip=none")
+# env.eval_ood_rate: the held-out evaluation under the same noise, as the level's recorded results were measured
+_OOD = (*_MISMATCH, "env.ood_rate=0.3", "env.eval_ood_rate=0.3", "algo.dual_clip=none")
 DOSE_LEVELS: dict[str, tuple[str, ...]] = {
     "mismatch": _MISMATCH,
     "mismatch-ood": _OOD,

@@ -13,7 +13,8 @@ The default ladder (:data:`tirl.ablation.DOSE_LEVELS`, cumulative, each a real o
 
 =====================  =====================================================================================
 ``mismatch``           ``generation.dtype=bfloat16 algo.tis_cap=none``: a bf16 generator, fp32 trainer, no TIS
-``mismatch-ood``       + ``env.ood_rate=0.3 algo.dual_clip=none``: odd tool output on 30% of calls, no dual clip
+``mismatch-ood``       + ``env.ood_rate=0.3 env.eval_ood_rate=0.3 algo.dual_clip=none``: odd tool output on 30%
+                       of calls (in the evaluation too), no dual clip
 ``mismatch-ood-long``  + ``algo.grad_clip=0 algo.loss_agg=seq_mean env.chain_min=4 env.chain_max=8
                        env.max_turns=10 generation.max_total_tokens=1024``: no grad clip, per-sequence weights,
                        chains of 4-8 tool calls

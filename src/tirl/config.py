@@ -115,6 +115,7 @@ class EnvConfig:
     tools: bool = False  # offer the env's tools as functions (python; swe-lite: bash, submit); needs a tool template
     offer_tools: bool = True  # verifiers envs: describe the env's tools to the model (false: a template without tools)
     ood_rate: float = 0.0  # share of tool outputs replaced/extended by out-of-distribution text (tirl.envs.ood)
+    eval_ood_rate: float = 0.0  # the same in evaluation (tirl eval, a run's before/after); 0: the clean env
     chain_min: int = 2  # tir-chain: fewest tool calls a task's chain needs (longer horizons: 4)
     chain_max: int = 4  # tir-chain: most calls (8 needs env.max_turns >= 10 and ~1024 total tokens)
     skyrl_host_code: bool = False  # skyrl-gym: run env classes tirl cannot sandbox (their code runs on this host)

@@ -89,6 +89,7 @@ RANGES: dict[str, Range] = {
     "env.eval_size": Range(1, 1_000_000),
     "env.seed": Range(0, _SEED),
     "env.ood_rate": Range(0, 1),
+    "env.eval_ood_rate": Range(0, 1),
     "env.chain_min": Range(1, 12),  # tir-chain tool calls per task (the dose ladder uses 4-8)
     "env.chain_max": Range(1, 12),
     "sandbox.timeout_s": Range(0, _DAY, lo_open=True),

@@ -222,6 +222,10 @@ class _Spec:
 
 
 _TERMINATIONS = ", ".join(TerminationReason)
+_PROMPT_FIX = (
+    "write how many leading messages came with the task's prompt as a whole number, at most the number of "
+    "messages (or leave the field out: every assistant message is then judged as the policy's)"
+)
 _SPECS: dict[str, _Spec] = {
     "id": _Spec(lambda v: type(v) is str or type(v) is int, "a string or an integer",
                 'write the id as a string, e.g. "id": "t1" (or leave it out: the line number names it)',
@@ -246,6 +250,7 @@ _SPECS: dict[str, _Spec] = {
                         item=lambda i: type(i) is int and i >= 0),
     "loss_weight": _Spec(lambda v: _is_finite(v) and v >= 0, "a finite number >= 0 or null",
                          "write the weight as a number >= 0 (0 takes it out of the loss, 1 keeps it)", legacy=True),
+    "prompt_messages": _Spec(lambda v: type(v) is int and v >= 0, "an integer >= 0 or null", _PROMPT_FIX),
 }  # fmt: skip
 
 
@@ -313,6 +318,7 @@ def trajectory_fields(data: dict[str, Any], default_id: str) -> dict[str, Any]:
     version, void_turns = _field(data, info, "policy_version"), _field(data, info, "void_turns")
     weight = _field(data, info, "loss_weight")
     return {
+        "prompt_messages": _field(data, info, "prompt_messages"),
         "id": default_id if tid is None else str(tid),
         "group": None if group is None else str(group),
         "reward": None if reward is None else float(reward),
@@ -357,6 +363,7 @@ class Trajectory:
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     prompt_len: int = 0
+    prompt_messages: int | None = None  # leading messages that came with the prompt, as a file records it
     turns: list[TurnRecord] = field(default_factory=list)
     stages: dict[str, StageTiming] = field(default_factory=dict)
     policy_version: int = 0
@@ -377,14 +384,33 @@ class Trajectory:
         return [m for m in self.messages if m.role is Role.ASSISTANT]
 
     @property
+    def prompt_message_count(self) -> int | None:
+        """How many leading messages came with the prompt, not from the policy; ``None`` when nothing tells.
+
+        ``prompt_messages`` when set (a file tirl wrote records it: :meth:`to_dict`); else, from the turn
+        records (the runner records one :class:`TurnRecord` per sampled turn, so the policy's assistant messages
+        are the last ``len(turns)``), the messages before the policy's first one. A trajectory read from a file
+        without ``prompt_messages`` carries no turn records: ``None``, and every assistant message counts as the
+        policy's.
+        """
+        if self.prompt_messages is not None:
+            return min(self.prompt_messages, len(self.messages))
+        at = [i for i, m in enumerate(self.messages) if m.role is Role.ASSISTANT] if self.turns else []
+        return at[max(len(at) - len(self.turns), 0)] if at else None
+
+    @property
     def prompt_assistant_messages(self) -> int:
         """How many assistant messages came with the prompt (a task chat's demonstrations), not from the policy.
 
-        The runner records one :class:`TurnRecord` per sampled turn, so they are the assistant messages before
-        the last ``len(turns)``; 0 when no turn is recorded (a trajectory read from JSONL carries none: all its
-        assistant messages count as the policy's).
+        The assistant messages among the first :attr:`prompt_message_count`; 0 when that is unknown.
         """
-        return max(len(self.assistant_messages) - len(self.turns), 0) if self.turns else 0
+        given = self.prompt_message_count
+        return sum(1 for m in self.messages[:given] if m.role is Role.ASSISTANT) if given else 0
+
+    @property
+    def policy_messages(self) -> list[Message]:
+        """The messages from the policy's first turn on (its turns and what the env answered); all when unknown."""
+        return self.messages[self.prompt_message_count or 0 :]
 
     def check_token_view(self) -> None:
         """Raise ``ValueError`` if the token arrays disagree in length or the mask is not 0/1."""
@@ -408,6 +434,9 @@ class Trajectory:
             out["termination"] = self.termination.value
         if self.error is not None:
             out["error"] = self.error
+        prompt = self.prompt_message_count
+        if prompt is not None:
+            out["prompt_messages"] = prompt
         if self.turns:
             out["turns"] = [
                 {
@@ -459,7 +488,13 @@ class Trajectory:
                 messages.append(Message.from_dict(m))
             except ValueError as exc:
                 raise ValueError(f"messages[{i}]: {exc}") from None
-        return cls(messages=messages, **trajectory_fields(data, default_id))
+        fields = trajectory_fields(data, default_id)
+        if (fields["prompt_messages"] or 0) > len(messages):
+            raise FieldError(
+                f"'prompt_messages' is {fields['prompt_messages']} but the trajectory has {len(messages)} messages",
+                _PROMPT_FIX,
+            )
+        return cls(messages=messages, **fields)
 
     def to_json(self, *, tokens: bool = False) -> str:
         """One JSONL line of strict JSON: a NaN or infinite number raises ``ValueError`` naming where it is.

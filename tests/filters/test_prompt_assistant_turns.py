@@ -4,21 +4,30 @@ A real episode: the tir-math env (process sandbox) starts from a task chat with 
 has no action ("1+1 is 2."), the scripted policy writes its turns through :class:`AgentLoop`, and the filter
 judges the result. The demonstration made every such trajectory void (every episode of the task dropped or
 penalised), and under ``penalize`` its index masked the policy's first turn (correct code) as the void one.
-The audit's reasons use the same indexes. Not covered: trajectories read from JSONL, which carry no turn
-records (every assistant message is judged).
+The audit's reasons use the same indexes, and the trajectory file tirl writes carries ``prompt_messages`` so that
+``tirl filter`` and ``tirl audit`` judge it as the trainer did.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+from tests.cli_contract.cli_run import assert_refused, run_cli
+
 from tirl.algorithms.void_penalty import void_turn_mask
 from tirl.config import EnvConfig
-from tirl.diagnostics.audit import audit_trajectories
+from tirl.diagnostics.audit import audit_file, audit_trajectories
 from tirl.envs.base import Task
 from tirl.envs.registry import env_factory
 from tirl.filters import VoidTurnFilter
+from tirl.filters.roc import tool_errors
+from tirl.filters.stream import judge_file, reference_part
 from tirl.inference.base import GenerationResult, SamplingParams
 from tirl.models.chat_format import SimpleChatFormat
 from tirl.models.tokenizer import build_char_tokenizer
+from tirl.parsing import DEFAULT_RULES
 from tirl.rollout.agent_loop import AgentLoop
 from tirl.sandbox import ProcessSandbox
 from tirl.types import Group, Message, Role, TerminationReason, Trajectory, TurnRecord
@@ -84,3 +93,64 @@ def test_the_audit_names_a_cut_policy_turn_after_a_demonstration_truncated() -> 
     traj = Trajectory(id="cut", messages=[*FEW_SHOT, cut], termination=TerminationReason.MAX_TURNS, turns=[record])
     assert audit_trajectories([traj]).to_dict()["void_reasons"] == {"truncated": {"turns": 1, "examples": ["cut"]}}
     assert traj.prompt_assistant_messages == 1
+
+
+async def test_filter_and_audit_judge_a_written_episode_as_the_trainer_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trajectory file tirl writes records ``prompt_messages``; ``tirl filter`` (its fast path and the reference
+    reader) and ``tirl audit`` read it, so a demonstration without an action no longer makes the file's episodes
+    void when the trainer judged them valid. A file without the field is judged as before (every assistant message:
+    the demonstration is void); a value beyond the messages is one ``error:`` line naming the field."""
+    chat = SimpleChatFormat(build_char_tokenizer())
+    valid = await _episode([CODE, "\\boxed{42}"], chat, "valid")
+    void = await _episode([CODE, "let me think again"], chat, "void")
+    VoidTurnFilter("off").apply([Group("g", [valid, void])])
+    assert (valid.void, void.void_turns) == (False, [2])  # the trainer's verdicts
+    rows = [json.loads(t.to_json()) for t in (valid, void)]
+    assert [r["prompt_messages"] for r in rows] == [len(FEW_SHOT)] * 2  # the task chat, as the env starts it
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def verdicts(source: Path) -> list[tuple[str, list[int]]]:
+        out = run_cli(capsys, "filter", source, "--verdicts", tmp_path / "v.jsonl", "--json")
+        assert out.code == 0, out.err
+        lines = (tmp_path / "v.jsonl").read_text().splitlines()
+        return [(v["id"], v["void_turns"]) for v in map(json.loads, lines)]
+
+    assert verdicts(path) == [("valid", []), ("void", [2])]
+    with judge_file(path, DEFAULT_RULES) as judged:
+        assert judged.part.verdicts == reference_part(path, DEFAULT_RULES).verdicts  # fast path == reference
+    audit = audit_file(path).to_dict()
+    assert (audit["void"], audit["void_examples"], audit["first_void_turn"]) == (1, ["void"], {"2": 1})
+
+    for row in rows:
+        del row["prompt_messages"]
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert verdicts(old) == [("valid", [0]), ("void", [0, 2])]  # files without it: judged as before
+    rows[0]["prompt_messages"] = 99
+    old.write_text(json.dumps(rows[0]) + "\n")
+    refused = run_cli(capsys, "filter", old, "--verdicts", tmp_path / "v.jsonl")
+    assert_refused(refused, "old.jsonl:1", "'prompt_messages' is 99")
+    assert_refused(run_cli(capsys, "audit", old), "old.jsonl:1", "prompt_messages")
+
+
+def test_roc_and_the_audit_count_tool_errors_of_the_policy_only() -> None:
+    """A demonstration's tool output that reports an error is in every trajectory of the task: RoC ranked a correct
+    trajectory by it and the audit counted it as the policy's. Both count after ``prompt_messages`` now."""
+    prompt = [
+        Message(role=Role.USER, content="What is 1/0?"),
+        Message(role=Role.ASSISTANT, content="```python\nprint(1/0)\n```"),
+        Message(role=Role.TOOL, content="ZeroDivisionError: division by zero"),
+        Message(role=Role.USER, content="What is 6 * 7?"),
+    ]
+    own = [Message(role=Role.ASSISTANT, content=CODE), Message(role=Role.TOOL, content="42"),
+           Message(role=Role.ASSISTANT, content="\\boxed{42}")]  # fmt: skip
+    traj = Trajectory(id="t", messages=[*prompt, *own], prompt_messages=len(prompt))
+    assert tool_errors(traj) == 0
+    read = Trajectory.from_dict(json.loads(traj.to_json()))
+    assert tool_errors(read) == 0 and read.prompt_assistant_messages == 1
+    assert audit_trajectories([read]).to_dict()["tool_errors"]["total"] == 0
+    unknown = Trajectory(id="u", messages=[*prompt, *own])  # nothing tells where the prompt ends: as before
+    assert tool_errors(unknown) == 1 and audit_trajectories([unknown]).to_dict()["tool_errors"]["total"] == 1

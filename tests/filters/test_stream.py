@@ -87,6 +87,8 @@ def valid_record(rng: random.Random, i: int) -> dict[str, Any]:
     }.items():
         if rng.random() < 0.3:
             rec[key] = rng.choice(values)
+    if rng.random() < 0.3:  # the prompt's assistant messages are not judged, on both paths
+        rec["prompt_messages"] = rng.choice([None, 0, rng.randint(0, len(roles)), len(roles)])
     return rec
 
 
@@ -229,6 +231,10 @@ BAD = {
     "loss_weight negative float": '{"messages": [], "loss_weight": -0.25}',
     "loss_weight in info negative": '{"messages": [], "info": {"loss_weight": -2}}',
     "loss_weight in info -Infinity": '{"messages": [], "info": {"loss_weight": -Infinity}}',
+    "prompt_messages beyond the messages": '{"messages": [{"role": "user", "content": "x"}], "prompt_messages": 2}',
+    "prompt_messages negative": '{"messages": [], "prompt_messages": -1}',
+    "prompt_messages true": '{"messages": [], "prompt_messages": true}',
+    "prompt_messages a float": '{"messages": [], "prompt_messages": 1.0}',
     "tool_calls an empty object": '{"messages": [{"role": "assistant", "content": "x", "tool_calls": {}}]}',
     "tool_calls an empty string": '{"messages": [{"role": "assistant", "content": null, "tool_calls": ""}]}',
     "too many digits": '{"messages": [], "x": ' + "9" * 5000 + "}",

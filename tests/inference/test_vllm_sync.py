@@ -294,7 +294,7 @@ def test_a_lora_policy_goes_to_sync_adapter_unmerged() -> None:
 
     model = apply_lora(build_tiny_model(SPEC, seed=0)[0], LoraSpec(rank=4, alpha=8))
     gen = Gen()
-    parts = RunParts(SimpleNamespace(model=model, tokenizer=None), gen, None, None, None, None, None, None)  # type: ignore[arg-type]
+    parts = RunParts(SimpleNamespace(model=model, tokenizer=None), gen, None, None, None, None, None, None, None)  # type: ignore[arg-type]
     parts.set_policy_version(3)
     assert gen.calls == [("adapter", model, 3)]  # the peft model itself: no deep copy merged on the GPU
 

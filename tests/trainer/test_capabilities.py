@@ -32,7 +32,7 @@ class Policy:
 
 
 def parts(generator: Any) -> RunParts:
-    return RunParts(Policy(), generator, None, lambda task: None, None, None, None, None)  # type: ignore[arg-type]
+    return RunParts(Policy(), generator, None, lambda task: None, lambda task: None, None, None, None, None)  # type: ignore[arg-type]
 
 
 def test_the_builtin_generators_declare_what_they_can() -> None:

@@ -14,7 +14,10 @@ count and the logged policy versions differ).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,15 +110,20 @@ def _record_sampled(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, dict[int
 
 
 def _whole_and_resumed(
-    model_dir: Path, tmp_path: Path, label: list[str], *extra: str
+    model_dir: Path, tmp_path: Path, label: list[str], *extra: str, edit: Callable[[Path], None] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any], tuple[float, float, list[float]]]:
-    """The end states of the uninterrupted and the resumed run, and the global draws where the cut run ended."""
+    """The end states of the uninterrupted and the resumed run, and the global draws where the cut run ended.
+
+    ``edit``: called with the cut run's directory before the resume.
+    """
     _seed_globals(1)
     whole = _end_state(_run(_cfg(model_dir, STEPS, *extra), tmp_path / "whole", resume=False))
     label[0] = "cut"
     _seed_globals(1)
     _run(_cfg(model_dir, STEPS - 1, *extra), tmp_path / "cut", resume=False)  # ends at the checkpoint of step 2
     cut_draws = _global_draws()
+    if edit is not None:
+        edit(tmp_path / "cut")
     label[0] = "resumed"
     _seed_globals(12345)  # a different process state: only the checkpoint may bring the RNGs back
     resumed = _end_state(_run(_cfg(model_dir, STEPS, *extra), tmp_path / "cut", resume=True))
@@ -145,3 +153,30 @@ def test_resume_samples_the_same_tokens_at_temperature_1(model_dir: Path, tmp_pa
     _whole_and_resumed(model_dir, tmp_path, label)
     assert sampled["cut"] == {s: sampled["whole"][s] for s in range(1, STEPS)}  # two fresh runs agree
     assert sampled["resumed"][STEPS] == sampled["whole"][STEPS]
+
+
+def _as_written_before_accelerator_states(run_dir: Path) -> None:
+    """The newest checkpoint's rng.json as tirl wrote it before the CUDA/MPS states (no ``cuda``, no ``mps``), its
+    checksum updated (the checkpoint verifies: only the format is old)."""
+    ckpt = max((run_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    rng = ckpt / "rng.json"
+    doc = json.loads(rng.read_text())
+    assert doc.pop("cuda") == [] and doc.pop("mps") is None  # this machine has no accelerator
+    rng.write_text(json.dumps(doc))
+    state = json.loads((ckpt / "state.json").read_text())
+    state["files"]["rng.json"] = {"size": rng.stat().st_size, "sha256": hashlib.sha256(rng.read_bytes()).hexdigest()}
+    (ckpt / "state.json").write_text(json.dumps(state))
+
+
+def test_a_checkpoint_from_before_the_accelerator_states_still_resumes(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rng.json gained ``cuda`` and ``mps``; a checkpoint without them resumes on CPU exactly as before (real run)."""
+    sampled, label = _record_sampled(monkeypatch)
+    whole, resumed, cut_draws = _whole_and_resumed(
+        model_dir, tmp_path, label, GREEDY, edit=_as_written_before_accelerator_states
+    )
+    assert sorted(sampled["resumed"]) == [STEPS], "it must resume from the edited checkpoint, not an older one"
+    assert sampled["resumed"][STEPS] == sampled["whole"][STEPS]
+    _assert_same(whole, resumed)
+    assert resumed["draws"] == cut_draws

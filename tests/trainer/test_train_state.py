@@ -6,6 +6,7 @@ kept), and every damaged file is a :class:`DamagedState` naming it, never a cras
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from pathlib import Path
@@ -148,3 +149,74 @@ def test_an_oversized_rng_json_is_refused_unread(tmp_path: Path) -> None:
         fh.write(" " * 2**20)
     with pytest.raises(DamagedState, match="larger than"):
         read_training_state(tmp_path)
+
+
+class FakeCuda:
+    """The GPU edge of ``torch.cuda`` for a machine without one: ``devices`` generators of 16 bytes each (the size
+    of a CUDA Philox state). A mock, because no GPU is here: it stands in for the driver calls only; what tirl does
+    with the states (capture, JSON, checks, restore per device) is the real code."""
+
+    def __init__(self, devices: int) -> None:
+        self.devices = devices
+        self.states = {d: torch.full((16,), d + 1, dtype=torch.uint8) for d in range(devices)}
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: self.devices)
+        monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [self.states[d] for d in range(self.devices)])
+        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=0: self.states[int(device)])
+        monkeypatch.setattr(torch.cuda, "set_rng_state", self.set_rng_state)
+
+    def set_rng_state(self, state: torch.Tensor, device: int = 0) -> None:
+        assert 0 <= device < self.devices and state.dtype == torch.uint8
+        self.states[device] = state.clone()
+
+
+def test_cuda_generators_of_every_device_are_saved_and_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--resume`` on a GPU was not exact: rng.json held no CUDA state. Mock at the GPU edge (:class:`FakeCuda`)."""
+    gpu = FakeCuda(2)
+    gpu.install(monkeypatch)
+    saved = {d: s.clone() for d, s in gpu.states.items()}
+    doc = json.loads(json.dumps(RngState.capture().to_json()))
+    assert len(doc["cuda"]) == 2 and doc["mps"] is None
+    gpu.states = {0: torch.zeros(16, dtype=torch.uint8), 1: torch.zeros(16, dtype=torch.uint8)}  # training drew
+    RngState.from_json(doc).restore()
+    assert all(torch.equal(gpu.states[d], saved[d]) for d in (0, 1))
+
+    one = FakeCuda(1)  # resumed with fewer devices: the ones it has are restored
+    one.install(monkeypatch)
+    one.states[0] = torch.zeros(16, dtype=torch.uint8)
+    RngState.from_json(doc).restore()
+    assert torch.equal(one.states[0], saved[0])
+
+    doc["cuda"][1] = doc["cuda"][1][:8]  # 6 bytes: not this device's generator
+    with pytest.raises(DamagedState, match=r"cuda\[1\] holds 6 bytes, the generator has 16"):
+        RngState.from_json(doc)
+    for bad in ("AAAA", 5):
+        with pytest.raises(DamagedState, match="cuda"):
+            RngState.from_json({**doc, "cuda": bad})
+
+
+def test_checkpoints_move_between_cpu_and_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU-written rng.json resumes on this CPU (its CUDA states unused, the CPU draws exact); a CPU-written one
+    (``"cuda": []``) and one from before the field resume on a (mocked: :class:`FakeCuda`) GPU without touching
+    its generators."""
+    torch.manual_seed(3)
+    cpu_doc = RngState.capture().to_json()
+    assert cpu_doc["cuda"] == [] and cpu_doc["mps"] is None  # this machine has no accelerator
+    expected = _draws()
+    gpu_doc = {**cpu_doc, "cuda": [base64.b64encode(bytes(range(16))).decode()] * 2}
+    torch.manual_seed(9)
+    state = RngState.from_json(gpu_doc)
+    state.restore()
+    assert _draws() == expected and len(state.cuda) == 2
+
+    gpu = FakeCuda(2)
+    gpu.install(monkeypatch)
+    before = {d: s.clone() for d, s in gpu.states.items()}
+    old_doc = {k: v for k, v in cpu_doc.items() if k not in ("cuda", "mps")}
+    for doc in (cpu_doc, old_doc):
+        RngState.from_json(doc).restore()
+        assert all(torch.equal(gpu.states[d], before[d]) for d in (0, 1))

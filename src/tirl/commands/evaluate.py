@@ -18,6 +18,8 @@ same episodes — the solve rate RL's rollouts start from, which can be far belo
 ``--samples K`` (with ``--sampled``) draws K episodes per task, as a training step draws a group, and prints
 pass@k for k = 1, 2, 4, ..., K (:mod:`tirl.rollout.pass_at_k`): what the samples solve at all, the ceiling
 that reinforcing them can lift the greedy solve rate towards.
+The envs are the clean ones whatever ``env.ood_rate`` a run trained with: out-of-distribution tool output in an
+evaluation is asked for with ``--set env.eval_ood_rate=RATE`` (a stress evaluation; the record's ``ood_rate``).
 """
 
 from __future__ import annotations

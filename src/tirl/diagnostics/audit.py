@@ -24,7 +24,8 @@ answer. A high rate means the rule throws away good episodes.
 Tool errors are read from tool messages in tirl's observation format
 (``[timed out]``, ``[memory limit exceeded]``, ``[exit status N]``,
 ``[sandbox error: …]``) and from Python exception lines (``NameError: …``,
-``Traceback``). Not covered: other frameworks' error conventions beyond these.
+``Traceback``), in the policy's messages only (not those of the task's prompt:
+:attr:`~tirl.types.Trajectory.policy_messages`). Not covered: other frameworks' error conventions beyond these.
 
 Test-judged rewards (swe-lite) get the checks of :mod:`tirl.diagnostics.verdicts` (``verdicts``:
 ``None`` when no trajectory recorded test counts), and issues that name a function get
@@ -167,7 +168,7 @@ def _tool_errors(trajectories: list[Trajectory]) -> dict[str, Any]:
     tally = Tally()
     messages = 0
     for traj in trajectories:
-        for m in traj.messages:
+        for m in traj.policy_messages:  # a tool message of the task's prompt is not the policy's doing
             if m.role is Role.TOOL:
                 messages += 1
                 kind = tool_error(m.content)

@@ -19,7 +19,12 @@ one message per tool call), with probability ``rate``, the text is changed by on
 The draw is seeded: a generator per episode from (``env.seed``, the task id, the reset seed), so the same
 config, task and episode seed give the same changes, and paired ablation seeds see identical noise across
 modes. Messages of ``reset`` (the prompt) are never changed; neither is ``evaluate`` (the reward is the
-env's own). The held-out evaluation of a run goes through the same factory, so it sees the noise too.
+env's own).
+
+Evaluation (``tirl eval``, a run's before/after and sampled evaluations) measures the policy on the clean env:
+its envs are built with ``env.eval_ood_rate`` (:func:`evaluation_config`, default 0) instead, so a stress
+evaluation is asked for explicitly (``--set env.eval_ood_rate=0.3``), and ``tirl ablate``'s ``ood`` levels
+ask for it. Until 2026-12-04 the evaluation went through the training factory and saw ``env.ood_rate``.
 
 Not covered: noise inside function-call arguments or the system prompt, and observation content that is
 not a string (left as it is).
@@ -31,8 +36,10 @@ import dataclasses
 import hashlib
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
+from tirl.config import EnvConfig
 from tirl.envs.base import Env, EvalResult, StepResult, Task
 from tirl.types import Message, Role
 
@@ -152,4 +159,20 @@ def wrap_ood(env: Env, *, rate: float, seed: int) -> Env:
     return env if rate <= 0 else OodToolOutput(env, rate=rate, seed=seed)
 
 
-__all__ = ["KINDS", "OodToolOutput", "perturb", "wrap_ood"]
+def evaluation_config(config: EnvConfig) -> EnvConfig:
+    """The env config of an evaluation: ``env.eval_ood_rate`` in place of ``env.ood_rate`` (0 by default)."""
+    return dataclasses.replace(config, ood_rate=config.eval_ood_rate)
+
+
+def ood_factory(make: Callable[[Task], Env], *, rate: float, seed: int) -> Callable[[Task], Env]:
+    """``make``'s envs through :func:`wrap_ood` (``make`` itself at rate 0): where the envs are built elsewhere.
+
+    ``trainer.backend=ray`` builds them on the env hosts without the noise, and the driver adds it here, at the
+    rate of the purpose (training or evaluation) that the hosts do not know.
+    """
+    if rate <= 0:
+        return make
+    return lambda task: wrap_ood(make(task), rate=rate, seed=seed)
+
+
+__all__ = ["KINDS", "OodToolOutput", "evaluation_config", "ood_factory", "perturb", "wrap_ood"]

@@ -13,8 +13,9 @@ so the failures keep their variety. :func:`resample_on_correct` is that selectio
 
 A *tool error* (:func:`tool_errors`) is a tool-role message whose text holds a Python exception line
 (``NameError: ...``), a traceback header, or one of tirl's observation markers ``[timed out]``,
-``[memory limit exceeded]``, ``[exit status N]``, ``[sandbox error``. *Correct* is the evaluator's verdict
-(``Trajectory.correct``), else reward >= 1.
+``[memory limit exceeded]``, ``[exit status N]``, ``[sandbox error``, among the policy's messages only (a
+tool message that came with the task's prompt is the same in the whole group). *Correct* is the evaluator's
+verdict (``Trajectory.correct``), else reward >= 1.
 
 Under ``filter.mode=roc`` (:mod:`tirl.filters.void_turn`) void trajectories are kept like ``off`` (in the
 group statistics, in the loss): the mode changes which trajectories a group keeps, not how a void one is
@@ -42,8 +43,12 @@ _ERROR_LINE = re.compile(
 
 
 def tool_errors(traj: Trajectory) -> int:
-    """The number of tool-role messages of ``traj`` that report an error (module docstring)."""
-    return sum(1 for m in traj.messages if m.role is Role.TOOL and m.content and _ERROR_LINE.search(m.content))
+    """The number of the policy's tool-role messages of ``traj`` that report an error (module docstring).
+
+    Only :attr:`~tirl.types.Trajectory.policy_messages` count: a tool message of the task's prompt (a
+    demonstration's output) is the same in every trajectory of the group and says nothing about this one.
+    """
+    return sum(1 for m in traj.policy_messages if m.role is Role.TOOL and m.content and _ERROR_LINE.search(m.content))
 
 
 def is_correct(traj: Trajectory) -> bool:

@@ -16,7 +16,8 @@ one of two paths:
   message an object with a known role, string or null ``content`` and
   ``tool_call_id``, a list of ``tool_calls`` or null; every other field of
   the type :func:`tirl.types.trajectory_fields` requires: :func:`tirl.types.fields_ok`)
-  and whose nesting stays within :data:`tirl.jsonl.MAX_DEPTH`;
+  and whose nesting stays within :data:`tirl.jsonl.MAX_DEPTH`; the assistant messages among the first
+  ``prompt_messages`` (the prompt's demonstrations) are not judged, as the reference path does;
 * **the reference path** takes every other line: :func:`tirl.jsonl.jsonl_line`
   and :func:`tirl.jsonl.to_trajectory` (the one JSONL reader) and
   :func:`~tirl.filters.judge_trajectory`. Its value, or its error, is the
@@ -277,9 +278,15 @@ def _fast_verdict(obj: Any, number: int, rules: ParseRules) -> Verdict | None:
         kind = type(value)
         if (kind is dict or kind is list) and value is not messages and not _shallow(value, 2):
             return None
+    prompt = obj.get("prompt_messages")
+    if prompt is None:
+        prompt = 0
+    elif type(prompt) is not int or not 0 <= prompt <= len(messages):
+        return None  # the reference reader names the field
     void_turns: list[int] = []
-    answers: list[str | Unsearched | None] = []  # per assistant turn; the last answer is read only when needed
-    for m in messages:
+    answers: list[str | Unsearched | None] = []  # per policy turn; the last answer is read only when needed
+    given = 0  # the prompt's assistant messages: not judged, counted in the indexes of void_turns
+    for k, m in enumerate(messages):
         if type(m) is not dict:
             return None
         role = m.get("role")
@@ -295,13 +302,16 @@ def _fast_verdict(obj: Any, number: int, rules: ParseRules) -> Verdict | None:
         if calls is None:
             return None
         if role == "assistant":
+            if k < prompt:
+                given += 1
+                continue
             acts, answer = turn_acts(content, calls, rules)
             if not acts:
-                void_turns.append(len(answers))
+                void_turns.append(given + len(answers))
             answers.append(answer)
         elif type(role) is not str or role not in _OTHER_ROLES:
             return None
-    return _fields(obj, number, void_turns, answers, rules)
+    return _fields(obj, number, void_turns, answers, given + len(answers), rules)
 
 
 def _last_answer(answers: list[str | Unsearched | None], rules: ParseRules) -> str | None:
@@ -354,7 +364,12 @@ def _flat_calls(calls: list[Any]) -> bool:
 
 
 def _fields(
-    obj: dict[str, Any], number: int, void_turns: list[int], answers: list[str | Unsearched | None], rules: ParseRules
+    obj: dict[str, Any],
+    number: int,
+    void_turns: list[int],
+    answers: list[str | Unsearched | None],
+    assistant: int,
+    rules: ParseRules,
 ) -> Verdict | None:
     """The top-level fields the verdict uses, when their decoded value is exact (else None: reference path).
 
@@ -363,7 +378,7 @@ def _fields(
     if not fields_ok(obj):  # a field of the wrong type: the reference reader refuses the line, naming the field
         return None
     if obj.get("termination") == _VOID and not void_turns:
-        void_turns = [max(len(answers) - 1, 0)]  # the environment ended the episode as void (judge_trajectory)
+        void_turns = [max(assistant - 1, 0)]  # the environment ended the episode as void (judge_trajectory)
     tid = obj.get("id", _ABSENT)
     if tid is _ABSENT:
         tid = f"line-{number}"

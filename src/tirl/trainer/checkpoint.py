@@ -5,7 +5,7 @@ A checkpoint directory holds::
     model/                  save_pretrained (safetensors) + the tokenizer — loadable by `tirl eval --model`
     optimizer.safetensors   the optimiser's tensors  } no pickle anywhere:
     optimizer.json          its structure            } see :mod:`tirl.trainer.train_state`
-    rng.json                Python, NumPy and torch RNG states
+    rng.json                Python, NumPy and torch RNG states (CPU, and each CUDA device / MPS where present)
     state.json              {"step": N, "policy_version": V, "files": {path: {"size", "sha256"}}}
 
 It is written into a hidden sibling directory (``.step-N.*``, by

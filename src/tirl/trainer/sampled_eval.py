@@ -45,7 +45,7 @@ async def sampling_strategy(parts: RunParts, cfg: TirlConfig) -> AsyncIterator[R
     """An evaluation strategy over ``parts``' sampling (training) runner; closed when the block ends."""
     from tirl.rollout.strategies import make_strategy
 
-    strategy = make_strategy(eval_rollout_config(cfg.rollout), parts.env_factory, parts.runner)
+    strategy = make_strategy(eval_rollout_config(cfg.rollout), parts.eval_env_factory, parts.runner)
     try:
         yield strategy
     finally:
@@ -79,6 +79,7 @@ def eval_json(
         "split": split,
         "decoding": decoding(cfg, sampled),
         "seed": cfg.env.seed,
+        "ood_rate": cfg.env.eval_ood_rate,  # out-of-distribution tool output in this evaluation (0: the clean env)
         "n": report.n,
         "correct": report.correct,
         "accuracy": report.accuracy,

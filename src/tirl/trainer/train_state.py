@@ -7,7 +7,8 @@ nothing in it is unpickled. The training state is three files:
     optimizer.json          the structure: {"param_groups": [...], "state": {"<param>": {"<name>": {"tensor": key}
                             | number | bool | null}}}
     rng.json                {"python": {"version", "state", "gauss_next"}, "numpy": {"bit_generator", "key",
-                            "pos", "has_gauss", "cached_gaussian"}, "torch": base64 of the CPU generator state}
+                            "pos", "has_gauss", "cached_gaussian"}, "torch": base64 of the CPU generator state,
+                            "cuda": [base64 of each CUDA device's generator state], "mps": base64 or null}
 
 :func:`read_training_state` parses and checks all three (types, ranges,
 lengths, every tensor a key names) and raises :class:`DamagedState` naming
@@ -15,8 +16,13 @@ the file and the problem, so a damaged checkpoint is skipped or refused before
 anything is restored; :meth:`TrainingState.load_into` checks each saved
 tensor against its parameter's shape before the optimiser gets it.
 
-Not covered: CUDA generator states (the GPU's global RNG is not saved; tirl's
-sampling uses its own seeded generators), optimisers whose state holds
+The CUDA generators (every visible device, ``torch.cuda.get_rng_state_all``) are saved when CUDA is
+available, and MPS's when torch has it; a resume restores those of the devices it has. A checkpoint written
+on CPU (``"cuda": []``) or before these were saved (no ``cuda`` key) resumes on a GPU with the CUDA
+generators as the run's start seeded them; one written on a GPU resumes on CPU with its CUDA states unused;
+with fewer devices than were saved, the first ones are restored, with more, the extra ones keep their seed.
+
+Not covered: optimisers whose state holds
 values other than tensors and JSON scalars, and param-group values other
 than JSON scalars and flat lists (tuples come back as tuples where the live
 optimiser has a tuple).
@@ -36,6 +42,7 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from torch import Tensor
 
 from tirl.errors import InputError
 from tirl.jsonl import JSONProblem, parse_json
@@ -61,18 +68,27 @@ class RngState:
     python: tuple[Any, ...]  # random.getstate(): (version, 625 words, gauss_next)
     numpy: tuple[Any, ...]  # np.random.get_state(): ("MT19937", uint32[624], pos, has_gauss, cached_gaussian)
     torch: torch.Tensor  # torch.get_rng_state(): uint8[N]
+    cuda: tuple[Tensor, ...] = ()  # torch.cuda.get_rng_state_all(): uint8[M] per device; () without CUDA
+    mps: Tensor | None = None  # torch.mps.get_rng_state() where MPS is available
 
     @classmethod
     def capture(cls) -> RngState:
-        """The current states."""
+        """The current states (the accelerators' where they are available)."""
         numpy_state = np.random.get_state(legacy=True)  # the tuple form (a dict only for non-legacy generators)
-        return cls(python=random.getstate(), numpy=tuple(numpy_state), torch=torch.get_rng_state())
+        cuda = tuple(t.clone() for t in torch.cuda.get_rng_state_all()) if torch.cuda.is_available() else ()
+        mps = torch.mps.get_rng_state() if _mps_available() else None
+        return cls(python=random.getstate(), numpy=tuple(numpy_state), torch=torch.get_rng_state(), cuda=cuda, mps=mps)
 
     def restore(self) -> None:
-        """Set every global generator to this state."""
+        """Set every global generator to this state (the accelerators' that this process has: module docstring)."""
         random.setstate(self.python)
         np.random.set_state(self.numpy)
         torch.set_rng_state(self.torch)
+        if self.cuda and torch.cuda.is_available():
+            for device, state in enumerate(self.cuda[: torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(state, device)
+        if self.mps is not None and _mps_available():
+            torch.mps.set_rng_state(self.mps)
 
     def to_json(self) -> dict[str, Any]:
         """The ``rng.json`` object."""
@@ -87,7 +103,9 @@ class RngState:
                 "has_gauss": int(has_gauss),
                 "cached_gaussian": float(cached),
             },
-            "torch": base64.b64encode(self.torch.numpy().tobytes()).decode("ascii"),
+            "torch": _b64(self.torch),
+            "cuda": [_b64(t) for t in self.cuda],
+            "mps": None if self.mps is None else _b64(self.mps),
         }
 
     @classmethod
@@ -111,20 +129,50 @@ class RngState:
         cached: Any = nps.get("cached_gaussian")
         if not (_is_int(pos) and 0 <= pos <= _MT_WORDS) or has_gauss not in (0, 1) or not _is_float(cached):
             raise DamagedState(f"{RNG_JSON}: numpy.pos, has_gauss or cached_gaussian is out of range")
-        raw = obj.get("torch")
-        try:
-            data = base64.b64decode(raw if isinstance(raw, str) else "!", validate=True)
-        except (binascii.Error, ValueError):
-            raise DamagedState(f"{RNG_JSON}: torch is not base64 text") from None
-        if len(data) != torch.get_rng_state().numel():
-            raise DamagedState(
-                f"{RNG_JSON}: torch holds {len(data)} bytes, the generator has {torch.get_rng_state().numel()}"
-            )
+        cuda = obj.get("cuda")
+        cuda = [] if cuda is None else cuda  # absent: written before the CUDA states were saved
+        if not isinstance(cuda, list):
+            raise DamagedState(f"{RNG_JSON}: cuda is not a list (one base64 state per CUDA device)")
+        cuda_size = torch.cuda.get_rng_state(0).numel() if cuda and torch.cuda.is_available() else None
+        mps = obj.get("mps")
         return cls(
             python=(3, tuple(words), None if gauss is None else float(gauss)),
             numpy=("MT19937", np.array(key, dtype=np.uint32), pos, has_gauss, float(cached)),
-            torch=torch.frombuffer(bytearray(data), dtype=torch.uint8).clone(),
+            torch=_generator_state(obj.get("torch"), "torch", torch.get_rng_state().numel()),
+            cuda=tuple(_generator_state(raw, f"cuda[{i}]", cuda_size) for i, raw in enumerate(cuda)),
+            mps=None if mps is None else _generator_state(mps, "mps", _mps_size()),
         )
+
+
+def _mps_available() -> bool:
+    """Whether this torch has MPS (Apple GPUs) and it can be used here."""
+    backend = getattr(torch.backends, "mps", None)
+    return hasattr(torch, "mps") and backend is not None and backend.is_available()
+
+
+def _mps_size() -> int | None:
+    return torch.mps.get_rng_state().numel() if _mps_available() else None
+
+
+def _b64(state: torch.Tensor) -> str:
+    return base64.b64encode(state.cpu().numpy().tobytes()).decode("ascii")
+
+
+def _generator_state(raw: Any, name: str, size: int | None) -> torch.Tensor:
+    """A generator state from its base64 text in ``rng.json``; DamagedState names ``name`` when it is not one.
+
+    ``size``: the bytes this process's generator has (``None``: the device is not here, so any length is kept:
+    the state is not restored).
+    """
+    try:
+        data = base64.b64decode(raw if isinstance(raw, str) else "!", validate=True)
+    except (binascii.Error, ValueError):
+        raise DamagedState(f"{RNG_JSON}: {name} is not base64 text") from None
+    if size is not None and len(data) != size:
+        raise DamagedState(f"{RNG_JSON}: {name} holds {len(data)} bytes, the generator has {size}")
+    if not data:
+        raise DamagedState(f"{RNG_JSON}: {name} is empty")
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
 
 
 def _is_int(value: Any) -> bool:

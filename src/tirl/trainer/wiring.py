@@ -4,10 +4,13 @@ Everything here is assembled from the other packages' public entry points
 (``load_policy``, ``HFGenerator``, ``create_sandbox``, ``env_factory``,
 ``AgentLoop``, ``make_strategy``, ``load_tasks``); the trainer itself only
 sees the resulting :class:`~tirl.rollout.base.RolloutStrategy`. There are two
-strategies over the same env factory: the training one (sampling, with the
-pipeline trace) and the evaluation one (greedy, one episode per task, at least
+strategies: the training one (sampling, with the pipeline trace) and the
+evaluation one (greedy, one episode per task, at least
 :data:`~tirl.rollout.evaluation.EVAL_CONCURRENCY` episodes in flight, no
-trace) — one rollout path for both. The recipe that uses these parts is
+trace) — one rollout path for both. Their env factories differ only in the
+out-of-distribution tool output: training's has ``env.ood_rate``, evaluation's
+``env.eval_ood_rate`` (0 by default: the policy is measured on the clean env;
+:func:`tirl.envs.ood.evaluation_config`). The recipe that uses these parts is
 :mod:`tirl.trainer.run`.
 
 Task sets: the evaluation (held-out) set is ``env.eval_size`` tasks generated
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tirl.config import TirlConfig
@@ -45,6 +48,7 @@ from tirl.envs.seeds import eval_seed, validation_seed
 from tirl.errors import ConfigError, SetupError
 from tirl.filters import rules_from_config
 from tirl.inference.base import AdapterSyncing, BusyMetered, Generator, SamplingParams, Versioned, WeightSyncing
+from tirl.parsing import ParseRules
 from tirl.rollout.base import EnvFactory, RolloutStrategy
 from tirl.rollout.evaluation import eval_rollout_config
 
@@ -177,7 +181,8 @@ class RunParts:
     policy: Any  # tirl.models.loading.Policy
     generator: Generator
     sandbox: Any
-    env_factory: EnvFactory
+    env_factory: EnvFactory  # training's envs (env.ood_rate)
+    eval_env_factory: EnvFactory  # evaluation's envs (env.eval_ood_rate): every evaluation strategy uses these
     runner: Any  # AgentLoop (sampling)
     eval_runner: Any  # AgentLoop (greedy)
     strategy: RolloutStrategy
@@ -300,37 +305,47 @@ def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: fl
     )
 
 
+def _env_factories(cfg: TirlConfig, rules: ParseRules | None) -> tuple[Any, EnvFactory, EnvFactory]:
+    """The sandbox (or Ray env pool) and the env factories of training and of evaluation (module docstring)."""
+    from tirl.envs.ood import evaluation_config, ood_factory
+    from tirl.envs.registry import env_factory
+    from tirl.sandbox import create_sandbox
+
+    if cfg.trainer.backend == "ray":  # envs and their sandboxes on Ray actors; scheduling stays here
+        from tirl.distributed.ray_backend import EnvRecipe, RayEnvPool
+
+        clean = replace(cfg.env, ood_rate=0.0)  # the hosts build clean envs; the noise of each purpose is added here
+        recipe = EnvRecipe(cfg.env.name, clean, cfg.sandbox, kwargs={"rules": rules})  # make_env(rules=...)
+        pool = RayEnvPool(recipe, address=cfg.trainer.ray_address)
+        # RunParts.close() closes the pool: the hosts' envs and sandboxes, then the actors
+        train = ood_factory(pool.make_env, rate=cfg.env.ood_rate, seed=cfg.env.seed)
+        return pool, train, ood_factory(pool.make_env, rate=cfg.env.eval_ood_rate, seed=cfg.env.seed)
+    sandbox = create_sandbox(cfg.sandbox)
+    train = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox, rules=rules)
+    return sandbox, train, env_factory(cfg.env.name, config=evaluation_config(cfg.env), sandbox=sandbox, rules=rules)
+
+
 def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | None) -> RunParts:
     """Load the policy from ``model_path`` (None: ``cfg.model.path`` or the built-in) and wire the rollout."""
-    from tirl.envs.registry import env_factory
     from tirl.rollout.strategies import make_strategy
-    from tirl.sandbox import create_sandbox
     from tirl.trainer.learner import load_training_policy
 
     policy = load_training_policy(cfg, model_path, cfg.model.device)  # LoRA, gradient checkpointing applied
     generator = _generator(cfg, policy)
     rules = rules_from_config(cfg.filter, cfg.env)  # the env's own action rule (filter.action_rule=auto)
-    if cfg.trainer.backend == "ray":  # envs and their sandboxes on Ray actors; scheduling stays here
-        from tirl.distributed.ray_backend import EnvRecipe, RayEnvPool
-
-        recipe = EnvRecipe(cfg.env.name, cfg.env, cfg.sandbox, kwargs={"rules": rules})  # make_env(rules=...)
-        pool = RayEnvPool(recipe, address=cfg.trainer.ray_address)
-        sandbox: Any = pool  # RunParts.close() closes it: the hosts' envs and sandboxes, then the actors
-        factory: EnvFactory = pool.make_env
-    else:
-        sandbox = create_sandbox(cfg.sandbox)
-        factory = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox, rules=rules)
+    sandbox, factory, eval_factory = _env_factories(cfg, rules)
     g = cfg.generation
     runner = _runner(cfg, generator, policy.chat, temperature=g.temperature, top_p=g.top_p)
     eval_runner = _runner(cfg, generator, policy.chat, temperature=0.0, top_p=1.0)
     busy = generator if isinstance(generator, BusyMetered) else None
     strategy = make_strategy(cfg.rollout, factory, runner, trace_path=trace_path, generator_busy=busy)
-    eval_strategy = make_strategy(eval_rollout_config(cfg.rollout), factory, eval_runner)
+    eval_strategy = make_strategy(eval_rollout_config(cfg.rollout), eval_factory, eval_runner)
     return RunParts(
         policy=policy,
         generator=generator,
         sandbox=sandbox,
         env_factory=factory,
+        eval_env_factory=eval_factory,
         runner=runner,
         eval_runner=eval_runner,
         strategy=strategy,
