@@ -180,13 +180,13 @@ def test_long_prompt_refused_before_tokenizing(server):
 
 def test_more_messages_than_the_context_are_refused_before_rendering(server):
     """Red team, session 44: 250,000 empty messages (8 MB, no characters for the length check) were validated,
-    rendered and tokenized on the event loop (~5 s here, every other client waiting) before the 400."""
+    rendered and tokenized on the event loop (~5 s here, every other client waiting) before the 400.
+
+    The message is the count check's, which ``parse_chat`` makes before it reads any message: no message
+    was validated or rendered (no timed assert: this test once failed at 3.1 s on a loaded machine)."""
     chat = json.dumps({"model": server[1], "messages": [{"role": "user", "content": ""}] * 250_000, "max_tokens": 1})
-    start = time.monotonic()
     err = _assert_openai_error(_post(server, "/chat/completions", chat), 400)
-    took = time.monotonic() - start
     assert err["param"] == "messages" and "holds 250000 messages" in err["message"], err
-    assert took < 3.0, f"refused after {took:.1f} s"
 
 
 def test_tiny_temperature_with_logprobs_equals_greedy(server):
