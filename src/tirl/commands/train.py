@@ -36,7 +36,9 @@ import argparse
 import asyncio
 import json
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -319,29 +321,63 @@ def run(args: argparse.Namespace) -> int:
     cfg, run_dir, created = resolve(args)  # config errors come before the heavy imports below (~1 s, not ~15 s)
     for warning in start_warnings(cfg):
         print(f"warning: {warning}", file=sys.stderr)
-    try:
-        from transformers.utils import logging as hf_logging
+    with TermAsInterrupt() as term:
+        try:
+            from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
-        with hold_run_dir(run_dir):  # one writer per run directory: a second --resume of a running run is refused
-            return _run_locked(args, cfg, run_dir, created)
-    except KeyboardInterrupt:  # Ctrl-C: say what is left and how to go on (the CLI alone says "interrupted")
-        removed = _remove_unused(run_dir, created, bool(args.resume))
-        print(interrupted_line(run_dir, removed=removed), file=sys.stderr)
-        return 130
+            hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
+            with hold_run_dir(run_dir):  # one writer per run directory: a second --resume of a running run is refused
+                return _run_locked(args, cfg, run_dir, created)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say what is left and how to go on (the CLI alone: "interrupted")
+            removed = _remove_unused(run_dir, created, bool(args.resume))
+            word = "terminated (SIGTERM)" if term.received else "interrupted"
+            print(interrupted_line(run_dir, removed=removed, word=word), file=sys.stderr)
+            return 128 + (signal.SIGTERM if term.received else signal.SIGINT)  # 143 / 130, as a shell reports them
 
 
-def interrupted_line(run_dir: Path, *, removed: bool) -> str:
+class TermAsInterrupt:
+    """While in effect, SIGTERM stops ``tirl train`` the way Ctrl-C does: the same clean-up, then exit 143.
+
+    The handler calls the current SIGINT handler (``asyncio.run``'s cancels the training task, so the run's
+    clean-up ends the other ranks and the sandboxes; Python's raises ``KeyboardInterrupt``); with SIGINT ignored
+    (a background job) it raises ``KeyboardInterrupt`` itself. Without it SIGTERM killed the process at once:
+    exit -15, no word, ``--nproc`` ranks left to notice on their own. Only in the main thread (signals are
+    delivered there); the previous handler is restored on exit.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        self.previous: Any = None
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        self.received = True
+        on_int = signal.getsignal(signal.SIGINT)
+        if callable(on_int):
+            on_int(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> TermAsInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def interrupted_line(run_dir: Path, *, removed: bool, word: str = "interrupted") -> str:
     """What an interrupted ``tirl train`` prints: what the run directory kept and the command that continues it."""
     from tirl.trainer.checkpoint import step_dirs
 
     if removed:
-        return f"interrupted before training started: {run_dir} was removed (nothing to keep)"
+        return f"{word} before training started: {run_dir} was removed (nothing to keep)"
     steps = [step for step, path in step_dirs(run_dir) if path.is_dir()]
     go_on = f"`tirl train --resume {run_dir}`"
     if not steps:
-        return f"interrupted before the first checkpoint of {run_dir}: {go_on} starts it again at step 1"
-    return f"interrupted: {run_dir} keeps checkpoint step-{steps[-1]} — continue it with {go_on}"
+        return f"{word} before the first checkpoint of {run_dir}: {go_on} starts it again at step 1"
+    return f"{word}: {run_dir} keeps checkpoint step-{steps[-1]} — continue it with {go_on}"
 
 
 def _remove_unused(run_dir: Path, created: Path | None, resume: bool) -> bool:
@@ -423,4 +459,8 @@ def _train(cfg: TirlConfig, run_dir: Path, args: argparse.Namespace, start: Any)
         )
     # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous
     ranks = LocalRanks.launch(cfg, run_dir, args.nproc, args.master_port, model_path)
-    return asyncio.run(train_run(cfg, run_dir, resume_from=start, progress=progress, ranks=ranks))
+    try:
+        return asyncio.run(train_run(cfg, run_dir, resume_from=start, progress=progress, ranks=ranks))
+    except BaseException:  # also before the run took the ranks over (it closes them itself: then this does nothing)
+        ranks.close(abort=True)
+        raise

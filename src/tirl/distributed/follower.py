@@ -16,6 +16,12 @@ model as rank 0 — with a :class:`~tirl.distributed.ddp.DDPSync`; receive rank
 0's weights and optimiser state; then update on every step rank 0 sends until
 it says the run is over.
 
+Stopping: rank 0 ends a follower with the stop message, or with SIGTERM when rank 0 was interrupted or
+failed (:meth:`tirl.distributed.launch.LocalRanks.close`). Ctrl-C in a terminal reaches the follower too: it
+writes one line to its log and exits 130 (no traceback). When rank 0's process is gone without a word
+(``kill -9``), :func:`watch_parent` ends the follower within a second, wherever it waits (the rendezvous, a
+collective), instead of leaving it to the 30-minute collective timeout.
+
 Not covered: a follower never samples, evaluates, logs or checkpoints (rank 0 does).
 """
 
@@ -23,7 +29,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -84,6 +93,20 @@ def run(cfg: TirlConfig, rank: int, world_size: int, addr: str, port: int, model
     return 0
 
 
+def watch_parent(parent: int, rank: int) -> threading.Thread:
+    """A daemon thread that ends this process once ``parent`` (rank 0) is no longer its parent (it died)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        print(f"rank {rank}: rank 0 (pid {parent}) is gone; stopping", file=sys.stderr, flush=True)
+        os._exit(1)  # from this thread: the main thread may be inside a C++ wait that no exception reaches
+
+    t = threading.Thread(target=watch, name="tirl-parent-watch", daemon=True)
+    t.start()
+    return t
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m tirl.distributed.follower``: one follower rank; an error is one ``error:`` line in its log."""
     ap = argparse.ArgumentParser(description="a tirl trainer rank > 0 (started by `tirl train --nproc N`)")
@@ -93,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True, help="the config: a JSON file written by rank 0, or JSON text")
     ap.add_argument("--addr", default="127.0.0.1", help="rank 0's address")
     ap.add_argument("--model", default=None)
+    ap.add_argument("--parent", type=int, default=None, help="rank 0's pid: stop when it is gone")
     args = ap.parse_args(argv)
+    if args.parent is not None:
+        watch_parent(args.parent, args.rank)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -102,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     except TirlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C reaches every rank of the terminal's group; rank 0 reports the run
+        print(f"rank {args.rank}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -23,7 +23,10 @@ within :data:`INIT_TIMEOUT_S`, is one error), :meth:`~LocalRanks.share_state`
 sends rank 0's (possibly resumed) weights and optimiser state,
 :meth:`~LocalRanks.close` tells the followers to stop and reaps them (a
 follower still waiting for the state, because rank 0 failed before sending
-it, is killed after 5 s).
+it, is killed after 5 s); when rank 0 was interrupted (Ctrl-C, SIGTERM) or
+failed, it sends them SIGTERM instead. A follower also ends by itself when
+rank 0's process is gone (``kill -9``): it watches its parent
+(:func:`tirl.distributed.follower.watch_parent`).
 
 Failures: ``--nproc`` above the CPU count (gloo) or the GPU count (nccl) of
 this machine (not checked with ``--backend ray``: the cluster holds the
@@ -143,7 +146,7 @@ class LocalRanks:
         logs.mkdir(parents=True, exist_ok=True)
         for rank in range(1, nproc):
             cmd = [sys.executable, "-m", "tirl.distributed.follower", "--rank", str(rank), "--world", str(nproc)]
-            cmd += ["--port", str(world.port), "--config", world.config_file]
+            cmd += ["--port", str(world.port), "--config", world.config_file, "--parent", str(os.getpid())]
             if model_path:
                 cmd += ["--model", model_path]
             env = {**os.environ, "LOCAL_RANK": str(rank)}  # one machine: the node-local index is the rank
@@ -181,13 +184,21 @@ class LocalRanks:
         share_leader_state(learner.model, learner.optimizer, self.backend)
         self.shared = True
 
-    def close(self) -> None:
-        """Tell the ranks the run is over, leave the group, reap the processes (kill those that hang)."""
+    def close(self, *, abort: bool = False) -> None:
+        """Tell the ranks the run is over, leave the group, reap the processes (kill those that hang).
+
+        ``abort`` (rank 0 was interrupted or failed): the followers get SIGTERM instead of the stop message, since
+        rank 0's update thread may still be inside a collective with them, where a stop would be a mismatched
+        collective (a hang of up to ``COLLECTIVE_TIMEOUT_S``); they hold nothing rank 0 has not checkpointed.
+        A second call does nothing.
+        """
         clean = False
         try:
+            if abort:
+                self._terminate()
             if self.sync is not None:
                 # before the state was shared the followers wait in sync_state: they are killed instead
-                clean = self.shared and stop_followers(self.backend)
+                clean = self.shared and not abort and stop_followers(self.backend)
                 self.sync.release()
                 self.sync = None
                 dist.destroy_process_group()
@@ -198,5 +209,12 @@ class LocalRanks:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+            self.procs = []
             if self.config_file:
                 Path(self.config_file).unlink(missing_ok=True)
+
+    def _terminate(self) -> None:
+        """SIGTERM to every follower still running (its default action ends it even inside a gloo wait)."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()

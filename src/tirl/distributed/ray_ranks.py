@@ -106,11 +106,14 @@ class RayTrainRanks:
         share_leader_state(learner.model, learner.optimizer, self.backend)
         self.shared = True
 
-    def close(self) -> None:
-        """Tell the followers to stop (Ray Train destroys the process group when the workers return)."""
+    def close(self, *, abort: bool = False) -> None:
+        """Tell the followers to stop (Ray Train destroys the process group when the workers return).
+
+        ``abort``: no stop message (rank 0 may be mid-collective); rank 0's error ends Ray Train's worker group.
+        """
         if self.sync is None:
             return
-        if self.shared:  # before that they wait in sync_state; rank 0's failure ends the group instead
+        if self.shared and not abort:  # before that they wait in sync_state; rank 0's failure ends the group
             stop_followers(self.backend)
         self.sync.release()
         self.sync = None

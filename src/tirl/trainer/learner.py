@@ -64,8 +64,9 @@ class RankGroup(Protocol):
         """Send every other rank rank 0's weights and optimiser state."""
         ...
 
-    def close(self) -> None:
-        """Tell the other ranks that the run is over and leave the group."""
+    def close(self, *, abort: bool = False) -> None:
+        """Tell the other ranks that the run is over and leave the group (``abort``: rank 0 was interrupted or
+        failed, possibly mid-collective: end them without a collective)."""
         ...
 
 

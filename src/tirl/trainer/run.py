@@ -327,11 +327,11 @@ class TrainingRun:
             out.update(sampled_summary(sampled_before, sampled_after, tc.eval_samples))
         return out
 
-    async def cleanup(self) -> None:
-        """Close everything ``setup`` opened."""
+    async def cleanup(self, *, abort: bool = False) -> None:
+        """Close everything ``setup`` opened (``abort``: interrupted or failed, the other ranks are ended, not told)."""
         if self.ranks is not None:
             ranks, self.ranks = self.ranks, None
-            ranks.close()
+            ranks.close(abort=abort)
         if self.parts is not None:
             parts, self.parts = self.parts, None
             await parts.close()
@@ -364,8 +364,9 @@ class TrainingRun:
                 evals = await self.train()
                 await self.cleanup()
                 return self.summarize(evals, started)
-            except OSError as exc:
-                full = _full_disk(exc, self.run_dir)
+            except BaseException as exc:  # Ctrl-C / SIGTERM (a cancellation here) or a failure, maybe mid-collective
+                await self.cleanup(abort=True)
+                full = _full_disk(exc, self.run_dir) if isinstance(exc, OSError) else None
                 if full is None:
                     raise
                 raise full from None
