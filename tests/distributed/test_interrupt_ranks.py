@@ -12,20 +12,22 @@ Covered moments: after a checkpoint (ranks between or inside steps), during the 
 yet), and when the hidden ``.step-N.*`` staging directory of a checkpoint was seen — the signal lands some
 moments later, so inside or just after that write; which of the two is not repeatable, and the assertions hold
 for both. Not covered: ``--backend ray --nproc N`` (Ray Train tears its workers down), a second Ctrl-C during the
-clean-up, SIGKILL of the launcher (the follower's parent watch ends rank 1 then; see
-``test_rank_1_ends_when_the_launcher_is_killed``).
+clean-up, SIGKILL of the launcher after the rendezvous (rank 1's
+collective fails when rank 0's socket closes, as before; the parent watch also covers it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model, with_sets
@@ -41,6 +43,19 @@ DEADLINE_S = 240.0  # a state to appear, or the run to end after the signal: far
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("m") / "tiny")
+
+
+@pytest.fixture(autouse=True)
+def _reap() -> Iterator[None]:
+    """After each test, SIGKILL whatever a failing test left running of the runs it started (no orphans here)."""
+    yield
+    table = _table()
+    for run in Run.started:
+        for pid, cmd in run.seen.items():
+            if pid in table and table[pid][2] == cmd:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+    Run.started.clear()
 
 
 def _table() -> dict[int, tuple[int, str, bytes]]:
@@ -85,6 +100,8 @@ def _alive(pids: dict[int, bytes]) -> dict[int, bytes]:
 class Run:
     """A `tirl train` subprocess in its own session, and every process ever seen below it."""
 
+    started: ClassVar[list[Run]] = []
+
     def __init__(self, model_dir: Path, run_dir: Path, nproc: int) -> None:
         cmd = [sys.executable, "-m", "tirl.cli", "train", "--model", str(model_dir), "--run-dir", str(run_dir)]
         cmd += ["--steps", "500", "--nproc", str(nproc), *ARGS]  # far more steps than any test lets it reach
@@ -92,6 +109,7 @@ class Run:
         self.seen: dict[int, bytes] = {}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)  # fmt: skip
+        Run.started.append(self)
 
     def wait_for(self, what: str, ready: Callable[[], bool]) -> None:
         """Poll (tightly) until ``ready()``, recording the processes below the run."""
@@ -205,12 +223,42 @@ def test_ctrl_c_during_a_checkpoint_write_keeps_only_complete_checkpoints(
     assert not [n for n in os.listdir(ckpts) if n.startswith(".")]  # the resumed save removed any leftover
 
 
-def test_rank_1_ends_when_the_launcher_is_killed(model_dir: Path, tmp_path: Path) -> None:
-    """``kill -9`` of the launcher alone: nothing can clean up, so rank 1 must notice its parent is gone."""
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def test_sigterm_while_rank_0_waits_in_a_collective_ends_it_without_one(model_dir: Path, tmp_path: Path) -> None:
+    """Rank 1 frozen (SIGSTOP) after step 1: rank 0 rolls out step 2, then waits on rank 1 inside a collective.
+
+    "Waits" is seen as rank 0 using no CPU for a second while rank 1 is stopped. SIGTERM must still end the run:
+    telling rank 1 to stop would be one more collective, which waits as long as the first (up to 30 minutes).
+    """
     run = Run(model_dir, tmp_path / "run", nproc=2)
     run.wait_for("step-1", lambda: bool(_checkpoints(run.run_dir)))
+    (rank_1,) = _rank_1(run.seen)
+    os.kill(rank_1, signal.SIGSTOP)
+    ticks = [_cpu_ticks(run.proc.pid), time.monotonic()]
+
+    def idle() -> bool:
+        now = _cpu_ticks(run.proc.pid)
+        if now != ticks[0]:
+            ticks[:] = [now, time.monotonic()]
+        return time.monotonic() - ticks[1] > 1.0
+
+    run.wait_for("rank 0 waiting on rank 1", idle)
+    status, err = run.signal(signal.SIGTERM)
+    assert _check_stopped(run, signal.SIGTERM, status, err, ranks=2) >= 1
+
+
+def test_rank_1_ends_when_the_launcher_is_killed_before_the_rendezvous(model_dir: Path, tmp_path: Path) -> None:
+    """``kill -9`` of the launcher as soon as rank 1 exists: nothing cleans up, rank 1 notices its parent is gone.
+
+    Before, rank 1 waited at the rendezvous for a rank 0 that would never come, up to the 30-minute timeout.
+    """
+    run = Run(model_dir, tmp_path / "run", nproc=2)
+    run.wait_for("rank 1", lambda: bool(_rank_1(_descendants(run.proc.pid))))
     run.proc.send_signal(signal.SIGKILL)
     run.proc.wait(timeout=DEADLINE_S)
     assert _rank_1(run.seen)
     assert _alive(_rank_1(run.seen)) == {}
-    assert latest_checkpoint(run.run_dir) is not None

@@ -65,8 +65,10 @@ class RankGroup(Protocol):
         ...
 
     def close(self, *, abort: bool = False) -> None:
-        """Tell the other ranks that the run is over and leave the group (``abort``: rank 0 was interrupted or
-        failed, possibly mid-collective: end them without a collective)."""
+        """Tell the other ranks that the run is over and leave the group.
+
+        ``abort``: rank 0 was interrupted or failed, possibly mid-collective: end them without a collective.
+        """
         ...
 
 
