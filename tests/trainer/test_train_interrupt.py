@@ -2,8 +2,9 @@
 
 Ctrl-C is a real SIGINT to a `tirl train` subprocess once it has a checkpoint: it used to print ``interrupted`` and
 nothing else; it now names the checkpoint the run directory keeps and the command that continues it, and that
-command finishes the run. Not covered: Ctrl-C before training starts (the new run directory is removed then; which
-moment a signal lands in is not repeatable) and with ``--nproc`` ranks.
+command finishes the run. Not covered here: Ctrl-C before training starts (the new run directory is removed then;
+which moment a signal lands in is not repeatable); SIGTERM, ``--nproc`` ranks and the first step are in
+``tests/distributed/test_interrupt_ranks.py``.
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ again, marked ``(saved with the run)``, with the notes of any new ``--set``. A n
 ``env.tasks_file`` absolute when they name local paths (:func:`tirl.trainer.preflight.anchor_paths`), so it
 resumes from any working directory.
 
+Ctrl-C (SIGINT) and SIGTERM stop a run the same way (:class:`TermAsInterrupt`): the run's clean-up (other
+``--nproc`` ranks ended, sandboxes closed), then one line naming the checkpoint kept and ``tirl train --resume
+RUN_DIR`` (:func:`interrupted_line`), exit 130 or 143.
+
 This module only turns arguments into a config and a run directory; the run
 itself (evaluation before and after, reference model, trainer, summary,
 report) is the recipe in :mod:`tirl.trainer.run`.

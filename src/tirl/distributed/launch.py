@@ -194,8 +194,11 @@ class LocalRanks:
         """
         clean = False
         try:
-            if abort:
-                self._terminate()
+            if abort:  # first, so that a collective rank 0's update thread is still inside fails at once
+                for p in self.procs:
+                    if p.poll() is None:
+                        p.terminate()  # the default action ends it even inside a gloo wait
+                self._reap(5)
             if self.sync is not None:
                 # before the state was shared the followers wait in sync_state: they are killed instead
                 clean = self.shared and not abort and stop_followers(self.backend)
@@ -203,18 +206,16 @@ class LocalRanks:
                 self.sync = None
                 dist.destroy_process_group()
         finally:
-            for p in self.procs:
-                try:
-                    p.wait(timeout=60 if clean else 5)  # never started or a rank died: the others cannot finish
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-            self.procs = []
+            self._reap(60 if clean else 5)  # never started or a rank died: the others cannot finish
             if self.config_file:
                 Path(self.config_file).unlink(missing_ok=True)
 
-    def _terminate(self) -> None:
-        """SIGTERM to every follower still running (its default action ends it even inside a gloo wait)."""
+    def _reap(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for each follower, kill the ones still running; none is left."""
         for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
