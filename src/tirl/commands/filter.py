@@ -69,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
     """Validate the whole input first, then write verdicts (and kept lines) atomically."""
     refuse_overwrite(args.verdicts, [args.input], option="--verdicts")
     refuse_overwrite(args.kept, [args.input, args.verdicts], option="--kept")
-    check_output(args.verdicts)
+    check_output(args.verdicts, option="--verdicts")
     if args.kept:
-        check_output(args.kept)
+        check_output(args.kept, option="--kept")
     rules = rules_from_args(args)
     # The outputs are opened only once judge_file has judged every line: a bad input raised before they existed.
     with judge_file(args.input, rules, keep=args.kept is not None, workers=args.workers) as judged, ExitStack() as out:
