@@ -98,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{total} trajectories: {total - void} valid, {void} void (void ratio {summary['void_ratio']:.1%})")
     print(f"verdicts written to {args.verdicts}" + (f"; kept trajectories written to {args.kept}" if args.kept else ""))
-    if with_answer:
+    if with_answer and not void:  # "0 of 0 void trajectories ... (0.0%)" was a rate of nothing
+        print("audit: no trajectory is void, so none could still end with the correct answer")
+    elif with_answer:
         rate = summary["void_but_correct_rate"]
         print(
             f"audit: {len(void_correct)} of {void} void trajectories still ended with the correct answer ({rate:.1%})"
