@@ -109,11 +109,23 @@ def _read_only(path: Path) -> bool:
         return False
 
 
-def check_output(path: str | Path) -> Path:
-    """The path a write to ``path`` goes to (links followed), or :class:`OutputError` if it cannot be written."""
+#: The fix of an output given as ``-`` where standard output takes the stream (:func:`check_output`).
+STREAM_FIX = "give /dev/stdout to write it to standard output (the command's own lines go there too), or a file path"
+
+
+def check_output(path: str | Path, *, option: str = "", dash_fix: str = STREAM_FIX) -> Path:
+    """The path a write to ``path`` goes to (links followed), or :class:`OutputError` if it cannot be written.
+
+    ``-`` is refused with ``dash_fix``: tirl reads no ``-`` as standard input and writes none as standard output
+    (a file named ``-`` appeared in the current directory); ``/dev/stdout`` is written to the descriptor.
+    ``option`` (``--out``) is named in that error, where ``-`` alone would not say which output it is.
+    """
     target = Path(path)
     if str(path) == "":
         raise _refuse(target, "the output path is empty", "give a file path")
+    if str(path) == "-":
+        shown = f"{option} -" if option else "-"
+        raise OutputError(shown, None, "is no file (tirl does not write '-' as standard output)", dash_fix)
     if str(path).endswith(os.sep):  # Path() drops the slash: "out/" was written as a file named out
         raise _refuse(target, "ends with '/', so it names a directory", f"give a file path, e.g. {path}out.jsonl")
     fd = fd_alias(target)
@@ -143,6 +155,13 @@ def check_output(path: str | Path) -> Path:
     return real
 
 
+def _refuse_dash_dir(target: Path) -> None:
+    """A directory output given as ``-`` (it made a directory named ``-``): no stream takes a directory."""
+    if str(target) == "-":
+        raise _refuse(target, "is no directory (tirl does not write '-' as standard output, and a directory "
+                      "output cannot go to a stream)", "give a directory path")  # fmt: skip
+
+
 def check_output_dir(path: str | Path, *, staged: bool = False) -> Path:
     """A directory tirl may write into (existing or creatable), or :class:`OutputError` — checked before a long job.
 
@@ -152,6 +171,7 @@ def check_output_dir(path: str | Path, *, staged: bool = False) -> Path:
     target = Path(path)
     if str(path) == "":  # Path("") is the current directory
         raise _refuse(target, "the output directory is empty", "give a directory path")
+    _refuse_dash_dir(target)
     real = Path(os.path.realpath(target))
     if real.exists() and not real.is_dir():
         raise _refuse(target, "exists and is not a directory", "give a directory path (it is created if missing)")
@@ -526,6 +546,7 @@ def staged_dir(
     once that writer is provably dead (:func:`sweep_dead_writers`), or by :func:`clean_staged`.
     """
     final = Path(target)
+    _refuse_dash_dir(final)
     sweep_dead_writers(final)  # first: an old target set aside by a killed swap comes back before the check
     if not replace and final.exists() and (not final.is_dir() or any(final.iterdir())):
         raise _refuse(final, "exists and is not an empty directory", "give a new or empty directory")

@@ -294,7 +294,7 @@ def run_sft(cfg: SFTConfig, options: SFTRunOptions) -> SFTResult:
     refuse_overwrite(out, [options.init], option="--out")  # the starting checkpoint is an input
     check_sft_out(out)  # nor one that holds a run, a model tirl sft did not write, or a user's files
     if options.demos_out is not None:
-        check_output(options.demos_out)
+        check_output(options.demos_out, option="--demos-out")
     torch.set_num_threads(max(1, options.threads))
     model, tokenizer = load_sft_model(options, cfg)
     chat = chat_format_for(tokenizer)

@@ -408,6 +408,11 @@ class Trajectory:
         return sum(1 for m in self.messages[:given] if m.role is Role.ASSISTANT) if given else 0
 
     @property
+    def policy_turns(self) -> int:
+        """How many turns the policy took: its assistant messages (a task chat's demonstrations not counted)."""
+        return len(self.assistant_messages) - self.prompt_assistant_messages
+
+    @property
     def policy_messages(self) -> list[Message]:
         """The messages from the policy's first turn on (its turns and what the env answered); all when unknown."""
         return self.messages[self.prompt_message_count or 0 :]

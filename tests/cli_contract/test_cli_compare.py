@@ -56,8 +56,85 @@ def test_different_decodings_are_compared_with_a_note(capsys, tmp_path: Path) ->
     a = _write(tmp_path / "a.json", _record({"t1": 1, "t2": 0}, 1))
     b = _write(tmp_path / "b.json", _record({"t1": 3, "t2": 1}, 4))
     got = run_cli(capsys, "compare", a, b)
-    assert got.code == 0 and "note: the two evaluations decode differently" in got.err
+    assert got.code == 0 and "warning: the same tasks were evaluated differently (decoding greedy vs sampled" in got.err
+    assert "1 vs 4 episodes per task" in got.err
     assert "paired: 2 tasks (1 vs 4 episodes per task)" in got.out
+
+
+#: What the records of ``tirl eval --json`` carry (tirl.trainer.sampled_eval.eval_json) about their tasks and protocol.
+_SETTINGS = {"env": "tir-chain", "tasks_file": None, "split": "heldout", "seed": 0, "ood_rate": 0.0, "max_turns": 6}
+
+
+@pytest.mark.parametrize(
+    ("change", "needles"),
+    [
+        ({"env": "tir-math"}, ["env tir-chain vs tir-math", "the same --env"]),
+        ({"split": "validation"}, ["split heldout vs validation", "the same --split"]),
+        ({"seed": 1}, ["seed 0 vs 1", "the same --seed"]),
+        ({"tasks_file": "b.jsonl", "seed": 1}, ["tasks_file None vs b.jsonl", "the same env.tasks_file"]),
+        ({"ids": ["t1", "t2", "t3"]}, ["2 vs 3 tasks", "the same --n"]),
+    ],
+)
+def test_evaluations_of_different_tasks_are_refused(capsys, tmp_path: Path, change: dict, needles: list[str]) -> None:
+    """The ids overlap (a larger --n holds the smaller set; a task file's ids ignore the seed), and the pairs were
+    compared with exit 0: now one error line naming both values and the option to align."""
+    a = _write(tmp_path / "a.json", _record({"t1": 1, "t2": 0}, 1, **_SETTINGS))
+    ids = change.pop("ids", ["t1", "t2"])
+    b = _write(tmp_path / "b.json", _record(dict.fromkeys(ids, 1), 1, **{**_SETTINGS, **change}))
+    for extra in ((), ("--json",)):
+        got = run_cli(capsys, "compare", a, b, *extra)
+        assert_refused(got, "a.json and", "b.json", "were measured on different tasks", *needles)
+        assert got.out == ""
+
+
+def test_a_task_files_seed_is_not_its_tasks(capsys, tmp_path: Path) -> None:
+    """A task file's held-out tasks are its first ones whatever the seed: another seed is the same tasks."""
+    on_file = {**_SETTINGS, "tasks_file": "t.jsonl"}
+    a = _write(tmp_path / "a.json", _record({"t1": 1, "t2": 0}, 1, **on_file))
+    b = _write(tmp_path / "b.json", _record({"t1": 1, "t2": 1}, 1, **{**on_file, "seed": 7}))
+    got = run_cli(capsys, "compare", a, b)
+    assert got.code == 0 and got.err == "" and "paired: 2 tasks" in got.out
+
+
+def test_the_same_tasks_run_differently_are_compared_with_one_warning(capsys, tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.json", _record({"t1": 1, "t2": 0}, 1, **_SETTINGS))
+    b = _write(tmp_path / "b.json", _record({"t1": 1, "t2": 1}, 1, **{**_SETTINGS, "max_turns": 3, "ood_rate": 0.3}))
+    got = run_cli(capsys, "compare", a, b)
+    assert got.code == 0 and "paired: 2 tasks" in got.out
+    assert got.err.splitlines() == [
+        "warning: the same tasks were evaluated differently (ood_rate 0 vs 0.3; max_turns 6 vs 3): the change "
+        "mixes the model's with the setting's"
+    ]
+    same = _write(tmp_path / "c.json", _record({"t1": 0, "t2": 0}, 1, **_SETTINGS))
+    assert run_cli(capsys, "compare", a, same).err == ""  # every setting recorded and equal: nothing to say
+
+
+def test_an_older_record_is_compared_with_a_note_of_what_was_not_checked(capsys, tmp_path: Path) -> None:
+    """A record written before tirl recorded max_turns (and ood_rate) still compares; the note names them."""
+    old = {k: v for k, v in _SETTINGS.items() if k not in ("max_turns", "ood_rate")}
+    a = _write(tmp_path / "a.json", _record({"t1": 1, "t2": 0}, 1, **old))
+    b = _write(tmp_path / "b.json", _record({"t1": 1, "t2": 1}, 1, **{**_SETTINGS, "max_turns": 3}))
+    got = run_cli(capsys, "compare", a, b)
+    assert got.code == 0 and "paired: 2 tasks" in got.out
+    assert got.err.splitlines() == [
+        f"note: {a} does not record ood_rate, max_turns (an older tirl): not checked against the other evaluation"
+    ]
+
+
+def test_a_run_directorys_greedy_evaluations_take_the_runs_config(capsys, tmp_path: Path) -> None:
+    """summary.json's eval/before and eval/after carry no settings: the run's config.json says them."""
+    run = tmp_path / "run"
+    run.mkdir()
+    bare = {"tasks": _record({"t1": 1, "t2": 1}, 1)["tasks"]}  # as tirl.trainer.run.eval_record writes it
+    _write(run / "summary.json", {"run_dir": str(run), "eval/before": bare, "eval/after": bare})
+    env = {"name": "tir-chain", "tasks_file": None, "eval_split": "heldout", "seed": 0, "eval_ood_rate": 0.0,
+           "max_turns": 6, "ood_rate": 0.5}  # fmt: skip
+    _write(run / "config.json", {"env": env})
+    ours = _write(tmp_path / "e.json", _record({"t1": 1, "t2": 0}, 1, **_SETTINGS))
+    got = run_cli(capsys, "compare", ours, run)
+    assert got.code == 0 and got.err == "" and "second: " in got.out and "heldout, greedy" in got.out
+    _write(run / "config.json", {"env": {**env, "seed": 4}})
+    assert_refused(run_cli(capsys, "compare", ours, run), "seed 0 vs 4", "the same --seed")
 
 
 @pytest.mark.parametrize(

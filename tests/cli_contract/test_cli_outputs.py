@@ -261,3 +261,43 @@ def test_report_never_writes_through_a_link_in_a_shared_run(capsys, tmp_path, na
     before = _snapshot(tmp_path)
     assert_refused(run_cli(capsys, "report", run), f"{run / name}: is a symbolic link (to {victim})", "cp -rL")
     assert _snapshot(tmp_path) == before
+
+
+# ------------------------------------------------------------------ '-' is no output
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["filter", "{traj}", "--verdicts", "-"], ["--verdicts -: is no file", "give /dev/stdout"]),
+        (["filter", "{traj}", "--verdicts", "{tmp}/v.jsonl", "--kept", "-"], ["--kept -: is no file", "/dev/stdout"]),
+        (["report", "{run}", "--out", "-"], ["--out -: is no file", "give /dev/stdout"]),
+        (["diagnose", "training", "{run}/metrics.jsonl", "--bundle", "-"], ["--bundle -: is no file", "/dev/stdout"]),
+        (["review", "{traj}", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--out", "-"],
+         ["--out -: is no file", "give a file path (the answer is printed on standard output already)"]),
+        (["model", "init", "--out", "-"], ["-: is no directory", "give a directory path"]),
+        (["tasks", "export", "--out", "-", "--n", "1"], ["-: is no directory", "give a directory path"]),
+    ],
+    ids=["filter --verdicts", "filter --kept", "report", "diagnose --bundle", "review", "model init", "tasks export"],
+)  # fmt: skip
+def test_a_dash_output_is_refused_not_written_as_a_file_named_dash(capsys, tmp_path, monkeypatch, traj, argv, needles):
+    """``--out -`` wrote a file (or made a directory) named ``-`` in the current directory; tirl reads no ``-``
+    either. A stream output names /dev/stdout (written to the descriptor); ``review`` prints its answer already."""
+    run = _run_dir(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    given = [a.format(traj=traj, tmp=tmp_path, run=run) for a in argv]
+    got = run_cli(capsys, *given)
+    assert_refused(got, *needles)
+    assert not os.path.lexists(tmp_path / "-") and not (tmp_path / "v.jsonl").exists()
+
+
+def test_a_dash_is_refused_by_the_writers_themselves(tmp_path, monkeypatch):
+    """Every writer refuses ``-`` (the commands' own checks come first and name their option)."""
+    from tirl.fileio import check_output_dir, staged_dir
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OutputError, match="'-' as standard output"), atomic_write("-") as fh:
+        fh.write("x")
+    with pytest.raises(OutputError, match="is no directory"):
+        check_output_dir("-")
+    with pytest.raises(OutputError, match="is no directory"), staged_dir("-", replace=False):
+        pass
+    assert not os.path.lexists(tmp_path / "-")

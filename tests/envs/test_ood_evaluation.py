@@ -89,6 +89,7 @@ def test_the_key_is_checked_recorded_and_the_ood_dose_levels_ask_for_it() -> Non
     for rates, recorded in ((["env.ood_rate=0.5"], 0.0), (["env.eval_ood_rate=0.25"], 0.25)):
         record = eval_json(load_config(None, rates), report, None, model="m", split="heldout", sampled=False)
         assert record["ood_rate"] == recorded  # the evaluation record says what the evaluation saw
+        assert record["max_turns"] == 6  # and the turn limit (tirl compare checks both)
     for level in ("mismatch-ood", "mismatch-ood-long"):
         cfg = load_config(None, list(DOSE_LEVELS[level]))
         assert cfg.env.eval_ood_rate == cfg.env.ood_rate == 0.3, level

@@ -154,3 +154,20 @@ def test_roc_and_the_audit_count_tool_errors_of_the_policy_only() -> None:
     assert audit_trajectories([read]).to_dict()["tool_errors"]["total"] == 0
     unknown = Trajectory(id="u", messages=[*prompt, *own])  # nothing tells where the prompt ends: as before
     assert tool_errors(unknown) == 1 and audit_trajectories([unknown]).to_dict()["tool_errors"]["total"] == 1
+
+
+async def test_the_audit_and_turns_mean_count_the_policys_turns_only() -> None:
+    """``tirl audit``'s ``turns`` (and ``rollout/turns_mean`` for an episode without turn records) counted the task
+    chat's demonstration as a turn: 3 for an episode of 2. A file without ``prompt_messages`` counts every one."""
+    from tirl.trainer.trainer import rollout_metrics
+
+    chat = SimpleChatFormat(build_char_tokenizer())
+    episode = await _episode([CODE, "\\boxed{42}"], chat, "valid")
+    assert len(episode.turns) == 2 and len(episode.assistant_messages) == 3
+    assert audit_trajectories([episode]).to_dict()["turns"]["mean"] == 2.0
+    bare = Trajectory(id="bare", messages=episode.messages, prompt_messages=len(FEW_SHOT))  # no turn records
+    assert rollout_metrics([bare])["rollout/turns_mean"] == 2.0
+    assert audit_trajectories([bare]).to_dict()["turns"]["mean"] == 2.0
+    unknown = Trajectory(id="unknown", messages=episode.messages)  # where the prompt ends is not known
+    assert rollout_metrics([unknown])["rollout/turns_mean"] == 3.0 and unknown.policy_turns == 3
+    assert episode.policy_turns == 2

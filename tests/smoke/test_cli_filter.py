@@ -178,3 +178,18 @@ def test_input_from_a_pipe_matches_the_file(tmp_path: Path) -> None:
     assert from_file.returncode == 0 and piped.returncode == 0, piped.stderr
     assert (tmp_path / "v1").read_bytes() == (tmp_path / "v2").read_bytes()
     assert (tmp_path / "k1").read_bytes() == (tmp_path / "k2").read_bytes()
+
+
+def test_a_file_without_void_trajectories_gives_no_rate_of_nothing(tmp_path: Path) -> None:
+    """One valid trajectory (with or without a --config holding no [filter]) printed "0 of 0 void trajectories
+    still ended with the correct answer (0.0%)": a rate of no trajectory. The counts are the file's."""
+    src = tmp_path / "in.jsonl"
+    write(src, LINES[:1])
+    config = tmp_path / "f.toml"
+    config.write_text('[env]\nname = "tir-math"\n', encoding="utf-8")
+    for extra in ([], ["--config", str(config)]):
+        res = run("filter", str(src), "--verdicts", str(tmp_path / "v.jsonl"), *extra)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.splitlines()[0] == "1 trajectories: 1 valid, 0 void (void ratio 0.0%)"
+        assert "audit: no trajectory is void, so none could still end with the correct answer" in res.stdout
+        assert "0 of 0" not in res.stdout

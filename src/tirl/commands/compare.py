@@ -14,7 +14,15 @@ unreadable file, one that is not a JSON object, a record without a ``tasks`` lis
 tirl recorded tasks), a row without a string ``id`` and a boolean ``correct``, a task with another number of
 episodes than the rest of its file, two records with no task in common, a run directory without both
 evaluations (with ``--sampled``: without its sampled file), ``--sampled`` without a run directory, and the
-same path twice (links resolved). Two records with different decodings are compared, with a note saying so.
+same path twice (links resolved).
+
+Two evaluations of different tasks are refused too (a paired comparison of other tasks is wrong, not noisy): another
+env, task file, split, seed (without a task file: a task file's held-out tasks are its first ones whatever the
+seed) or number of tasks, each named with both values and the option to align (:func:`check_settings`). The same
+tasks run differently (decoding, episodes per task, ``ood_rate``, ``max_turns``) are compared with one
+``warning:`` line; a setting one record does not carry (written by an older tirl) gets a ``note:`` that it was
+not checked. A run's greedy evaluations (``summary.json``) take their settings from the run's ``config.json``;
+a run directory alone (before -> after) is one run's config and is not checked.
 """
 
 from __future__ import annotations
@@ -36,15 +44,36 @@ from tirl.trainer import run_files
 _FIX_EVAL = "give the JSON of `tirl eval --json` (greedy or --sampled --samples K), or a run directory"
 
 
+#: What decides an evaluation's tasks: a difference is refused (a paired comparison of other tasks is wrong).
+#: ``seed`` only counts without a task file (a task file's held-out tasks are its first ones, whatever the seed).
+TASK_SETTINGS = (("env", "--env"), ("tasks_file", "env.tasks_file"), ("split", "--split"), ("seed", "--seed"))
+#: How the tasks were run: a difference between two evaluations of the same tasks is a warning.
+PROTOCOL_SETTINGS = (("decoding", "--sampled, generation.temperature/top_p"), ("ood_rate", "env.eval_ood_rate"),
+                     ("max_turns", "env.max_turns"))  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class EvalSide:
-    """One side of the comparison: where it was read, what it says about itself, and its task rows."""
+    """One side of the comparison: where it was read, what it says about itself, and its task rows.
+
+    ``settings`` holds the :data:`TASK_SETTINGS` and :data:`PROTOCOL_SETTINGS` the record carries (an older
+    record lacks some: they are left out, and :func:`check_settings` says they could not be checked).
+    """
 
     where: str
     model: str
     split: str
     decoding: str
     outcomes: list[TaskOutcome]
+    settings: dict[str, Any]
+
+    def task_count(self) -> int:
+        """How many distinct tasks the record holds."""
+        return len({o.id for o in self.outcomes})
+
+    def samples(self) -> int:
+        """Episodes per task (the same for every task: checked when read)."""
+        return len(self.outcomes) // self.task_count()
 
     def describe(self) -> str:
         """The side in one line."""
@@ -89,14 +118,78 @@ def _outcomes(where: str, record: Any) -> list[TaskOutcome]:
     return out
 
 
-def _side(where: str, record: Any, *, model: str = "not recorded", split: str = "not recorded") -> EvalSide:
+def _side(where: str, record: Any, *, model: str = "not recorded", run: dict[str, Any] | None = None) -> EvalSide:
+    """One evaluation record as a side; ``run``: the settings a run's own greedy evaluations do not carry."""
     outcomes = _outcomes(where, record)
     try:
         solved_counts(outcomes)
     except UnevenSamples as exc:
         raise InputError(where, None, str(exc), "give an evaluation with the same episodes per task") from None
-    decoding = str(record.get("decoding", "greedy"))  # a run's own evaluations are greedy and do not say so
-    return EvalSide(where, str(record.get("model", model)), str(record.get("split", split)), decoding, outcomes)
+    keys = [k for k, _ in (*TASK_SETTINGS, *PROTOCOL_SETTINGS)]
+    settings = {**(run or {}), **{k: record[k] for k in keys if k in record}}
+    settings.setdefault("decoding", "greedy")  # a run's own evaluations are greedy and do not say so
+    split = str(settings.get("split", "not recorded"))
+    return EvalSide(where, str(record.get("model", model)), split, str(settings["decoding"]), outcomes, settings)
+
+
+def _run_settings(run_dir: Path) -> dict[str, Any]:
+    """The settings of a run's greedy evaluations, from its ``config.json`` (none when it cannot be read)."""
+    try:
+        env = json.loads((run_dir / run_files.CONFIG).read_text(encoding="utf-8")).get("env")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(env, dict):
+        return {}
+    names = {"name": "env", "tasks_file": "tasks_file", "eval_split": "split", "seed": "seed",
+             "eval_ood_rate": "ood_rate", "max_turns": "max_turns"}  # fmt: skip
+    return {ours: env[theirs] for theirs, ours in names.items() if theirs in env}
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _differences(a: EvalSide, b: EvalSide, keys: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    """``("setting A vs B", option)`` of each setting both record and that differs."""
+    out = []
+    for key, option in keys:
+        if key == "seed" and (a.settings.get("tasks_file") or b.settings.get("tasks_file")):
+            continue
+        if key in a.settings and key in b.settings and a.settings[key] != b.settings[key]:
+            out.append((f"{key} {_shown(a.settings[key])} vs {_shown(b.settings[key])}", option))
+    return out
+
+
+def check_settings(a: EvalSide, b: EvalSide) -> list[str]:
+    """Refuse two evaluations of different tasks; the ``warning:``/``note:`` lines for the rest.
+
+    Different tasks (:data:`TASK_SETTINGS`, or another number of tasks) raise :class:`InputError` naming both
+    values and the options to align. The same tasks run differently (:data:`PROTOCOL_SETTINGS`, or another number
+    of episodes per task) give one ``warning:`` line; a setting a record does not carry (an older tirl) one
+    ``note:`` line naming it. Not covered: settings no record carries (the model's context, tool budgets).
+    """
+    tasks = _differences(a, b, TASK_SETTINGS)
+    if a.task_count() != b.task_count():
+        tasks.append((f"{a.task_count()} vs {b.task_count()} tasks", "--n"))
+    if tasks:
+        raise InputError(f"{a.where} and {b.where}", None,
+                         f"were measured on different tasks ({'; '.join(t for t, _ in tasks)}): a paired "
+                         "comparison of different tasks is wrong",
+                         f"evaluate both with the same {', '.join(o for _, o in tasks)}")  # fmt: skip
+    lines = []
+    protocol = [text for text, _ in _differences(a, b, PROTOCOL_SETTINGS)]
+    if a.samples() != b.samples():
+        protocol.append(f"{a.samples()} vs {b.samples()} episodes per task")
+    if protocol:
+        lines.append(f"warning: the same tasks were evaluated differently ({'; '.join(protocol)}): the change "
+                     "mixes the model's with the setting's")  # fmt: skip
+    keys = [k for k, _ in (*TASK_SETTINGS, *PROTOCOL_SETTINGS)]
+    for side in (a, b):
+        missing = [k for k in keys if k not in side.settings]
+        if missing:
+            lines.append(f"note: {side.where} does not record {', '.join(missing)} (an older tirl): "
+                         "not checked against the other evaluation")  # fmt: skip
+    return lines
 
 
 def _run_sides(run_dir: Path) -> tuple[EvalSide, EvalSide]:
@@ -113,9 +206,9 @@ def _run_sides(run_dir: Path) -> tuple[EvalSide, EvalSide]:
     if (run_dir / run_files.EVAL_AFTER_SAMPLED).is_file():
         print(f"note: {run_dir} also has sampled evaluations (trainer.eval_samples): compare them with --sampled",
               file=sys.stderr)  # fmt: skip
-    model, split = str(summary.get("run_dir", run_dir)), "the run's evaluation set"
-    return (_side(f"{path} (before)", summary["eval/before"], model=model, split=split),
-            _side(f"{path} (after)", summary["eval/after"], model=model, split=split))  # fmt: skip
+    model, run = str(summary.get("run_dir", run_dir)), _run_settings(run_dir)
+    return (_side(f"{path} (before)", summary["eval/before"], model=model, run=run),
+            _side(f"{path} (after)", summary["eval/after"], model=model, run=run))  # fmt: skip
 
 
 def _sampled_side(run_dir: Path, name: str) -> EvalSide:
@@ -166,19 +259,19 @@ def sides(first: str, second: str | None, *, sampled: bool = False) -> tuple[Eva
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``tirl compare``."""
     a, b = sides(args.first, args.second, sampled=args.sampled)
+    # a run directory alone: one run's config measured both (a resume may not change its evaluation set)
+    notes = check_settings(a, b) if args.second is not None else []
     try:
         result = PairedSamples.of(a.outcomes, b.outcomes)
     except ValueError as exc:
         raise InputError(f"{a.where} and {b.where}", None, str(exc),
                          "compare evaluations of the same tasks (same env, split, seed and --n)") from None  # fmt: skip
+    for line in notes:
+        print(printable(line), file=sys.stderr)
     if args.json:
         record = {"first": a.describe(), "second": b.describe(), **result.to_dict()}
         print(json.dumps(record))
         return 0
-    if a.decoding != b.decoding:
-        print(
-            printable(f"note: the two evaluations decode differently ({a.decoding} vs {b.decoding})"), file=sys.stderr
-        )
     print(printable(f"first:  {a.describe()}"))  # the model and split as the files name them: shown, not obeyed
     print(printable(f"second: {b.describe()}"))
     for line in result.lines():

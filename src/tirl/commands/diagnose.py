@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     """Diagnose, print, optionally write the bundle (checked before anything is read)."""
     if args.bundle:
         refuse_overwrite(args.bundle, args.log if args.what == "training" else [args.trace], option="--bundle")
-        check_output(args.bundle)
+        check_output(args.bundle, option="--bundle")
     if args.what == "training":
         paths = [resolve_training_log(p) for p in args.log]
         logs = load_logs(paths, args.format, args.run)

@@ -69,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
     """Validate the whole input first, then write verdicts (and kept lines) atomically."""
     refuse_overwrite(args.verdicts, [args.input], option="--verdicts")
     refuse_overwrite(args.kept, [args.input, args.verdicts], option="--kept")
-    check_output(args.verdicts)
+    check_output(args.verdicts, option="--verdicts")
     if args.kept:
-        check_output(args.kept)
+        check_output(args.kept, option="--kept")
     rules = rules_from_args(args)
     # The outputs are opened only once judge_file has judged every line: a bad input raised before they existed.
     with judge_file(args.input, rules, keep=args.kept is not None, workers=args.workers) as judged, ExitStack() as out:
@@ -98,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{total} trajectories: {total - void} valid, {void} void (void ratio {summary['void_ratio']:.1%})")
     print(f"verdicts written to {args.verdicts}" + (f"; kept trajectories written to {args.kept}" if args.kept else ""))
-    if with_answer:
+    if with_answer and not void:  # "0 of 0 void trajectories ... (0.0%)" was a rate of nothing
+        print("audit: no trajectory is void, so none could still end with the correct answer")
+    elif with_answer:
         rate = summary["void_but_correct_rate"]
         print(
             f"audit: {len(void_correct)} of {void} void trajectories still ended with the correct answer ({rate:.1%})"

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     check_run_dir(args.run_dir)
     run_files.refuse_links(args.run_dir)  # RUN/report.html -> ~/.bashrc would be written through
     out = args.out if args.out is not None else args.run_dir / run_files.REPORT
-    check_output(out)  # first: a directory, or a path under a file, is named as such
+    check_output(out, option="--out")  # first: a directory, or a path under a file, is named as such
     check_out_of_run(out, args.run_dir, option="--out" if args.out is not None else "the report's path")
     problems: dict[str, str] = {}
     notes: list[str] = []

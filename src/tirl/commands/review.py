@@ -31,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--timeout", None, f"{args.timeout} is not a positive number of seconds", "give e.g. 120")
     if args.out:
         refuse_overwrite(args.out, [args.bundle], option="--out")
-        check_output(args.out)
+        check_output(
+            args.out, option="--out", dash_fix="give a file path (the answer is printed on standard output already)"
+        )
     try:
         bundle = args.bundle.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -245,7 +245,7 @@ def audit_trajectories(trajectories: list[Trajectory], rules: ParseRules = DEFAU
             "valid_accuracy": _rate(valid_correct, valid_with_truth),
             "truth_source": dict(truth_sources),
         },
-        "turns": _dist([float(len(t.assistant_messages)) for t in trajectories]),
+        "turns": _dist([float(t.policy_turns) for t in trajectories]),  # the prompt's demonstrations are no turn
         "length": {"unit": unit, **_dist([_length(t, unit) for t in trajectories])},
         **_tool_errors(trajectories),
         "terminations": dict(terminations.most_common()),

@@ -80,6 +80,7 @@ def eval_json(
         "decoding": decoding(cfg, sampled),
         "seed": cfg.env.seed,
         "ood_rate": cfg.env.eval_ood_rate,  # out-of-distribution tool output in this evaluation (0: the clean env)
+        "max_turns": cfg.env.max_turns,
         "n": report.n,
         "correct": report.correct,
         "accuracy": report.accuracy,

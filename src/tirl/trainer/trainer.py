@@ -99,7 +99,7 @@ def rollout_metrics(sampled: list[Trajectory]) -> dict[str, Any]:
     ok = [t for t in sampled if not t.failed]
     ends = Counter(t.termination for t in sampled if t.termination is not None)
     lens = [float(len(t.token_ids)) for t in ok]
-    turns = [float(len(t.turns) or len(t.assistant_messages)) for t in ok]
+    turns = [float(len(t.turns) or t.policy_turns) for t in ok]  # not the prompt's demonstrations
     rewards = [float(t.reward or 0.0) for t in ok]
     broken = Counter(_eval_failure(t) for t in ok)  # evaluations the episode broke: reward 0, in the update
     broken.pop(None, None)
