@@ -72,12 +72,12 @@ _SETTINGS = {"env": "tir-chain", "tasks_file": None, "split": "heldout", "seed":
         ({"split": "validation"}, ["split heldout vs validation", "the same --split"]),
         ({"seed": 1}, ["seed 0 vs 1", "the same --seed"]),
         ({"tasks_file": "b.jsonl", "seed": 1}, ["tasks_file None vs b.jsonl", "the same env.tasks_file"]),
-        ({"ids": ["t1", "t2", "t3"]}, ["2 vs 3 tasks", "the same --n"]),
+        ({"ids": ["t1", "t3", "t4"]}, ["2 vs 3 tasks, not one set within the other", "the same --n"]),
     ],
 )
 def test_evaluations_of_different_tasks_are_refused(capsys, tmp_path: Path, change: dict, needles: list[str]) -> None:
-    """The ids overlap (a larger --n holds the smaller set; a task file's ids ignore the seed), and the pairs were
-    compared with exit 0: now one error line naming both values and the option to align."""
+    """The ids overlap (a task file's ids ignore the seed), and the pairs were compared with exit 0: now one error
+    line naming both values and the option to align."""
     a = _write(tmp_path / "a.json", _record({"t1": 1, "t2": 0}, 1, **_SETTINGS))
     ids = change.pop("ids", ["t1", "t2"])
     b = _write(tmp_path / "b.json", _record(dict.fromkeys(ids, 1), 1, **{**_SETTINGS, **change}))
@@ -200,3 +200,12 @@ def test_the_same_evaluation_twice_is_refused(capsys, tmp_path: Path) -> None:
         assert_refused(run_cli(capsys, "compare", one, second), f"is {one} again", "give two evaluations")
     copy = _write(tmp_path / "copy.json", _record({"a": 1, "b": 0}, 1))  # a second file is a second evaluation
     assert run_cli(capsys, "compare", one, copy).code == 0
+
+
+def test_a_larger_n_is_compared_on_the_tasks_both_hold(capsys, tmp_path: Path) -> None:
+    """``tirl eval --n 300`` draws the ``--n 100`` tasks first: the shared tasks are paired, with a note."""
+    a = _write(tmp_path / "a.json", _record({"t1": 1, "t2": 0}, 1, **_SETTINGS))
+    b = _write(tmp_path / "b.json", _record({"t1": 1, "t2": 1, "t3": 0}, 1, **_SETTINGS))
+    got = run_cli(capsys, "compare", a, b)
+    assert got.code == 0 and "paired: 2 tasks" in got.out
+    assert got.err.splitlines() == [f"note: {b} holds 3 tasks, {a} 2: the 2 both hold are compared"]

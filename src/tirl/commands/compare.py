@@ -69,7 +69,11 @@ class EvalSide:
 
     def task_count(self) -> int:
         """How many distinct tasks the record holds."""
-        return len({o.id for o in self.outcomes})
+        return len(self.task_ids())
+
+    def task_ids(self) -> set[str]:
+        """The ids of the tasks the record holds."""
+        return {o.id for o in self.outcomes}
 
     def samples(self) -> int:
         """Episodes per task (the same for every task: checked when read)."""
@@ -163,20 +167,27 @@ def _differences(a: EvalSide, b: EvalSide, keys: tuple[tuple[str, str], ...]) ->
 def check_settings(a: EvalSide, b: EvalSide) -> list[str]:
     """Refuse two evaluations of different tasks; the ``warning:``/``note:`` lines for the rest.
 
-    Different tasks (:data:`TASK_SETTINGS`, or another number of tasks) raise :class:`InputError` naming both
-    values and the options to align. The same tasks run differently (:data:`PROTOCOL_SETTINGS`, or another number
-    of episodes per task) give one ``warning:`` line; a setting a record does not carry (an older tirl) one
+    Different tasks (:data:`TASK_SETTINGS`, or another number of tasks where the smaller set is not within the
+    larger) raise :class:`InputError` naming both values and the options to align; a larger ``--n`` that holds
+    the smaller one's tasks (its first ones) is compared on the tasks both hold, with a ``note:`` line. The same
+    tasks run differently (:data:`PROTOCOL_SETTINGS`, or another number of episodes per task) give one
+    ``warning:`` line; a setting a record does not carry (an older tirl) one
     ``note:`` line naming it. Not covered: settings no record carries (the model's context, tool budgets).
     """
     tasks = _differences(a, b, TASK_SETTINGS)
+    lines = []
     if a.task_count() != b.task_count():
-        tasks.append((f"{a.task_count()} vs {b.task_count()} tasks", "--n"))
+        small, large = sorted((a, b), key=EvalSide.task_count)
+        if small.task_ids() <= large.task_ids():  # a larger --n draws the smaller one's tasks first, then more
+            lines.append(f"note: {large.where} holds {large.task_count()} tasks, {small.where} {small.task_count()}: "
+                         f"the {small.task_count()} both hold are compared")  # fmt: skip
+        else:
+            tasks.append((f"{a.task_count()} vs {b.task_count()} tasks, not one set within the other", "--n"))
     if tasks:
         raise InputError(f"{a.where} and {b.where}", None,
                          f"were measured on different tasks ({'; '.join(t for t, _ in tasks)}): a paired "
                          "comparison of different tasks is wrong",
                          f"evaluate both with the same {', '.join(o for _, o in tasks)}")  # fmt: skip
-    lines = []
     protocol = [text for text, _ in _differences(a, b, PROTOCOL_SETTINGS)]
     if a.samples() != b.samples():
         protocol.append(f"{a.samples()} vs {b.samples()} episodes per task")
