@@ -262,3 +262,8 @@ def test_rank_1_ends_when_the_launcher_is_killed_before_the_rendezvous(model_dir
     run.proc.wait(timeout=DEADLINE_S)
     assert _rank_1(run.seen)
     assert _alive(_rank_1(run.seen)) == {}
+    # the config the ranks read lies in the run (it was a /tmp/tirl-dist-*.json that a SIGKILL left behind)
+    (cmd,) = _rank_1(run.seen).values()
+    args = cmd.split()
+    config = Path(args[args.index(b"--config") + 1].decode())
+    assert config == tmp_path / "run" / "ranks" / "config.json" and config.is_file()

@@ -47,7 +47,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -139,11 +138,14 @@ class LocalRanks:
         """Check the request, then start ranks 1..N-1 (they wait for rank 0 at the rendezvous)."""
         check_world(cfg, nproc, port)
         world = cls(nproc, port or free_port(), backend_for(cfg.model.device), Path(run_dir))
-        fd, world.config_file = tempfile.mkstemp(prefix="tirl-dist-", suffix=".json")
-        with os.fdopen(fd, "w") as fh:  # the config crosses the process boundary losslessly (config_from_dict)
-            json.dump(config_to_dict(cfg), fh)
         logs = world.run_dir / run_files.RANKS
         logs.mkdir(parents=True, exist_ok=True)
+        # in the run, not /tmp: a launcher killed by SIGKILL leaves nothing behind outside it (the next launch
+        # rewrites it); O_NOFOLLOW: a link planted there is not written through
+        world.config_file = str(logs / "config.json")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        with os.fdopen(os.open(world.config_file, flags, 0o600), "w") as fh:
+            json.dump(config_to_dict(cfg), fh)  # the config crosses the process boundary losslessly
         for rank in range(1, nproc):
             cmd = [sys.executable, "-m", "tirl.distributed.follower", "--rank", str(rank), "--world", str(nproc)]
             cmd += ["--port", str(world.port), "--config", world.config_file, "--parent", str(os.getpid())]
