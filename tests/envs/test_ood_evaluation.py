@@ -3,9 +3,10 @@
 A run's parts (:func:`tirl.trainer.wiring.build_parts`, what ``tirl train`` and ``tirl eval`` wire, with a tiny
 model saved to disk and the real process sandbox) have two env factories: training's carries ``env.ood_rate``,
 evaluation's ``env.eval_ood_rate`` (default 0), and every evaluation strategy (greedy, and ``--sampled``'s) is
-built on the evaluation one; the tool output of a real tir-math episode on each shows it. The Ray path composes
-the same :func:`tirl.envs.ood.ood_factory` on the driver (tested here on a local factory; no Ray cluster is
-started). Not covered: a whole ``tirl eval`` run (the tiny model writes no code, so it would see no tool output).
+built on the evaluation one; the tool output of a real tir-math episode on each shows it. Both backends build
+clean envs and wrap them with the same :func:`tirl.envs.ood.ood_factory` (the Ray path is not run here: no Ray
+cluster is started). Not covered: a whole ``tirl eval`` run (the tiny model writes no code, so it would see no
+tool output).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tests.tiny_run import save_tiny_model
 from tirl.ablation import DOSE_LEVELS
 from tirl.config import EnvConfig, load_config
 from tirl.envs import make_env
-from tirl.envs.ood import OodToolOutput, evaluation_config, ood_factory
+from tirl.envs.ood import OodToolOutput, ood_factory
 from tirl.envs.tir_math import TirMathEnv
 from tirl.errors import ConfigError
 from tirl.rollout.evaluation import EvalReport
@@ -66,14 +67,14 @@ async def test_evaluation_sees_the_clean_env_unless_asked(model_dir: Path, sandb
 
 
 async def test_ood_factory_wraps_at_the_rate_it_is_given(sandbox: Sandbox) -> None:
-    """The Ray path: the hosts build clean envs, the driver wraps each purpose's at its rate."""
+    """Both backends: clean envs are built, and each purpose's are wrapped at its rate."""
     config = EnvConfig(name="tir-math", ood_rate=1.0, eval_ood_rate=0.0, seed=3)
-    assert evaluation_config(config).ood_rate == 0.0  # the local evaluation factory's config
-    hosts = replace(config, ood_rate=0.0)  # what a Ray host builds (tirl.trainer.wiring)
+    hosts = replace(config, ood_rate=0.0)  # what either backend builds (tirl.trainer.wiring)
 
     def make(task: object) -> object:
         return make_env("tir-math", config=hosts, sandbox=sandbox)
 
+    assert ood_factory(make, rate=config.eval_ood_rate, seed=3) is make  # the evaluation factory: the clean envs
     assert ood_factory(make, rate=0.0, seed=3) is make
     env = ood_factory(make, rate=1.0, seed=3)(TASK)
     assert isinstance(env, OodToolOutput)

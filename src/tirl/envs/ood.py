@@ -22,7 +22,7 @@ modes. Messages of ``reset`` (the prompt) are never changed; neither is ``evalua
 env's own).
 
 Evaluation (``tirl eval``, a run's before/after and sampled evaluations) measures the policy on the clean env:
-its envs are built with ``env.eval_ood_rate`` (:func:`evaluation_config`, default 0) instead, so a stress
+its envs are wrapped at ``env.eval_ood_rate`` (default 0) instead (:func:`ood_factory`, over clean envs), so a stress
 evaluation is asked for explicitly (``--set env.eval_ood_rate=0.3``), and ``tirl ablate``'s ``ood`` levels
 ask for it. Until 2026-12-04 the evaluation went through the training factory and saw ``env.ood_rate``.
 
@@ -39,7 +39,6 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from tirl.config import EnvConfig
 from tirl.envs.base import Env, EvalResult, StepResult, Task
 from tirl.types import Message, Role
 
@@ -159,20 +158,15 @@ def wrap_ood(env: Env, *, rate: float, seed: int) -> Env:
     return env if rate <= 0 else OodToolOutput(env, rate=rate, seed=seed)
 
 
-def evaluation_config(config: EnvConfig) -> EnvConfig:
-    """The env config of an evaluation: ``env.eval_ood_rate`` in place of ``env.ood_rate`` (0 by default)."""
-    return dataclasses.replace(config, ood_rate=config.eval_ood_rate)
-
-
 def ood_factory(make: Callable[[Task], Env], *, rate: float, seed: int) -> Callable[[Task], Env]:
-    """``make``'s envs through :func:`wrap_ood` (``make`` itself at rate 0): where the envs are built elsewhere.
+    """``make``'s envs through :func:`wrap_ood` (``make`` itself at rate 0).
 
-    ``trainer.backend=ray`` builds them on the env hosts without the noise, and the driver adds it here, at the
-    rate of the purpose (training or evaluation) that the hosts do not know.
+    A run builds its envs clean (locally, or on Ray env hosts that do not know the purpose) and adds the noise
+    here, at the rate of the purpose: ``env.ood_rate`` for training, ``env.eval_ood_rate`` for evaluation.
     """
     if rate <= 0:
         return make
     return lambda task: wrap_ood(make(task), rate=rate, seed=seed)
 
 
-__all__ = ["KINDS", "OodToolOutput", "evaluation_config", "ood_factory", "perturb", "wrap_ood"]
+__all__ = ["KINDS", "OodToolOutput", "ood_factory", "perturb", "wrap_ood"]

@@ -10,7 +10,7 @@ evaluation one (greedy, one episode per task, at least
 trace) — one rollout path for both. Their env factories differ only in the
 out-of-distribution tool output: training's has ``env.ood_rate``, evaluation's
 ``env.eval_ood_rate`` (0 by default: the policy is measured on the clean env;
-:func:`tirl.envs.ood.evaluation_config`). The recipe that uses these parts is
+:func:`tirl.envs.ood.ood_factory` adds each one's, for both backends). The recipe that uses these parts is
 :mod:`tirl.trainer.run`.
 
 Task sets: the evaluation (held-out) set is ``env.eval_size`` tasks generated
@@ -306,23 +306,32 @@ def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: fl
 
 
 def _env_factories(cfg: TirlConfig, rules: ParseRules | None) -> tuple[Any, EnvFactory, EnvFactory]:
-    """The sandbox (or Ray env pool) and the env factories of training and of evaluation (module docstring)."""
-    from tirl.envs.ood import evaluation_config, ood_factory
+    """The sandbox (or Ray env pool) and the env factories of training and of evaluation (module docstring).
+
+    Both backends build clean envs (``env.ood_rate`` 0: a Ray host does not know which purpose an env is for);
+    the noise of each purpose is added here, by :func:`tirl.envs.ood.ood_factory`, at its own rate.
+    """
+    from tirl.envs.ood import ood_factory
     from tirl.envs.registry import env_factory
     from tirl.sandbox import create_sandbox
 
+    clean = replace(cfg.env, ood_rate=0.0)
+    holder: Any
     if cfg.trainer.backend == "ray":  # envs and their sandboxes on Ray actors; scheduling stays here
         from tirl.distributed.ray_backend import EnvRecipe, RayEnvPool
 
-        clean = replace(cfg.env, ood_rate=0.0)  # the hosts build clean envs; the noise of each purpose is added here
         recipe = EnvRecipe(cfg.env.name, clean, cfg.sandbox, kwargs={"rules": rules})  # make_env(rules=...)
-        pool = RayEnvPool(recipe, address=cfg.trainer.ray_address)
-        # RunParts.close() closes the pool: the hosts' envs and sandboxes, then the actors
-        train = ood_factory(pool.make_env, rate=cfg.env.ood_rate, seed=cfg.env.seed)
-        return pool, train, ood_factory(pool.make_env, rate=cfg.env.eval_ood_rate, seed=cfg.env.seed)
-    sandbox = create_sandbox(cfg.sandbox)
-    train = env_factory(cfg.env.name, config=cfg.env, sandbox=sandbox, rules=rules)
-    return sandbox, train, env_factory(cfg.env.name, config=evaluation_config(cfg.env), sandbox=sandbox, rules=rules)
+        holder = RayEnvPool(recipe, address=cfg.trainer.ray_address)  # RunParts.close(): envs, sandboxes, actors
+        make: EnvFactory = holder.make_env
+    else:
+        holder = create_sandbox(cfg.sandbox)
+        make = env_factory(cfg.env.name, config=clean, sandbox=holder, rules=rules)
+    seed = cfg.env.seed
+    return (
+        holder,
+        ood_factory(make, rate=cfg.env.ood_rate, seed=seed),
+        ood_factory(make, rate=cfg.env.eval_ood_rate, seed=seed),
+    )
 
 
 def build_parts(cfg: TirlConfig, *, model_path: str | None, trace_path: str | None) -> RunParts:
