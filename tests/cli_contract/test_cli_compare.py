@@ -7,6 +7,9 @@ The writers themselves are exercised for real in tests/trainer/test_train_cli.py
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,6 +138,21 @@ def test_a_run_directorys_greedy_evaluations_take_the_runs_config(capsys, tmp_pa
     assert got.code == 0 and got.err == "" and "second: " in got.out and "heldout, greedy" in got.out
     _write(run / "config.json", {"env": {**env, "seed": 4}})
     assert_refused(run_cli(capsys, "compare", ours, run), "seed 0 vs 4", "the same --seed")
+
+
+def test_a_fifo_as_the_runs_config_is_not_read(tmp_path: Path) -> None:
+    """A FIFO named config.json blocked ``tirl compare`` for ever (it was read like a file, as summary.json's
+    FIFO was before): it is passed over like a missing config, with the note that the settings were not checked."""
+    run = tmp_path / "run"
+    run.mkdir()
+    bare = {"tasks": _record({"t1": 1, "t2": 1}, 1)["tasks"]}
+    _write(run / "summary.json", {"run_dir": str(run), "eval/before": bare, "eval/after": bare})
+    os.mkfifo(run / "config.json")
+    ours = _write(tmp_path / "e.json", _record({"t1": 1, "t2": 0}, 1, **_SETTINGS))
+    got = subprocess.run([sys.executable, "-m", "tirl.cli", "compare", str(ours), str(run)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert "paired: 2 tasks" in got.stdout and "does not record env, tasks_file, split, seed" in got.stderr
 
 
 @pytest.mark.parametrize(

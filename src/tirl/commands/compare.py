@@ -50,6 +50,8 @@ TASK_SETTINGS = (("env", "--env"), ("tasks_file", "env.tasks_file"), ("split", "
 #: How the tasks were run: a difference between two evaluations of the same tasks is a warning.
 PROTOCOL_SETTINGS = (("decoding", "--sampled, generation.temperature/top_p"), ("ood_rate", "env.eval_ood_rate"),
                      ("max_turns", "env.max_turns"))  # fmt: skip
+#: Every setting a record may carry, by name.
+SETTING_KEYS = tuple(k for k, _ in (*TASK_SETTINGS, *PROTOCOL_SETTINGS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +131,7 @@ def _side(where: str, record: Any, *, model: str = "not recorded", run: dict[str
         solved_counts(outcomes)
     except UnevenSamples as exc:
         raise InputError(where, None, str(exc), "give an evaluation with the same episodes per task") from None
-    keys = [k for k, _ in (*TASK_SETTINGS, *PROTOCOL_SETTINGS)]
-    settings = {**(run or {}), **{k: record[k] for k in keys if k in record}}
+    settings = {**(run or {}), **{k: record[k] for k in SETTING_KEYS if k in record}}
     settings.setdefault("decoding", "greedy")  # a run's own evaluations are greedy and do not say so
     split = str(settings.get("split", "not recorded"))
     return EvalSide(where, str(record.get("model", model)), split, str(settings["decoding"]), outcomes, settings)
@@ -138,9 +139,12 @@ def _side(where: str, record: Any, *, model: str = "not recorded", run: dict[str
 
 def _run_settings(run_dir: Path) -> dict[str, Any]:
     """The settings of a run's greedy evaluations, from its ``config.json`` (none when it cannot be read)."""
+    path = run_dir / run_files.CONFIG
+    if not path.is_file():  # missing, or not a regular file (a FIFO there blocked the read, as summary.json's did)
+        return {}
     try:
-        env = json.loads((run_dir / run_files.CONFIG).read_text(encoding="utf-8")).get("env")
-    except (OSError, ValueError, AttributeError):
+        env = read_json(path).get("env")  # tirl's one JSON reader
+    except (InputError, AttributeError):
         return {}
     if not isinstance(env, dict):
         return {}
@@ -171,8 +175,8 @@ def check_settings(a: EvalSide, b: EvalSide) -> list[str]:
     larger) raise :class:`InputError` naming both values and the options to align; a larger ``--n`` that holds
     the smaller one's tasks (its first ones) is compared on the tasks both hold, with a ``note:`` line. The same
     tasks run differently (:data:`PROTOCOL_SETTINGS`, or another number of episodes per task) give one
-    ``warning:`` line; a setting a record does not carry (an older tirl) one
-    ``note:`` line naming it. Not covered: settings no record carries (the model's context, tool budgets).
+    ``warning:`` line; a setting a record does not carry (an older tirl) one ``note:`` line naming it. Not
+    covered: settings no record carries (the model's context, tool budgets).
     """
     tasks = _differences(a, b, TASK_SETTINGS)
     lines = []
@@ -194,9 +198,8 @@ def check_settings(a: EvalSide, b: EvalSide) -> list[str]:
     if protocol:
         lines.append(f"warning: the same tasks were evaluated differently ({'; '.join(protocol)}): the change "
                      "mixes the model's with the setting's")  # fmt: skip
-    keys = [k for k, _ in (*TASK_SETTINGS, *PROTOCOL_SETTINGS)]
     for side in (a, b):
-        missing = [k for k in keys if k not in side.settings]
+        missing = [k for k in SETTING_KEYS if k not in side.settings]
         if missing:
             lines.append(f"note: {side.where} does not record {', '.join(missing)} (an older tirl): "
                          "not checked against the other evaluation")  # fmt: skip
