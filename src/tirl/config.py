@@ -119,6 +119,7 @@ class EnvConfig:
     chain_min: int = 2  # tir-chain: fewest tool calls a task's chain needs (longer horizons: 4)
     chain_max: int = 4  # tir-chain: most calls (8 needs env.max_turns >= 10 and ~1024 total tokens)
     skyrl_host_code: bool = False  # skyrl-gym: run env classes tirl cannot sandbox (their code runs on this host)
+    reward_mode: Literal["all", "fraction"] = "all"  # swe-lite's training reward: all hidden tests pass | their share
 
     def __post_init__(self) -> None:
         _check(self.max_turns >= 1, "env.max_turns", self.max_turns, "use at least 1")

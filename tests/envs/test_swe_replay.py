@@ -228,3 +228,25 @@ def test_cli_reads_a_run_directory_and_its_config(played_file: Path, capsys: pyt
     assert main(["audit", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "cannot read the run's config" in err and err.count("\n") == 1
+
+
+def test_a_fraction_run_is_re_judged_on_its_own_reward_mode(  # type: ignore[no-untyped-def]
+    make_swe, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run trained with env.reward_mode=fraction: an unfixed episode's partial reward is confirmed, not
+    ``not_reproduced`` (the replay judged it as all-or-nothing, 0, before the mode was read from the run)."""
+    import asyncio
+
+    from tirl.config import config_to_dict, resolve_config
+
+    unfixed = asyncio.run(play(lambda **kw: make_swe(reward_mode="fraction", **kw), TASK, [bash_turn("submit")], "u"))
+    assert 0.0 < float(unfixed.reward or 0.0) < 1.0
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trajectories.jsonl").write_text(json.dumps(unfixed.to_dict()) + "\n")
+    cfg = resolve_config(None, ["env.name=swe-lite", "sandbox.timeout_s=10", "env.reward_mode=fraction"]).config
+    (run / "config.json").write_text(json.dumps(config_to_dict(cfg)))
+    assert main(["audit", str(run), "--rejudge", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdicts"]["mismatched"]["count"] == 0
+    assert report["rejudged"]["by_status"]["confirmed"] == 1

@@ -95,7 +95,9 @@ def _rejudge(trajectories: list[Trajectory], cfg: TirlConfig, rules: ParseRules)
         try:
             return await rejudge_rewarded(
                 trajectories,
-                lambda: SweLiteEnv(sandbox=sandbox, max_turns=cfg.env.max_turns, rules=rules),
+                lambda: SweLiteEnv(
+                    sandbox=sandbox, max_turns=cfg.env.max_turns, rules=rules, reward_mode=cfg.env.reward_mode
+                ),  # a fraction reward is replayed as one
                 tasks,
             )
         finally:

@@ -149,12 +149,19 @@ def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | 
     env runs exactly what the void filter calls an action; another maker does not get it. With
     ``config.ood_rate > 0`` the env comes wrapped in :class:`~tirl.envs.ood.OodToolOutput`. Classes with
     ``takes_offer_tools = True`` (verifiers) get ``offer_tools=config.offer_tools`` unless registered with one.
+    Classes with ``takes_reward_mode = True`` (swe-lite and the skyrl-gym adapter) get ``config.reward_mode``;
+    for any other env a ``reward_mode`` other than ``"all"`` is a :class:`~tirl.errors.ConfigError`
+    (:func:`check_reward_mode`).
     """
     spec = get_spec(name)
     if config is not None:
         kwargs.setdefault("max_turns", config.max_turns)
     maker = _maker(spec)
     target = maker.func if isinstance(maker, functools.partial) else maker
+    if config is not None and getattr(target, "takes_reward_mode", False):
+        kwargs.setdefault("reward_mode", config.reward_mode)  # swe-lite: env.reward_mode
+    elif config is not None:
+        check_reward_mode(name, config)
     from tirl.envs.tool_env import ToolEnv  # here: it imports the sandbox, which `tirl filter` never needs
 
     takes_rules = isinstance(target, type) and (issubclass(target, ToolEnv) or getattr(target, "takes_rules", False))
@@ -174,12 +181,30 @@ def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | 
     return env
 
 
+def check_reward_mode(name: str, config: EnvConfig) -> None:
+    """Refuse ``config.reward_mode`` other than ``"all"`` for an env whose maker does not take it.
+
+    The default ``"all"`` is every env's, and imports nothing; another mode imports the maker to ask it.
+    """
+    if config.reward_mode == "all":
+        return
+    maker = _maker(get_spec(name))
+    target = maker.func if isinstance(maker, functools.partial) else maker
+    if not getattr(target, "takes_reward_mode", False):
+        raise ConfigError(
+            f"env.reward_mode={config.reward_mode!r} applies to swe-lite's test-judged reward, and env {name!r} "
+            "has its own reward — leave env.reward_mode at 'all' (or use env.name=swe-lite)"
+        )
+
+
 def env_factory(
     name: str, *, config: EnvConfig | None = None, rules: ParseRules | None = None, **kwargs: Any
 ) -> Callable[[Task], Env]:
     """An ``EnvFactory`` for the rollout (``task -> fresh env``), checked once up front; see :func:`make_env`."""
     spec = get_spec(name)
     _maker(spec)  # import errors surface now, not in the middle of a rollout
+    if config is not None:
+        check_reward_mode(name, config)
 
     def factory(task: Task) -> Env:
         return make_env(name, config=config, rules=rules, **kwargs)

@@ -138,6 +138,7 @@ class SweLiteEnv(ToolEnv):
     name = "swe-lite"
     answer_reason = TerminationReason.SUBMITTED  # any final answer submits
 
+    takes_reward_mode: ClassVar[bool] = True  # make_env passes env.reward_mode
     defaults: ClassVar[ToolEnvOptions] = {
         "max_turns": 10,
         "system_prompt": DEFAULT_SYSTEM_PROMPT,

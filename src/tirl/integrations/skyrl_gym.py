@@ -177,6 +177,10 @@ def task_source(config: EnvConfig, n: int, seed: int) -> list[Task]:
             raise InputError(where[0], where[1], f"{where[2]}expected an object, got {type(record).__name__}",
                              "write one object per row")  # fmt: skip
         env_class = _check_class(forced or record.get("env_class"), where, config.skyrl_host_code)
+        if env_class not in TIRL_CLASSES and config.reward_mode != "all":
+            raise InputError(where[0], where[1], f"{where[2]}env.reward_mode={config.reward_mode!r} applies to "
+                             f"swe-lite rows, and env_class {env_class!r} has its own reward",
+                             "leave env.reward_mode at 'all', or give only swe-lite rows")  # fmt: skip
         if env_class in TIRL_CLASSES:
             from tirl.integrations.skyrl_swe import swe_row_task
 
@@ -255,6 +259,7 @@ class SkyRLGymEnv:
 
     name = _KIND
     takes_rules = True  # make_env passes the run's action rule (the void filter's)
+    takes_reward_mode = True  # make_env passes env.reward_mode (swe-lite rows; task_source refuses it for others)
 
     def __init__(
         self,
@@ -265,6 +270,7 @@ class SkyRLGymEnv:
         env_config: dict[str, Any] | None = None,
         sandbox: Any = None,  # where the model's code runs (skyrl-gym's python tool, lcb's tests; swe-lite rows)
         sandbox_config: Any = None,
+        reward_mode: str = "all",  # swe-lite rows' reward (SweLiteEnv.reward_mode)
         **_: Any,
     ) -> None:
         if max_turns < 1:
@@ -274,6 +280,7 @@ class SkyRLGymEnv:
         self.rules = rules
         self.env_config = dict(env_config or {})
         self._sandbox = (sandbox, sandbox_config)
+        self.reward_mode = reward_mode
         self._lease = SandboxLease(sandbox, sandbox_config)  # skyrl-gym's code execution, routed here
         self._code: SandboxedCode | None = None
         self._tirl: Env | None = None  # the tirl env of a row whose env_class is tirl's own (swe-lite)
@@ -325,7 +332,7 @@ class SkyRLGymEnv:
         self._task, self.env_class = task, env_class
         sandbox, sandbox_config = self._sandbox
         self._tirl = SweLiteEnv(sandbox=sandbox, sandbox_config=sandbox_config, max_turns=self.max_turns,
-                                rules=self.rules)  # fmt: skip
+                                rules=self.rules, reward_mode=self.reward_mode)  # fmt: skip
         return await self._tirl.reset(task, seed=seed)
 
     def _end(self, reason: TerminationReason, obs: list[Message], reward: float, info: dict[str, Any]) -> StepResult:

@@ -6,7 +6,8 @@ second instead of a run that loads the model, starts the sandbox and then
 fails every episode. It checks:
 
 * the environment name (:func:`tirl.envs.registry.get_spec`: a typo'd name is
-  an error naming the registered ones) — this part imports no torch;
+  an error naming the registered ones) — this part imports no torch — and that
+  ``env.reward_mode`` other than ``all`` names an env with a test-judged reward (swe-lite);
 * tools the environment offers the model (``env.tools`` for tirl's own envs;
   a verifiers ``ToolEnv``'s tools unless ``env.offer_tools=false``) against
   the model's chat format: the built-in tiny models' format renders no tool
@@ -173,9 +174,10 @@ def preflight(cfg: TirlConfig, *, model_path: str | None = None) -> None:
     The device is checked when the model loads in this process (``trainer.backend=local``); Ray's workers
     check their own (:func:`tirl.models.loading.check_device`, in ``load_policy``).
     """
-    from tirl.envs.registry import get_spec
+    from tirl.envs.registry import check_reward_mode, get_spec
 
     get_spec(cfg.env.name)
+    check_reward_mode(cfg.env.name, cfg.env)  # env.reward_mode=fraction on an env with its own reward
     check_tools(cfg, model_path)
     if cfg.trainer.backend == "local" and cfg.model.device != "cpu":
         from tirl.models.loading import check_device
