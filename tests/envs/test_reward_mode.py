@@ -5,20 +5,24 @@ swe-lite through ``make_env`` (a real episode through the real sandbox and judge
 share of tests it passes, and ``correct`` stays all-pass, which is what every evaluation counts); the
 skyrl-gym adapter passing it to its swe-lite rows; the refusal for envs with their own reward (the
 registry, the task file of a SkyRL non-swe row, and ``tirl train`` as one error line); ``tirl audit``
-not calling a fraction that its test counts give a mismatch.
+not calling a fraction that its test counts give a mismatch; evaluation's envs built all-pass whatever the
+training key says (the factories of a wired run, :func:`tirl.trainer.wiring.build_parts`, with a tiny model on
+disk: a real unfixed episode on each; and a Ray env host told so per env — its actor body, no cluster started).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tirl.cli import main
-from tirl.config import EnvConfig
+from tirl.config import EnvConfig, load_config
 from tirl.diagnostics.verdicts import verdict_ceiling
 from tirl.envs.registry import check_reward_mode, make_env
 from tirl.envs.swe_lite import SweLiteEnv, generate_swe_tasks
@@ -106,3 +110,54 @@ def test_a_fraction_its_counts_give_is_no_mismatch() -> None:
     record = {"tests_passed": 3, "tests_total": 5, "eval_timed_out": False, "eval_failure": None}
     assert verdict_ceiling(record) == pytest.approx(0.6)
     assert verdict_ceiling({**record, "tests_passed": 5}) == 1.0
+
+
+SUBMIT = ["```bash\nsubmit\n```"]  # the unfixed code, judged: some hidden tests pass, not all
+
+
+async def test_every_evaluation_env_of_a_fraction_run_is_all_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Training's envs earn the share of tests; greedy and sampled evaluation's earn 0 for the same unfixed
+    episode (they were built from the training config, so a fraction run's evaluation envs paid the share too)."""
+    from tests.tiny_run import save_tiny_model
+
+    from tirl.trainer.sampled_eval import sampling_strategy
+    from tirl.trainer.wiring import build_parts
+
+    monkeypatch.setenv("TIRL_CACHE_DIR", str(tmp_path / "cache"))
+    backend = os.environ.get("TIRL_ENVS_TEST_BACKEND", "auto")
+    overrides = [f"model.path={save_tiny_model(tmp_path / 'tiny')}", "env.name=swe-lite", "env.reward_mode=fraction",
+                 f"sandbox.backend={backend}", "sandbox.warm_pool=false", "trainer.threads=1"]  # fmt: skip
+    cfg = load_config(None, overrides)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        parts = build_parts(cfg, model_path=None, trace_path=None)
+    try:
+        async with sampling_strategy(parts, cfg) as sampled:
+            factories = [s.env_factory for s in (parts.strategy, parts.eval_strategy, sampled)]  # type: ignore[attr-defined]
+            train, greedy, sampled_eval = [await play(lambda make=make: make(TASK), TASK, SUBMIT) for make in factories]
+    finally:
+        await parts.close()
+    passed, total = train.info["tests_passed"], train.info["tests_total"]
+    assert 0 < passed < total and train.reward == pytest.approx(passed / total)
+    for result in (greedy, sampled_eval):
+        assert (result.reward, result.correct) == (0.0, False)
+        assert (result.info["tests_passed"], result.info["tests_total"]) == (passed, total)
+    assert not train.correct  # accuracy counts correct: all-pass under both
+
+
+async def test_a_ray_host_builds_the_envs_it_is_told_to_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Ray path: the hosts hold training's config; evaluation's envs are reset with ``reward_mode="all"``."""
+    from tirl.distributed.ray_backend import EnvHost, EnvRecipe
+    from tirl.trainer.wiring import EVALUATION_ENV
+
+    monkeypatch.setenv("TIRL_CACHE_DIR", str(tmp_path / "cache"))
+    host = EnvHost(EnvRecipe("swe-lite", EnvConfig(name="swe-lite", reward_mode="fraction")))
+    try:
+        await host.reset("train", TASK, None)
+        await host.reset("eval", TASK, None, dict(EVALUATION_ENV))
+        modes = {key: getattr(env, "reward_mode", None) for key, env in host.envs.items()}
+    finally:
+        await host.shutdown()
+    assert modes == {"train": "fraction", "eval": "all"}

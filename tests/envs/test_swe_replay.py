@@ -250,3 +250,26 @@ def test_a_fraction_run_is_re_judged_on_its_own_reward_mode(  # type: ignore[no-
     report = json.loads(capsys.readouterr().out)
     assert report["verdicts"]["mismatched"]["count"] == 0
     assert report["rejudged"]["by_status"]["confirmed"] == 1
+
+
+def test_a_bare_file_of_a_fraction_run_is_re_judged_under_fraction(  # type: ignore[no-untyped-def]
+    make_swe, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the run's config a reward strictly between 0 and 1 can only be a fraction run's: it is replayed
+    under fraction (the preset's all-or-nothing replay earned 0: ``not_reproduced``, exit 1), and a fraction
+    raised after the fact is still ``not_reproduced``."""
+    import asyncio
+
+    unfixed = asyncio.run(play(lambda **kw: make_swe(reward_mode="fraction", **kw), TASK, [bash_turn("submit")], "u"))
+    reward = float(unfixed.reward or 0.0)
+    assert 0.0 < reward < 0.95
+    raised = {**unfixed.to_dict(), "id": "raised", "reward": 0.99}
+    path = tmp_path / "swe.jsonl"
+    path.write_text(json.dumps(unfixed.to_dict()) + "\n")
+    assert main(["audit", str(path), "--rejudge", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rejudged"]["by_status"]["confirmed"] == 1
+    path.write_text(json.dumps(unfixed.to_dict()) + "\n" + json.dumps(raised) + "\n")
+    assert main(["audit", str(path), "--rejudge", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdicts"]["mismatched"] == {"count": 1, "examples": ["raised"]}
+    assert {i["id"]: i["status"] for i in report["rejudged"]["items"]} == {"u": "confirmed", "raised": "not_reproduced"}

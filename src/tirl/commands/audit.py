@@ -7,14 +7,17 @@ episodes (:mod:`tirl.envs.swe_replay`).
 A run directory's own ``config.json`` gives the action rule (as the run judged its turns) and, for
 ``--rejudge``, the env, the sandbox and the task file; ``--config`` does the same for a bare file
 (a run directory and ``--config`` together are refused). Without either, the rule is tirl's default and
-the re-judge replays on swe-lite's preset. Exit status: 0, or 1 when ``--rejudge`` finds a reward that
-is not earned (``outside_sources`` or ``not_reproduced``); bad input is one ``error:`` line, exit 2.
+the re-judge replays on swe-lite's preset, under ``env.reward_mode=fraction`` when a recorded reward lies
+strictly between 0 and 1 (only a fraction run records one), else ``all``. Exit status: 0, or 1 when
+``--rejudge`` finds a reward that is not earned (``outside_sources`` or ``not_reproduced``); bad input is one
+``error:`` line, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,6 +82,11 @@ def _replay_config(cfg: TirlConfig | None, where: str) -> TirlConfig:
     return cfg
 
 
+def _fraction_run(trajectories: list[Trajectory]) -> bool:
+    """Whether a reward strictly between 0 and 1 is recorded: only ``env.reward_mode=fraction`` gives one."""
+    return any(0.0 < float(t.reward or 0.0) < 1.0 for t in trajectories)
+
+
 def _rejudge(trajectories: list[Trajectory], cfg: TirlConfig, rules: ParseRules) -> list[Rejudgement]:
     """Replay the rewarded trajectories on ``cfg``'s sandbox and tasks (:mod:`tirl.envs.swe_replay`)."""
     from tirl.envs.registry import load_tasks
@@ -124,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if not trajectories:  # it printed a table of zeros, exit 0
         raise InputError(str(path), None, "holds no trajectories (a run writes them from its first step on)",
                          "give a trajectory JSONL with at least one line")  # fmt: skip
+    if replay_cfg is not None and cfg is None and _fraction_run(trajectories):  # a bare file of a fraction run
+        replay_cfg = replace(replay_cfg, env=replace(replay_cfg.env, reward_mode="fraction"))
     report = audit_trajectories(trajectories, rules)
     data = report.to_dict()
     suspect = 0

@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tirl.config import EnvConfig, SandboxConfig
@@ -56,7 +57,8 @@ log = logging.getLogger(__name__)
 class EnvRecipe:
     """How a host builds envs: ``make_env(env_name, config=env_config, sandbox=<host sandbox>, **kwargs)``.
 
-    With ``sandbox_config=None`` no sandbox is passed (the env makes its own, if any).
+    With ``sandbox_config=None`` no sandbox is passed (the env makes its own, if any). An env may be built with
+    some ``env_config`` fields changed (:meth:`RayEnvPool.factory`: evaluation's ``reward_mode="all"``).
     """
 
     env_name: str
@@ -74,9 +76,12 @@ class EnvHost:
         self.sandbox: Any = None
         self.created = 0
 
-    def _make(self) -> Env:
+    def _make(self, changes: dict[str, Any] | None = None) -> Env:
         from tirl.envs.registry import make_env
 
+        config = self.recipe.env_config
+        if changes and config is not None:
+            config = replace(config, **changes)
         kwargs = dict(self.recipe.kwargs)
         if self.recipe.sandbox_config is not None:
             if self.sandbox is None:
@@ -84,7 +89,7 @@ class EnvHost:
 
                 self.sandbox = create_sandbox(self.recipe.sandbox_config, warn=False)
             kwargs["sandbox"] = self.sandbox
-        return make_env(self.recipe.env_name, config=self.recipe.env_config, **kwargs)
+        return make_env(self.recipe.env_name, config=config, **kwargs)
 
     def _env(self, env_id: str) -> Env:
         env = self.envs.get(env_id)
@@ -100,9 +105,11 @@ class EnvHost:
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "envs": len(self.envs)}
 
-    async def reset(self, env_id: str, task: Task, seed: int | None) -> list[Message]:
-        """Create env ``env_id`` and reset it."""
-        env = self._make()
+    async def reset(
+        self, env_id: str, task: Task, seed: int | None, changes: dict[str, Any] | None = None
+    ) -> list[Message]:
+        """Create env ``env_id`` (the recipe's config with ``changes``) and reset it."""
+        env = self._make(changes)
         self.envs[env_id] = env
         self.created += 1
         return list(await env.reset(task, seed=seed))
@@ -142,11 +149,14 @@ def ray_module() -> Any:
 class RayEnvProxy:
     """An :class:`~tirl.envs.base.Env` whose methods run on an :class:`EnvHost` actor."""
 
-    def __init__(self, pool: RayEnvPool, host: int, env_id: str, name: str) -> None:
+    def __init__(
+        self, pool: RayEnvPool, host: int, env_id: str, name: str, changes: dict[str, Any] | None = None
+    ) -> None:
         self.pool = pool
         self.host = host
         self.env_id = env_id
         self.name = name
+        self.changes = changes  # env_config fields the host changes for this env (None: the recipe's)
         self._opened = False
 
     async def _call(self, method: str, *args: Any) -> Any:
@@ -167,7 +177,7 @@ class RayEnvProxy:
     async def reset(self, task: Task, *, seed: int | None = None) -> list[Message]:
         """Create the env on its host and reset it there."""
         self._opened = True
-        return list(await self._call("reset", task, seed))
+        return list(await self._call("reset", task, seed, self.changes))
 
     async def step(self, action: Message) -> StepResult:
         """``step`` on the host."""
@@ -347,14 +357,18 @@ class RayEnvPool:
             self.death[host] = why
             log.warning("ray env host %d died: %s", host, why)
 
-    def make_env(self, task: Task) -> Env:
-        """The ``EnvFactory``: a proxy on the live host with the fewest envs."""
+    def make_env(self, task: Task, changes: dict[str, Any] | None = None) -> Env:
+        """The ``EnvFactory``: a proxy on the live host with the fewest envs (``changes``: see :meth:`factory`)."""
         live = [i for i, ok in enumerate(self.alive) if ok]
         if not live:
             raise EnvError("no live Ray env host: " + "; ".join(f"host {i}: {d}" for i, d in enumerate(self.death)))
         host = min(live, key=lambda i: self.placed[i])
         self.placed[host] += 1
-        return RayEnvProxy(self, host, f"{task.id}#{next(self._ids)}", self.recipe.env_name)
+        return RayEnvProxy(self, host, f"{task.id}#{next(self._ids)}", self.recipe.env_name, changes)
+
+    def factory(self, **changes: Any) -> Callable[[Task], Env]:
+        """An ``EnvFactory`` whose envs the hosts build with these ``env_config`` fields changed."""
+        return functools.partial(self.make_env, changes=dict(changes))
 
     async def close(self) -> None:
         """Shut the hosts down (close their envs and sandboxes) and kill the actors."""

@@ -7,11 +7,12 @@ sees the resulting :class:`~tirl.rollout.base.RolloutStrategy`. There are two
 strategies: the training one (sampling, with the pipeline trace) and the
 evaluation one (greedy, one episode per task, at least
 :data:`~tirl.rollout.evaluation.EVAL_CONCURRENCY` episodes in flight, no
-trace) — one rollout path for both. Their env factories differ only in the
+trace) — one rollout path for both. Their env factories differ in the
 out-of-distribution tool output: training's has ``env.ood_rate``, evaluation's
 ``env.eval_ood_rate`` (0 by default: the policy is measured on the clean env;
-:func:`tirl.envs.ood.ood_factory` adds each one's, for both backends). The recipe that uses these parts is
-:mod:`tirl.trainer.run`.
+:func:`tirl.envs.ood.ood_factory` adds each one's, for both backends), and in the reward: evaluation's envs are
+built with ``env.reward_mode="all"`` (:data:`EVALUATION_ENV`: a task is solved when every hidden test passes)
+whatever training's reward is. The recipe that uses these parts is :mod:`tirl.trainer.run`.
 
 Task sets: the evaluation (held-out) set is ``env.eval_size`` tasks generated
 from the evaluation seed (``tirl.envs.seeds.EVAL_SEED_OFFSET + env.seed``), leaving out every
@@ -305,17 +306,24 @@ def _runner(cfg: TirlConfig, generator: Generator, chat: Any, *, temperature: fl
     )
 
 
+#: the env settings every evaluation's envs are built with, whatever training's are: a task is solved when every
+#: hidden test passes (``env.reward_mode=fraction`` is a training signal; accuracy stays all-pass)
+EVALUATION_ENV: dict[str, Any] = {"reward_mode": "all"}
+
+
 def _env_factories(cfg: TirlConfig, rules: ParseRules | None) -> tuple[Any, EnvFactory, EnvFactory]:
     """The sandbox (or Ray env pool) and the env factories of training and of evaluation (module docstring).
 
     Both backends build clean envs (``env.ood_rate`` 0: a Ray host does not know which purpose an env is for);
-    the noise of each purpose is added here, by :func:`tirl.envs.ood.ood_factory`, at its own rate.
+    the noise of each purpose is added here, by :func:`tirl.envs.ood.ood_factory`, at its own rate. Evaluation's
+    envs get :data:`EVALUATION_ENV` (a Ray host is told per env); with the defaults both purposes share one factory.
     """
     from tirl.envs.ood import ood_factory
     from tirl.envs.registry import env_factory
     from tirl.sandbox import create_sandbox
 
     clean = replace(cfg.env, ood_rate=0.0)
+    judged = {k: v for k, v in EVALUATION_ENV.items() if getattr(clean, k) != v}  # what evaluation's envs change
     holder: Any
     if cfg.trainer.backend == "ray":  # envs and their sandboxes on Ray actors; scheduling stays here
         from tirl.distributed.ray_backend import EnvRecipe, RayEnvPool
@@ -323,14 +331,18 @@ def _env_factories(cfg: TirlConfig, rules: ParseRules | None) -> tuple[Any, EnvF
         recipe = EnvRecipe(cfg.env.name, clean, cfg.sandbox, kwargs={"rules": rules})  # make_env(rules=...)
         holder = RayEnvPool(recipe, address=cfg.trainer.ray_address)  # RunParts.close(): envs, sandboxes, actors
         make: EnvFactory = holder.make_env
+        make_eval = holder.factory(**judged) if judged else make
     else:
         holder = create_sandbox(cfg.sandbox)
         make = env_factory(cfg.env.name, config=clean, sandbox=holder, rules=rules)
+        make_eval = (
+            env_factory(cfg.env.name, config=replace(clean, **judged), sandbox=holder, rules=rules) if judged else make
+        )
     seed = cfg.env.seed
     return (
         holder,
         ood_factory(make, rate=cfg.env.ood_rate, seed=seed),
-        ood_factory(make, rate=cfg.env.eval_ood_rate, seed=seed),
+        ood_factory(make_eval, rate=cfg.env.eval_ood_rate, seed=seed),
     )
 
 
