@@ -60,6 +60,7 @@ from tirl.sft import (
 )
 from tirl.sft_checkpoint import check_sft_out, save_sft_checkpoint
 from tirl.types import Trajectory
+from tirl.wording import counted
 
 
 def demo_env(cfg: SFTConfig) -> str:
@@ -260,7 +261,7 @@ def _copy_warmup(model: Any, tokenizer: Any, chat: ChatFormat, cfg: SFTConfig) -
         kind = f"swe-lite copy curriculum ({cfg.copy_short_share:.0%} short episodes)"
     else:
         copies, kind = copy_curriculum(n, chat, seed=cfg.seed, tools=cfg.tools), "copy curriculum"
-    cfg.log(f"{kind}: {cfg.copy_steps} steps of {cfg.copy_batch_size}")
+    cfg.log(f"{kind}: {counted(cfg.copy_steps, 'step')} of {cfg.copy_batch_size}")
     if swe:
         _log_copy_check(model, chat, cfg, "before")
     train_sft(model, copies, copy_cfg, pad_id=int(tokenizer.pad_token_id or 0))

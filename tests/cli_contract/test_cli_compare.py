@@ -164,7 +164,7 @@ def test_a_fifo_as_the_runs_config_is_not_read(tmp_path: Path) -> None:
         ({"tasks": [{"id": "a", "correct": 1}]}, ["tasks[0]", "boolean 'correct'"]),
         (
             {"tasks": [{"id": "a", "correct": True}, {"id": "a", "correct": True}, {"id": "b", "correct": True}]},
-            ["task 'b' has 1 episodes where the others have 2"],
+            ["task 'b' has 1 episode where the others have 2"],
         ),
     ],
 )
@@ -204,7 +204,7 @@ def test_sampled_picks_a_run_directorys_sampled_pair(capsys, tmp_path: Path) -> 
     other = _write(tmp_path / "other.json", _record({"t1": 0, "t2": 1, "t3": 2, "t4": 0}, 4))
     assert "0.1875 -> 0.4375" in run_cli(capsys, "compare", other, tmp_path, "--sampled").out  # a run dir: after
     plain = run_cli(capsys, "compare", tmp_path)  # without --sampled: the greedy pair, and a note on the other
-    assert "paired: 2 tasks (1 vs 1 episodes per task)" in plain.out and "compare them with --sampled" in plain.err
+    assert "paired: 2 tasks (1 vs 1 episode per task)" in plain.out and "compare them with --sampled" in plain.err
     (tmp_path / "eval_before_sampled.json").unlink()
     assert_refused(run_cli(capsys, "compare", tmp_path, "--sampled"), "has no sampled evaluation before training")
     assert_refused(run_cli(capsys, "compare", other, other, "--sampled"), "--sampled", "drop --sampled")

@@ -201,7 +201,7 @@ def test_tirl_sft_warms_up_on_the_swe_curriculum(chat: SimpleChatFormat) -> None
     cfg = SFTConfig(env="swe-lite", copy_steps=1, copy_batch_size=2, log=lines.append)
     before = [p.detach().clone() for p in model.parameters()]
     _copy_warmup(model, tokenizer, chat, cfg)
-    assert lines[0] == "swe-lite copy curriculum (50% short episodes): 1 steps of 2"
+    assert lines[0] == "swe-lite copy curriculum (50% short episodes): 1 step of 2"
     assert lines[1].startswith("copy check before the warm-up (12 validation tasks, greedy, exact turn): locate ")
     assert lines[2].startswith("copy check after the warm-up") and " · fix 0/12 (tokens " in lines[2]
     assert any((p != q).any() for p, q in zip(model.parameters(), before, strict=True))

@@ -190,6 +190,17 @@ def test_a_file_without_void_trajectories_gives_no_rate_of_nothing(tmp_path: Pat
     for extra in ([], ["--config", str(config)]):
         res = run("filter", str(src), "--verdicts", str(tmp_path / "v.jsonl"), *extra)
         assert res.returncode == 0, res.stderr
-        assert res.stdout.splitlines()[0] == "1 trajectories: 1 valid, 0 void (void ratio 0.0%)"
+        assert res.stdout.splitlines()[0] == "1 trajectory: 1 valid, 0 void (void ratio 0.0%)"  # was "1 trajectories"
         assert "audit: no trajectory is void, so none could still end with the correct answer" in res.stdout
         assert "0 of 0" not in res.stdout
+
+
+def test_json_has_no_rate_of_nothing(tmp_path: Path) -> None:
+    """--json said "void_but_correct_rate": 0.0 for a file with no void trajectory: a rate over none is null."""
+    src = tmp_path / "in.jsonl"
+    write(src, LINES[:1])
+    res = run("filter", str(src), "--verdicts", str(tmp_path / "v.jsonl"), "--json")
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["void"] == 0 and summary["void_but_correct"] == 0
+    assert summary["void_but_correct_rate"] is None

@@ -84,7 +84,7 @@ def test_a_run_writes_both_sampled_evaluations_and_compare_reads_them(tmp_path: 
     assert got["samples"] == [2, 2] and got["p_value"] == paired["p_value"] and got["n"] == 4
     assert "eval_before_sampled.json" in got["first"] and "eval_after_sampled.json" in got["second"]
     code, out, err = _main(["compare", run_dir], capsys)  # greedy, as before, with a note on the sampled pair
-    assert code == 0 and "paired: 4 tasks (1 vs 1 episodes per task)" in out and "--sampled" in err
+    assert code == 0 and "paired: 4 tasks (1 vs 1 episode per task)" in out and "--sampled" in err
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from tirl.fileio import atomic_write, check_output, refuse_overwrite
 from tirl.filters import RuleOptions, rules_with_options
 from tirl.filters.stream import judge_file
 from tirl.parsing import ParseRules
+from tirl.wording import counted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,13 +91,13 @@ def run(args: argparse.Namespace) -> int:
         "void_ratio": void / total if total else 0.0,
         "with_answer": with_answer,
         "void_but_correct": len(void_correct),
-        "void_but_correct_rate": len(void_correct) / void if void else 0.0,
+        "void_but_correct_rate": len(void_correct) / void if void and with_answer else None,  # none void: no rate
         "void_but_correct_ids": void_correct,
     }
     if args.json:
         print(json.dumps(summary))
         return 0
-    print(f"{total} trajectories: {total - void} valid, {void} void (void ratio {summary['void_ratio']:.1%})")
+    print(f"{counted(total, 'trajectory')}: {total - void} valid, {void} void (void ratio {summary['void_ratio']:.1%})")
     print(f"verdicts written to {args.verdicts}" + (f"; kept trajectories written to {args.kept}" if args.kept else ""))
     if with_answer and not void:  # "0 of 0 void trajectories ... (0.0%)" was a rate of nothing
         print("audit: no trajectory is void, so none could still end with the correct answer")

@@ -64,6 +64,7 @@ from tirl.trainer.preflight import (
     start_warnings,
 )
 from tirl.trainer.run_lock import LOCK_NAME, hold_run_dir
+from tirl.wording import counted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -414,7 +415,7 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
         raise
     if "eval/accuracy_before" in summary:
         print(
-            f"eval accuracy ({summary['eval/n']} {_split(cfg)} {run_label(cfg)} tasks): "
+            f"eval accuracy ({counted(summary['eval/n'], f'{_split(cfg)} {run_label(cfg)} task')}): "
             f"{summary['eval/accuracy_before']:.3f} before -> {summary['eval/accuracy_after']:.3f} after"
         )
         paired = summary.get("eval/paired")

@@ -42,6 +42,7 @@ from collections.abc import Collection
 from tirl.diagnostics.adapters import MetricsLog
 from tirl.diagnostics.robust import Shift, early_shift, log_values
 from tirl.diagnostics.thresholds import TrainingThresholds
+from tirl.wording import counted
 
 
 def _known(log: MetricsLog, *names: str) -> int:
@@ -50,7 +51,7 @@ def _known(log: MetricsLog, *names: str) -> int:
 
 
 def _steps(n: int) -> str:
-    return f"{n} step" if n == 1 else f"{n} steps"
+    return counted(n, "step")
 
 
 def _unjudged_early(

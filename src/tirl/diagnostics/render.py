@@ -21,6 +21,7 @@ from tirl.diagnostics.advice import check_first
 from tirl.diagnostics.pipeline import PipelineDiagnosis, high_text
 from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, evidence_lines, spikes_text, steps_text
 from tirl.errors import printable
+from tirl.wording import counted
 
 #: The width of a console that is not a terminal (a pipe, a file): wide enough that tables keep their natural
 #: width instead of being cut to rich's default of 80 columns. ``COLUMNS`` overrides it.
@@ -252,8 +253,8 @@ def print_audit(data: dict[str, Any], path: str, console: Console | None = None)
     console = console or output_console()
     data, path = for_terminal(data), for_terminal(path)
     console.print(
-        f"[bold]{path}[/bold]: {data['trajectories']} trajectories, {data['void']} void "
-        f"({data['void_ratio']:.1%}), {data['void_turns']} void turns"
+        f"[bold]{path}[/bold]: {counted(data['trajectories'], 'trajectory')}, {data['void']} void "
+        f"({data['void_ratio']:.1%}), {counted(data['void_turns'], 'void turn')}"
     )
     if data["void_reasons"]:
         table = Table(title="void turns by reason")
@@ -305,19 +306,20 @@ def _print_verdicts(verdicts: dict[str, Any] | None, rejudged: dict[str, Any] | 
         rewarded, mismatched = verdicts["rewarded"], verdicts["mismatched"]
         unjudged = verdicts["rewarded_without_counts"]
         console.print(
-            f"test verdicts: {verdicts['judged']} trajectories with test counts, {rewarded['count']} rewarded; "
+            f"test verdicts: {counted(verdicts['judged'], 'trajectory')} with test counts, "
+            f"{rewarded['count']} rewarded; "
             f"reward above its verdict: {mismatched['count']}{_ids(mismatched)}; "
             f"rewarded without counts: {unjudged['count']}{_ids(unjudged)}"
         )
         if verdicts["signs"]:
             console.print("signs of tampering in what the agent ran (a reason to look, not a verdict):")
             for kind, row in verdicts["signs"].items():
-                console.print(f"  {kind}: {row['count']} trajectories, {row['rewarded']} rewarded{_ids(row)}")
+                console.print(f"  {kind}: {counted(row['count'], 'trajectory')}, {row['rewarded']} rewarded{_ids(row)}")
         else:
             console.print("signs of tampering in what the agent ran: none")
     if rejudged is not None:
         counts = ", ".join(f"{k} {v}" for k, v in rejudged["by_status"].items())
-        console.print(f"re-judged {rejudged['rewarded']} rewarded trajectories: {counts}")
+        console.print(f"re-judged {counted(rejudged['rewarded'], 'rewarded trajectory')}: {counts}")
         for item in rejudged["items"]:
             if item["status"] != "confirmed":
                 extra = f"; agent's other files: {', '.join(item['extra_files'])}" if item["extra_files"] else ""

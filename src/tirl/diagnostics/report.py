@@ -38,6 +38,7 @@ from tirl.diagnostics.training import SUMMARY, TrainingDiagnosis, diagnose_train
 from tirl.errors import InputError, TirlError, cut, describe, one_line
 from tirl.fileio import write_text
 from tirl.jsonl import JSONProblem, parse_json
+from tirl.wording import counted
 
 FILES: dict[str, str] = {
     "metrics.jsonl": "training plots and the training diagnosis",
@@ -383,7 +384,7 @@ def _audit_section(path: Path) -> str:
     rate = "no ground truth" if vc["rate"] is None else f"{vc['correct']}/{vc['with_ground_truth']} ({vc['rate']:.1%})"
     te = data["tool_errors"]
     return (
-        f"<h2>Trajectory audit</h2><p>{data['trajectories']} trajectories, {data['void']} void "
+        f"<h2>Trajectory audit</h2><p>{counted(data['trajectories'], 'trajectory')}, {data['void']} void "
         f"({data['void_ratio']:.1%}); void trajectories that still ended with the correct answer: {rate}; "
         f"tool errors: {te['total']} of {data['tool_messages']} tool messages.</p>"
         + (f"<table><tr><th>void reason</th><th>turns</th><th>examples</th></tr>{reasons}</table>" if reasons else "")

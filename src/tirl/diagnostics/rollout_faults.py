@@ -38,6 +38,7 @@ from tirl.diagnostics.adapters import FAILED_ENDS, MetricsLog
 from tirl.diagnostics.finding import Finding
 from tirl.diagnostics.log_rows import raw_number
 from tirl.diagnostics.thresholds import FaultThresholds
+from tirl.wording import counted
 
 EVAL_FAILURE = "rollout/eval_failure/"
 _MAX_COUNT = 1e15  # the largest count the adapter reads (tirl.diagnostics.adapters); beyond it, or inf: missing
@@ -275,7 +276,7 @@ def faults_not_checked(log: MetricsLog, th: FaultThresholds) -> dict[str, str]:
             "rollout/failed: tirl's own logs)"
         }
     if len(known) < th.steps:
-        have = f"{len(known)} step" if len(known) == 1 else f"{len(known)} steps"
+        have = counted(len(known), "step")
         return {"rollout_faults": f"needs {th.steps} steps with trajectory and failed counts, the log has {have}"}
     if not all(f.staged for f in known):
         return {

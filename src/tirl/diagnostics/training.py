@@ -86,6 +86,7 @@ from tirl.diagnostics.rollout_faults import CHECK_FIRST as FAULTS_CHECK_FIRST
 from tirl.diagnostics.rollout_faults import SUMMARY as FAULTS_SUMMARY
 from tirl.diagnostics.rollout_faults import empty_batch_findings, fault_findings, faults_not_checked
 from tirl.diagnostics.thresholds import TrainingThresholds
+from tirl.wording import counted
 
 SEVERITY: tuple[str, ...] = (
     "void_leak", "void_drift", "late_filter", "detector_inactive", "empty_batch", "rollout_faults", "kl_blowup",
@@ -170,7 +171,7 @@ def _fmt(value: Any) -> str:
 
 def steps_text(n: int) -> str:
     """``"1 step"``, ``"20 steps"``."""
-    return f"{n} step" if n == 1 else f"{n} steps"
+    return counted(n, "step")
 
 
 def spikes_text(steps: tuple[int, ...]) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 from tirl.ablation_stats import bootstrap_ci, mcnemar_exact, wilcoxon_signed_rank
 from tirl.rollout.evaluation import PairedChange, TaskOutcome
+from tirl.wording import counted
 
 
 class UnevenSamples(ValueError):
@@ -47,7 +48,7 @@ def solved_counts(outcomes: Sequence[TaskOutcome]) -> tuple[dict[str, int], int]
     if len(counts) > 1:
         k = Counter(episodes.values()).most_common(1)[0][0]
         odd = next(i for i, c in sorted(episodes.items()) if c != k)
-        raise UnevenSamples(f"task {odd!r} has {episodes[odd]} episodes where the others have {k}")
+        raise UnevenSamples(f"task {odd!r} has {counted(episodes[odd], 'episode')} where the others have {k}")
     solved = Counter(o.id for o in outcomes if o.correct)
     return {i: solved[i] for i in episodes}, counts.pop()
 
@@ -132,13 +133,14 @@ class PairedSamples:
         name = "solved" if ka == kb == 1 else "solve rate (pass@1)"
         ci = f"95% CI {100 * self.ci[0]:+.1f} to {100 * self.ci[1]:+.1f}" if self.ci else "too few tasks for a CI"
         out = [
-            f"paired: {self.n} tasks ({ka} vs {kb} episodes per task)",
-            f"{name}: {ra:.4f} -> {rb:.4f}: {100 * self.change:+.1f} points ({ci}); {self.up} tasks up, "
+            f"paired: {counted(self.n, 'task')} ({ka} vs {kb} {'episode' if ka == kb == 1 else 'episodes'} per task)",
+            f"{name}: {ra:.4f} -> {rb:.4f}: {100 * self.change:+.1f} points ({ci}); {counted(self.up, 'task')} up, "
             f"{self.down} down, {self.n - self.up - self.down} equal; {self.test} p = {self.p_value:.3g}",
         ]
         if self.pass_at_k is not None:
             pk = self.pass_at_k
             out.append(f"pass@{ka}: {pk.both + pk.lost} -> {pk.both + pk.gained} of {pk.n}: {pk.line()}")
         if self.only_first or self.only_second:
-            out.append(f"not paired: {self.only_first} tasks only in the first, {self.only_second} only in the second")
+            first = counted(self.only_first, "task")
+            out.append(f"not paired: {first} only in the first, {self.only_second} only in the second")
         return out
