@@ -5,7 +5,8 @@
 * a path that does not exist (``-`` too: tirl reads no ``-`` as standard input, so the fix names
   ``/dev/stdin``), and a symbolic link whose target does not exist (the target is named);
 * a directory (``tirl review DIR`` said "file not found");
-* ``/dev/stdin`` while standard input is the terminal (nothing is piped in: the read would wait for typing);
+* ``/dev/stdin`` while standard input is the terminal (nothing is piped in: the read would wait for typing),
+  or closed (``<&-``: it said "does not exist");
 * a character or block device (``/dev/zero`` never ends: read line by line, it took the machine's memory);
 * a socket;
 * a pipe (``/dev/stdin`` of ``cmd | tirl ...``, ``<(cmd)``), but only where the caller reads its input more
@@ -47,6 +48,9 @@ def _missing(p: Path, fix: str, pipe_fix: str | None) -> InputError:
     if str(p) == "-":
         stdin_fix = "give /dev/stdin to read standard input" if pipe_fix is None else "save standard input to a file"
         return InputError("-", None, "is no file (tirl does not read '-' as standard input)", stdin_fix)
+    if str(p) in STDIN_NAMES:  # fd 0 closed (`tirl ... <&-`, a service without stdin): /proc/self/fd/0 is gone
+        return InputError(str(p), None, "is standard input, and this process's standard input is closed",
+                          pipe_fix or f"pipe the input in (`tirl ... {p} < FILE`), or give the file's path")  # fmt: skip
     if p.is_symlink():
         return InputError(str(p), None, f"is a link to {os.readlink(p)}, which does not exist", fix)
     return InputError(str(p), None, "does not exist", fix)

@@ -103,3 +103,14 @@ def test_a_regular_file_still_reads(capsys, tmp_path) -> None:
     """The checks refuse only what is no file: an ordinary trajectory file is audited as before."""
     got = run_cli(capsys, "audit", write_jsonl(tmp_path / "t.jsonl", [TRAJ]))
     assert got.code == 0, got.err
+
+
+@pytest.mark.parametrize("argv", [["filter", "/dev/stdin", "--verdicts", "{out}/v.jsonl"], ["audit", "/dev/stdin"]])
+def test_dev_stdin_when_standard_input_is_closed_says_so(tmp_path, argv) -> None:
+    """``tirl ... /dev/stdin <&-``: it said "/dev/stdin: does not exist"; it is standard input, and it is closed."""
+    command = " ".join([*TIRL, *(a.replace("{out}", str(tmp_path)) for a in argv)]) + " <&-"
+    got = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, check=False)
+    lines = got.stderr.strip().splitlines()
+    assert got.returncode == 2 and len(lines) == 1, got.stderr
+    assert lines[0].startswith("error: /dev/stdin: is standard input, and this process's standard input is closed")
+    assert "does not exist" not in lines[0] and not (tmp_path / "v.jsonl").exists()
