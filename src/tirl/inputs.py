@@ -49,8 +49,8 @@ def _missing(p: Path, fix: str, pipe_fix: str | None) -> InputError:
         stdin_fix = "give /dev/stdin to read standard input" if pipe_fix is None else "save standard input to a file"
         return InputError("-", None, "is no file (tirl does not read '-' as standard input)", stdin_fix)
     if str(p) in STDIN_NAMES:  # fd 0 closed (`tirl ... <&-`, a service without stdin): /proc/self/fd/0 is gone
-        return InputError(str(p), None, "is standard input, and this process's standard input is closed",
-                          pipe_fix or f"pipe the input in (`tirl ... {p} < FILE`), or give the file's path")  # fmt: skip
+        closed_fix = pipe_fix or f"pipe the input in (`tirl ... {p} < FILE`), or give the file's path"
+        return InputError(str(p), None, "is standard input, and this process's standard input is closed", closed_fix)
     if p.is_symlink():
         return InputError(str(p), None, f"is a link to {os.readlink(p)}, which does not exist", fix)
     return InputError(str(p), None, "does not exist", fix)
