@@ -99,6 +99,23 @@ def test_a_task_files_seed_is_not_its_tasks(capsys, tmp_path: Path) -> None:
     assert got.code == 0 and got.err == "" and "paired: 2 tasks" in got.out
 
 
+def test_one_task_file_spelled_two_ways_is_the_same_tasks(capsys, tmp_path: Path, monkeypatch) -> None:
+    """A relative and an absolute path, ``./x``, a link to the file: refused as different tasks before; a
+    different file is still refused, and so is a spelling of a file this machine does not have."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "t.jsonl")
+    (tmp_path / "u.jsonl").write_text("{}\n")
+    a = _write(tmp_path / "a.json", _record({"t1": 1, "t2": 0}, 1, **{**_SETTINGS, "tasks_file": "t.jsonl"}))
+    for spelling in (str(tmp_path / "t.jsonl"), "./t.jsonl", "link.jsonl"):
+        b = _write(tmp_path / "b.json", _record({"t1": 1, "t2": 1}, 1, **{**_SETTINGS, "tasks_file": spelling}))
+        got = run_cli(capsys, "compare", a, b)
+        assert got.code == 0 and "paired: 2 tasks" in got.out, (spelling, got.err)
+    for other in ("u.jsonl", "gone/t.jsonl"):
+        b = _write(tmp_path / "b.json", _record({"t1": 1, "t2": 1}, 1, **{**_SETTINGS, "tasks_file": other}))
+        assert_refused(run_cli(capsys, "compare", a, b), "were measured on different tasks", f"vs {other}")
+
+
 def test_the_same_tasks_run_differently_are_compared_with_one_warning(capsys, tmp_path: Path) -> None:
     a = _write(tmp_path / "a.json", _record({"t1": 1, "t2": 0}, 1, **_SETTINGS))
     b = _write(tmp_path / "b.json", _record({"t1": 1, "t2": 1}, 1, **{**_SETTINGS, "max_turns": 3, "ood_rate": 0.3}))

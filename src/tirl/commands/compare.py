@@ -17,7 +17,8 @@ evaluations (with ``--sampled``: without its sampled file), ``--sampled`` withou
 same path twice (links resolved).
 
 Two evaluations of different tasks are refused too (a paired comparison of other tasks is wrong, not noisy): another
-env, task file, split, seed (without a task file: a task file's held-out tasks are its first ones whatever the
+env, task file (two spellings of one file on this machine, relative, absolute or through a link, are one), split,
+seed (without a task file: a task file's held-out tasks are its first ones whatever the
 seed) or number of tasks, each named with both values and the option to align (:func:`check_settings`). The same
 tasks run differently (decoding, episodes per task, ``ood_rate``, ``max_turns``) are compared with one
 ``warning:`` line; a setting one record does not carry (written by an older tirl) gets a ``note:`` that it was
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,11 +159,23 @@ def _shown(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _same_file(first: Any, second: Any) -> bool:
+    """Two recorded task-file paths that name one file here (``x`` and ``./x``, an absolute path, a link)."""
+    if not (isinstance(first, str) and isinstance(second, str)) or first == second:
+        return first == second
+    try:
+        return os.path.samefile(first, second)
+    except (OSError, ValueError):  # either is gone (or unreadable) on this machine: the spellings decide
+        return os.path.normpath(first) == os.path.normpath(second)
+
+
 def _differences(a: EvalSide, b: EvalSide, keys: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     """``("setting A vs B", option)`` of each setting both record and that differs."""
     out = []
     for key, option in keys:
         if key == "seed" and (a.settings.get("tasks_file") or b.settings.get("tasks_file")):
+            continue
+        if key == "tasks_file" and _same_file(a.settings.get(key), b.settings.get(key)):
             continue
         if key in a.settings and key in b.settings and a.settings[key] != b.settings[key]:
             out.append((f"{key} {_shown(a.settings[key])} vs {_shown(b.settings[key])}", option))
