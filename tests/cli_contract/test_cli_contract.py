@@ -153,8 +153,11 @@ def test_sft_copy_short_share_is_a_share(capsys, tmp_path, value, advice):
         (["--layers", "128", "--hidden", "16384"], "billion parameters need"),
         (["--seed", "-1"], "--seed -1 is invalid"),  # trained with it
         (["--train-tasks", "99999999999"], "--train-tasks 99999999999 is invalid"),  # generated without end
-        (["--heads", "0"], "--heads of a fresh tiny model must be >= 1"),
-        (["--hidden", "-8"], "--hidden and --heads of a fresh tiny model must be >= 1"),
+        (["--heads", "0"], "--heads 0 is invalid: a fresh tiny model needs 1 or more"),
+        (["--hidden", "-8"], "--hidden -8 is invalid: a fresh tiny model needs 1 or more"),
+        # the flag given wrong is named (the line listed all five)
+        (["--steps", "0"], "--steps 0 is invalid: use 1 or more"),
+        (["--eval-every", "-2"], "--eval-every -2 is invalid: use 1 or more"),
     ],
 )
 def test_sft_flags_out_of_range_are_refused_before_any_work(capsys, tmp_path, flags, advice):

@@ -171,8 +171,11 @@ def _fresh_model_flags(args: argparse.Namespace) -> None:
 
 
 def _config(args: argparse.Namespace) -> SFTConfig:
-    if args.steps < 1 or args.batch_size < 1 or args.train_tasks < 1 or args.eval_tasks < 1 or args.eval_every < 1:
-        raise ConfigError("--steps, --batch-size, --train-tasks, --eval-tasks and --eval-every must be >= 1")
+    counts = {"--steps": args.steps, "--batch-size": args.batch_size, "--train-tasks": args.train_tasks,
+              "--eval-tasks": args.eval_tasks, "--eval-every": args.eval_every}  # fmt: skip
+    for flag, value in counts.items():  # the one given wrong is named (they were listed together)
+        if value < 1:
+            raise ConfigError(f"{flag} {value} is invalid: use 1 or more")
     if not 1 <= args.difficulty <= 5:
         raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
     check_flag("--threads", "trainer.threads", args.threads)
@@ -187,8 +190,10 @@ def _config(args: argparse.Namespace) -> SFTConfig:
     if args.init and args.arch != "tiny":
         raise ConfigError(f"--arch {args.arch} with --init: the model and its tokenizer come from --init; drop --arch")
     _fresh_model_flags(args)
-    if not args.init and args.arch == "tiny" and (args.layers < 1 or args.hidden < 1 or args.heads < 1):
-        raise ConfigError("--layers, --hidden and --heads of a fresh tiny model must be >= 1")
+    if not args.init and args.arch == "tiny":
+        for flag, value in (("--layers", args.layers), ("--hidden", args.hidden), ("--heads", args.heads)):
+            if value < 1:
+                raise ConfigError(f"{flag} {value} is invalid: a fresh tiny model needs 1 or more")
     if not args.init:  # the bounds and memory of tirl model init's models (a traceback, or the machine's memory)
         spec = ModelSpec(layers=args.layers, hidden=args.hidden, heads=args.heads)
         spec.check()
