@@ -11,9 +11,13 @@ printed command continues the run. Deadlines are generous (minutes); nothing ass
 Covered moments: after a checkpoint (ranks between or inside steps), during the first step (no checkpoint
 yet), and when the hidden ``.step-N.*`` staging directory of a checkpoint was seen — the signal lands some
 moments later, so inside or just after that write; which of the two is not repeatable, and the assertions hold
-for both. Not covered: ``--backend ray --nproc N`` (Ray Train tears its workers down), a second Ctrl-C during the
-clean-up, SIGKILL of the launcher after the rendezvous (rank 1's
-collective fails when rank 0's socket closes, as before; the parent watch also covers it).
+for both. Where the moment matters, a process is held still by SIGSTOP while the signals wait on it: rank 0
+inside a checkpoint write (its staging directory there, ``step-K`` not yet), rank 0 inside its wait for a rank
+it sent SIGTERM (seen pending on that stopped rank). Those cover a second stop signal during the clean-up
+(the ranks killed at once, the write abandoned) and SIGTERM to a run started with SIGINT ignored (the write
+finished first). Not covered: ``--backend ray --nproc N`` (Ray Train tears its workers down), SIGKILL of the
+launcher after the rendezvous (rank 1's collective fails when rank 0's socket closes, as before; the parent
+watch also covers it).
 """
 
 from __future__ import annotations
@@ -102,12 +106,17 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _ignore_sigint() -> None:
+    """(In the child, before exec.) SIGINT ignored, as a shell's background job (``cmd &``, ``trap '' INT``) has it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class Run:
     """A `tirl train` subprocess in its own session, and every process ever seen below it."""
 
     started: ClassVar[list[Run]] = []
 
-    def __init__(self, model_dir: Path, run_dir: Path, nproc: int) -> None:
+    def __init__(self, model_dir: Path, run_dir: Path, nproc: int, *, sigint_ignored: bool = False) -> None:
         cmd = [sys.executable, "-m", "tirl.cli", "train", "--model", str(model_dir), "--run-dir", str(run_dir)]
         cmd += ["--steps", "500", "--nproc", str(nproc), *ARGS]  # far more steps than any test lets it reach
         self.run_dir = run_dir
@@ -115,7 +124,8 @@ class Run:
         # a terminal's foreground job has SIGINT at its default; a pytest-xdist worker ignores SIGINT, and an
         # ignored signal is inherited (the run would ignore Ctrl-C, as a background job rightly does)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True, preexec_fn=_default_sigint)  # fmt: skip
+                                     start_new_session=True,
+                                     preexec_fn=_ignore_sigint if sigint_ignored else _default_sigint)  # fmt: skip
         Run.started.append(self)
 
     def wait_for(self, what: str, ready: Callable[[], bool]) -> None:
@@ -134,6 +144,10 @@ class Run:
             os.killpg(self.proc.pid, sig)
         else:
             self.proc.send_signal(sig)
+        return self.ended()
+
+    def ended(self) -> tuple[int, list[str]]:
+        """Wait for the end of the run (after a signal); (status, stderr lines)."""
         try:
             _, err = self.proc.communicate(timeout=DEADLINE_S)
         finally:
@@ -288,3 +302,107 @@ def test_rank_1_ends_when_the_launcher_is_killed_before_the_rendezvous(model_dir
     args = cmd.split()
     config = Path(args[args.index(b"--config") + 1].decode())
     assert config == tmp_path / "run" / "ranks" / "config.json" and config.is_file()
+
+
+STAGING = re.compile(r"\.step-(\d+)\.w")  # a checkpoint's hidden staging directory (tirl.fileio.staged_dir)
+
+
+def _state(pid: int) -> str:
+    """The state letter of ``pid`` (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _stop(run: Run, pid: int) -> None:
+    """SIGSTOP ``pid`` (a process of ``run``) and wait until it is stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    run.wait_for(f"pid {pid} stopped", lambda: _state(pid) == "T")
+
+
+def _pending(pid: int, sig: signal.Signals) -> bool:
+    """Whether ``sig`` was sent to ``pid`` and waits undelivered (``pid`` is stopped)."""
+    masks = [line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+             if line.startswith(("SigPnd:", "ShdPnd:"))]  # fmt: skip
+    return any(int(mask, 16) >> (sig - 1) & 1 for mask in masks)
+
+
+def _rank_log(run: Run, rank: int) -> list[str]:
+    return (run.run_dir / "ranks" / f"rank-{rank}.log").read_text().strip().splitlines()
+
+
+def _stop_inside_a_write(run: Run) -> int:
+    """Stop rank 0 (SIGSTOP) inside the write of a checkpoint after step 1's; that checkpoint's step.
+
+    Inside: its staging directory is there and ``step-K`` is not, with rank 0 stopped. A staging directory lives
+    for milliseconds; when rank 0 stopped after the rename, it goes on and the next checkpoint is waited for.
+    """
+    ckpts = run.run_dir / "checkpoints"
+
+    def staged() -> list[int]:
+        names = os.listdir(ckpts) if ckpts.is_dir() else []
+        return [k for n in names if (m := STAGING.match(n)) and (k := int(m.group(1))) > 1]
+
+    for _ in range(100):
+        run.wait_for("a staging directory after step 1's", lambda: bool(staged()))
+        _stop(run, run.proc.pid)
+        inside = [k for k in staged() if not (ckpts / f"step-{k}").exists()]
+        if inside:
+            return inside[0]
+        os.kill(run.proc.pid, signal.SIGCONT)
+    raise AssertionError("rank 0 was never stopped inside a checkpoint write in 100 tries")
+
+
+def test_a_second_ctrl_c_while_rank_0_waits_for_rank_1_kills_it_at_once(model_dir: Path, tmp_path: Path) -> None:
+    """Rank 1 stopped (a rank slow to end); Ctrl-C; rank 0 sends rank 1 SIGTERM and waits its 5 s grace; Ctrl-C again.
+
+    Rank 0 is stopped as soon as rank 1's SIGTERM is seen pending (rank 0 inside its wait), gets the second
+    Ctrl-C there and goes on: it kills rank 1 at once (SIGKILL, said in rank 1's log) instead of waiting out
+    the grace (before, the second Ctrl-C only restarted that wait), exit 130 with the one line.
+    """
+    run = Run(model_dir, tmp_path / "run", nproc=2)
+    run.wait_for("step-1", lambda: bool(_checkpoints(run.run_dir)))
+    rank_1 = _follower(run.proc.pid)
+    _stop(run, rank_1)
+    os.killpg(run.proc.pid, signal.SIGINT)  # the first Ctrl-C (pending on the stopped rank 1)
+    run.wait_for("rank 0 sending rank 1 SIGTERM", lambda: _pending(rank_1, signal.SIGTERM))
+    _stop(run, run.proc.pid)
+    assert _state(rank_1) == "T", "rank 1 was killed at the end of its grace: the test came too late"
+    os.killpg(run.proc.pid, signal.SIGINT)  # the second Ctrl-C
+    os.kill(run.proc.pid, signal.SIGCONT)
+    status, err = run.ended()
+    assert _check_stopped(run, signal.SIGINT, status, err, ranks=2) >= 1
+    assert _rank_log(run, 1)[-1:] == ["rank 1: killed by rank 0 at a second stop signal"]
+
+
+def test_ctrl_c_then_sigterm_inside_a_checkpoint_write_abandons_it(model_dir: Path, tmp_path: Path) -> None:
+    """Two stop signals reach rank 0 inside a checkpoint write: Ctrl-C, then SIGTERM (both wait while it is stopped).
+
+    The second skips the graceful part: the write is abandoned (no ``step-K``, no staging directory left), the
+    run keeps the checkpoint before it, rank 1 is killed at once (its log says so), and the status and word are
+    the first signal's (130, ``interrupted``).
+    """
+    run = Run(model_dir, tmp_path / "run", nproc=2)
+    step = _stop_inside_a_write(run)
+    os.kill(run.proc.pid, signal.SIGINT)
+    os.kill(run.proc.pid, signal.SIGTERM)
+    os.kill(run.proc.pid, signal.SIGCONT)  # the two are handled in the order of their numbers: SIGINT first
+    status, err = run.ended()
+    assert _check_stopped(run, signal.SIGINT, status, err, ranks=2) == step - 1
+    assert not [n for n in os.listdir(run.run_dir / "checkpoints") if n.startswith(f".step-{step}.")]
+    assert _rank_log(run, 1)[-1:] == ["rank 1: killed by rank 0 at a second stop signal"]
+
+
+def test_sigterm_to_a_background_run_finishes_the_checkpoint_write(model_dir: Path, tmp_path: Path) -> None:
+    """A run started with SIGINT ignored (a background job; rank 1 inherits it), stopped inside a checkpoint write.
+
+    Ctrl-C to its group changes nothing; SIGTERM stops it gracefully: the checkpoint being written is finished
+    and kept (before, SIGTERM raised ``KeyboardInterrupt`` inside the write, which was abandoned), exit 143,
+    and rank 1 ends by rank 0's SIGTERM although it ignores SIGINT (not killed at the end of its grace).
+    """
+    run = Run(model_dir, tmp_path / "run", nproc=2, sigint_ignored=True)
+    step = _stop_inside_a_write(run)
+    os.killpg(run.proc.pid, signal.SIGINT)  # discarded: every process of the run ignores it
+    os.kill(run.proc.pid, signal.SIGTERM)
+    os.kill(run.proc.pid, signal.SIGCONT)
+    status, err = run.ended()
+    assert _check_stopped(run, signal.SIGTERM, status, err, ranks=2) == step
+    assert not [line for line in _rank_log(run, 1) if "killed by rank 0" in line]

@@ -25,9 +25,10 @@ again, marked ``(saved with the run)``, with the notes of any new ``--set``. A n
 ``env.tasks_file`` absolute when they name local paths (:func:`tirl.trainer.preflight.anchor_paths`), so it
 resumes from any working directory.
 
-Ctrl-C (SIGINT) and SIGTERM stop a run the same way (:class:`TermAsInterrupt`): the run's clean-up (other
-``--nproc`` ranks ended, sandboxes closed), then one line naming the checkpoint kept and ``tirl train --resume
-RUN_DIR`` (:func:`interrupted_line`), exit 130 or 143.
+Ctrl-C (SIGINT) and SIGTERM stop a run the same way (:class:`tirl.trainer.stop_signals.StopSignals`): the
+run's clean-up (other ``--nproc`` ranks ended, sandboxes closed; a second signal skips the graceful part and
+kills the ranks at once), then one line naming the checkpoint kept and ``tirl train --resume RUN_DIR``
+(:func:`interrupted_line`), exit 130 or 143 (the first signal's).
 
 This module only turns arguments into a config and a run directory; the run
 itself (evaluation before and after, reference model, trainer, summary,
@@ -37,12 +38,10 @@ report) is the recipe in :mod:`tirl.trainer.run`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import shutil
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +63,7 @@ from tirl.trainer.preflight import (
     start_warnings,
 )
 from tirl.trainer.run_lock import LOCK_NAME, hold_run_dir
+from tirl.trainer.stop_signals import StopSignals
 from tirl.wording import counted
 
 
@@ -326,50 +326,20 @@ def run(args: argparse.Namespace) -> int:
     cfg, run_dir, created = resolve(args)  # config errors come before the heavy imports below (~1 s, not ~15 s)
     for warning in start_warnings(cfg):
         print(f"warning: {warning}", file=sys.stderr)
-    with TermAsInterrupt() as term:
+    with StopSignals() as stop:
         try:
             from transformers.utils import logging as hf_logging
 
             hf_logging.disable_progress_bar()  # no per-load/per-save bars from transformers in the run's output
             with hold_run_dir(run_dir):  # one writer per run directory: a second --resume of a running run is refused
-                return _run_locked(args, cfg, run_dir, created)
+                return _run_locked(args, cfg, run_dir, created, stop)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say what is left and how to go on (the CLI alone: "interrupted")
+            stop.settle()  # a signal now would only cut this report short
             removed = _remove_unused(run_dir, created, bool(args.resume))
-            word = "terminated (SIGTERM)" if term.received else "interrupted"
+            first = stop.first or signal.SIGINT
+            word = "terminated (SIGTERM)" if first == signal.SIGTERM else "interrupted"
             print(interrupted_line(run_dir, removed=removed, word=word), file=sys.stderr)
-            return 128 + (signal.SIGTERM if term.received else signal.SIGINT)  # 143 / 130, as a shell reports them
-
-
-class TermAsInterrupt:
-    """While in effect, SIGTERM stops ``tirl train`` the way Ctrl-C does: the same clean-up, then exit 143.
-
-    The handler calls the current SIGINT handler (``asyncio.run``'s cancels the training task, so the run's
-    clean-up ends the other ranks and the sandboxes; Python's raises ``KeyboardInterrupt``); with SIGINT ignored
-    (a background job) it raises ``KeyboardInterrupt`` itself. Without it SIGTERM killed the process at once:
-    exit -15, no word, ``--nproc`` ranks left to notice on their own. Only in the main thread (signals are
-    delivered there); the previous handler is restored on exit.
-    """
-
-    def __init__(self) -> None:
-        self.received = False
-        self.previous: Any = None
-
-    def _on_term(self, signum: int, frame: Any) -> None:
-        self.received = True
-        on_int = signal.getsignal(signal.SIGINT)
-        if callable(on_int):
-            on_int(signal.SIGINT, frame)
-        else:
-            raise KeyboardInterrupt
-
-    def __enter__(self) -> TermAsInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._on_term)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+            return 128 + first  # 130 / 143, as a shell reports them
 
 
 def interrupted_line(run_dir: Path, *, removed: bool, word: str = "interrupted") -> str:
@@ -402,14 +372,16 @@ def _remove_unused(run_dir: Path, created: Path | None, resume: bool) -> bool:
     return True
 
 
-def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, created: Path | None) -> int:
+def _run_locked(
+    args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, created: Path | None, stop: StopSignals
+) -> int:
     """The run itself, under the run directory's lock."""
     from tirl.trainer.run import find_resume
 
     # resume: the checkpoint is found (and verified) before anything starts or is written, once for every rank
     start = find_resume(run_dir, cfg.trainer.checkpoint_every, cfg.trainer.steps) if args.resume else None
     try:
-        summary = _train(cfg, run_dir, args, start)
+        summary = _train(cfg, run_dir, args, start, stop)
     except TirlError:
         _remove_unused(run_dir, created, bool(args.resume))
         raise
@@ -435,16 +407,17 @@ def _run_locked(args: argparse.Namespace, cfg: TirlConfig, run_dir: Path, create
     return 0
 
 
-def _train(cfg: TirlConfig, run_dir: Path, args: argparse.Namespace, start: Any) -> dict[str, Any]:
+def _train(cfg: TirlConfig, run_dir: Path, args: argparse.Namespace, start: Any, stop: StopSignals) -> dict[str, Any]:
     """The run in this process (``--nproc 1``), with local follower ranks, or on Ray Train workers.
 
-    ``start`` is the verified checkpoint a resume continues from (:func:`tirl.trainer.run.find_resume`), or None.
+    ``start`` is the verified checkpoint a resume continues from (:func:`tirl.trainer.run.find_resume`), or None;
+    ``stop`` runs the coroutine (the first signal cancels it) and kills the local ranks at a second signal.
     """
     from tirl.trainer.run import train_run
 
     progress = not args.no_progress
     if args.nproc == 1:
-        return asyncio.run(train_run(cfg, run_dir, resume_from=start, progress=progress))
+        return stop.run(train_run(cfg, run_dir, resume_from=start, progress=progress))
     from tirl.distributed.launch import LocalRanks, check_world
     from tirl.models.loading import check_model_files
 
@@ -464,8 +437,9 @@ def _train(cfg: TirlConfig, run_dir: Path, args: argparse.Namespace, start: Any)
         )
     # ranks 1..N-1 start now and wait for rank 0 (this process) at the rendezvous
     ranks = LocalRanks.launch(cfg, run_dir, args.nproc, args.master_port, model_path)
+    stop.on_force(ranks.kill_now)  # a second signal: no grace for the followers, wherever rank 0's clean-up is
     try:
-        return asyncio.run(train_run(cfg, run_dir, resume_from=start, progress=progress, ranks=ranks))
+        return stop.run(train_run(cfg, run_dir, resume_from=start, progress=progress, ranks=ranks))
     except BaseException:  # also before the run took the ranks over (it closes them itself: then this does nothing)
         ranks.close(abort=True)
         raise

@@ -24,7 +24,8 @@ sends rank 0's (possibly resumed) weights and optimiser state,
 :meth:`~LocalRanks.close` tells the followers to stop and reaps them (a
 follower still waiting for the state, because rank 0 failed before sending
 it, is killed after 5 s); when rank 0 was interrupted (Ctrl-C, SIGTERM) or
-failed, it sends them SIGTERM instead. A follower also ends by itself when
+failed, it sends them SIGTERM instead, and :meth:`~LocalRanks.kill_now` kills them at once at a second
+Ctrl-C or SIGTERM (a follower killed by rank 0 has it said in its log). A follower also ends by itself when
 rank 0's process is gone (``kill -9``): it watches its parent
 (:func:`tirl.distributed.follower.watch_parent`).
 
@@ -212,12 +213,32 @@ class LocalRanks:
             if self.config_file:
                 Path(self.config_file).unlink(missing_ok=True)
 
+    def kill_now(self) -> None:
+        """Kill every follower still running (SIGKILL), without waiting: a second Ctrl-C or SIGTERM on rank 0.
+
+        Called from rank 0's signal handler (:class:`tirl.trainer.stop_signals.StopSignals`), wherever its clean-up
+        was; :meth:`close` reaps them. Each one's log says why it ended without a word of its own.
+        """
+        for rank, p in enumerate(self.procs, start=1):
+            if p.poll() is None:
+                p.kill()
+                self._note(rank, "at a second stop signal")
+
     def _reap(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for each follower, kill the ones still running; none is left."""
-        for p in self.procs:
+        for rank, p in enumerate(self.procs, start=1):
             try:
                 p.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+                self._note(rank, f"after a grace of {timeout:g} s")
         self.procs = []
+
+    def _note(self, rank: int, why: str) -> None:
+        """Append why rank 0 killed ``rank`` to that rank's log (best effort: the log may be gone)."""
+        try:
+            with (self.run_dir / run_files.RANKS / f"rank-{rank}.log").open("a") as log:
+                log.write(f"rank {rank}: killed by rank 0 {why}\n")
+        except OSError:
+            pass

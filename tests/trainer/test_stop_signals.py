@@ -1,0 +1,80 @@
+"""`tirl.trainer.stop_signals` in this process, with real signals (``os.kill`` of itself, handled at once).
+
+The first signal cancels the run's task at its next ``await`` (or raises ``KeyboardInterrupt`` outside one), the
+second runs the force callbacks and raises, later ones are ignored; SIGINT inherited ignored stays ignored; the
+previous handlers come back. The same on real ``tirl train --nproc 2`` runs: tests/distributed/test_interrupt_ranks.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from tirl.trainer.stop_signals import StopSignals
+
+
+@pytest.fixture(autouse=True)
+def _handlers() -> Iterator[None]:
+    """Put SIGINT's and SIGTERM's handlers back after each test, whatever it left."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_the_first_signal_stops_the_second_forces_and_later_ones_are_ignored() -> None:
+    forced: list[str] = []
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignals() as stop:
+        stop.on_force(lambda: forced.append("killed"))
+        with pytest.raises(KeyboardInterrupt):  # no run under way: raised where the main thread is
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert (stop.first, forced) == (signal.SIGTERM, [])
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert forced == ["killed"]
+        os.kill(os.getpid(), signal.SIGTERM)  # a third: nothing happens
+        assert (stop.first, forced) == (signal.SIGTERM, ["killed"])
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_first_signal_cancels_the_run_at_its_next_await() -> None:
+    """The code between the signal and the next ``await`` (a checkpoint write) still runs; then the clean-up."""
+    events: list[str] = []
+
+    async def job() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            events.append("went on to the next await")
+            await asyncio.sleep(3600)  # cancelled before it waits at all
+            events.append("slept")
+        except asyncio.CancelledError:
+            events.append("cleaned up")
+            raise
+
+    with StopSignals() as stop, pytest.raises(KeyboardInterrupt):
+        stop.run(job())
+    assert events == ["went on to the next await", "cleaned up"]
+
+
+def test_settle_ignores_every_later_signal() -> None:
+    forced: list[str] = []
+    with StopSignals() as stop:
+        stop.on_force(lambda: forced.append("killed"))
+        stop.settle()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert (stop.first, forced) == (None, [])
+
+
+def test_sigint_inherited_ignored_stays_ignored_and_sigterm_still_stops() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a shell's background job
+    with StopSignals() as stop:
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)  # discarded
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.first == signal.SIGTERM
