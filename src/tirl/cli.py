@@ -21,7 +21,9 @@ import argparse
 import importlib
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -150,7 +152,20 @@ def _top_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``tirl`` command line; returns the exit status."""
+    """Run the ``tirl`` command line; returns the exit status.
+
+    As the process's own command line (``argv`` None: the ``tirl`` script, ``python -m tirl.cli``), a Ctrl-C
+    after the command has ended is ignored: the process only runs its exit callbacks then (torch's, temporary
+    directories), and a late second Ctrl-C printed a traceback from one of them after tirl's last line.
+    """
+    try:
+        return _main(argv)
+    finally:
+        if argv is None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     top = _top_parser()
     if not args or args[0] in ("-h", "--help") or args[0] == "--version":

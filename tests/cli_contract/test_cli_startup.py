@@ -111,3 +111,27 @@ def test_tirl_filter_imports_no_sandbox_and_no_asyncio(tmp_path: Path) -> None:
                           timeout=120, check=False)  # fmt: skip
     assert json.loads(proc.stderr.strip().splitlines()[-1]) == [0, []], proc.stderr
     assert (tmp_path / "v.jsonl").read_text().count("\n") == 1
+
+
+def test_a_ctrl_c_while_the_process_exits_prints_no_traceback(tmp_path) -> None:
+    """After tirl's last line the process runs its exit callbacks (torch's, temporary directories); a late second
+    Ctrl-C landed in one and printed "Exception ignored in atexit callback ... KeyboardInterrupt" (seen on a
+    `tirl train --nproc 2` stopped by two Ctrl-C 0.2 s apart). The SIGINT here arrives inside such a callback."""
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit, os, signal, sys, time\n"
+        "def late_ctrl_c():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.2)\n"
+        "atexit.register(late_ctrl_c)\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"  # as a terminal's foreground job has it
+        "from tirl.cli import main\n"
+        "sys.argv = ['tirl', 'config', 'show']\n"
+        "sys.exit(main())\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert got.returncode == 0, got.stderr
+    assert "Traceback" not in got.stderr and "KeyboardInterrupt" not in got.stderr, got.stderr
+    assert "[env]" in got.stdout
