@@ -12,7 +12,8 @@ come back on exit). Either signal counts; what happens depends on how many came:
 - **The second** skips the graceful part: the callbacks given to :meth:`~StopSignals.on_force` run at once
   (``tirl train --nproc N``'s kills every follower rank: SIGKILL, said in the rank's log, wherever rank 0's
   clean-up was), then ``KeyboardInterrupt`` is raised where the main thread is. A checkpoint being written is
-  abandoned (its hidden staging directory is removed; the newest complete checkpoint is the one kept); the
+  abandoned (never published; its hidden staging directory is removed, or left for the next save to remove
+  when the signal lands just as it is created; the newest complete checkpoint is the one kept); the
   rest of the clean-up runs as the exception unwinds.
 - **Later ones are ignored** (so is any signal once :meth:`~StopSignals.settle` was called, while the command
   prints its last line): the unwinding is not cut again, and no traceback is printed.
