@@ -78,3 +78,38 @@ def test_sigint_inherited_ignored_stays_ignored_and_sigterm_still_stops() -> Non
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
         assert stop.first == signal.SIGTERM
+
+
+def test_a_stop_signal_landing_in_a_del_is_not_printed_as_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """A second Ctrl-C 0.2 s after the first landed in regex's ``Group.__del__`` (a gate run): Python printed
+    "Exception ignored in ... KeyboardInterrupt" above the run's last line. Now dropped while a stop is under
+    way; any other exception of a ``__del__`` still goes to the previous hook."""
+    import sys
+
+    seen: list[type[BaseException]] = []
+    previous = sys.unraisablehook
+
+    def ours(unraisable: object) -> None:
+        seen.append(type(unraisable.exc_value))  # type: ignore[attr-defined]
+
+    sys.unraisablehook = ours
+    try:
+
+        class SignalledWhileCollected:
+            def __del__(self) -> None:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        class Broken:
+            def __del__(self) -> None:
+                raise ValueError("a real bug")
+
+        with StopSignals() as stop:
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGTERM)  # the first
+            SignalledWhileCollected()  # the second lands in __del__: its KeyboardInterrupt cannot propagate
+            assert stop.count == 2
+            Broken()
+        assert seen == [ValueError]
+        assert sys.unraisablehook is ours  # StopSignals put back the hook it found
+    finally:
+        sys.unraisablehook = previous

@@ -301,7 +301,7 @@ def test_the_end_of_a_run_prints_what_tirl_report_warns_about(tmp_path: Path, ca
     import tirl.commands.train as train_command
     from tirl.trainer.run import TrainingRun
 
-    def summary_only(cfg, run_dir: Path, args, start) -> dict:
+    def summary_only(cfg, run_dir: Path, args, start, stop=None) -> dict:
         (run_dir / "pipeline_trace.jsonl").write_text('{"t": 0}\n')  # a snapshot without its queue depths
         return TrainingRun(cfg, run_dir, lock=False).summarize({}, time.perf_counter())
 

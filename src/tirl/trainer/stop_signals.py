@@ -15,6 +15,8 @@ come back on exit). Either signal counts; what happens depends on how many came:
   abandoned (never published; its hidden staging directory is removed, or left for the next save to remove
   when the signal lands just as it is created; the newest complete checkpoint is the one kept); the
   rest of the clean-up runs as the exception unwinds.
+- A ``KeyboardInterrupt`` of these handlers that lands in a ``__del__`` (where Python cannot raise it and
+  prints it as an "Exception ignored" traceback) is dropped silently while a stop is under way.
 - **Later ones are ignored** (so is any signal once :meth:`~StopSignals.settle` was called, while the command
   prints its last line): the unwinding is not cut again, and no traceback is printed.
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from types import FrameType
@@ -53,12 +56,15 @@ class StopSignals:
         self._forced: list[Callable[[], None]] = []
         self._task: asyncio.Task[Any] | None = None
         self._previous: dict[int, Any] = {}
+        self._unraisable: Callable[[Any], Any] | None = None  # sys.unraisablehook before __enter__
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 if signal.getsignal(sig) is not signal.SIG_IGN:  # inherited ignored: a background job's SIGINT
                     self._previous[sig] = signal.signal(sig, self._on_signal)
+            self._unraisable = sys.unraisablehook
+            sys.unraisablehook = self._on_unraisable
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -66,6 +72,20 @@ class StopSignals:
             if handler is not None:  # None: a handler not set from Python, which cannot be put back
                 signal.signal(sig, handler)
         self._previous.clear()
+        if self._unraisable is not None:
+            sys.unraisablehook = self._unraisable
+            self._unraisable = None
+
+    def _on_unraisable(self, unraisable: Any) -> None:
+        """Drop our own ``KeyboardInterrupt`` when it lands in a ``__del__``; pass anything else on.
+
+        Python cannot raise it there and printed "Exception ignored in ... KeyboardInterrupt" above the run's
+        last line; the stop goes on without it. Every other unraisable exception goes to the previous hook.
+        """
+        if self.count and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        assert self._unraisable is not None
+        self._unraisable(unraisable)
 
     def on_force(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (in the signal handler, main thread) at the second signal; it must not block."""
