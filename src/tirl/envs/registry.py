@@ -138,6 +138,11 @@ def _maker(spec: EnvSpec) -> EnvMaker:
     return spec.maker  # type: ignore[return-value]
 
 
+def _target(maker: EnvMaker) -> Any:
+    """What ``maker`` builds: the class or function itself, under a ``functools.partial`` (a family's variant)."""
+    return maker.func if isinstance(maker, functools.partial) else maker
+
+
 def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | None = None, **kwargs: Any) -> Env:
     """Create one env instance: ``maker(**kwargs)``; ``config`` supplies ``max_turns`` unless given.
 
@@ -157,11 +162,11 @@ def make_env(name: str, *, config: EnvConfig | None = None, rules: ParseRules | 
     if config is not None:
         kwargs.setdefault("max_turns", config.max_turns)
     maker = _maker(spec)
-    target = maker.func if isinstance(maker, functools.partial) else maker
-    if config is not None and getattr(target, "takes_reward_mode", False):
-        kwargs.setdefault("reward_mode", config.reward_mode)  # swe-lite: env.reward_mode
-    elif config is not None:
-        check_reward_mode(name, config)
+    target = _target(maker)
+    if config is not None:
+        _check_reward_mode(name, config, target)
+        if getattr(target, "takes_reward_mode", False):
+            kwargs.setdefault("reward_mode", config.reward_mode)  # swe-lite: env.reward_mode
     from tirl.envs.tool_env import ToolEnv  # here: it imports the sandbox, which `tirl filter` never needs
 
     takes_rules = isinstance(target, type) and (issubclass(target, ToolEnv) or getattr(target, "takes_rules", False))
@@ -186,11 +191,12 @@ def check_reward_mode(name: str, config: EnvConfig) -> None:
 
     The default ``"all"`` is every env's, and imports nothing; another mode imports the maker to ask it.
     """
-    if config.reward_mode == "all":
-        return
-    maker = _maker(get_spec(name))
-    target = maker.func if isinstance(maker, functools.partial) else maker
-    if not getattr(target, "takes_reward_mode", False):
+    if config.reward_mode != "all":
+        _check_reward_mode(name, config, _target(_maker(get_spec(name))))
+
+
+def _check_reward_mode(name: str, config: EnvConfig, target: Any) -> None:
+    if config.reward_mode != "all" and not getattr(target, "takes_reward_mode", False):
         raise ConfigError(
             f"env.reward_mode={config.reward_mode!r} applies to swe-lite's test-judged reward, and env {name!r} "
             "has its own reward — leave env.reward_mode at 'all' (or use env.name=swe-lite)"
