@@ -10,20 +10,35 @@ from tirl.diagnostics.verdicts import SIGNS, audit_verdicts, signs_of, verdict_c
 from tirl.types import Message, Role, ToolCall, Trajectory
 
 
-def reference_ceiling(passed: int, total: int, timed_out: bool, failure: str | None) -> float:
-    """The reward rule of SweLiteEnv, spelled out: all-pass 1.0, else the fraction passed."""
+def reference_ceiling(passed: int, total: int, timed_out: bool, failure: str | None, mode: str | None) -> float:
+    """The reward rule of SweLiteEnv, spelled out: all-pass 1.0, else 0 under "all", else the fraction passed."""
     if total == 0:
         return 0.0
     all_pass = passed == total and not timed_out and failure is None
-    return 1.0 if all_pass else passed / total
+    if all_pass:
+        return 1.0
+    return 0.0 if mode == "all" else passed / total
 
 
 def test_ceiling_matches_the_reference_on_a_grid() -> None:
-    for total, timed_out, failure in itertools.product(range(5), (False, True), (None, "no_verdict")):
+    grid = itertools.product(range(5), (False, True), (None, "no_verdict"), (None, "all", "fraction"))
+    for total, timed_out, failure, mode in grid:
         for passed in range(total + 1):
             record = {"tests_passed": passed, "tests_total": total, "eval_timed_out": timed_out,
                       "eval_failure": failure}  # fmt: skip
-            assert verdict_ceiling(record) == pytest.approx(reference_ceiling(passed, total, timed_out, failure))
+            if mode is not None:
+                record["reward_mode"] = mode
+            want = reference_ceiling(passed, total, timed_out, failure, mode)
+            assert verdict_ceiling(record) == pytest.approx(want)
+
+
+def test_a_partial_reward_under_the_binary_mode_is_mismatched() -> None:
+    """An edited file: 3 of 5 tests passed under reward_mode "all" earns 0, so a recorded 0.6 is forged."""
+    record = {"tests_passed": 3, "tests_total": 5, "eval_timed_out": False, "eval_failure": None}
+    binary = audit_verdicts([_traj("b", 0.6, {**record, "reward_mode": "all"})])
+    fraction = audit_verdicts([_traj("f", 0.6, {**record, "reward_mode": "fraction"})])
+    assert binary is not None and fraction is not None
+    assert binary["mismatched"]["count"] == 1 and fraction["mismatched"]["count"] == 0
 
 
 @pytest.mark.parametrize("record", [None, {}, {"tests_passed": 1}, {"tests_passed": True, "tests_total": 1}, "x"])

@@ -52,6 +52,8 @@ def test_the_reward_of_a_verdict_matches_a_plain_reference(mode: str) -> None:
         want = reference(passed, failed, errors, skipped, bool(timed_out), mode)
         assert (got.reward, got.correct) == pytest.approx(want), counts
         assert got.info["tests_total"] == passed + failed + errors + skipped
+        assert got.info["reward_mode"] == mode
+        assert verdict_ceiling(got.info) == pytest.approx(got.reward)  # tirl audit's rule is the env's own
 
 
 def test_make_env_gives_swe_lite_the_configured_mode_and_refuses_it_for_other_envs() -> None:

@@ -5,8 +5,10 @@ Three checks, the first two read the file only:
 * **Reward against its verdict.** A trajectory whose evaluation recorded test counts
   (``info["eval"]``: ``tests_passed``, ``tests_total``, ``eval_timed_out``, ``eval_failure``, as
   :class:`~tirl.envs.swe_lite.SweLiteEnv` writes them) must not have a reward above what those counts
-  give: 1.0 only when every counted test passed, with no time-out and no evaluation failure; else at
-  most the fraction passed. A reward above that is ``mismatched`` (a trajectory edited after the fact,
+  give: 1.0 only when every counted test passed, with no time-out and no evaluation failure; else
+  0 under the record's ``reward_mode`` ``"all"`` (the default's binary reward), the fraction passed
+  under ``"fraction"``, and at most the fraction passed in an older record without a mode. A reward above
+  that is ``mismatched`` (a trajectory edited after the fact,
   or a scorer that disagrees with its own verdict); a rewarded trajectory without counts in a file
   where others have them is ``rewarded_without_counts``.
 * **Signs of tampering** in what the agent ran (its messages' text and tool-call arguments), by kind
@@ -75,8 +77,9 @@ def _number(value: Any) -> float | None:
 def verdict_ceiling(record: Any) -> float | None:
     """The most reward an evaluation record allows (``None``: the record has no test counts).
 
-    1.0 when ``tests_total > 0``, every test passed, no time-out and no ``eval_failure``; else the
-    fraction passed (0 with nothing counted).
+    1.0 when ``tests_total > 0``, every test passed, no time-out and no ``eval_failure``; else 0 when
+    the record's ``reward_mode`` is ``"all"``, and the fraction passed otherwise (``"fraction"``, or a
+    record written before the mode was recorded; 0 with nothing counted).
     """
     if not isinstance(record, dict):
         return None
@@ -87,6 +90,8 @@ def verdict_ceiling(record: Any) -> float | None:
         return 0.0
     if passed >= total and not record.get("eval_timed_out") and not record.get("eval_failure"):
         return 1.0
+    if record.get("reward_mode") == "all":
+        return 0.0
     return min(passed, total) / total
 
 

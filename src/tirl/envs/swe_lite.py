@@ -320,6 +320,7 @@ class SweLiteEnv(ToolEnv):
             "tests_total": total,
             "eval_timed_out": timed_out,
             "eval_exit_code": result.exit_code,
+            "reward_mode": self.reward_mode,  # tirl audit holds the reward to this mode's rule
             "eval_output": clip(result.stdout + result.stderr, 1500),
         }
         return EvalResult(reward=reward, correct=all_pass, info=info)
