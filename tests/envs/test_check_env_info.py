@@ -73,4 +73,5 @@ async def test_the_nan_the_checker_reports_is_what_a_run_would_store_as_null() -
 async def test_numpy_values_a_run_converts_pass_and_finite_info_passes() -> None:
     info = {"n": np.int64(3), "xs": np.arange(3), "r": 0.5, "none": None, "nested": [{"k": "v"}]}
     report = await check_env(lambda: InfoEnv(info, info), TASK)
-    assert report.passed == ["protocol", "reset", "role", "void", "results", "after_end", "evaluate", "close"]
+    checks = ["protocol", "reset", "role", "void", "results", "after_end", "evaluate", "close", "nonblocking"]
+    assert report.passed == checks

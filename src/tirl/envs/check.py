@@ -19,7 +19,10 @@ of :mod:`tirl.envs.base`:
 * ``solution`` (when given) — the scripted turns end the episode with ``answered`` or
   ``submitted`` and ``evaluate`` says correct;
 * ``limit`` (when ``idle`` is given) — repeating a non-final action ends the episode
-  with ``truncated`` and reason ``max_turns`` within the env's ``max_turns``.
+  with ``truncated`` and reason ``max_turns`` within the env's ``max_turns``;
+* ``nonblocking`` — no call held the event loop longer than :data:`HOLD_LIMIT_S` at a time without
+  awaiting (each resumption of each call timed, :func:`tirl.rollout.loop_watch.held`): such a call stalls
+  every other episode of a rollout, and no rollout timeout can stop it.
 
 Failures raise :class:`EnvCheckError` naming the check.
 """
@@ -28,15 +31,22 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from tirl.envs.base import Env, EvalResult, StepResult, Task
 from tirl.errors import TirlError
 from tirl.jsonl import NotJSON, json_value
+from tirl.rollout.loop_watch import FIX, Held, held
 from tirl.types import Message, Role, TerminationReason
 
+T = TypeVar("T")
+
 VOID_ACTION = "Let me think about this more carefully before I answer."
+
+#: The longest a call may run without awaiting (``nonblocking``): a slow but awaiting call is fine.
+HOLD_LIMIT_S = 1.0
 
 
 class EnvCheckError(TirlError):
@@ -49,6 +59,29 @@ class CheckReport:
 
     env: str
     passed: list[str] = field(default_factory=list)
+
+
+class _Holds:
+    """Per env method, the longest stretch one of its calls ran without awaiting."""
+
+    def __init__(self) -> None:
+        self.longest: dict[str, float] = {}
+
+    async def __call__(self, method: str, coro: Coroutine[Any, Any, T]) -> T:
+        meter = Held()
+        try:
+            return await held(coro, meter)
+        finally:
+            self.longest[method] = max(self.longest.get(method, 0.0), meter.longest_s)
+
+    def check(self) -> None:
+        method, seconds = max(self.longest.items(), key=lambda kv: kv[1], default=("", 0.0))
+        _require(
+            seconds <= HOLD_LIMIT_S,
+            "nonblocking",
+            f"{method} held the event loop for {seconds:.1f} s without awaiting (the limit is {HOLD_LIMIT_S:g} s): "
+            f"in a rollout every other episode waits for it and no timeout can stop it — {FIX}",
+        )
 
 
 def _require(cond: bool, check: str, text: str) -> None:
@@ -97,8 +130,8 @@ def _check_info(info: object, check: str, function: str) -> None:
         raise EnvCheckError(f"check_env [{check}]: {where} — {fix}") from None
 
 
-async def _check_eval(env: Env, check: str) -> EvalResult:
-    result = await env.evaluate()
+async def _check_eval(env: Env, check: str, holds: _Holds) -> EvalResult:
+    result = await holds("evaluate", env.evaluate())
     _require(isinstance(result, EvalResult), check, f"evaluate must return EvalResult, got {type(result).__name__}")
     _require(isinstance(result.reward, float | int) and math.isfinite(result.reward), check, "reward must be finite")
     _require(isinstance(result.correct, bool), check, "correct must be a bool")
@@ -120,6 +153,7 @@ async def check_env(
     content that acts (runs code) without ending the episode.
     """
     env = make()
+    holds = _Holds()
     report = CheckReport(env=getattr(env, "name", type(env).__name__))
     _require(isinstance(env, Env), "protocol", f"{type(env).__name__} lacks the Env methods")
     _require(isinstance(env.name, str) and bool(env.name), "protocol", "name must be a non-empty string")
@@ -128,60 +162,65 @@ async def check_env(
     report.passed.append("protocol")
 
     try:
-        first = await env.reset(task, seed=seed)
+        first = await holds("reset", env.reset(task, seed=seed))
         _require(isinstance(first, list) and bool(first), "reset", "reset must return a non-empty list")
         _require(all(isinstance(m, Message) for m in first), "reset", "reset must return Message objects")
         _require(first[-1].role is Role.USER, "reset", "the last initial message must be the user's")
         _require(all(m.role is not Role.ASSISTANT for m in first), "reset", "no assistant message at reset")
         other = make()
         try:
-            _require(await other.reset(task, seed=seed) == first, "reset", "same task and seed gave other messages")
+            again = await holds("reset", other.reset(task, seed=seed))
+            _require(again == first, "reset", "same task and seed gave other messages")
         finally:
-            await other.close()
+            await holds("close", other.close())
         report.passed.append("reset")
 
         try:
-            await env.step(Message(role=Role.USER, content="hello"))
+            await holds("step", env.step(Message(role=Role.USER, content="hello")))
         except ValueError:
             report.passed.append("role")
         else:
             raise EnvCheckError("check_env [role]: a user-role action must raise ValueError")
 
-        result = _check_step(await env.step(_assistant(VOID_ACTION)), "void")
+        result = _check_step(await holds("step", env.step(_assistant(VOID_ACTION))), "void")
         _require(result.terminated and result.reason is TerminationReason.VOID, "void", f"got {result.reason}")
         report.passed += ["void", "results"]
         try:
-            await env.step(_assistant(VOID_ACTION))
+            await holds("step", env.step(_assistant(VOID_ACTION)))
         except Exception:
             report.passed.append("after_end")
         else:
             raise EnvCheckError("check_env [after_end]: step after the end must raise")
-        await _check_eval(env, "evaluate")
+        await _check_eval(env, "evaluate", holds)
         report.passed.append("evaluate")
     finally:
-        await env.close()
-    await env.close()
+        await holds("close", env.close())
+    await holds("close", env.close())
     report.passed.append("close")
 
     if solution is not None:
-        await _run_solution(make, task, solution, seed)
+        await _run_solution(make, task, solution, seed, holds)
         report.passed.append("solution")
     if idle is not None:
-        await _run_idle(make, task, idle, seed)
+        await _run_idle(make, task, idle, seed, holds)
         report.passed.append("limit")
+    holds.check()
+    report.passed.append("nonblocking")
     return report
 
 
-async def _run_solution(make: Callable[[], Env], task: Task, solution: Sequence[str], seed: int | None) -> None:
+async def _run_solution(
+    make: Callable[[], Env], task: Task, solution: Sequence[str], seed: int | None, holds: _Holds
+) -> None:
     env = make()
     try:
-        await env.reset(task, seed=seed)
+        await holds("reset", env.reset(task, seed=seed))
         result: StepResult | None = None
         for i, content in enumerate(solution):
             _require(
                 result is None or not (result.terminated or result.truncated), "solution", f"ended before turn {i}"
             )
-            result = _check_step(await env.step(_assistant(content)), "solution")
+            result = _check_step(await holds("step", env.step(_assistant(content))), "solution")
         _require(result is not None and result.terminated, "solution", "the scripted turns did not end the episode")
         assert result is not None
         _require(
@@ -189,19 +228,19 @@ async def _run_solution(make: Callable[[], Env], task: Task, solution: Sequence[
             "solution",
             f"ended with {result.reason}, expected answered or submitted",
         )
-        evaluation = await _check_eval(env, "solution")
+        evaluation = await _check_eval(env, "solution", holds)
         _require(evaluation.correct, "solution", f"evaluate says not correct: {evaluation.info}")
     finally:
-        await env.close()
+        await holds("close", env.close())
 
 
-async def _run_idle(make: Callable[[], Env], task: Task, idle: str, seed: int | None) -> None:
+async def _run_idle(make: Callable[[], Env], task: Task, idle: str, seed: int | None, holds: _Holds) -> None:
     env = make()
     limit = int(getattr(env, "max_turns", 100))
     try:
-        await env.reset(task, seed=seed)
+        await holds("reset", env.reset(task, seed=seed))
         for _ in range(limit):
-            result = _check_step(await env.step(_assistant(idle)), "limit")
+            result = _check_step(await holds("step", env.step(_assistant(idle))), "limit")
             if result.terminated or result.truncated:
                 _require(
                     result.truncated and result.reason is TerminationReason.MAX_TURNS,
@@ -211,4 +250,4 @@ async def _run_idle(make: Callable[[], Env], task: Task, idle: str, seed: int | 
                 return
         raise EnvCheckError(f"check_env [limit]: episode still running after max_turns={limit}")
     finally:
-        await env.close()
+        await holds("close", env.close())

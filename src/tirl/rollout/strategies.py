@@ -23,7 +23,9 @@ picks the *dispatch* — a coroutine ``dispatch(stages, episodes)`` from
 
 However a dispatch ends (normally, by an error or by cancellation),
 :meth:`Rollout.collect` gives the trace a final snapshot and closes every env
-that was opened exactly once.
+that was opened exactly once. While it runs, a :class:`~tirl.rollout.loop_watch.LoopWatch`
+warns, naming the line, when an env call holds the event loop past the shortest
+rollout timeout (such a call cannot be timed out).
 
 >>> from tirl.config import RolloutConfig
 >>> async def runner(env, task, initial, traj): ...
@@ -40,10 +42,11 @@ from typing import Any, TypeVar
 
 from tirl.config import RolloutConfig
 from tirl.rollout.base import EnvFactory, EpisodeRunner, RolloutBatch, RolloutRequest
+from tirl.rollout.loop_watch import LoopWatch
 from tirl.rollout.pipeline import Episode, Stages, make_episodes, pipeline
 from tirl.rollout.trace import GeneratorBusy, PipelineTracer, StageBoard
 
-__all__ = ["DISPATCH", "Dispatch", "Rollout", "batch_size", "make_strategy"]
+__all__ = ["DISPATCH", "WATCH_FLOOR_S", "Dispatch", "Rollout", "batch_size", "make_strategy"]
 
 T = TypeVar("T")
 
@@ -184,8 +187,11 @@ class Rollout:
         for ep in episodes:
             stages.queue(ep, "init")
         sampler = asyncio.create_task(self.tracer.sample(board, request.step, summary))
+        key, shortest = _shortest_timeout(self.cfg)
+        what = f"{key}={shortest:g} s, the shortest rollout timeout"
         try:
-            await self.dispatch(stages, episodes)
+            with LoopWatch(asyncio.get_running_loop(), max(shortest, WATCH_FLOOR_S), what=what):
+                await self.dispatch(stages, episodes)
         finally:
             sampler.cancel()
             await asyncio.gather(sampler, return_exceptions=True)
@@ -210,6 +216,17 @@ class Rollout:
             t.cancel()
         if pending:
             await asyncio.wait(pending)
+
+
+#: The watch's limit is the shortest stage timeout, but never below this: tirl's own loop work takes milliseconds.
+WATCH_FLOOR_S = 1.0
+
+
+def _shortest_timeout(cfg: RolloutConfig) -> tuple[str, float]:
+    """The config key and value of the shortest stage timeout: past it, a held loop has delayed a timeout."""
+    keys = ("init_timeout_s", "run_timeout_s", "eval_timeout_s")
+    key = min(keys, key=lambda k: float(getattr(cfg, k)))
+    return f"rollout.{key}", float(getattr(cfg, key))
 
 
 #: ``make_strategy(cfg, env_factory, runner, *, trace_path=None, generator_busy=None)``: the strategy whose
