@@ -156,13 +156,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     As the process's own command line (``argv`` None: the ``tirl`` script, ``python -m tirl.cli``), a Ctrl-C
     after the command has ended is ignored: the process only runs its exit callbacks then (torch's, temporary
-    directories), and a late second Ctrl-C printed a traceback from one of them after tirl's last line.
+    directories), and a late second Ctrl-C printed a traceback from one of them after tirl's last line. After a
+    forced stop (a second Ctrl-C or SIGTERM) the process ends at most a few seconds after the last line, even
+    while a thread still works (:func:`tirl.trainer.stop_signals.exit_when_stuck`).
     """
+    own = argv is None and threading.current_thread() is threading.main_thread()
     try:
-        return _main(argv)
+        status = _main(argv)
     finally:
-        if argv is None and threading.current_thread() is threading.main_thread():
+        if own:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stops = sys.modules.get("tirl.trainer.stop_signals")  # not imported: no command of this process took signals
+    if own and stops is not None:  # after a second Ctrl-C: a thread still working (an update) must not hold the exit
+        stops.exit_when_stuck(status)
+    return status
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -113,3 +116,49 @@ def test_a_stop_signal_landing_in_a_del_is_not_printed_as_a_traceback(capsys: py
         assert sys.unraisablehook is ours  # StopSignals put back the hook it found
     finally:
         sys.unraisablehook = previous
+
+
+STUCK = """
+import asyncio, os, signal, sys, threading, time
+from tirl.trainer.stop_signals import StopSignals, exit_when_stuck
+
+signals, update_s = int(sys.argv[1]), float(sys.argv[2])
+
+def kick():
+    for _ in range(signals):
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+async def job():
+    threading.Thread(target=kick, daemon=True).start()
+    await asyncio.to_thread(time.sleep, update_s)  # an update in its thread: nothing can cut it short
+
+with StopSignals() as stop:
+    try:
+        stop.run(job())
+    except KeyboardInterrupt:
+        print("last line", flush=True)
+exit_when_stuck(130, grace_s=0.5)
+sys.exit(130)
+"""
+
+
+def _stuck(signals: int, update_s: float) -> tuple[int, str, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", STUCK, str(signals), str(update_s)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0
+
+
+def test_after_a_second_signal_a_busy_update_thread_does_not_hold_the_exit() -> None:
+    """The update sleeps 60 s; Python's exit would wait for it. The process ends 0.5 s after the last line."""
+    rc, out, seconds = _stuck(2, 60.0)
+    assert rc == 130 and out.strip() == "last line"
+    assert seconds < 30  # 60 s and more without exit_when_stuck
+
+
+def test_after_one_signal_the_exit_waits_for_the_thread_as_before() -> None:
+    """A graceful stop lets the update finish (3 s) before the process ends: no forced exit."""
+    rc, out, seconds = _stuck(1, 3.0)
+    assert rc == 130 and out.strip() == "last line"
+    assert seconds >= 3.0

@@ -24,7 +24,6 @@ milliseconds); stacks of threads other than the loop's.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import threading
@@ -32,7 +31,10 @@ import time
 from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # no asyncio import at run time: tirl.envs (check_env) is imported by `tirl filter`, which has none
+    import asyncio
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,11 @@ come back on exit). Either signal counts; what happens depends on how many came:
 last line are its. SIGINT inherited *ignored* (a shell's background job, ``trap '' INT``, which Ctrl-C in the
 terminal must not stop) stays ignored; SIGTERM then stops the run the same way (first and second).
 
-Not covered: an update running in its thread (``asyncio.to_thread``) cannot be cut short; the process ends
-once it returns (with ``--nproc N`` that is at once, its collective failing when the followers are gone).
+An update running in its thread (``asyncio.to_thread``) cannot be cut short, and Python's exit waits for that
+thread: after a second signal the command still prints its last line at once, and :func:`exit_when_stuck`
+(called by :func:`tirl.cli.main` as the process's own command line) ends the process with the command's
+status when its normal exit has not finished :data:`FORCED_EXIT_GRACE_S` later — before, the process lived
+on until the update returned (minutes on a GPU; the second Ctrl-C looked ignored).
 SIGQUIT and SIGKILL are left as they are: they end rank 0 at once, and the followers notice
 (:func:`tirl.distributed.follower.watch_parent`).
 """
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -45,6 +49,32 @@ T = TypeVar("T")
 
 #: The signals that stop a run.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+#: After a forced stop, how long the process's normal exit may take before :func:`exit_when_stuck` ends it.
+FORCED_EXIT_GRACE_S = 2.0
+
+_forced = threading.Event()  # a second stop signal came in this process
+
+
+def exit_when_stuck(status: int, grace_s: float = FORCED_EXIT_GRACE_S) -> None:
+    """After a forced stop (a second signal), end the process with ``status`` if exiting takes over ``grace_s``.
+
+    For the process's own command line only, once the command has printed its last line: a daemon timer
+    flushes the standard streams and calls ``os._exit(status)``; a normal exit that finishes first (no worker
+    thread left busy) ends the process before it fires. Without a forced stop it does nothing.
+    """
+    if not _forced.is_set():
+        return
+
+    def end() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
+    timer = threading.Timer(grace_s, end)
+    timer.daemon = True
+    timer.start()
 
 
 class StopSignals:
@@ -122,6 +152,7 @@ class StopSignals:
                 return
             raise KeyboardInterrupt
         if self.count == 2:
+            _forced.set()
             for callback in self._forced:
                 with contextlib.suppress(Exception):
                     callback()
