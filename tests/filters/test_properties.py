@@ -63,7 +63,7 @@ def test_non_assistant_text_never_changes_verdict(assistant: list[str], others: 
 @settings(max_examples=600, deadline=None)
 @given(texts)
 def test_single_block_fast_path_agrees_with_general_scanner(text: str) -> None:
-    from tirl.parsing import _scan_fences_general, _single_block
+    from tirl.fences import _scan_fences_general, _single_block
 
     fast = _single_block(text)
     if fast is not None:
@@ -71,7 +71,7 @@ def test_single_block_fast_path_agrees_with_general_scanner(text: str) -> None:
 
 
 def test_fast_path_is_taken_and_agrees_on_typical_turns() -> None:
-    from tirl.parsing import _scan_fences_general, _single_block
+    from tirl.fences import _scan_fences_general, _single_block
 
     for text in [
         "think\n```python\nprint(1)\n```\nmore",
@@ -87,7 +87,7 @@ def test_fast_path_is_taken_and_agrees_on_typical_turns() -> None:
 
 
 def test_fast_path_takes_inline_backticks_after_the_block_but_not_a_second_fence() -> None:
-    from tirl.parsing import _scan_fences_general, _single_block
+    from tirl.fences import _scan_fences_general, _single_block
 
     for text in ["a\n```text\nout\n```\nLet me check `x`, ``y``.", "```py\nx\n```\n`", "```sh\nls\n```\nsee `x` here"]:
         fast = _single_block(text)
@@ -104,7 +104,7 @@ def test_fast_path_takes_inline_backticks_after_the_block_but_not_a_second_fence
 @example("so\n```python\nprint(1)\nmore ` text")  # a later inline backtick: the general scanner decides
 @example("```python\nx\n```\n```bash\nopen")
 def test_single_fence_fast_path_agrees_with_general_scanner(text: str) -> None:
-    from tirl.parsing import _scan_fences_general, _single_fence
+    from tirl.fences import _scan_fences_general, _single_fence
 
     fast = _single_fence(text)
     if fast is not None:
@@ -112,7 +112,7 @@ def test_single_fence_fast_path_agrees_with_general_scanner(text: str) -> None:
 
 
 def test_single_fence_takes_an_unclosed_fence() -> None:
-    from tirl.parsing import _scan_fences_general, _single_fence
+    from tirl.fences import _scan_fences_general, _single_fence
 
     text = "so\n```python\nprint(1)\n"
     assert _single_fence(text) == ([], [(3, len(text))]) == _scan_fences_general(text)

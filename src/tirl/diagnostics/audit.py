@@ -45,9 +45,10 @@ from tirl.answers import answers_match
 from tirl.diagnostics.swe_edits import edit_locality
 from tirl.diagnostics.tally import EXAMPLES, Tally
 from tirl.diagnostics.verdicts import audit_verdicts
+from tirl.fences import scan_fences
 from tirl.filters.void_turn import judge_trajectory
 from tirl.jsonl import read_trajectories
-from tirl.parsing import DEFAULT_RULES, ParseRules, scan_fences
+from tirl.parsing import DEFAULT_RULES, ParseRules
 from tirl.types import Message, Role, TerminationReason, Trajectory
 
 VOID_REASONS: tuple[str, ...] = (

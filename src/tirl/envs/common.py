@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from tirl.config import SandboxConfig
-from tirl.parsing import PYTHON_LANGS, CodeBlock
+from tirl.fences import CodeBlock
+from tirl.parsing import PYTHON_LANGS
 from tirl.sandbox.base import ExecResult, Lang, Sandbox
 
 
