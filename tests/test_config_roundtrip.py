@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import types
 import typing
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tirl.config import TirlConfig, config_from_dict, config_to_dict, load_config
+from tirl.config import TirlConfig, config_from_dict, config_to_dict, load_config, resolve_config
 from tirl.errors import ConfigError
 
 # text that the command-line shorthands would change: commas, null words, booleans, brackets
@@ -143,3 +144,47 @@ def test_a_rank_rebuilds_the_saved_config_exactly(tmp_path: Path) -> None:
     f = tmp_path / "c.json"
     f.write_text(text)
     assert read_rank_config(str(f)) == cfg
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(configs())
+def test_a_runs_config_json_given_to_config_is_that_config(cfg: TirlConfig) -> None:
+    """`tirl train --config RUN/config.json` re-runs a run's config (it said "not valid TOML ... fix that line")."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.json"
+        path.write_text(json.dumps(config_to_dict(cfg), indent=1) + "\n")
+        assert load_config(path) == cfg
+        resolved = resolve_config(path, ["trainer.steps=7"])
+    assert (
+        resolved.config.trainer.steps == 7
+        and dataclasses.replace(resolved.config.trainer, steps=cfg.trainer.steps) == cfg.trainer
+    )
+    assert resolved.sources["algo.lr"] == "file" and resolved.sources["trainer.steps"] == "--set"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"trainer": ', "starts like JSON (a run's config.json) but cannot be read: not valid JSON"),
+        ('{"a": 1, "a": 2}', "the key 'a' appears twice"),
+        ('{"algo": {"lr": NaN}}', "cannot be read"),
+        ('{"trainer": {"steps": "5"}}', 'trainer.steps = "5" is a string'),
+        ('{"trainer": {"stepz": 5}}', "did you mean 'trainer.steps'"),
+    ],
+)
+def test_a_bad_json_config_is_one_config_error(tmp_path: Path, text: str, says: str) -> None:
+    (tmp_path / "c.json").write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_config(tmp_path / "c.json")
+
+
+def test_config_show_reads_a_runs_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tirl.cli import main
+
+    saved = tmp_path / "config.json"
+    saved.write_text(json.dumps(config_to_dict(load_config(None, ["env.name=swe-lite", "algo.lr=0.0003"]))))
+    assert main(["config", "show", "--config", str(saved), "--set", "trainer.steps=4"]) == 0
+    out = capsys.readouterr().out
+    assert 'name = "swe-lite"  # file' in out and "lr = 0.0003  # file" in out and "steps = 4  # --set" in out

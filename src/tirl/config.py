@@ -165,7 +165,8 @@ def parse_override(text: str) -> tuple[list[str], str]:
 def _read_toml(p: Path, limit: int = 1 << 20) -> tuple[dict[str, Any], str]:
     """A TOML file's table and text; every problem (kind of path, bytes, syntax, depth, huge ints) is a ConfigError.
 
-    So is an empty one (an empty pipe trained with the defaults): to use the defaults, leave --config out.
+    So is an empty one (an empty pipe trained with the defaults): to use the defaults, leave --config out. A file
+    that starts with ``{`` is a saved config (a run's ``config.json``): its leaves come back :class:`_Exact`.
     """
     try:
         input_file(p, "check the path given to --config")
@@ -184,6 +185,8 @@ def _read_toml(p: Path, limit: int = 1 << 20) -> tuple[dict[str, Any], str]:
     if not text.strip():
         raise ConfigError(f"config file {p} is empty — write the settings into it, or leave --config out to "
                           "use the defaults")  # fmt: skip
+    if text.lstrip().startswith("{"):  # no TOML document starts so: JSON, as a run's config.json
+        return _saved_json(p, text), text
     try:
         return tomllib.loads(text, parse_float=toml_float), text
     except tomllib.TOMLDecodeError as exc:
@@ -192,6 +195,21 @@ def _read_toml(p: Path, limit: int = 1 << 20) -> tuple[dict[str, Any], str]:
         raise ConfigError(f"config file {p} is nested too deeply — flatten its arrays and tables") from None
     except ValueError as exc:  # an integer over Python's 4300-digit conversion limit
         raise ConfigError(f"config file {p} holds a value tirl cannot read ({exc}) — shorten it") from None
+
+
+def _saved_json(p: Path, text: str) -> dict[str, Any]:
+    """A saved config given to ``--config`` (a run's ``config.json``): its values exact, as :func:`config_from_dict`."""
+    from tirl.jsonl import JSONProblem, parse_json
+
+    fix = "give a run's config.json as tirl wrote it, or a TOML config file"
+    try:
+        data = parse_json(text, allow_nan=False, unique_keys=True)
+    except JSONProblem as exc:
+        problem = f"starts like JSON (a run's config.json) but cannot be read: {exc}"
+        raise ConfigError(f"config file {p} {problem} — {fix}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} holds a JSON {type(data).__name__}, not an object — {fix}")
+    return _exact_tree(data)
 
 
 @dataclass(frozen=True)
@@ -267,6 +285,9 @@ def resolve_config(
         p = Path(path)
         data, text = _read_toml(p)
         for key, value in _leaves(data):
+            if isinstance(value, _Exact):  # a saved config (JSON): tirl's own names, values as they were
+                sources[key] = "file"
+                continue
             moved = translate(key, value, keys.__contains__)
             _drop(data, key)  # a value as written keeps its file (TOML types); a translated one is tirl's text
             leaf = _FromFile(value, key, p, text) if moved.value is value else moved.value
