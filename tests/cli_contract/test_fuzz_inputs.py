@@ -5,7 +5,7 @@ finite, lone surrogates), broken into bytes (truncated, invalid UTF-8,
 spliced). Each reader runs through ``tirl.cli.main`` in-process: trajectory
 JSONL (``filter``, ``audit``), metrics JSONL and wandb CSV (``diagnose
 training``), pipeline traces (``diagnose pipeline``), TOML (``--config``),
-evidence bundles (``review``, refused before any network), and task files
+a run's ``config.json`` given to ``--config``, evidence bundles (``review``, refused before any network), and task files
 (the loaders that ``env.tasks_file`` uses, which raise ``InputError`` only).
 Example counts are kept small so the whole module runs in seconds;
 ``TIRL_FUZZ_EXAMPLES=500`` runs a longer search.
@@ -148,6 +148,32 @@ def test_fuzz_toml_config(capsys, tmp_path_factory, section, key, value, noise):
     tmp = tmp_path_factory.mktemp("fz")
     cfg = tmp / "c.toml"
     cfg.write_bytes(f"[{section}]\n{key} = {value}\n".encode() + noise)
+    traj = tmp / "t.jsonl"
+    traj.write_text('{"id": "a", "messages": [{"role": "assistant", "content": "\\\\boxed{1}"}]}\n', encoding="utf-8")
+    out = tmp / "v.jsonl"
+    outcome = run_cli(capsys, "filter", traj, "--verdicts", out, "--config", cfg)
+    _check(outcome)
+    if outcome.code != 0:
+        assert not out.exists()
+
+
+@FAST
+@given(
+    section=st.sampled_from(["filter", "algo", "generation", "trainer", "nope"]),
+    key=st.sampled_from(["mode", "exec_langs", "lr", "temperature", "steps", "x"]),
+    value=st.one_of(scalars, st.lists(scalars, max_size=3), st.dictionaries(st.text(max_size=4), scalars, max_size=2)),
+    cut=st.one_of(st.none(), st.none(), st.integers(0, 400)),
+)
+def test_fuzz_json_config(capsys, tmp_path_factory, section, key, value, cut):
+    """A run's config.json given to --config, one value changed (and sometimes cut short)."""
+    from tirl.config import config_to_dict, load_config
+
+    tmp = tmp_path_factory.mktemp("fz")
+    saved = config_to_dict(load_config(None))
+    saved.setdefault(section, {})[key] = value
+    text = json.dumps(saved)
+    cfg = tmp / "config.json"
+    cfg.write_text(text if cut is None else text[:cut], encoding="utf-8", errors="surrogatepass")
     traj = tmp / "t.jsonl"
     traj.write_text('{"id": "a", "messages": [{"role": "assistant", "content": "\\\\boxed{1}"}]}\n', encoding="utf-8")
     out = tmp / "v.jsonl"
