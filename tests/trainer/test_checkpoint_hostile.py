@@ -29,7 +29,7 @@ from typing import ClassVar
 
 import pytest
 import torch
-from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model
+from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model, with_sets
 
 from tirl.cli import main
 from tirl.trainer.logging import read_metrics
@@ -451,3 +451,76 @@ def test_a_link_in_a_shared_run_is_refused_before_anything_is_written(run: Path,
         assert {p: p.read_bytes() for p in sorted(outside.rglob("*")) if p.is_file()} == before
     else:
         assert outside.read_bytes() == text
+
+
+@pytest.fixture(scope="module")
+def evaluated_base(tmp_path_factory) -> Path:
+    """A finished 2-step run that evaluated before and after (so it has eval_before.json)."""
+    root = tmp_path_factory.mktemp("evaluated")
+    model = save_tiny_model(root / "tiny")
+    run = root / "run"
+    flags = with_sets(FLAGS, "trainer.eval_before_after=true")
+    assert main(["train", "--model", str(model), "--steps", "2", "--run-dir", str(run), *flags]) == 0
+    assert (run / "eval_before.json").is_file()
+    return run
+
+
+@pytest.fixture
+def evaluated(evaluated_base: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(evaluated_base, out)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        ("missing", "is missing, and the run resumes from a checkpoint"),
+        ("torn", "not valid JSON"),
+        ("no_accuracy", "needs a number 'accuracy' from 0 to 1"),
+        ("bad_tasks", "'tasks' list whose rows are not the ones tirl writes"),
+    ],
+)
+def test_a_damaged_eval_before_is_refused_before_any_step(evaluated: Path, capsys, damage: str, says: str) -> None:
+    """It was read only after the last step: torn, an error then; without accuracy, a traceback; missing, it was
+    written anew from the resumed policy and called "before"."""
+    run = evaluated
+    path = run / "eval_before.json"
+    record = json.loads(path.read_text())
+    if damage == "missing":
+        path.unlink()
+    elif damage == "torn":
+        path.write_text(path.read_text()[:40])
+    elif damage == "no_accuracy":
+        path.write_text(json.dumps({k: v for k, v in record.items() if k != "accuracy"}))
+    else:
+        path.write_text(json.dumps({**record, "tasks": [{"id": "t"}]}))
+    before = _snapshot(run)
+    line = _one_error(*_resume(run, capsys, steps=3))
+    assert says in line and "--set trainer.eval_before_after=false" in line
+    assert _snapshot(run) == before  # no step ran: no step-3 checkpoint, no new metrics row
+
+
+def test_without_the_comparison_a_run_with_no_eval_before_resumes(evaluated: Path, capsys) -> None:
+    run = evaluated
+    (run / "eval_before.json").unlink()
+    capsys.readouterr()
+    code = main(["train", "--resume", str(run), "--steps", "3", "--no-progress", "--set",
+                 "trainer.eval_before_after=false"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert (run / "checkpoints" / "step-3").is_dir() and not (run / "eval_before.json").exists()
+
+
+def test_before_the_first_checkpoint_a_damaged_eval_before_is_evaluated_again(evaluated: Path, capsys) -> None:
+    """Killed after its evaluation but before any checkpoint: the policy is still the one it started from."""
+    run = evaluated
+    shutil.rmtree(run / "checkpoints")
+    for name in ("metrics.jsonl", "summary.json", "trajectories.jsonl", "eval_after.json"):
+        (run / name).unlink(missing_ok=True)
+    (run / "eval_before.json").write_text('{"accuracy": ')
+    capsys.readouterr()
+    code = main(["train", "--resume", str(run), "--steps", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "eval_before.json: not valid JSON" in err and "so it is evaluated again" in err
+    assert 0 <= json.loads((run / "eval_before.json").read_text())["accuracy"] <= 1

@@ -379,7 +379,10 @@ def _run_locked(
     from tirl.trainer.run import find_resume
 
     # resume: the checkpoint is found (and verified) before anything starts or is written, once for every rank
-    start = find_resume(run_dir, cfg.trainer.checkpoint_every, cfg.trainer.steps) if args.resume else None
+    tc = cfg.trainer
+    start = None
+    if args.resume:
+        start = find_resume(run_dir, tc.checkpoint_every, tc.steps, eval_before=tc.eval_before_after)
     try:
         summary = _train(cfg, run_dir, args, start, stop)
     except TirlError:

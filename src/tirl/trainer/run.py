@@ -87,6 +87,47 @@ def eval_record(report: EvalReport) -> dict[str, Any]:
     }
 
 
+def read_eval_before(path: Path) -> dict[str, Any]:
+    """A run's ``eval_before.json``, checked as :func:`eval_record` wrote it; else :class:`InputError` at once.
+
+    A resumed run reads it before its first step: a file that is missing, torn or edited was found only at the
+    end of training (a torn one: an ``error:`` line after the last step; one without ``accuracy``: a traceback),
+    and a missing one was written anew from the *resumed* policy, mislabelled "before". The policy the run
+    started from is gone by then, so the fix is to restore the file or to go on without the comparison.
+    """
+    fix = "restore the eval_before.json the run wrote, or resume with --set trainer.eval_before_after=false"
+    if not path.is_file():
+        problem = "is missing, and the run resumes from a checkpoint: the policy it started from is gone"
+        raise InputError(str(path), None, problem, fix)
+    try:
+        record = read_json(path, missing_fix=fix)
+    except InputError as exc:  # torn or not JSON: the same way on as a missing one
+        raise InputError(exc.path, exc.line, exc.problem, fix) from None
+    if not isinstance(record, dict):
+        raise InputError(str(path), None, f"holds a JSON {type(record).__name__}, not an evaluation record", fix)
+    accuracy, n = record.get("accuracy"), record.get("n")
+    fraction = isinstance(accuracy, int | float) and not isinstance(accuracy, bool) and 0 <= accuracy <= 1
+    if not fraction or not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InputError(str(path), None, "needs a number 'accuracy' from 0 to 1 and a whole number 'n' >= 1", fix)
+    try:
+        [TaskOutcome.from_dict(row) for row in record.get("tasks", [])]
+    except (TypeError, KeyError, ValueError, AttributeError):
+        raise InputError(str(path), None, "has a 'tasks' list whose rows are not the ones tirl writes", fix) from None
+    return record
+
+
+def _readable_before(path: Path) -> bool:
+    """Whether a run that has not trained yet has its evaluation before training; a damaged one is done again."""
+    if not path.exists():
+        return False
+    try:
+        read_eval_before(path)
+    except InputError as exc:
+        print(f"note: {path}: {exc.problem}; the policy has not trained yet, so it is evaluated again", file=sys.stderr)
+        return False
+    return True
+
+
 def paired_record(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
     """The task-by-task comparison of two :func:`eval_record` s (None: one has no task list, an older run's)."""
     if "tasks" not in before or "tasks" not in after:
@@ -134,7 +175,9 @@ class ResumeFrom:
         return str(self.point.checkpoint.model_dir) if self.point else None
 
 
-def find_resume(run_dir: Path, checkpoint_every: int = 1, steps: int | None = None) -> ResumeFrom:
+def find_resume(
+    run_dir: Path, checkpoint_every: int = 1, steps: int | None = None, *, eval_before: bool = False
+) -> ResumeFrom:
     """The newest checkpoint of ``run_dir`` that can be resumed, announced on stderr with what was skipped.
 
     A checkpoint that a killed save had set aside (``.step-N.old.*``, where the file system cannot swap in one
@@ -146,7 +189,9 @@ def find_resume(run_dir: Path, checkpoint_every: int = 1, steps: int | None = No
     checkpoint is complete before the next step starts) or it finished. Only a run killed before its first
     checkpoint starts again at step 1. With ``steps`` (``trainer.steps``), a run that finished them all and wrote
     its summary is an error saying how to continue it (it used to redo the after-evaluation and say training
-    continued); one killed after its last step but before its summary finishes its evaluation.
+    continued); one killed after its last step but before its summary finishes its evaluation. With
+    ``eval_before`` (``trainer.eval_before_after``), resuming from a checkpoint needs the run's
+    ``eval_before.json`` as it was written (:func:`read_eval_before`), checked here, before anything runs.
     """
     for name in clean_leftovers(run_dir, restore_only=True):  # the run's lock is held: no save is under way
         print(f"resuming {run_dir}: put back checkpoint {name}, set aside by a save that was killed", file=sys.stderr)
@@ -170,6 +215,8 @@ def find_resume(run_dir: Path, checkpoint_every: int = 1, steps: int | None = No
         then = f"its {steps} steps are done; the evaluation after training and the summary run now"
     else:
         then = f"training continues at step {ckpt.step + 1}"
+    if eval_before:
+        read_eval_before(run_dir / run_files.EVAL_BEFORE)
     warn_skipped(point.skipped, ckpt)
     print(f"resuming {run_dir} from checkpoint {ckpt.path.name}: {then}", file=sys.stderr)
     return ResumeFrom(point)
@@ -212,7 +259,9 @@ class TrainingRun:
         """Config file, parts, generator start, task sets, reference model, trainer (restored on resume)."""
         cfg = self.cfg
         if self.resume and self.resume_from is None:  # before anything is written: a refusal changes nothing
-            self.resume_from = find_resume(self.run_dir, cfg.trainer.checkpoint_every, cfg.trainer.steps)
+            self.resume_from = find_resume(
+                self.run_dir, cfg.trainer.checkpoint_every, cfg.trainer.steps, eval_before=cfg.trainer.eval_before_after
+            )
         start = self.resume_from
         _write_json(self.run_dir / run_files.CONFIG, config_to_dict(cfg))
         self.tasks = TaskSets(cfg)  # a bad task-file row is an error before the model loads (minutes on a GPU)
@@ -298,14 +347,15 @@ class TrainingRun:
         assert self.trainer is not None, "setup() first"
         tc = self.cfg.trainer
         before_path = self.run_dir / run_files.EVAL_BEFORE
-        if tc.eval_before_after and not before_path.exists():
+        resumed = self.resume_from is not None and self.resume_from.point is not None  # its file: find_resume's
+        if tc.eval_before_after and not resumed and not _readable_before(before_path):
             _write_json(before_path, await self.evaluate("before training"))
         if tc.eval_before_after and tc.eval_samples:
             await self._sampled_before()
         await self.trainer.run()
         if not tc.eval_before_after:
             return {}
-        before = read_json(before_path)
+        before = read_eval_before(before_path)
         after = await self.evaluate("after training")
         log_eval_scalars(self.run_dir, [(0, before), (self.cfg.trainer.steps, after)])
         out = {
