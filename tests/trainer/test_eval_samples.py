@@ -115,6 +115,27 @@ def test_resume_keeps_the_sampled_evaluation_before_and_writes_the_one_after(
 
 
 @pytest.mark.slow
+def test_a_damaged_sampled_evaluation_before_is_refused_before_the_resume(
+    model_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """It was read after the last step: without 'tasks', a KeyError traceback there; now one line up front."""
+    run_dir = tmp_path / "run"
+    args = ["train", "--model", model_dir, "--steps", "1", "--run-dir", run_dir, *SMALL, *RANDOM]
+    code, _, err = _main([*args, "--set", "trainer.eval_samples=2"], capsys)
+    assert code == 0, err
+    path = run_dir / run_files.EVAL_BEFORE_SAMPLED
+    path.write_text(json.dumps({k: v for k, v in _read(path).items() if k != "tasks"}))
+    code, _, err = _main(["train", "--resume", run_dir, "--steps", "2", "--no-progress"], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "has no 'tasks' list" in lines[0] and "or delete it" in lines[0], err
+    assert not (run_dir / "checkpoints" / "step-2").exists()
+    path.unlink()  # the fix it names: the summary then has the sampled evaluation after alone
+    code, _, err = _main(["train", "--resume", run_dir, "--steps", "2", "--no-progress"], capsys)
+    assert code == 0, err
+    assert (run_dir / run_files.EVAL_AFTER_SAMPLED).is_file()
+
+
+@pytest.mark.slow
 def test_a_resume_that_turns_it_on_writes_the_one_after_alone(model_dir: Path, tmp_path: Path, capsys) -> None:
     """The policy the run started from is gone after its first checkpoint: no "before" from the checkpoint."""
     run_dir = tmp_path / "run"

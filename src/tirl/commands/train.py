@@ -382,7 +382,8 @@ def _run_locked(
     tc = cfg.trainer
     start = None
     if args.resume:
-        start = find_resume(run_dir, tc.checkpoint_every, tc.steps, eval_before=tc.eval_before_after)
+        start = find_resume(run_dir, tc.checkpoint_every, tc.steps, eval_before=tc.eval_before_after,
+                            sampled=tc.eval_samples > 0)  # fmt: skip
     try:
         summary = _train(cfg, run_dir, args, start, stop)
     except TirlError:

@@ -87,15 +87,17 @@ def eval_record(report: EvalReport) -> dict[str, Any]:
     }
 
 
-def read_eval_before(path: Path) -> dict[str, Any]:
-    """A run's ``eval_before.json``, checked as :func:`eval_record` wrote it; else :class:`InputError` at once.
+def read_eval_before(path: Path, *, fix: str = "") -> dict[str, Any]:
+    """A run's evaluation before training, checked as tirl wrote it; else :class:`InputError` at once.
 
-    A resumed run reads it before its first step: a file that is missing, torn or edited was found only at the
+    ``eval_before.json``, or ``eval_before_sampled.json`` with its own ``fix`` (:func:`read_sampled_before`).
+
+    A resumed run reads them before its first step: a file that is missing, torn or edited was found only at the
     end of training (a torn one: an ``error:`` line after the last step; one without ``accuracy``: a traceback),
-    and a missing one was written anew from the *resumed* policy, mislabelled "before". The policy the run
-    started from is gone by then, so the fix is to restore the file or to go on without the comparison.
+    and a missing ``eval_before.json`` was written anew from the *resumed* policy, mislabelled "before". The
+    policy the run started from is gone by then, so the fix is to restore the file or to go on without it.
     """
-    fix = "restore the eval_before.json the run wrote, or resume with --set trainer.eval_before_after=false"
+    fix = fix or "restore the eval_before.json the run wrote, or resume with --set trainer.eval_before_after=false"
     if not path.is_file():
         problem = "is missing, and the run resumes from a checkpoint: the policy it started from is gone"
         raise InputError(str(path), None, problem, fix)
@@ -113,6 +115,18 @@ def read_eval_before(path: Path) -> dict[str, Any]:
         [TaskOutcome.from_dict(row) for row in record.get("tasks", [])]
     except (TypeError, KeyError, ValueError, AttributeError):
         raise InputError(str(path), None, "has a 'tasks' list whose rows are not the ones tirl writes", fix) from None
+    return record
+
+
+def read_sampled_before(run_dir: Path) -> dict[str, Any] | None:
+    """``eval_before_sampled.json`` checked (:func:`read_eval_before`), or None where the run has none."""
+    path = run_dir / run_files.EVAL_BEFORE_SAMPLED
+    if not path.exists():
+        return None
+    fix = "restore the file the run wrote, or delete it (the summary then has the sampled evaluation after alone)"
+    record = read_eval_before(path, fix=fix)
+    if not isinstance(record.get("tasks"), list):
+        raise InputError(str(path), None, "has no 'tasks' list (each task's sampled episodes)", fix)
     return record
 
 
@@ -176,7 +190,12 @@ class ResumeFrom:
 
 
 def find_resume(
-    run_dir: Path, checkpoint_every: int = 1, steps: int | None = None, *, eval_before: bool = False
+    run_dir: Path,
+    checkpoint_every: int = 1,
+    steps: int | None = None,
+    *,
+    eval_before: bool = False,
+    sampled: bool = False,
 ) -> ResumeFrom:
     """The newest checkpoint of ``run_dir`` that can be resumed, announced on stderr with what was skipped.
 
@@ -191,7 +210,8 @@ def find_resume(
     its summary is an error saying how to continue it (it used to redo the after-evaluation and say training
     continued); one killed after its last step but before its summary finishes its evaluation. With
     ``eval_before`` (``trainer.eval_before_after``), resuming from a checkpoint needs the run's
-    ``eval_before.json`` as it was written (:func:`read_eval_before`), checked here, before anything runs.
+    ``eval_before.json`` as it was written (:func:`read_eval_before`), checked here, before anything runs; with
+    ``sampled`` (``trainer.eval_samples`` > 0) its ``eval_before_sampled.json`` too, where it has one.
     """
     for name in clean_leftovers(run_dir, restore_only=True):  # the run's lock is held: no save is under way
         print(f"resuming {run_dir}: put back checkpoint {name}, set aside by a save that was killed", file=sys.stderr)
@@ -217,6 +237,8 @@ def find_resume(
         then = f"training continues at step {ckpt.step + 1}"
     if eval_before:
         read_eval_before(run_dir / run_files.EVAL_BEFORE)
+    if sampled:
+        read_sampled_before(run_dir)
     warn_skipped(point.skipped, ckpt)
     print(f"resuming {run_dir} from checkpoint {ckpt.path.name}: {then}", file=sys.stderr)
     return ResumeFrom(point)
@@ -260,8 +282,9 @@ class TrainingRun:
         cfg = self.cfg
         if self.resume and self.resume_from is None:  # before anything is written: a refusal changes nothing
             self.resume_from = find_resume(
-                self.run_dir, cfg.trainer.checkpoint_every, cfg.trainer.steps, eval_before=cfg.trainer.eval_before_after
-            )
+                self.run_dir, cfg.trainer.checkpoint_every, cfg.trainer.steps,
+                eval_before=cfg.trainer.eval_before_after, sampled=cfg.trainer.eval_samples > 0,
+            )  # fmt: skip
         start = self.resume_from
         _write_json(self.run_dir / run_files.CONFIG, config_to_dict(cfg))
         self.tasks = TaskSets(cfg)  # a bad task-file row is an error before the model loads (minutes on a GPU)
@@ -372,8 +395,7 @@ class TrainingRun:
         if tc.eval_samples:
             sampled_after = await self.evaluate("after training", samples=tc.eval_samples)
             _write_json(self.run_dir / run_files.EVAL_AFTER_SAMPLED, sampled_after)
-            sampled_before_path = self.run_dir / run_files.EVAL_BEFORE_SAMPLED
-            sampled_before = read_json(sampled_before_path) if sampled_before_path.exists() else None
+            sampled_before = read_sampled_before(self.run_dir)
             out.update(sampled_summary(sampled_before, sampled_after, tc.eval_samples))
         return out
 
