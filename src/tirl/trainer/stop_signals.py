@@ -51,7 +51,7 @@ T = TypeVar("T")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 #: After a forced stop, how long the process's normal exit may take before :func:`exit_when_stuck` ends it.
-FORCED_EXIT_GRACE_S = 2.0
+FORCED_EXIT_GRACE_S = 5.0  # room for exit callbacks that end child processes (ray.shutdown)
 
 _forced = threading.Event()  # a second stop signal came in this process
 
