@@ -38,6 +38,8 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from tirl.inference.openai_protocol import APIError
+
 MAX_HEADER_BYTES = 32 * 1024  # the whole head: request line + headers (nginx's default is 4 x 8 KB buffers)
 MAX_HEADER_LINE_BYTES = 8 * 1024  # one header line, or the request line
 REQUEST_TIMEOUT_S = 30.0  # a whole request (head and body) must arrive within this (nginx: 60 s each)
@@ -46,9 +48,8 @@ _END = b"\r\n\r\n"
 
 def error_response(status: str, message: str) -> bytes:
     """The raw HTTP/1.1 response: ``status`` (``"431 ..."``), an OpenAI-shaped JSON body, ``Connection: close``."""
-    body = json.dumps(
-        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
-    ).encode()
+    code = int(status.split(" ", 1)[0])
+    body = json.dumps(APIError(code, message, type_="invalid_request_error").body()).encode()
     head = (
         f"HTTP/1.1 {status}\r\n"
         "content-type: application/json\r\n"
