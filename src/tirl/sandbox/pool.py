@@ -32,7 +32,9 @@ starts a dedicated server (in its own sandbox) with one long-lived kernel
 process. Every run of that key executes in the kernel's globals, so variables,
 files in the workspace and ``/tmp`` survive between the session's own turns
 and nothing else can see them. A run that times out kills the kernel. The
-result then says that the state was lost, and the next run starts afresh.
+result then says that the state was lost, and the next run starts afresh; a
+kernel that ended between runs (its code's doing) is replaced by the next run,
+whose result says the same (never a sandbox ``error``).
 :meth:`WarmPool.end_session` frees it.
 
 The kernel's status reply carries its turn's nonce, and the session server drops
