@@ -227,8 +227,16 @@ class Solution:
         return [x + k for x in xs]"""
 
 
-@pytest.mark.parametrize(("tests", "program"), [(_STDIO, _DEEP_FILE), (_CALL, _DEEP_VALUE)], ids=["file", "value"])
-async def test_lcb_json_nested_past_the_parser_is_reward_0_not_an_error(
+# A printed signaling NaN: the host compares the lines as Decimal numbers, and == on an sNaN raised InvalidOperation.
+_SNAN = 'input()\nprint("sNaN")'
+
+
+@pytest.mark.parametrize(
+    ("tests", "program"),
+    [(_STDIO, _DEEP_FILE), (_CALL, _DEEP_VALUE), (_STDIO, _SNAN)],
+    ids=["nested-file", "nested-value", "snan"],
+)
+async def test_lcb_output_the_host_cannot_read_or_compare_is_reward_0_not_an_error(
     sandbox: BwrapSandbox, tests: Any, program: str
 ) -> None:
     assert await _lcb(sandbox, tests, program) == 0.0
