@@ -36,6 +36,7 @@ STALL = "\n".join("```python\nwhile True:\n    pass\n```" for _ in range(12))  #
 @pytest.fixture
 async def pool() -> AsyncIterator[WarmPool]:
     sb = WarmPool(isolate=True, size=1, timeout_s=0.4)
+    await sb.run("pass")  # started here: a server's start-up is not in the runs timed below
     yield sb
     await sb.close()
 
@@ -74,6 +75,8 @@ async def test_a_turn_whose_own_commands_outlast_the_run_is_the_episodes_reward_
 
 
 async def test_a_run_cut_while_the_generator_was_slow_stays_an_infrastructure_timeout(pool: WarmPool) -> None:
-    traj = await _episode(pool, ["```python\nprint(6*7)\n```", "\\boxed{42}"], delay_s=1.0)
+    """Two quick code turns, then the third turn's generation is in flight when the run is cut."""
+    traj = await _episode(pool, ["```python\nprint(6*7)\n```"] * 3 + ["\\boxed{42}"], delay_s=0.6)
+    assert len(traj.turns) == 2 and all(t.env_s > 0 for t in traj.turns), traj.turns
     assert traj.termination is TerminationReason.TIMEOUT
     assert traj.failed and traj.reward is None
