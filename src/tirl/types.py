@@ -35,9 +35,11 @@ class TerminationReason(StrEnum):
     """Why an episode ended.
 
     ``answered`` and ``submitted`` end the task (Gymnasium's *terminated*);
-    ``max_turns`` and ``overlong`` are limits (*truncated*); ``void`` is the
-    void-turn rule; the rest are infrastructure failures, which are counted and
-    excluded from the update (never silently dropped).
+    ``max_turns``, ``overlong`` and ``tool_timeout`` are limits (*truncated*;
+    ``tool_timeout``: ``rollout.run_timeout_s`` cut the run while most of its
+    time went to the episode's own commands, :mod:`tirl.rollout.pipeline`);
+    ``void`` is the void-turn rule; the rest are infrastructure failures, which
+    are counted and excluded from the update (never silently dropped).
     """
 
     ANSWERED = "answered"
@@ -45,6 +47,7 @@ class TerminationReason(StrEnum):
     VOID = "void"
     MAX_TURNS = "max_turns"
     OVERLONG = "overlong"
+    TOOL_TIMEOUT = "tool_timeout"
     ERROR = "error"
     INIT_FAILED = "init_failed"
     EVAL_FAILED = "eval_failed"

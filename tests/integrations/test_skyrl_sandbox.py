@@ -213,6 +213,35 @@ async def test_lcb_rewards_keep_skyrl_gyms_meaning(sandbox: BwrapSandbox, tests:
     assert await _lcb(sandbox, tests, program) == expected
 
 
+# A program that leaves JSON nested past the host parser's stack: in the result file itself, or as a call-based
+# return value (json.dumps patched in the harness's process). json.loads raised RecursionError on the host, the step
+# raised, and the episode ended ``error``: an infrastructure failure, left out of the update, instead of reward 0.
+_DEEP_FILE = """import os
+fd = os.open("lcb_result.json", os.O_WRONLY | os.O_TRUNC)
+os.write(fd, b"[" * 200000 + b"]" * 200000)
+os._exit(0)"""
+_DEEP_VALUE = """import json
+json.dumps = lambda value: "[" * 200000 + "]" * 200000
+class Solution:
+    def add(self, xs, k):
+        return [x + k for x in xs]"""
+
+
+# A printed signaling NaN: the host compares the lines as Decimal numbers, and == on an sNaN raised InvalidOperation.
+_SNAN = 'input()\nprint("sNaN")'
+
+
+@pytest.mark.parametrize(
+    ("tests", "program"),
+    [(_STDIO, _DEEP_FILE), (_CALL, _DEEP_VALUE), (_STDIO, _SNAN)],
+    ids=["nested-file", "nested-value", "snan"],
+)
+async def test_lcb_output_the_host_cannot_read_or_compare_is_reward_0_not_an_error(
+    sandbox: BwrapSandbox, tests: Any, program: str
+) -> None:
+    assert await _lcb(sandbox, tests, program) == 0.0
+
+
 # --- env classes tirl cannot sandbox ------------------------------------------------------------------------------
 
 

@@ -169,6 +169,49 @@ async def test_a_session_that_times_out_says_its_state_is_lost(host_audit: objec
     assert after.stdout.strip() == "False"
 
 
+@pytest.mark.parametrize("backend", ["pool", "pool-process"])
+async def test_a_session_kernel_that_ends_between_turns_is_a_lost_state_not_a_sandbox_error(
+    host_audit: object, backend: str
+) -> None:
+    """A thread of turn 1 ends the kernel after the turn answered. Turn 2 was a sandbox ``error`` ("sandbox server
+    failed (IncompleteReadError); replaced"), which ends a tir-math episode as an infrastructure failure, outside
+    the update: the policy's own code chose to leave its failing trajectory out. Now turn 2 runs in a fresh kernel
+    and says that the state was lost, as after a kernel killed during a turn."""
+    pool: WarmPool = make(backend, size=1)
+    try:
+        await pool.run("x = 1", session="s")
+        leave = "import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.3), os._exit(0))).start()"
+        first = await pool.run(leave, session="s")
+        await asyncio.sleep(1.0)
+        second = await pool.run("print('x' in globals())", session="s")
+        third = await pool.run("x = 2\nprint(x)", session="s")
+    finally:
+        await pool.close()
+    assert first.ok, first
+    assert second.error is None and second.ok, second
+    assert second.stdout.strip() == "False" and "state was lost" in second.stderr, second
+    assert third.ok and third.stdout.strip() == "2", third
+
+
+@pytest.mark.parametrize("backend", ["pool", "pool-process"])
+async def test_a_session_turn_too_long_for_the_kernels_socket_is_the_programs_failure(
+    host_audit: object, backend: str
+) -> None:
+    """A session turn is one message on the kernel's socket, which a unix socket caps (~208 KiB by default): a
+    300 KB program was a sandbox ``error`` (the session server died), which ends the episode as an infrastructure
+    failure, outside the update. It is now refused as every backend refuses a program over the command-line limit:
+    exit status 1, the reason on stderr, and the session's state is kept."""
+    pool: WarmPool = make(backend, size=1)
+    try:
+        await pool.run("x = 1", session="s")
+        long = await pool.run("print('ran')\n#" + "x" * 300_000, session="s")
+        after = await pool.run("print(x)", session="s")
+    finally:
+        await pool.close()
+    assert long.error is None and long.exit_code == 1 and "at most" in long.stderr, long
+    assert after.ok and after.stdout.strip() == "1", after
+
+
 # Turn code that queues forged status replies on the kernel's socket: bare statuses, and statuses carrying this
 # turn's own nonce (read from the kernel loop's frame), each as the whole message.
 FORGE = """

@@ -22,7 +22,11 @@ in the same interpreter, the program can rewrite its own verdict.
   The reward is 1.0 when every test passes, else 0.0, as skyrl-gym's.
 
 A program that crashes, times out (the sandbox's deadline is skyrl-gym's
-global one: 7 s per test + 5 s) or writes no result scores 0; the sandbox
+global one: 7 s per test + 5 s) or writes no result scores 0, and so does one
+that leaves a result the host cannot read or compare (not JSON, over 64 MiB, a
+link, JSON nested past the parser's stack, a printed ``sNaN``, which ``Decimal``
+equality refuses: before, those last two raised in the step and ended the
+episode ``error``, outside the update); the sandbox
 itself failing is an infrastructure error (:class:`~tirl.envs.base.EnvError`).
 
 Not covered, differences from skyrl-gym's result: the sandbox's Python is the
@@ -111,7 +115,10 @@ def _stdio_match(got: str, expected: str, lcb: Any) -> bool:
             continue
         ok_g, dec_g = lcb.convert_line_to_decimals(g)
         ok_w, dec_w = lcb.convert_line_to_decimals(w)
-        if not (ok_g and ok_w and dec_g == dec_w):
+        try:
+            if not (ok_g and ok_w and dec_g == dec_w):
+                return False
+        except ArithmeticError:  # == on a printed signaling NaN ("sNaN") raises InvalidOperation: no match
             return False
     return True
 
@@ -129,7 +136,7 @@ def passes(results: Any, outputs: list[str], call_based: bool) -> bool:
             try:
                 if not isinstance(got.get("json"), str) or json.loads(got["json"]) != json.loads(expected):
                     return False
-            except ValueError:
+            except (ValueError, RecursionError):  # nested past the parser's stack: the program's failure
                 return False
         elif not isinstance(got.get("stdout"), str) or not _stdio_match(got["stdout"], expected, lcb):
             return False
@@ -148,7 +155,7 @@ def _read_result(path: Path) -> Any:
             return None
         try:
             return json.loads(fh.read(_RESULT_MAX + 1))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's stack (the program wrote it)
             return None
 
 

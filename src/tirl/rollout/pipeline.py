@@ -28,7 +28,12 @@ reason — ``init_failed`` (reset failed or timed out on every attempt),
 ``error`` (the runner raised), ``timeout`` (the runner ran past
 ``run_timeout_s``), ``eval_failed`` (evaluate failed or timed out on every
 attempt) — with ``Trajectory.error`` saying what happened, and the batch
-always has ``len(tasks) * group_size`` trajectories.
+always has ``len(tasks) * group_size`` trajectories. A run cut by
+``run_timeout_s`` while at least half of its time went to ``env.step`` (the
+episode's own commands: :func:`tool_seconds`) is no failure but the
+episode's: it ends ``tool_timeout``, truncated, and is evaluated as it stands
+(a turn of many blocks that each run to the sandbox's timeout let a policy
+leave a failing trajectory out of the update).
 
 :class:`Stages` (the stage bodies and their accounting) and
 :func:`pipeline` (this schedule) are used by the one strategy class,
@@ -45,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -60,6 +66,19 @@ from tirl.types import Group, Message, StageTiming, TerminationReason, Trajector
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S = 30.0
+
+
+def tool_seconds(traj: Trajectory, elapsed_s: float) -> float:
+    """Seconds of a run cut after ``elapsed_s`` that went to ``env.step`` (the episode's own commands).
+
+    The sum of the turn records' ``env_s``, plus, when the last record has none (the runner records it when
+    the step returns, :class:`~tirl.rollout.agent_loop.AgentLoop`), the run's time not accounted to a turn:
+    the step in flight when the run was cut. A runner that keeps no turn records gives 0.
+    """
+    tools = sum(t.env_s for t in traj.turns)
+    if traj.turns and traj.turns[-1].env_s == 0.0:
+        tools += max(0.0, elapsed_s - sum(t.gen_s + t.env_s for t in traj.turns))
+    return tools
 
 
 def trajectory_id(step: int, task_index: int, k: int) -> str:
@@ -278,17 +297,27 @@ class Stages:
             self._end(timing, "init")
 
     async def run(self, ep: Episode) -> bool:
-        """Run the episode (with timeout); False = it ended ``error``/``timeout`` and skips evaluation."""
+        """Run the episode (with timeout); False = it ended ``error``/``timeout`` and skips evaluation.
+
+        A timeout with at least half the run in ``env.step`` ends ``tool_timeout`` (evaluated; the module docstring).
+        """
         assert ep.env is not None, "run() before a successful initialize()"
         timing = self._begin(ep, "run")
         timing.attempts += 1
         self.counts["run_attempts"] += 1
+        start = time.perf_counter()  # the clock of the turn records' gen_s/env_s
         try:
             async with asyncio.timeout(self.cfg.run_timeout_s):
                 await self.runner(ep.env.env, ep.task, ep.initial, ep.traj)
         except (Exception, asyncio.CancelledError) as exc:
             reason = TerminationReason.TIMEOUT if isinstance(exc, TimeoutError) else TerminationReason.ERROR
-            self._fail(ep, reason, self._attempt_error(exc, "run", "agent runner", "raised"))
+            error = self._attempt_error(exc, "run", "agent runner", "raised")
+            elapsed, tools = time.perf_counter() - start, tool_seconds(ep.traj, time.perf_counter() - start)
+            if reason is TerminationReason.TIMEOUT and 2 * tools >= elapsed:  # the episode's commands took the time
+                ep.traj.termination = TerminationReason.TOOL_TIMEOUT
+                ep.traj.info["run_timeout"] = {"limit_s": self.cfg.run_timeout_s, "tool_s": round(tools, 3)}
+            else:
+                self._fail(ep, reason, error)
         else:
             if ep.traj.termination is None:
                 self._fail(ep, TerminationReason.ERROR, "agent runner returned without setting traj.termination")

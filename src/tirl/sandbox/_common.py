@@ -168,3 +168,22 @@ def argv_result(code: str) -> ExecResult | None:
         )
         return ExecResult(stdout="", stderr=message, exit_code=1)
     return None
+
+
+def session_result(code: str) -> ExecResult | None:
+    """The failed result for code too long for one session turn, else None (the warm pool's sessions).
+
+    A session turn reaches its kernel as one message on a unix socket, which the socket's send buffer caps
+    (~208 KiB by default). The cap is :data:`MAX_ARG_BYTES`, the command-line limit, so a session takes the
+    programs every backend takes. Like :func:`argv_result`, the program's failure (exit status 1, the reason
+    on stderr), never a sandbox ``error``: before, a longer turn killed the session server, and the ``error``
+    ended the episode as an infrastructure failure, outside the update.
+    """
+    size = len(code.encode("utf-8", "surrogatepass"))
+    if size <= MAX_ARG_BYTES:
+        return None
+    message = (
+        f"error: the code is {size:,} bytes; a session turn carries at most {MAX_ARG_BYTES:,}; write long text "
+        "to a file in pieces (several turns that append to it)\n"
+    )
+    return ExecResult(stdout="", stderr=message, exit_code=1)

@@ -93,6 +93,7 @@ PRCTL = LIBC.prctl  # looked up once, before any fork
 DRAIN_GRACE_S = 0.1
 MB = 1024 * 1024
 CLEAN_BUDGET = 200_000  # entries; past it the server exits and the host starts a fresh one
+LOST = b"[session restarted: its state was lost]"  # the note of a turn whose session kernel was gone or died
 # A child's report that it took a request: nonce, timeout, bytes kept, when (monotonic clock, the host's too).
 TAKEN = struct.Struct(">8sdId")
 
@@ -381,7 +382,16 @@ class Server:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         pid, done = self.kernel(session, req)
-        socket.send_fds(done, [body], [out_w, err_w])
+        try:
+            socket.send_fds(done, [body], [out_w, err_w])
+        except OSError:
+            # The kernel ended after its last turn (that turn's code did it, e.g. a thread calling os._exit):
+            # the episode's doing, so its state is lost and this turn runs in a fresh kernel. Before, the server
+            # died here and the turn was a sandbox error, an infrastructure failure left out of the update.
+            self.end(session)
+            pid, done = self.kernel(session, req)
+            socket.send_fds(done, [body], [out_w, err_w])
+            note = LOST
         os.close(out_w)
         os.close(err_w)
         out, err = CappedBuffer(keep), CappedBuffer(keep)
@@ -395,7 +405,7 @@ class Server:
             del self.kernels[session]
             done.close()
             status = reap(pid)
-            note = b"[session restarted: its state was lost]"
+            note = LOST
         return encode_answer(nonce, status, not finished, time.monotonic() - start, out, err, note)
 
     def wait(self, done, out_r, err_r, out, err, deadline, status_r=None, nonce=None):

@@ -32,7 +32,11 @@ starts a dedicated server (in its own sandbox) with one long-lived kernel
 process. Every run of that key executes in the kernel's globals, so variables,
 files in the workspace and ``/tmp`` survive between the session's own turns
 and nothing else can see them. A run that times out kills the kernel. The
-result then says that the state was lost, and the next run starts afresh.
+result then says that the state was lost, and the next run starts afresh; a
+kernel that ended between runs (its code's doing) is replaced by the next run,
+whose result says the same (never a sandbox ``error``). A session turn is one
+message on the kernel's socket: code over the command-line limit (128 KiB) fails
+as a program (:func:`~tirl.sandbox._common.session_result`), not the server.
 :meth:`WarmPool.end_session` frees it.
 
 The kernel's status reply carries its turn's nonce, and the session server drops
@@ -100,7 +104,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Unpack
 
-from tirl.sandbox._common import CLEAN_ENV, argv_result, build_result, nul_result
+from tirl.sandbox._common import CLEAN_ENV, argv_result, build_result, nul_result, session_result
 from tirl.sandbox._launch import DEFAULT_INODES, Launch
 from tirl.sandbox._wire import FRAME, OP_RUN, READY, decode_answer, encode_request, frame
 from tirl.sandbox.base import ExecResult, RunDefaults, RunRequest, Sandbox
@@ -455,6 +459,8 @@ class WarmPool(Sandbox):
             return result
         if session is not None and lang != "python":
             return ExecResult("", "", None, error="sessions keep Python state; run bash without session=")
+        if session is not None and (refused := session_result(code)) is not None:  # one socket message a turn
+            return refused
         keep = self.max_output_chars * 4
         nonce = os.urandom(8)
         try:
