@@ -125,18 +125,29 @@ def _config(args: argparse.Namespace) -> TirlConfig:
         print(f"warning: {warning}", file=sys.stderr)
     if base is not None:  # after the checks: a refused command prints its one error line only
         what = f"env {cfg.env.name}" + (f", tasks_file {cfg.env.tasks_file}" if cfg.env.tasks_file else "")
-        print(f"note: evaluating on the run's tasks ({what}) from {Path(args.model) / 'config.json'} — "
-              "--env/--set change them, --config replaces them", file=sys.stderr)  # fmt: skip
+        g = cfg.generation
+        how = (f"temperature {g.temperature:g}, top-p {g.top_p:g}, {g.max_new_tokens} new tokens a turn, "
+               f"{g.max_total_tokens} in all")  # fmt: skip
+        print(f"note: evaluating on the run's tasks ({what}) and decoding ({how}) from "
+              f"{Path(args.model) / 'config.json'} — --env/--set change them, --config replaces them",
+              file=sys.stderr)  # fmt: skip
     return cfg
 
 
+# the [generation] keys that shape an episode: a run evaluated at other caps or another temperature was
+# another measurement (a run at max_new_tokens=20 read 0.000 after training, `tirl eval --model RUN` 0.250)
+RUN_DECODING = ("temperature", "top_p", "max_new_tokens", "max_total_tokens")
+
+
 def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
-    """The ``[env]`` and ``[filter]`` of a run directory's ``config.json`` (None: not a run directory).
+    """The ``[env]``, ``[filter]`` and decoding of a run directory's ``config.json`` (None: not a run directory).
 
-    A model directory also has a ``config.json`` (the model's, from transformers) but neither section, so it
-    reads as None and the evaluation keeps the default env, with no note.
+    A model directory also has a ``config.json`` (the model's, from transformers) but none of these sections,
+    so it reads as None and the evaluation keeps the default env, with no note.
 
-    Only what defines the tasks and the action rule: the run's generator, server or devices are not reused.
+    Only what defines the tasks, the action rule and how an episode is decoded (:data:`RUN_DECODING`, so
+    ``--sampled`` samples at the run's temperature): the run's generator, server, devices, precision and cache
+    sizes are not reused.
     """
     if not (run_dir / "config.json").is_file():
         return None
@@ -144,6 +155,8 @@ def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
 
     saved = read_saved_config(run_dir)
     sections = {k: saved[k] for k in ("env", "filter") if isinstance(saved.get(k), dict)}
+    if sections and isinstance(gen := saved.get("generation"), dict):
+        sections["generation"] = {k: gen[k] for k in RUN_DECODING if k in gen}
     return sections or None  # a model directory's config.json (transformers') has neither: not a run
 
 
