@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from tirl.ablation import (
+    BASELINE,
     DEFAULT_SEEDS,
     DEFAULT_STEPS,
     DOSE_LEVELS,
@@ -111,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
                 f"--set {key}=... is what {PLAN_KEYS[key]} sets for every run: use {PLAN_KEYS[key]} instead"
             )
     modes = ("off",) if args.dose else tuple(m.strip() for m in (args.modes or ",".join(MODES)).split(",") if m.strip())
+    if BASELINE not in modes and modes:  # the table's statistics were all '—', its verdict about CIs never drawn
+        raise ConfigError(f"--modes {','.join(modes)} has no {BASELINE}: every statistic pairs a mode's run with "
+                          f"{BASELINE}'s run of the same seed — add it (--modes {BASELINE},{','.join(modes)}), or "
+                          "train one arm alone with tirl train --set filter.mode=MODE")  # fmt: skip
     levels = _levels(args) if args.dose else (args.level,)
     plans = [
         AblationPlan(modes=modes, seeds=tuple(range(args.seeds)), steps=args.steps, split=args.split,
