@@ -210,7 +210,8 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         check_saved_trust(resolved, run_dir / "config.json")  # no code or credential target from the run dir
         for note in resolved.notes:
             print(f"note: {note}", file=sys.stderr)
-        cfg = resolved.config
+        cfg = anchor_paths(resolved.config)  # a moved model given anew is saved absolute, as a new run's
+        check_starting_model(run_dir, saved_cfg, cfg, "--model" if args.model else "model.path")
         check_eval_set(run_dir, saved_cfg, cfg)
         preflight(cfg)
         pin_kernels(cfg)
@@ -264,6 +265,27 @@ def check_eval_set(run_dir: Path, saved: dict[str, Any], cfg: TirlConfig) -> Non
                 f"be the same tasks — keep env.{key}={old}, or add --set trainer.eval_before_after=false and "
                 f"evaluate with `tirl eval --model {run_dir}`"
             )
+
+
+def check_starting_model(run_dir: Path, saved: dict[str, Any], cfg: TirlConfig, given: str) -> None:
+    """Refuse a resume that names another starting model than the run's (``--model``, ``--set model.path``).
+
+    A resumed run trains on from its checkpoint's weights; ``model.path`` is its starting model: the KL reference
+    (``algo.kl_coef > 0``) and the model its ``eval_before.json`` measured. ``--resume RUN --model M`` wrote
+    ``M`` into the run's config.json and took it as the reference. Allowed: the same directory spelled another
+    way, and any path when the saved one no longer exists (the model moved: the new path says where it is now).
+    """
+    model = saved.get("model")
+    old = model.get("path") if isinstance(model, dict) else None
+    new = cfg.model.path
+    if new == old:
+        return
+    if isinstance(old, str) and (not Path(old).exists() or (new and Path(old).resolve() == Path(new).resolve())):
+        return  # moved, or the same directory
+    started = f"started from {old}" if isinstance(old, str) else "started from the built-in model"
+    raise InputError(given, None, f"{run_dir} {started}: a resumed run trains on from its checkpoint's weights, "
+                     "and its starting model is its KL reference and the model its eval_before.json measured",
+                     f"leave it out (to train {new}, start a new run: tirl train --model {new})")  # fmt: skip
 
 
 def _refuse_foreign_files(run_dir: Path) -> None:
