@@ -315,3 +315,23 @@ def test_the_end_of_a_run_prints_what_tirl_report_warns_about(tmp_path: Path, ca
     report_err = capsys.readouterr().err
     assert report_err.startswith(f"warning: {run_dir}/pipeline_trace.jsonl:1: snapshot lacks init_queue"), report_err
     assert report_err in train_err  # the same lines, from the same function
+
+
+def test_a_resume_that_fails_in_its_set_up_leaves_the_runs_config(model_dir: Path, tmp_path: Path, capsys) -> None:
+    """``--resume RUN --set algo.lora_rank=4`` of a full-model run failed at the optimiser's state, after the
+    run's config.json had been rewritten with the refused settings: every later plain ``--resume`` then failed
+    the same way, and the error's fix ("resume with the settings this checkpoint was written with") could not be
+    followed without editing config.json by hand."""
+    pytest.importorskip("peft")
+    run_dir = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--steps", "1", "--run-dir", str(run_dir), *TINY]
+    args += ["--set", "trainer.eval_before_after=false", "--set", "trainer.checkpoint_every=1", "--no-progress"]
+    assert _main(args, capsys)[0] == 0
+    saved = (run_dir / "config.json").read_bytes()
+    resume = ["train", "--resume", str(run_dir), "--steps", "2", "--no-progress"]
+    code, _ = _main([*resume, "--set", "algo.lora_rank=4"], capsys)
+    assert code == 2
+    assert (run_dir / "config.json").read_bytes() == saved
+    assert _main(resume, capsys)[0] == 0
+    assert json.loads((run_dir / "config.json").read_text())["trainer"]["steps"] == 2
+    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2]
