@@ -366,11 +366,11 @@ def run(args: argparse.Namespace) -> int:
 
 def interrupted_line(run_dir: Path, *, removed: bool, word: str = "interrupted") -> str:
     """What an interrupted ``tirl train`` prints: what the run directory kept and the command that continues it."""
-    from tirl.trainer.checkpoint import step_dirs
-
     if removed:
         return f"{word} before training started: {run_dir} was removed (nothing to keep)"
-    steps = [step for step, path in step_dirs(run_dir) if path.is_dir()]
+    # run_files, not trainer.checkpoint: a Ctrl-C in torch's import leaves a half-imported torch that a second
+    # `import torch` fails on (two chained tracebacks instead of this line)
+    steps = [step for step, path in run_files.step_dirs(run_dir) if path.is_dir()]
     go_on = f"`tirl train --resume {run_dir}`"
     if not steps:
         return f"{word} before the first checkpoint of {run_dir}: {go_on} starts it again at step 1"
