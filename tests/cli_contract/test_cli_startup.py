@@ -208,3 +208,15 @@ def test_a_ctrl_c_that_a_library_turns_into_another_error_is_one_line(tmp_path) 
     )
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert (got.returncode, got.stderr) == (130, "interrupted\n")
+
+
+def test_python_dash_m_tirl_runs_the_command_line() -> None:
+    """`python -m tirl ...` said "No module named tirl.__main__; 'tirl' is a package and cannot be directly
+    executed" (only `python -m tirl.cli` worked): the way to run tirl from a venv without its script on PATH."""
+    import subprocess
+    import sys
+
+    got = subprocess.run([sys.executable, "-m", "tirl", "--version"], capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0 and got.stdout.startswith("tirl "), got.stderr
+    bad = subprocess.run([sys.executable, "-m", "tirl", "nosuch"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: tirl: unknown command"), bad.stderr
