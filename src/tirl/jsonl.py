@@ -309,6 +309,10 @@ def to_trajectory(path: str | Path, number: int, obj: Any) -> Trajectory:
         return Trajectory.from_dict(obj, default_id=f"line-{number}")
     except (ValueError, TypeError) as exc:
         fix = exc.fix if isinstance(exc, FieldError) else _LINE_FIX
+        if isinstance(obj, dict) and "messages" not in obj:  # a run's metrics.jsonl or trace: name its reader
+            from tirl.diagnostics.adapters import other_reader
+
+            fix = other_reader(set(obj), str(path)) or fix
         raise InputError(str(path), number, str(exc), fix) from None
 
 

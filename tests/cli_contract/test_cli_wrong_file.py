@@ -4,8 +4,8 @@
 trace or a trajectory file listed the keys every log format needs. Covered: the three JSONL files a run writes
 (metrics, pipeline trace, trajectories), each given to the two diagnose commands it is not for, and a checkpoint
 directory (``RUN/checkpoints/step-N``) given as a model, and a run's inner directory or a model directory given
-to ``--resume``. Not covered:
-``tirl audit``/``tirl filter`` of a metrics log (their error names the missing ``messages`` field).
+to ``--resume``, and a metrics log or a trace given to ``tirl audit``/``tirl filter`` (their error named the
+missing ``messages`` field and the trajectory format only).
 """
 
 from __future__ import annotations
@@ -37,6 +37,21 @@ def test_a_run_file_given_to_the_wrong_command_names_the_right_one(capsys, tmp_p
     got = run_cli(capsys, *command, path)
     assert_refused(got, f"read it with `{reader} {path}`")
     assert "(+" in got.err or len(got.err) < 600  # the keys found are cut short, as the training reader's were
+
+
+@pytest.mark.parametrize(
+    ("rows", "reader"),
+    [([metrics_row(1), metrics_row(2)], "tirl diagnose training"), ([trace_row(0.0)], "tirl diagnose pipeline")],
+)
+@pytest.mark.parametrize("command", [["audit"], ["filter"]])
+def test_a_run_file_given_as_trajectories_names_its_reader(capsys, tmp_path, rows, reader, command) -> None:
+    path = write_jsonl(tmp_path / "some.jsonl", rows)
+    out = ["--verdicts", tmp_path / "v.jsonl"] if command == ["filter"] else []
+    got = run_cli(capsys, *command, path, *out)
+    assert_refused(got, f"{path}:1: missing the required field 'messages'", f"read it with `{reader} {path}`")
+    assert not (tmp_path / "v.jsonl").exists()
+    other = write_jsonl(tmp_path / "other.jsonl", [{"id": "x"}])  # no other run file: the format is the fix
+    assert_refused(run_cli(capsys, *command, other, *out), 'each line needs {"id": ..., "messages"')
 
 
 def test_a_trace_line_without_a_queue_keeps_the_format_fix(capsys, tmp_path) -> None:
