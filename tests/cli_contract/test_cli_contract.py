@@ -158,6 +158,8 @@ def test_sft_copy_short_share_is_a_share(capsys, tmp_path, value, advice):
         # the flag given wrong is named (the line listed all five)
         (["--steps", "0"], "--steps 0 is invalid: use 1 or more"),
         (["--eval-every", "-2"], "--eval-every -2 is invalid: use 1 or more"),
+        # tir-chain's tasks have no levels: it trained on the same chains as without it, and said nothing
+        (["--env", "tir-chain", "--difficulty", "4"], "--difficulty 4 with --env tir-chain: its tasks have no levels"),
     ],
 )
 def test_sft_flags_out_of_range_are_refused_before_any_work(capsys, tmp_path, flags, advice):
