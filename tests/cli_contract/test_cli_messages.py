@@ -116,3 +116,12 @@ def test_an_unknown_key_in_a_config_file_names_the_file(capsys, tmp_path, toml, 
     path.write_text("[algo]\nlr = 1e-4\n", encoding="utf-8")  # a --set typo beside a good file is the --set's
     assert_refused(run_cli(capsys, "config", "show", "--config", path, "--set", "steps=3"),
                    "error: unknown config key 'steps' — did you mean 'trainer.steps'?")  # fmt: skip
+
+
+def test_sft_of_one_step_says_so_in_the_singular(capsys, tmp_path):
+    """It printed "saved OUT after 1 steps"."""
+    out = tmp_path / "m"
+    got = run_cli(capsys, "sft", "--env", "tir-chain", "--out", out, "--steps", "1", "--train-tasks", "2",
+                  "--eval-tasks", "1", "--eval-every", "1", "--batch-size", "2", "--copy-steps", "0")  # fmt: skip
+    assert got.code == 0, got.err
+    assert f"saved {out} after 1 step (" in got.out + got.err

@@ -41,6 +41,7 @@ from tirl.ablation import (
 from tirl.commands import flag_overrides
 from tirl.errors import ConfigError
 from tirl.fileio import check_output_dir
+from tirl.wording import counted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
 
         verdicts = run_dose(plans[0].seeds, args.steps, out, levels=levels, split=args.split, extra=args.overrides)
         print((out / "dose.md").read_text(encoding="utf-8"))
-        print(f"dose: {len(levels)} levels x {args.seeds} seeds in {time.perf_counter() - t0:.0f}s; outputs in {out}")
+        took = f"{counted(len(levels), 'level')} x {counted(args.seeds, 'seed')} in {time.perf_counter() - t0:.0f}s"
+        print(f"dose: {took}; outputs in {out}")
         if args.json:
             print(json.dumps(dose_json(verdicts), separators=(",", ":")))
         return 0
@@ -153,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     )
     data = write_outputs(results, out, stress=plan.stress, label=label)
     print((out / "ablation.md").read_text(encoding="utf-8"))
-    print(f"ablation: {len(results)} runs in {time.perf_counter() - t0:.0f}s; outputs in {out}")
+    print(f"ablation: {counted(len(results), 'run')} in {time.perf_counter() - t0:.0f}s; outputs in {out}")
     if args.json:
         print(json.dumps(data, separators=(",", ":")))
     return 0
