@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tirl.config_notes import unused_settings
+from tirl.config_notes import moot_settings, unused_settings
 from tirl.config_schema import (  # re-exported: import the sections from tirl.config
     AlgoConfig,
     EnvConfig,
@@ -313,7 +313,9 @@ def resolve_config(
     for key, value in preset.items():
         _place(data, key, value, f"env {env_name} preset")
         sources[key] = f"env {env_name}"
-    return ResolvedConfig(c := _build(TirlConfig, data, ""), sources, [*notes, *unused_settings(c.model, c.trainer)])
+    c = _build(TirlConfig, data, "")
+    given = [key for key, source in sources.items() if source in ("file", "--set")]  # not a saved run's, nor a preset's
+    return ResolvedConfig(c, sources, [*notes, *unused_settings(c.model, c.trainer), *moot_settings(c, given)])
 
 
 def load_config(
