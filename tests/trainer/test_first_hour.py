@@ -336,5 +336,8 @@ def test_eval_of_a_run_directory_decodes_as_the_run_did(tmp_path: Path, capsys: 
     assert (gen.temperature, gen.top_p, gen.max_new_tokens, gen.max_total_tokens) == (0.5, 0.9, 20, 300)
     assert gen.prefix_cache_mb == 1024.0  # a cache size is this machine's, not how the run's episodes went
     note = capsys.readouterr().err
-    assert "temperature 0.5, top-p 0.9, 20 new tokens a turn, 300 in all" in note, note
-    assert config(["--model", str(run), "--set", "generation.temperature=1.0"]).generation.temperature == 1.0
+    assert "decoding (greedy, 20 new tokens a turn, 300 in all)" in note, note
+    assert config(["--model", str(run), "--sampled"]).generation.temperature == 0.5  # the run's, not 1
+    note = capsys.readouterr().err
+    assert "decoding (temperature 0.5, top-p 0.9, 20 new tokens a turn, 300 in all)" in note, note
+    assert config(["--model", str(run), "--sampled", "--set", "generation.temperature=1.0"]).generation.temperature == 1
