@@ -410,6 +410,18 @@ def test_tasks_export_refuses_env_name_in_set(capsys, tmp_path):
     assert not (tmp_path / "t").exists()
 
 
+@pytest.mark.parametrize("key", ["algo.lr=1e-3", "env.max_turns=3", "generation.temperature=0.5", "env.seed=4"])
+def test_tasks_export_refuses_a_set_it_does_not_read(capsys, tmp_path, key):
+    """It reads env.difficulty and env.tasks_file only: any other --set was accepted and the export ignored it
+    (``--set env.seed=4`` wrote the seed-0 tasks: the draw's seed is --seed)."""
+    out = run_cli(capsys, "tasks", "export", "--out", str(tmp_path / "t"), "--set", key)
+    assert_refused(out, f"--set {key.split('=')[0]}: tirl tasks export reads only env.difficulty and env.tasks_file")
+    assert not (tmp_path / "t").exists()
+    ok = run_cli(capsys, "tasks", "export", "--env", "swe-lite", "--n", "1", "--set", "env.difficulty=2",
+                 "--out", str(tmp_path / "t"))  # fmt: skip
+    assert ok.code == 0, ok.err
+
+
 def test_an_empty_output_directory_is_refused(capsys, tmp_path):
     """``--out ''`` was read as the current directory ("exists and is not an empty directory")."""
     assert_refused(run_cli(capsys, "tasks", "export", "--out", ""), "the output directory is empty")
