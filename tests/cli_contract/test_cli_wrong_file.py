@@ -72,6 +72,22 @@ def test_a_checkpoint_directory_as_a_model_names_its_model(capsys, tmp_path, mon
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    "command", [["model", "check"], ["eval", "--model"], ["train", "--model"], ["serve", "--model"]]
+)
+def test_a_runs_checkpoints_directory_as_a_model_names_the_newest_model(capsys, tmp_path, monkeypatch, command) -> None:
+    """``RUN/checkpoints`` said "has no config.json, so it is not a Hugging Face model directory"."""
+    ckpts = tmp_path / "checkpoints"
+    for step in (1, 2):
+        (ckpts / f"step-{step}" / "model").mkdir(parents=True)
+        (ckpts / f"step-{step}" / "model" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)  # a train that got through would write runs/ here
+    got = run_cli(capsys, *command, ckpts, *(["--port", "0"] if command[0] == "serve" else []))
+    assert_refused(got, f"{ckpts}: is a run's checkpoints directory, not a model",
+                   f"give a checkpoint's model: {ckpts / 'step-2' / 'model'}")  # fmt: skip
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("command", [["train", "--resume"], ["config", "show", "--resume"]])
 @pytest.mark.parametrize("inner", ["checkpoints", "checkpoints/step-1", "checkpoints/step-1/model"])
 def test_resume_of_a_directory_inside_a_run_names_the_run(capsys, tmp_path, command, inner) -> None:
