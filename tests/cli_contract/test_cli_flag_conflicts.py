@@ -184,6 +184,17 @@ def test_resume_with_another_starting_model_is_refused(capsys, tmp_path, flag) -
     assert "started from" not in run_cli(capsys, "train", "--resume", run, *given(other)).err
 
 
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".", "..", ".hidden"])
+def test_a_run_name_that_is_not_one_directory_name_is_refused(capsys, tmp_path, monkeypatch, name) -> None:
+    """``trainer.run_name=../escape`` wrote the run outside trainer.run_dir, ``a/b`` nested it, ``.`` (the root
+    itself, which exists) made the hidden ``runs/.-2``. The model path stops a run that got through."""
+    monkeypatch.chdir(tmp_path)
+    got = run_cli(capsys, "train", "--set", f"trainer.run_name={name}", "--set", f"model.path={tmp_path / 'missing'}",
+                  "--set", f"trainer.run_dir={tmp_path / 'runs'}")  # fmt: skip
+    assert_refused(got, f"trainer.run_name={name!r}", "one directory name", "trainer.run_dir")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_master_port_without_ranks_is_refused(capsys, tmp_path, monkeypatch) -> None:
     """``--master-port`` with one process was ignored (the model path stops a run that got through)."""
     monkeypatch.chdir(tmp_path)

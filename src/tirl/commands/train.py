@@ -49,7 +49,7 @@ from typing import Any
 from tirl.cli import port
 from tirl.commands import flag_overrides
 from tirl.config import TirlConfig, config_to_dict, resolve_config
-from tirl.errors import ConfigError, InputError, TirlError
+from tirl.errors import ConfigError, InputError, TirlError, show_value
 from tirl.fileio import check_output_dir, write_text
 from tirl.jsonl import read_json
 from tirl.models.kernels import PORTABLE_ENV, pin_portable
@@ -113,6 +113,18 @@ def _overrides(args: argparse.Namespace) -> list[str]:
             ("--ray-address", "trainer.ray_address", args.ray_address),
         ],
     )
+
+
+def _check_run_name(name: str | None) -> None:
+    """Refuse a ``trainer.run_name`` that is not one directory name under ``trainer.run_dir``.
+
+    ``../escape`` wrote the run outside it, ``a/b`` nested it, ``.`` (the root itself, which exists) made the
+    hidden ``runs/.-2``.
+    """
+    if name and ("/" in name or "\0" in name or name.startswith(".")):
+        raise ConfigError(f"config trainer.run_name={show_value(name)} is invalid: give one directory name (no '/', "
+                          "not starting with '.'); the run goes under trainer.run_dir — set trainer.run_dir for "
+                          "another place, or --run-dir DIR for the run's own directory")  # fmt: skip
 
 
 def _new_run_dir(cfg: TirlConfig) -> Path:
@@ -222,6 +234,8 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     for note in resolved.notes:  # a TRL/verl name read as tirl's: say which key it became
         print(f"note: {note}", file=sys.stderr)
     cfg = anchor_paths(resolved.config)  # the saved config names the same files from any directory (--resume)
+    if not args.run_dir:
+        _check_run_name(cfg.trainer.run_name)
     preflight(cfg)  # an unknown env, tools the model cannot render: before any directory or model
     pin_kernels(cfg)
     check_training_precision(cfg.model.dtype, cfg.algo.lora_rank)  # before the run directory exists
