@@ -54,6 +54,19 @@ def test_a_run_file_given_as_trajectories_names_its_reader(capsys, tmp_path, row
     assert_refused(run_cli(capsys, *command, other, *out), 'each line needs {"id": ..., "messages"')
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["diagnose", "training", "P"], ["diagnose", "pipeline", "P"], ["audit", "P"], ["filter", "P", "--verdicts", "V"]],
+)
+def test_a_json_document_over_several_lines_is_named_for_what_it_is(capsys, tmp_path, command) -> None:
+    """A run's config.json or summary.json given where a JSONL file goes said "not valid JSON (Expecting property
+    name enclosed in double quotes at column 2)" of a file that is valid JSON."""
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"steps": 1, "eval/accuracy_after": 0.5}, indent=1))
+    got = run_cli(capsys, *({"P": path, "V": tmp_path / "v.jsonl"}.get(a, a) for a in command))
+    assert_refused(got, f"{path}:1: line 1 is '{{' alone: one JSON document written over several lines, not JSON Lines")
+
+
 def test_a_trace_line_without_a_queue_keeps_the_format_fix(capsys, tmp_path) -> None:
     """A trace that is no other run file still gets the trace format as its fix."""
     path = write_jsonl(tmp_path / "trace.jsonl", [{"t": 0.0, "init_queue": 1}])
