@@ -82,6 +82,41 @@ def test_a_setting_the_rest_of_the_config_does_not_use_gets_a_note() -> None:
     assert not [n for n in resolve_config(None, used).notes if "does not use it" in n]
 
 
+MOOT = [  # (the key set, the value, what the note names as the setting that would use it)
+    ("filter.void_penalty", "2.0", "filter.mode=penalize"),
+    ("algo.kl_estimator", "k1", "algo.kl_coef > 0"),
+    ("algo.lora_alpha", "16", "algo.lora_rank > 0"),
+    ("algo.lora_targets", "q_proj", "algo.lora_rank > 0"),
+    ("trainer.wandb_project", "mine", "trainer.wandb=online or offline"),
+    ("sandbox.pool_size", "2", "sandbox.warm_pool=true"),
+    ("model.vllm_gpu_memory_utilization", "0.9", "--generator vllm"),
+    ("model.vllm_max_model_len", "4096", "--generator vllm"),
+]
+USED = {"filter.void_penalty": "filter.mode=penalize", "algo.kl_estimator": "algo.kl_coef=0.01",
+        "algo.lora_alpha": "algo.lora_rank=8", "algo.lora_targets": "algo.lora_rank=8",
+        "trainer.wandb_project": "trainer.wandb=offline", "sandbox.pool_size": "sandbox.warm_pool=true"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("key", "value", "user"), MOOT)
+def test_a_key_another_setting_makes_moot_gets_a_note(tmp_path: Path, key: str, value: str, user: str) -> None:
+    """``--set filter.void_penalty=2`` under filter.mode=off (the default), ``algo.kl_estimator`` at kl_coef 0,
+    ``algo.lora_alpha`` without a LoRA rank, ... were accepted and did nothing, without a word."""
+    from tirl.config import resolve_config
+
+    off = {"sandbox.pool_size": ["sandbox.warm_pool=false"]}
+    sets = [f"{key}={value}", *off.get(key, [])]
+    notes = [n for n in resolve_config(None, sets).notes if n.startswith(f"{key} is set but")]
+    assert len(notes) == 1 and user in notes[0], resolve_config(None, sets).notes
+    toml = tmp_path / "c.toml"
+    section, _, name = key.partition(".")
+    toml.write_text(f"[{section}]\n{name} = {value if value[0].isdigit() else repr(value)}\n", encoding="utf-8")
+    if key not in off:  # from a file the same
+        assert [n for n in resolve_config(toml, []).notes if n.startswith(f"{key} is set but")]
+    if key in USED:  # with the setting that uses it: no note
+        assert not [n for n in resolve_config(None, [f"{key}={value}", USED[key]]).notes if " is set but " in n]
+    assert not [n for n in resolve_config(None, off.get(key, [])).notes if " is set but " in n]  # defaults: none
+
+
 def test_a_config_that_never_ends_is_refused_after_a_bounded_read(tmp_path: Path) -> None:
     """``--config /dev/zero`` (or /dev/full) was read to the end, which never comes: the machine ran out of memory.
 

@@ -70,6 +70,7 @@ from tirl.fileio import write_bytes
 from tirl.trainer import run_files
 
 MODES: tuple[str, ...] = ("off", "mask", "drop", "penalize", "roc")
+BASELINE = "off"  # the arm every other is paired with, seed by seed (tirl.ablation_report)
 RATIO_SPIKE = 3.0  # a step whose max IS ratio exceeds this has a ratio spike (the dual-clip bound)
 BOOTSTRAP_SEED = 0  # the bootstrap CIs are seeded: the same runs give the same table
 MECHANISM_PREFIX = "void/share_"  # attribution keys (issue 23 item 1), pooled when a run logs them

@@ -28,12 +28,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tirl.ablation import BOOTSTRAP_SEED, RATIO_SPIKE, RunResult
+from tirl.ablation import BASELINE, BOOTSTRAP_SEED, RATIO_SPIKE, RunResult
 from tirl.ablation_stats import COLLAPSE_RULE, bootstrap_ci, excludes_zero, fisher_exact, wilcoxon_signed_rank
 from tirl.diagnostics.plotting import pyplot
 from tirl.fileio import atomic_write, write_text
-
-BASELINE = "off"
 
 
 @dataclass(frozen=True, slots=True)

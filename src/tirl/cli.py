@@ -151,18 +151,36 @@ def _top_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_CTRL_C = threading.Event()  # set by the first Ctrl-C this process's command line saw
+
+
+def _noted_ctrl_c(signum: int, frame: Any) -> None:
+    """Python's own Ctrl-C (a KeyboardInterrupt), noted first: a library may turn it into another exception."""
+    _CTRL_C.set()
+    signal.default_int_handler(signum, frame)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``tirl`` command line; returns the exit status.
 
     As the process's own command line (``argv`` None: the ``tirl`` script, ``python -m tirl.cli``), a Ctrl-C
     after the command has ended is ignored: the process only runs its exit callbacks then (torch's, temporary
-    directories), and a late second Ctrl-C printed a traceback from one of them after tirl's last line. After a
+    directories), and a late second Ctrl-C printed a traceback from one of them after tirl's last line. An
+    exception after a Ctrl-C is the Ctrl-C's (``interrupted``, 130): numpy's import, interrupted under torch's,
+    raised "ImportError: cannot load module more than once per process" (`tirl serve`, 0.3 s in). After a
     forced stop (a second Ctrl-C or SIGTERM) the process ends at most a few seconds after the last line, even
     while a thread still works (:func:`tirl.trainer.stop_signals.exit_when_stuck`).
     """
     own = argv is None and threading.current_thread() is threading.main_thread()
+    if own and signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where Ctrl-C is ignored
+        signal.signal(signal.SIGINT, _noted_ctrl_c)
     try:
         status = _main(argv)
+    except Exception:  # a library that turned the Ctrl-C into its own error (numpy's import: an ImportError)
+        if not _CTRL_C.is_set():
+            raise
+        print("interrupted", file=sys.stderr)
+        status = 130
     finally:
         if own:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -193,6 +211,9 @@ def _main(argv: Sequence[str] | None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         module = importlib.import_module(f"tirl.commands.{module_name}")
+    except KeyboardInterrupt:  # Ctrl-C in a command module's imports: the first 0.2 s of `tirl train`
+        print("interrupted", file=sys.stderr)
+        return 130
     except ModuleNotFoundError as exc:
         if exc.name == f"tirl.commands.{module_name}":
             print(f"error: the command {name!r} is not available in this build", file=sys.stderr)

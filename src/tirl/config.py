@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tirl.config_notes import unused_settings
+from tirl.config_notes import moot_settings, unused_settings
 from tirl.config_schema import (  # re-exported: import the sections from tirl.config
     AlgoConfig,
     EnvConfig,
@@ -109,11 +109,20 @@ def _not_a_section(key: str, given: dict[str, Any], where: str | None = None) ->
     )
 
 
-def _unknown(key: str, valid: list[str]) -> ConfigError:
+def _unknown(key: str, valid: list[str], value: Any = None) -> ConfigError:
+    """``key`` is no config key: the closest one, and the file when a TOML file gave it (``value``'s leaves)."""
     section, _, name = key.rpartition(".")
     close = [f"{section}.{c}" if section else c for c in difflib.get_close_matches(name, valid, n=1)]
+    if not section and not close:  # `steps = 3` above every table of a TOML file, or --set steps=3
+        close = sorted(k for k in tirl_keys() if k.rpartition(".")[2] == name)
     hint = f" — did you mean '{close[0]}'?" if close else f" — valid keys: {', '.join(sorted(valid))}"
-    return ConfigError(f"unknown config key {show_value(key)}{hint}")
+    leaves = _leaves(value) if isinstance(value, dict) else [("", value)]
+    files = [leaf.path for _, leaf in leaves if isinstance(leaf, _FromFile)]
+    if files and not section and "." in (close or [""])[0]:
+        sec, _, leaf = close[0].partition(".")
+        hint += f" ({leaf} = ... under [{sec}])"
+    where = f"config file {files[0]}: " if files else ""  # it read as a --set typo, with --config beside it
+    return ConfigError(f"{where}unknown config key {show_value(key)}{hint}")
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
@@ -123,7 +132,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     for key, value in data.items():
         full = f"{prefix}{key}"
         if key not in names:
-            raise _unknown(full, names)
+            raise _unknown(full, names, value)
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
@@ -304,7 +313,9 @@ def resolve_config(
     for key, value in preset.items():
         _place(data, key, value, f"env {env_name} preset")
         sources[key] = f"env {env_name}"
-    return ResolvedConfig(c := _build(TirlConfig, data, ""), sources, [*notes, *unused_settings(c.model, c.trainer)])
+    c = _build(TirlConfig, data, "")
+    given = [key for key, source in sources.items() if source in ("file", "--set")]  # not a saved run's, nor a preset's
+    return ResolvedConfig(c, sources, [*notes, *unused_settings(c.model, c.trainer), *moot_settings(c, given)])
 
 
 def load_config(

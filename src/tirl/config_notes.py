@@ -2,13 +2,16 @@
 
 A flag that silently does nothing is a silent failure: ``--base-url`` without ``--generator openai`` generated
 locally, ``--ray-address`` without ``--backend ray`` trained locally. :func:`unused_settings` names each such key
-and what would use it; :func:`tirl.config.resolve_config` adds them to its notes, which ``tirl train`` and
-``tirl config show`` print. Covered: those two pairs. Not covered: any other key that one setting makes moot.
+and what would use it, and :func:`moot_settings` each key of :data:`MOOT` a user set (a ``--set``, a file)
+that the rest of the config leaves unused (``filter.void_penalty`` under ``filter.mode=off``);
+:func:`tirl.config.resolve_config` adds them to its notes, which ``tirl train``, ``tirl eval`` and ``tirl config
+show`` print. Not covered: any other key that one setting makes moot.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 
 class ModelKeys(Protocol):
@@ -49,4 +52,32 @@ def unused_settings(model: ModelKeys, trainer: TrainerKeys) -> list[str]:
     return out
 
 
-__all__ = ["ModelKeys", "TrainerKeys", "unused_settings"]
+#: key -> (the config leaves it unused, what would use it). Each checked against the code that reads the key.
+MOOT: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "filter.void_penalty": (lambda c: c.filter.mode != "penalize", "filter.mode=penalize"),  # trainer: penalized rows
+    "algo.kl_estimator": (lambda c: c.algo.kl_coef == 0, "algo.kl_coef > 0"),  # no reference model at 0
+    "algo.lora_alpha": (lambda c: c.algo.lora_rank == 0, "algo.lora_rank > 0"),
+    "algo.lora_targets": (lambda c: c.algo.lora_rank == 0, "algo.lora_rank > 0"),
+    "trainer.wandb_project": (lambda c: c.trainer.wandb == "off", "trainer.wandb=online or offline"),
+    "sandbox.pool_size": (lambda c: not c.sandbox.warm_pool, "sandbox.warm_pool=true"),
+    "model.vllm_dtype": (lambda c: c.model.generator != "vllm", "model.generator=vllm (--generator vllm)"),
+    "model.vllm_gpu_memory_utilization": (lambda c: c.model.generator != "vllm", "--generator vllm"),
+    "model.vllm_max_model_len": (lambda c: c.model.generator != "vllm", "--generator vllm"),
+}
+
+
+def moot_settings(cfg: Any, given: Iterable[str]) -> list[str]:
+    """One note per key of :data:`MOOT` in ``given`` (the keys a user set) that ``cfg`` leaves unused.
+
+    ``cfg`` is a ``TirlConfig``. ``--set filter.void_penalty=2`` under ``filter.mode=off`` was accepted and did
+    nothing, without a word.
+    """
+    out = []
+    for key in sorted(set(given) & MOOT.keys()):
+        unused, user = MOOT[key]
+        if unused(cfg):
+            out.append(f"{key} is set but nothing uses it with this config — it acts with {user}")
+    return out
+
+
+__all__ = ["MOOT", "ModelKeys", "TrainerKeys", "moot_settings", "unused_settings"]

@@ -270,6 +270,9 @@ def jsonl_line(
     except JSONProblem as exc:
         if torn_tail and not raw.endswith(b"\n"):
             raise _TornTail from None
+        if number == 1 and text in ("{", "["):  # a run's config.json or summary.json: "Expecting property name"
+            problem = f"line 1 is '{text}' alone: one JSON document written over several lines, not JSON Lines"
+            raise InputError(str(p), number, problem, fix) from None
         raise InputError(str(p), number, str(exc), fix) from None
     if objects and not isinstance(value, dict):
         raise InputError(str(p), number, f"expected a JSON object, got {type(value).__name__}", fix)
@@ -309,6 +312,10 @@ def to_trajectory(path: str | Path, number: int, obj: Any) -> Trajectory:
         return Trajectory.from_dict(obj, default_id=f"line-{number}")
     except (ValueError, TypeError) as exc:
         fix = exc.fix if isinstance(exc, FieldError) else _LINE_FIX
+        if isinstance(obj, dict) and "messages" not in obj:  # a run's metrics.jsonl or trace: name its reader
+            from tirl.diagnostics.adapters import other_reader
+
+            fix = other_reader(set(obj), str(path)) or fix
         raise InputError(str(path), number, str(exc), fix) from None
 
 

@@ -310,7 +310,7 @@ def run_sft(cfg: SFTConfig, options: SFTRunOptions) -> SFTResult:
     finally:
         loop.close()
     _save(model, tokenizer, out, cfg, result, options)
-    cfg.log(f"saved {options.out} after {result.steps} steps ({result.wall_s:.0f}s); evals {result.evals}")
+    cfg.log(f"saved {options.out} after {counted(result.steps, 'step')} ({result.wall_s:.0f}s); evals {result.evals}")
     return result
 
 

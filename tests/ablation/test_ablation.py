@@ -187,6 +187,8 @@ def test_dose_acceptance_rule() -> None:
     [
         (["--modes", "off,sometimes"], "--modes"),
         (["--modes", "off,off"], "names a mode twice"),  # the second run found the first's directory: a traceback
+        # every statistic pairs a mode's run with off's: without off it ran, then printed "no 95% CI ... excludes 0"
+        (["--modes", "mask,drop"], "--modes mask,drop has no off"),
         (["--levels", "mismatch"], "--levels picks the levels of --dose"),  # ignored without --dose, silently
         (["--dose", "--modes", "drop"], "--modes does not go with --dose"),  # ignored, silently
         (["--steps", "2", "--set", "trainer.steps=9"], "use --steps instead"),  # --set won, silently

@@ -158,6 +158,8 @@ def test_sft_copy_short_share_is_a_share(capsys, tmp_path, value, advice):
         # the flag given wrong is named (the line listed all five)
         (["--steps", "0"], "--steps 0 is invalid: use 1 or more"),
         (["--eval-every", "-2"], "--eval-every -2 is invalid: use 1 or more"),
+        # tir-chain's tasks have no levels: it trained on the same chains as without it, and said nothing
+        (["--env", "tir-chain", "--difficulty", "4"], "--difficulty 4 with --env tir-chain: its tasks have no levels"),
     ],
 )
 def test_sft_flags_out_of_range_are_refused_before_any_work(capsys, tmp_path, flags, advice):
@@ -406,6 +408,18 @@ def test_tasks_export_refuses_env_name_in_set(capsys, tmp_path):
     out = run_cli(capsys, "tasks", "export", "--out", str(tmp_path / "t"), "--set", "env.name=tir-chain")
     assert_refused(out, "--set env.name", "use --env NAME")
     assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("key", ["algo.lr=1e-3", "env.max_turns=3", "generation.temperature=0.5", "env.seed=4"])
+def test_tasks_export_refuses_a_set_it_does_not_read(capsys, tmp_path, key):
+    """It reads env.difficulty and env.tasks_file only: any other --set was accepted and the export ignored it
+    (``--set env.seed=4`` wrote the seed-0 tasks: the draw's seed is --seed)."""
+    out = run_cli(capsys, "tasks", "export", "--out", str(tmp_path / "t"), "--set", key)
+    assert_refused(out, f"--set {key.split('=')[0]}: tirl tasks export reads only env.difficulty and env.tasks_file")
+    assert not (tmp_path / "t").exists()
+    ok = run_cli(capsys, "tasks", "export", "--env", "swe-lite", "--n", "1", "--set", "env.difficulty=2",
+                 "--out", str(tmp_path / "t"))  # fmt: skip
+    assert ok.code == 0, ok.err
 
 
 def test_an_empty_output_directory_is_refused(capsys, tmp_path):

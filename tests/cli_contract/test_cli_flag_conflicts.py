@@ -156,6 +156,45 @@ def test_resume_that_changes_the_evaluation_set_is_refused(capsys, tmp_path, cha
         assert through.code == 2 and "missing: does not exist" in through.err.splitlines()[-1], through
 
 
+@pytest.mark.parametrize("flag", [["--model"], ["--set", "model.path="]])
+def test_resume_with_another_starting_model_is_refused(capsys, tmp_path, flag) -> None:
+    """``--resume RUN --model M`` trained on from the checkpoint's weights, wrote ``model.path=M`` into the run's
+    config.json and took M as the KL reference (``algo.kl_coef > 0``): a record of a model the run never used."""
+    run, orig, other = tmp_path / "run", tmp_path / "orig", tmp_path / "other"
+    for d in (run, orig, other):
+        d.mkdir()
+    saved = config_to_dict(TirlConfig())
+    saved["model"]["path"] = str(orig)
+    (run / "config.json").write_text(json.dumps(saved))
+    before = (run / "config.json").read_text()
+
+    def given(path: Path) -> list[str]:
+        return [*flag, str(path)] if len(flag) == 1 else [flag[0], flag[1] + str(path)]
+
+    got = run_cli(capsys, "train", "--resume", run, *given(other))
+    assert_refused(got, f"{flag[-1].rstrip('=')}", f"{run} started from {orig}", "leave it out")
+    assert (run / "config.json").read_text() == before
+    builtin = {**saved, "model": {**saved["model"], "path": None}}
+    (run / "config.json").write_text(json.dumps(builtin))
+    assert_refused(run_cli(capsys, "train", "--resume", run, *given(other)), f"{run} started from the built-in model")
+    (run / "config.json").write_text(before)
+    for through in (orig, tmp_path / "run" / ".." / "orig"):  # the same model, spelled either way: no refusal
+        assert "started from" not in run_cli(capsys, "train", "--resume", run, *given(through)).err
+    orig.rmdir()  # the model moved: --model names where it is now (the saved path is the KL reference)
+    assert "started from" not in run_cli(capsys, "train", "--resume", run, *given(other)).err
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".", "..", ".hidden"])
+def test_a_run_name_that_is_not_one_directory_name_is_refused(capsys, tmp_path, monkeypatch, name) -> None:
+    """``trainer.run_name=../escape`` wrote the run outside trainer.run_dir, ``a/b`` nested it, ``.`` (the root
+    itself, which exists) made the hidden ``runs/.-2``. The model path stops a run that got through."""
+    monkeypatch.chdir(tmp_path)
+    got = run_cli(capsys, "train", "--set", f"trainer.run_name={name}", "--set", f"model.path={tmp_path / 'missing'}",
+                  "--set", f"trainer.run_dir={tmp_path / 'runs'}")  # fmt: skip
+    assert_refused(got, f"trainer.run_name={name!r}", "one directory name", "trainer.run_dir")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_master_port_without_ranks_is_refused(capsys, tmp_path, monkeypatch) -> None:
     """``--master-port`` with one process was ignored (the model path stops a run that got through)."""
     monkeypatch.chdir(tmp_path)

@@ -98,3 +98,30 @@ def test_eval_help_says_a_run_directory_brings_its_own_task_count(capsys) -> Non
     text = " ".join(run_cli(capsys, "eval", "--help").out.split())
     assert "--n N number of tasks (env.eval_size: 200, or a run directory's own)" in text
     assert "(default 200)" not in text
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [("[algo]\nclip_hgh = 0.3\n", "unknown config key 'algo.clip_hgh' — did you mean 'algo.clip_high'?"),
+     ("steps = 3\n", "unknown config key 'steps' — did you mean 'trainer.steps'? (steps = ... under [trainer])"),
+     ("[Trainer]\nsteps = 3\n", "unknown config key 'Trainer' — did you mean 'trainer'?")],
+)  # fmt: skip
+def test_an_unknown_key_in_a_config_file_names_the_file(capsys, tmp_path, toml, said):
+    """It read as a --set typo ("unknown config key 'steps' — valid keys: algo, env, ..."), with no word of the
+    file, and a key written above every table was not matched to the section that holds it."""
+    path = tmp_path / "run.toml"
+    path.write_text(toml, encoding="utf-8")
+    assert_refused(run_cli(capsys, "config", "show", "--config", path, "--set", "algo.lr=1e-4"),
+                   f"error: config file {path}: {said}")  # fmt: skip
+    path.write_text("[algo]\nlr = 1e-4\n", encoding="utf-8")  # a --set typo beside a good file is the --set's
+    assert_refused(run_cli(capsys, "config", "show", "--config", path, "--set", "steps=3"),
+                   "error: unknown config key 'steps' — did you mean 'trainer.steps'?")  # fmt: skip
+
+
+def test_sft_of_one_step_says_so_in_the_singular(capsys, tmp_path):
+    """It printed "saved OUT after 1 steps"."""
+    out = tmp_path / "m"
+    got = run_cli(capsys, "sft", "--env", "tir-chain", "--out", out, "--steps", "1", "--train-tasks", "2",
+                  "--eval-tasks", "1", "--eval-every", "1", "--batch-size", "2", "--copy-steps", "0")  # fmt: skip
+    assert got.code == 0, got.err
+    assert f"saved {out} after 1 step (" in got.out + got.err

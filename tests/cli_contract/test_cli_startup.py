@@ -135,3 +135,88 @@ def test_a_ctrl_c_while_the_process_exits_prints_no_traceback(tmp_path) -> None:
     assert got.returncode == 0, got.stderr
     assert "Traceback" not in got.stderr and "KeyboardInterrupt" not in got.stderr, got.stderr
     assert "[env]" in got.stdout
+
+
+def test_a_ctrl_c_while_torch_loads_is_one_line(tmp_path) -> None:
+    """Ctrl-C 1.8-3.8 s into `tirl train` landed in torch's import; the line that says what the run kept then
+    imported tirl.trainer.checkpoint, whose `import torch` met the half-imported torch and printed two chained
+    tracebacks ("partially initialized module 'torch' has no attribute 'autograd'", "duplicate registrations
+    for aten.linspace"). Here torch cannot be imported at all (None in sys.modules), and the run is stopped by a
+    KeyboardInterrupt where the heavy imports begin; a checkpoint is left, so the line must list the steps."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"  # `import torch` now raises ImportError, as a half-imported torch does
+        "import tirl.commands.train as train\n"
+        "def stopped(args, cfg, run_dir, created, stop):\n"
+        "    (run_dir / 'checkpoints' / 'step-2').mkdir(parents=True)\n"
+        "    raise KeyboardInterrupt\n"
+        "train._run_locked = stopped\n"
+        "from tirl.cli import main\n"
+        f"sys.argv = ['tirl', 'train', '--run-dir', {str(run)!r}, '--steps', '1']\n"
+        "sys.exit(main())\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert got.returncode == 130, got.stderr
+    assert "Traceback" not in got.stderr, got.stderr
+    assert got.stderr.strip().splitlines()[-1] == (
+        f"interrupted: {run} keeps checkpoint step-2 — continue it with `tirl train --resume {run}`"
+    )
+
+
+def test_a_ctrl_c_while_a_command_module_loads_is_one_line(monkeypatch, capsys) -> None:
+    """Ctrl-C in the first 0.2 s of `tirl train` (its module's imports) printed a KeyboardInterrupt traceback."""
+    import importlib
+
+    from tirl import cli
+
+    real = importlib.import_module
+
+    def interrupted(name: str, *args: object) -> object:
+        if name.startswith("tirl.commands."):
+            raise KeyboardInterrupt
+        return real(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cli.importlib, "import_module", interrupted)
+    assert cli.main(["train"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_ctrl_c_that_a_library_turns_into_another_error_is_one_line(tmp_path) -> None:
+    """Ctrl-C 0.3 s into `tirl serve` landed in numpy's extension import (under torch's), which raised
+    "ImportError: cannot load module more than once per process" instead: a traceback, for a Ctrl-C."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"  # as a terminal's foreground job has it
+        "import tirl.commands.audit as audit\n"
+        "def run(args):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(5)\n"
+        "    except KeyboardInterrupt:\n"
+        "        raise ImportError('cannot load module more than once per process') from None\n"
+        "audit.run = run\n"
+        "from tirl.cli import main\n"
+        f"sys.argv = ['tirl', 'audit', {str(tmp_path)!r}]\n"
+        "sys.exit(main())\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert (got.returncode, got.stderr) == (130, "interrupted\n")
+
+
+def test_python_dash_m_tirl_runs_the_command_line() -> None:
+    """`python -m tirl ...` said "No module named tirl.__main__; 'tirl' is a package and cannot be directly
+    executed" (only `python -m tirl.cli` worked): the way to run tirl from a venv without its script on PATH."""
+    import subprocess
+    import sys
+
+    got = subprocess.run([sys.executable, "-m", "tirl", "--version"], capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0 and got.stdout.startswith("tirl "), got.stderr
+    bad = subprocess.run([sys.executable, "-m", "tirl", "nosuch"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: tirl: unknown command"), bad.stderr

@@ -4,8 +4,8 @@
 trace or a trajectory file listed the keys every log format needs. Covered: the three JSONL files a run writes
 (metrics, pipeline trace, trajectories), each given to the two diagnose commands it is not for, and a checkpoint
 directory (``RUN/checkpoints/step-N``) given as a model, and a run's inner directory or a model directory given
-to ``--resume``. Not covered:
-``tirl audit``/``tirl filter`` of a metrics log (their error names the missing ``messages`` field).
+to ``--resume``, and a metrics log or a trace given to ``tirl audit``/``tirl filter`` (their error named the
+missing ``messages`` field and the trajectory format only).
 """
 
 from __future__ import annotations
@@ -39,6 +39,34 @@ def test_a_run_file_given_to_the_wrong_command_names_the_right_one(capsys, tmp_p
     assert "(+" in got.err or len(got.err) < 600  # the keys found are cut short, as the training reader's were
 
 
+@pytest.mark.parametrize(
+    ("rows", "reader"),
+    [([metrics_row(1), metrics_row(2)], "tirl diagnose training"), ([trace_row(0.0)], "tirl diagnose pipeline")],
+)
+@pytest.mark.parametrize("command", [["audit"], ["filter"]])
+def test_a_run_file_given_as_trajectories_names_its_reader(capsys, tmp_path, rows, reader, command) -> None:
+    path = write_jsonl(tmp_path / "some.jsonl", rows)
+    out = ["--verdicts", tmp_path / "v.jsonl"] if command == ["filter"] else []
+    got = run_cli(capsys, *command, path, *out)
+    assert_refused(got, f"{path}:1: missing the required field 'messages'", f"read it with `{reader} {path}`")
+    assert not (tmp_path / "v.jsonl").exists()
+    other = write_jsonl(tmp_path / "other.jsonl", [{"id": "x"}])  # no other run file: the format is the fix
+    assert_refused(run_cli(capsys, *command, other, *out), 'each line needs {"id": ..., "messages"')
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["diagnose", "training", "P"], ["diagnose", "pipeline", "P"], ["audit", "P"], ["filter", "P", "--verdicts", "V"]],
+)
+def test_a_json_document_over_several_lines_is_named_for_what_it_is(capsys, tmp_path, command) -> None:
+    """A run's config.json or summary.json given where a JSONL file goes said "not valid JSON (Expecting property
+    name enclosed in double quotes at column 2)" of a file that is valid JSON."""
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"steps": 1, "eval/accuracy_after": 0.5}, indent=1))
+    got = run_cli(capsys, *({"P": path, "V": tmp_path / "v.jsonl"}.get(a, a) for a in command))
+    assert_refused(got, f"{path}:1: line 1 is '{{' alone: one JSON document written over several lines, not JSON Lines")
+
+
 def test_a_trace_line_without_a_queue_keeps_the_format_fix(capsys, tmp_path) -> None:
     """A trace that is no other run file still gets the trace format as its fix."""
     path = write_jsonl(tmp_path / "trace.jsonl", [{"t": 0.0, "init_queue": 1}])
@@ -54,6 +82,22 @@ def test_a_checkpoint_directory_as_a_model_names_its_model(capsys, tmp_path, mon
     monkeypatch.chdir(tmp_path)  # a train that got through would write runs/ here
     got = run_cli(capsys, *command, step)
     assert_refused(got, f"{step}: is a tirl checkpoint, not a model", f"give its model: {step / 'model'}")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "command", [["model", "check"], ["eval", "--model"], ["train", "--model"], ["serve", "--model"]]
+)
+def test_a_runs_checkpoints_directory_as_a_model_names_the_newest_model(capsys, tmp_path, monkeypatch, command) -> None:
+    """``RUN/checkpoints`` said "has no config.json, so it is not a Hugging Face model directory"."""
+    ckpts = tmp_path / "checkpoints"
+    for step in (1, 2):
+        (ckpts / f"step-{step}" / "model").mkdir(parents=True)
+        (ckpts / f"step-{step}" / "model" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)  # a train that got through would write runs/ here
+    got = run_cli(capsys, *command, ckpts, *(["--port", "0"] if command[0] == "serve" else []))
+    assert_refused(got, f"{ckpts}: is a run's checkpoints directory, not a model",
+                   f"give a checkpoint's model: {ckpts / 'step-2' / 'model'}")  # fmt: skip
     assert not (tmp_path / "runs").exists()
 
 

@@ -79,3 +79,14 @@ def test_a_model_dir_without_config_is_refused_before_connecting(tmp_path, capsy
     out = run_cli(capsys, "train", "--model", bad, "--run-dir", tmp_path / "r", "--nproc", "2", "--no-progress",
                   "--backend", "ray", "--ray-address", "127.0.0.1:9")  # fmt: skip
     assert_refused(out, str(bad), "has no config.json")
+
+
+@pytest.mark.parametrize("address", ["nowhere:1", "no-such-host.invalid:6379"])
+def test_an_unknown_host_is_one_error_line_before_ray_is_asked(address: str) -> None:
+    """``--ray-address nowhere:1`` waited through Ray's GCS retries, twice (2 min 30 s and counting, with Ray's own
+    warnings every 5 s and Ctrl-C unanswered inside Ray's blocking call): a name that resolves to nothing is no
+    cluster still starting."""
+    rec = Recorder()
+    with pytest.raises(SetupError, match=r"cannot connect to the Ray cluster at .*: its host .* does not resolve"):
+        ray_backend.connect(rec, address)
+    assert rec.retries == []  # ray.init never ran

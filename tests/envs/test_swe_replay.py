@@ -191,6 +191,21 @@ def test_cli_refuses_a_rejudge_it_cannot_do(tmp_path: Path, capsys: pytest.Captu
     assert "is a run directory with its own config.json" in capsys.readouterr().err
 
 
+def test_cli_refuses_a_rejudge_of_a_bare_file_of_answer_judged_episodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tir-chain run's trajectories.jsonl copied out: --rejudge replayed it as swe-lite and printed "unresolved: no
+    task with this id in the built-in generators", exit 0 (its task is a built-in tir-chain one)."""
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "\\boxed{37}"}]
+    traj = {"id": "s1-t1-g1", "reward": 1.0, "info": {"eval": {"answer": "37", "expected": "37"}}, "messages": messages}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(traj) + "\n")
+    assert main(["audit", str(path), "--rejudge"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: --rejudge replays swe-lite episodes") and err.count("\n") == 1, err
+    assert "judged by their answers" in err and "drop --rejudge" in err
+
+
 def test_cli_a_broken_sandbox_is_one_error_line(
     played_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

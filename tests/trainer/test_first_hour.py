@@ -310,3 +310,34 @@ def test_eval_of_a_run_directory_uses_the_runs_own_tasks(tmp_path: Path, capsys:
     own = tmp_path / "own.toml"
     own.write_text('[env]\nname = "tir-math"\n', encoding="utf-8")
     assert config(["--model", str(run), "--config", str(own)]).env.tasks_file is None  # --config: not the run's
+
+
+def test_eval_of_a_run_directory_decodes_as_the_run_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: only [env] and [filter] were taken, so a run trained at generation.max_new_tokens=20 read 0.000
+    after training and `tirl eval --model RUN` gave 0.250 on the same tasks and weights (96 tokens a turn), and
+    `--sampled` drew at temperature 1 where the run sampled at 0.5 (README: "at the training temperature")."""
+    import argparse
+
+    from tirl.commands import evaluate
+    from tirl.config import config_to_dict
+
+    run = tmp_path / "run"
+    run.mkdir()
+    sets = ["generation.temperature=0.5", "generation.top_p=0.9", "generation.max_new_tokens=20",
+            "generation.max_total_tokens=300", "generation.prefix_cache_mb=8"]  # fmt: skip
+    (run / "config.json").write_text(json.dumps(config_to_dict(load_config(None, sets))), encoding="utf-8")
+
+    def config(argv: list[str]) -> Any:
+        parser = argparse.ArgumentParser()
+        evaluate.add_arguments(parser)
+        return evaluate._config(parser.parse_args(argv))
+
+    gen = config(["--model", str(run)]).generation
+    assert (gen.temperature, gen.top_p, gen.max_new_tokens, gen.max_total_tokens) == (0.5, 0.9, 20, 300)
+    assert gen.prefix_cache_mb == 1024.0  # a cache size is this machine's, not how the run's episodes went
+    note = capsys.readouterr().err
+    assert "decoding (greedy, 20 new tokens a turn, 300 in all)" in note, note
+    assert config(["--model", str(run), "--sampled"]).generation.temperature == 0.5  # the run's, not 1
+    note = capsys.readouterr().err
+    assert "decoding (temperature 0.5, top-p 0.9, 20 new tokens a turn, 300 in all)" in note, note
+    assert config(["--model", str(run), "--sampled", "--set", "generation.temperature=1.0"]).generation.temperature == 1

@@ -287,6 +287,35 @@ def test_eval_samples_bad_values_are_one_error_line(extra: list[str], says: str,
     assert code == 2 and says in err and err.startswith("error: --samples") and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [  # a greedy evaluation took these and decoded greedily; a sampled one at temperature 0 drew K equal episodes
+        (["--set", "generation.temperature=0.3"], "error: --set generation.temperature=0.3: greedy decoding"),
+        (["--set", "generation.top_p=0.9"], "error: --set generation.top_p=0.9: greedy decoding"),
+        (["--sampled", "--samples", "4", "--set", "generation.temperature=0"],
+         "error: --sampled at generation.temperature=0 is greedy decoding: every sample of a task is one episode"),
+    ],
+)  # fmt: skip
+def test_eval_decoding_settings_that_would_do_nothing_are_refused(extra: list[str], says: str, capsys) -> None:
+    code = main(["eval", "--n", "4", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(says) and err.count("\n") == 1, err
+
+
+def test_a_config_files_temperature_under_greedy_eval_is_a_note(tmp_path: Path, capsys) -> None:
+    """A file shared with `tirl train` may carry the training temperature: greedy evaluation says it is unused."""
+    import argparse
+
+    from tirl.commands import evaluate
+
+    toml = tmp_path / "c.toml"
+    toml.write_text("[generation]\ntemperature = 0.7\n", encoding="utf-8")
+    parser = argparse.ArgumentParser()
+    evaluate.add_arguments(parser)
+    evaluate._config(parser.parse_args(["--config", str(toml)]))
+    assert "note: generation.temperature from the config file is not used: greedy decoding" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("n", ["0", "-3", "1000001"])
 def test_eval_n_out_of_range_names_the_flag(n: str, capsys) -> None:
     """``--n`` sets env.eval_size; its error names ``--n``, the flag typed (before: ``config env.eval_size=-3``)."""
@@ -315,3 +344,23 @@ def test_the_end_of_a_run_prints_what_tirl_report_warns_about(tmp_path: Path, ca
     report_err = capsys.readouterr().err
     assert report_err.startswith(f"warning: {run_dir}/pipeline_trace.jsonl:1: snapshot lacks init_queue"), report_err
     assert report_err in train_err  # the same lines, from the same function
+
+
+def test_a_resume_that_fails_in_its_set_up_leaves_the_runs_config(model_dir: Path, tmp_path: Path, capsys) -> None:
+    """``--resume RUN --set algo.lora_rank=4`` of a full-model run failed at the optimiser's state, after the
+    run's config.json had been rewritten with the refused settings: every later plain ``--resume`` then failed
+    the same way, and the error's fix ("resume with the settings this checkpoint was written with") could not be
+    followed without editing config.json by hand."""
+    pytest.importorskip("peft")
+    run_dir = tmp_path / "run"
+    args = ["train", "--model", str(model_dir), "--steps", "1", "--run-dir", str(run_dir), *TINY]
+    args += ["--set", "trainer.eval_before_after=false", "--set", "trainer.checkpoint_every=1", "--no-progress"]
+    assert _main(args, capsys)[0] == 0
+    saved = (run_dir / "config.json").read_bytes()
+    resume = ["train", "--resume", str(run_dir), "--steps", "2", "--no-progress"]
+    code, _ = _main([*resume, "--set", "algo.lora_rank=4"], capsys)
+    assert code == 2
+    assert (run_dir / "config.json").read_bytes() == saved
+    assert _main(resume, capsys)[0] == 0
+    assert json.loads((run_dir / "config.json").read_text())["trainer"]["steps"] == 2
+    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2]

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from tirl.ablation import (
+    BASELINE,
     DEFAULT_SEEDS,
     DEFAULT_STEPS,
     DOSE_LEVELS,
@@ -40,6 +41,7 @@ from tirl.ablation import (
 from tirl.commands import flag_overrides
 from tirl.errors import ConfigError
 from tirl.fileio import check_output_dir
+from tirl.wording import counted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
                 f"--set {key}=... is what {PLAN_KEYS[key]} sets for every run: use {PLAN_KEYS[key]} instead"
             )
     modes = ("off",) if args.dose else tuple(m.strip() for m in (args.modes or ",".join(MODES)).split(",") if m.strip())
+    if BASELINE not in modes and modes:  # the table's statistics were all '—', its verdict about CIs never drawn
+        raise ConfigError(f"--modes {','.join(modes)} has no {BASELINE}: every statistic pairs a mode's run with "
+                          f"{BASELINE}'s run of the same seed — add it (--modes {BASELINE},{','.join(modes)}), or "
+                          "train one arm alone with tirl train --set filter.mode=MODE")  # fmt: skip
     levels = _levels(args) if args.dose else (args.level,)
     plans = [
         AblationPlan(modes=modes, seeds=tuple(range(args.seeds)), steps=args.steps, split=args.split,
@@ -135,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
 
         verdicts = run_dose(plans[0].seeds, args.steps, out, levels=levels, split=args.split, extra=args.overrides)
         print((out / "dose.md").read_text(encoding="utf-8"))
-        print(f"dose: {len(levels)} levels x {args.seeds} seeds in {time.perf_counter() - t0:.0f}s; outputs in {out}")
+        took = f"{counted(len(levels), 'level')} x {counted(args.seeds, 'seed')} in {time.perf_counter() - t0:.0f}s"
+        print(f"dose: {took}; outputs in {out}")
         if args.json:
             print(json.dumps(dose_json(verdicts), separators=(",", ":")))
         return 0
@@ -148,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     )
     data = write_outputs(results, out, stress=plan.stress, label=label)
     print((out / "ablation.md").read_text(encoding="utf-8"))
-    print(f"ablation: {len(results)} runs in {time.perf_counter() - t0:.0f}s; outputs in {out}")
+    print(f"ablation: {counted(len(results), 'run')} in {time.perf_counter() - t0:.0f}s; outputs in {out}")
     if args.json:
         print(json.dumps(data, separators=(",", ":")))
     return 0

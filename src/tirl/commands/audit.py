@@ -87,6 +87,13 @@ def _fraction_run(trajectories: list[Trajectory]) -> bool:
     return any(0.0 < float(t.reward or 0.0) < 1.0 for t in trajectories)
 
 
+def _answer_judged(trajectories: list[Trajectory]) -> bool:
+    """Whether every rewarded trajectory was judged by its answer (``info.eval.expected``: tir-math, tir-chain)."""
+    rewarded = [t for t in trajectories if float(t.reward or 0.0) > 0.0]
+    evals = [t.info.get("eval") if isinstance(t.info, dict) else None for t in rewarded]
+    return bool(evals) and all(isinstance(e, dict) and "expected" in e for e in evals)
+
+
 def _rejudge(trajectories: list[Trajectory], cfg: TirlConfig, rules: ParseRules) -> list[Rejudgement]:
     """Replay the rewarded trajectories on ``cfg``'s sandbox and tasks (:mod:`tirl.envs.swe_replay`)."""
     from tirl.envs.registry import load_tasks
@@ -132,6 +139,11 @@ def run(args: argparse.Namespace) -> int:
     if not trajectories:  # it printed a table of zeros, exit 0
         raise InputError(str(path), None, "holds no trajectories (a run writes them from its first step on)",
                          "give a trajectory JSONL with at least one line")  # fmt: skip
+    if replay_cfg is not None and cfg is None and _answer_judged(trajectories):  # it said "unresolved", exit 0
+        raise InputError(str(path), None, "--rejudge replays swe-lite episodes, and these were judged by their "
+                         "answers (info.eval.expected: tir-math, tir-chain)", "drop --rejudge (their rewards are "
+                         "answer matches: see the detector-too-eager check), or give the swe-lite run's config with "
+                         "--config")  # fmt: skip
     if replay_cfg is not None and cfg is None and _fraction_run(trajectories):  # a bare file of a fraction run
         replay_cfg = replace(replay_cfg, env=replace(replay_cfg.env, reward_mode="fraction"))
     report = audit_trajectories(trajectories, rules)

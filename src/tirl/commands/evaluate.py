@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from tirl.cli import elapsed
 from tirl.commands import flag_overrides
-from tirl.config import TirlConfig, resolve_config
+from tirl.config import ResolvedConfig, TirlConfig, resolve_config
 from tirl.config_ranges import RANGES, check_flag
-from tirl.errors import InputError
+from tirl.errors import ConfigError, InputError
 from tirl.trainer.preflight import check_saved_trust, context_warning, preflight, run_label
 
 if TYPE_CHECKING:
@@ -114,6 +114,7 @@ def _config(args: argparse.Namespace) -> TirlConfig:
     resolved = resolve_config(args.config, sets, base)
     if base is not None:  # the run directory's env: never code it names unless the command line repeats it
         check_saved_trust(resolved, Path(args.model) / "config.json")
+    _check_decoding(args, resolved)
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
     cfg = resolved.config
@@ -125,18 +126,52 @@ def _config(args: argparse.Namespace) -> TirlConfig:
         print(f"warning: {warning}", file=sys.stderr)
     if base is not None:  # after the checks: a refused command prints its one error line only
         what = f"env {cfg.env.name}" + (f", tasks_file {cfg.env.tasks_file}" if cfg.env.tasks_file else "")
-        print(f"note: evaluating on the run's tasks ({what}) from {Path(args.model) / 'config.json'} — "
-              "--env/--set change them, --config replaces them", file=sys.stderr)  # fmt: skip
+        g = cfg.generation
+        how = f"temperature {g.temperature:g}, top-p {g.top_p:g}" if args.sampled else "greedy"
+        how += f", {g.max_new_tokens} new tokens a turn, {g.max_total_tokens} in all"
+        print(f"note: evaluating on the run's tasks ({what}) and decoding ({how}) from "
+              f"{Path(args.model) / 'config.json'} — --env/--set change them, --config replaces them",
+              file=sys.stderr)  # fmt: skip
     return cfg
 
 
+# the [generation] keys that shape an episode: a run evaluated at other caps or another temperature was
+# another measurement (a run at max_new_tokens=20 read 0.000 after training, `tirl eval --model RUN` 0.250)
+RUN_DECODING = ("temperature", "top_p", "max_new_tokens", "max_total_tokens")
+
+
+def _check_decoding(args: argparse.Namespace, resolved: ResolvedConfig) -> None:
+    """Refuse sampling settings that would do nothing.
+
+    A ``--set`` temperature or top-p under greedy decoding (no ``--sampled``), and ``--sampled`` at temperature 0
+    (K samples of a task were one episode: pass@K of nothing). A config file's (shared with ``tirl train``) is
+    a note; a run directory's own is the run's, said nowhere.
+    """
+    g = resolved.config.generation
+    if args.sampled and g.temperature == 0:
+        raise ConfigError("--sampled at generation.temperature=0 is greedy decoding: every sample of a task is one "
+                          "episode — set a temperature above 0, or drop --sampled")  # fmt: skip
+    if args.sampled:
+        return
+    for key, value in (("temperature", g.temperature), ("top_p", g.top_p)):
+        source = resolved.sources.get(f"generation.{key}")
+        if source == "--set":
+            raise ConfigError(f"--set generation.{key}={value:g}: greedy decoding (tirl eval without --sampled) "
+                              "takes no temperature or top-p — add --sampled to sample at it, or drop it")  # fmt: skip
+        if source == "file":
+            print(f"note: generation.{key} from the config file is not used: greedy decoding (add --sampled to "
+                  "sample at it)", file=sys.stderr)  # fmt: skip
+
+
 def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
-    """The ``[env]`` and ``[filter]`` of a run directory's ``config.json`` (None: not a run directory).
+    """The ``[env]``, ``[filter]`` and decoding of a run directory's ``config.json`` (None: not a run directory).
 
-    A model directory also has a ``config.json`` (the model's, from transformers) but neither section, so it
-    reads as None and the evaluation keeps the default env, with no note.
+    A model directory also has a ``config.json`` (the model's, from transformers) but none of these sections,
+    so it reads as None and the evaluation keeps the default env, with no note.
 
-    Only what defines the tasks and the action rule: the run's generator, server or devices are not reused.
+    Only what defines the tasks, the action rule and how an episode is decoded (:data:`RUN_DECODING`, so
+    ``--sampled`` samples at the run's temperature): the run's generator, server, devices, precision and cache
+    sizes are not reused.
     """
     if not (run_dir / "config.json").is_file():
         return None
@@ -144,6 +179,8 @@ def _run_tasks(run_dir: Path) -> dict[str, Any] | None:
 
     saved = read_saved_config(run_dir)
     sections = {k: saved[k] for k in ("env", "filter") if isinstance(saved.get(k), dict)}
+    if sections and isinstance(gen := saved.get("generation"), dict):
+        sections["generation"] = {k: gen[k] for k in RUN_DECODING if k in gen}
     return sections or None  # a model directory's config.json (transformers') has neither: not a run
 
 

@@ -46,7 +46,7 @@ _SFT_OPTIONS = (
     ("batch_size", "episodes per step"),
     ("lr", "peak learning rate (AdamW, cosine decay)"),
     ("train_tasks", "generated tasks to demonstrate"),
-    ("difficulty", "tir-math difficulty (1-5); swe-lite: 3 or more draws the spec curriculum"),
+    ("difficulty", "tir-math difficulty (1-5); swe-lite: 3 or more draws the spec curriculum; tir-chain: none"),
     ("eval_every", "steps between held-out evaluations"),
     ("eval_tasks", "held-out tasks per evaluation"),
 )
@@ -178,6 +178,9 @@ def _config(args: argparse.Namespace) -> SFTConfig:
             raise ConfigError(f"{flag} {value} is invalid: use 1 or more")
     if not 1 <= args.difficulty <= 5:
         raise ConfigError(f"--difficulty {args.difficulty} is invalid: use a level from 1 to 5")
+    if args.env == "tir-chain" and args.difficulty != 1:  # generate_chain_tasks takes none: it was ignored
+        raise ConfigError(f"--difficulty {args.difficulty} with --env tir-chain: its tasks have no levels — drop "
+                          "--difficulty")  # fmt: skip
     check_flag("--threads", "trainer.threads", args.threads)
     if not (math.isfinite(args.lr) and args.lr > 0):
         raise ConfigError(f"--lr {args.lr} is invalid: use a positive learning rate, e.g. 1e-3")

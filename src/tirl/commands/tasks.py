@@ -37,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: the config keys an export reads (its --set takes these only)
+READ = ("env.difficulty", "env.tasks_file")
+
+
 def run(args: argparse.Namespace) -> int:
     """Resolve the tasks, then write them (all or nothing)."""
     from tirl.commands import flag_overrides
@@ -51,7 +55,12 @@ def run(args: argparse.Namespace) -> int:
     check_flag("--seed", "env.seed", args.seed)  # the env's seed range, as tirl eval --seed
     if any(o.split("=", 1)[0].strip() == "env.name" for o in args.overrides):  # --env's value would win silently
         raise ConfigError("--set env.name: tirl tasks export names its env with --env — use --env NAME")
-    env = resolve_config(None, flag_overrides(args.overrides, [("--env", "env.name", args.env)])).config.env
+    resolved = resolve_config(None, flag_overrides(args.overrides, [("--env", "env.name", args.env)]))
+    for key, source in resolved.sources.items():  # any other key was accepted and ignored
+        if source == "--set" and key not in (*READ, "env.name"):  # env.name: --env's own (--set of it: refused above)
+            hint = " (the draw's seed is --seed)" if key == "env.seed" else ""
+            raise ConfigError(f"--set {key}: tirl tasks export reads only {' and '.join(READ)}{hint} — drop it")
+    env = resolved.config.env
     if env.tasks_file:
         from tirl.envs.tasks.swe_gen import load_swe_tasks
 

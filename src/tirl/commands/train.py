@@ -49,7 +49,7 @@ from typing import Any
 from tirl.cli import port
 from tirl.commands import flag_overrides
 from tirl.config import TirlConfig, config_to_dict, resolve_config
-from tirl.errors import ConfigError, InputError, TirlError
+from tirl.errors import ConfigError, InputError, TirlError, show_value
 from tirl.fileio import check_output_dir, write_text
 from tirl.jsonl import read_json
 from tirl.models.kernels import PORTABLE_ENV, pin_portable
@@ -113,6 +113,18 @@ def _overrides(args: argparse.Namespace) -> list[str]:
             ("--ray-address", "trainer.ray_address", args.ray_address),
         ],
     )
+
+
+def _check_run_name(name: str | None) -> None:
+    """Refuse a ``trainer.run_name`` that is not one directory name under ``trainer.run_dir``.
+
+    ``../escape`` wrote the run outside it, ``a/b`` nested it, ``.`` (the root itself, which exists) made the
+    hidden ``runs/.-2``.
+    """
+    if name and ("/" in name or "\0" in name or name.startswith(".")):
+        raise ConfigError(f"config trainer.run_name={show_value(name)} is invalid: give one directory name (no '/', "
+                          "not starting with '.'); the run goes under trainer.run_dir — set trainer.run_dir for "
+                          "another place, or --run-dir DIR for the run's own directory")  # fmt: skip
 
 
 def _new_run_dir(cfg: TirlConfig) -> Path:
@@ -210,7 +222,8 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
         check_saved_trust(resolved, run_dir / "config.json")  # no code or credential target from the run dir
         for note in resolved.notes:
             print(f"note: {note}", file=sys.stderr)
-        cfg = resolved.config
+        cfg = anchor_paths(resolved.config)  # a moved model given anew is saved absolute, as a new run's
+        check_starting_model(run_dir, saved_cfg, cfg, "--model" if args.model else "model.path")
         check_eval_set(run_dir, saved_cfg, cfg)
         preflight(cfg)
         pin_kernels(cfg)
@@ -221,6 +234,8 @@ def resolve(args: argparse.Namespace) -> tuple[TirlConfig, Path, Path | None]:
     for note in resolved.notes:  # a TRL/verl name read as tirl's: say which key it became
         print(f"note: {note}", file=sys.stderr)
     cfg = anchor_paths(resolved.config)  # the saved config names the same files from any directory (--resume)
+    if not args.run_dir:
+        _check_run_name(cfg.trainer.run_name)
     preflight(cfg)  # an unknown env, tools the model cannot render: before any directory or model
     pin_kernels(cfg)
     check_training_precision(cfg.model.dtype, cfg.algo.lora_rank)  # before the run directory exists
@@ -264,6 +279,27 @@ def check_eval_set(run_dir: Path, saved: dict[str, Any], cfg: TirlConfig) -> Non
                 f"be the same tasks — keep env.{key}={old}, or add --set trainer.eval_before_after=false and "
                 f"evaluate with `tirl eval --model {run_dir}`"
             )
+
+
+def check_starting_model(run_dir: Path, saved: dict[str, Any], cfg: TirlConfig, given: str) -> None:
+    """Refuse a resume that names another starting model than the run's (``--model``, ``--set model.path``).
+
+    A resumed run trains on from its checkpoint's weights; ``model.path`` is its starting model: the KL reference
+    (``algo.kl_coef > 0``) and the model its ``eval_before.json`` measured. ``--resume RUN --model M`` wrote
+    ``M`` into the run's config.json and took it as the reference. Allowed: the same directory spelled another
+    way, and any path when the saved one no longer exists (the model moved: the new path says where it is now).
+    """
+    model = saved.get("model")
+    old = model.get("path") if isinstance(model, dict) else None
+    new = cfg.model.path
+    if new == old:
+        return
+    if isinstance(old, str) and (not Path(old).exists() or (new and Path(old).resolve() == Path(new).resolve())):
+        return  # moved, or the same directory
+    started = f"started from {old}" if isinstance(old, str) else "started from the built-in model"
+    raise InputError(given, None, f"{run_dir} {started}: a resumed run trains on from its checkpoint's weights, "
+                     "and its starting model is its KL reference and the model its eval_before.json measured",
+                     f"leave it out (to train {new}, start a new run: tirl train --model {new})")  # fmt: skip
 
 
 def _refuse_foreign_files(run_dir: Path) -> None:
@@ -344,11 +380,11 @@ def run(args: argparse.Namespace) -> int:
 
 def interrupted_line(run_dir: Path, *, removed: bool, word: str = "interrupted") -> str:
     """What an interrupted ``tirl train`` prints: what the run directory kept and the command that continues it."""
-    from tirl.trainer.checkpoint import step_dirs
-
     if removed:
         return f"{word} before training started: {run_dir} was removed (nothing to keep)"
-    steps = [step for step, path in step_dirs(run_dir) if path.is_dir()]
+    # run_files, not trainer.checkpoint: a Ctrl-C in torch's import leaves a half-imported torch that a second
+    # `import torch` fails on (two chained tracebacks instead of this line)
+    steps = [step for step, path in run_files.step_dirs(run_dir) if path.is_dir()]
     go_on = f"`tirl train --resume {run_dir}`"
     if not steps:
         return f"{word} before the first checkpoint of {run_dir}: {go_on} starts it again at step 1"

@@ -40,6 +40,7 @@ import functools
 import itertools
 import logging
 import os
+import socket
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -258,6 +259,24 @@ def _init_again(ray: Any, kwargs: dict[str, Any]) -> ConnectionError | None:
     return None
 
 
+def _unresolved_host(address: str | None) -> str | None:
+    """``"'nowhere' does not resolve (...)"`` when ``address`` is ``HOST:PORT`` and HOST has no address, else None.
+
+    Only the name: a refused port may be a cluster still starting, which Ray's retries are for. ``auto``,
+    ``local`` and ``ray://`` addresses are Ray's to read.
+    """
+    if not address or "://" in address or address in ("auto", "local"):
+        return None
+    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as exc:
+        return f"{host!r} does not resolve ({exc.strerror})"
+    except (OSError, UnicodeError):
+        return None
+    return None
+
+
 def connect(ray: Any, address: str | None) -> None:
     """``ray.init`` at ``address``; on an auth-token refusal, again with the local token.
 
@@ -269,6 +288,10 @@ def connect(ray: Any, address: str | None) -> None:
     never start. So tirl connects without, and retries with the token only
     when the cluster asked for one.
     """
+    unknown = _unresolved_host(address)
+    if unknown:  # Ray retried a name that resolves to nothing for minutes, its blocking call deaf to Ctrl-C
+        raise SetupError(f"cannot connect to the Ray cluster at {address!r}: its host {unknown} — check "
+                         "--ray-address (HOST:PORT of `ray start --head`)")  # fmt: skip
     kwargs: dict[str, Any] = {"address": address, "log_to_driver": False, "include_dashboard": False}
     try:
         with _few_gcs_retries():  # a refused token is refused at every retry: 20 s of them by default

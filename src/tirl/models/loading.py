@@ -70,14 +70,19 @@ def _check_dir(path: Path) -> None:
         raise InputError(str(path), None, "does not exist", "give --model (--init) a local Hugging Face model dir")
     if not path.is_dir():
         raise InputError(str(path), None, "is not a directory", "give the directory that holds config.json")
-    if (path / "checkpoints").is_dir() and (path / "metrics.jsonl").exists():  # its config.json is tirl's own
-        from tirl.trainer.checkpoint import step_dirs
+    from tirl.trainer.run_files import CHECKPOINTS, step_dirs
 
+    if (path / "checkpoints").is_dir() and (path / "metrics.jsonl").exists():  # its config.json is tirl's own
         steps = [d for _, d in step_dirs(path) if d.is_dir()]
         newest = f"{steps[-1]}/model" if steps else f"{path}/checkpoints/step-N/model"
         raise InputError(
             str(path), None, "is a tirl run directory, not a model", f"give a checkpoint's model: {newest}"
         )
+    if path.name == CHECKPOINTS and not (path / "config.json").exists():  # RUN/checkpoints: "has no config.json"
+        steps = [d for _, d in step_dirs(path.parent) if (d / "model" / "config.json").is_file()]
+        if steps:
+            raise InputError(str(path), None, "is a run's checkpoints directory, not a model",
+                             f"give a checkpoint's model: {steps[-1] / 'model'}")  # fmt: skip
     if not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():  # checkpoints/step-N
         raise InputError(str(path), None, "is a tirl checkpoint, not a model", f"give its model: {path / 'model'}")
     if not (path / "config.json").is_file():

@@ -67,9 +67,9 @@ from tirl.errors import InputError, OutputError
 from tirl.fileio import clean_staged, fsync_file, staged_dir
 from tirl.jsonl import JSONProblem, parse_json
 from tirl.trainer import run_files
+from tirl.trainer.run_files import step_dirs  # torch-free; kept importable from here
 from tirl.trainer.train_state import DamagedState, RngState, TrainingState, read_training_state, write_training_state
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
 _STAGED = re.compile(r"^\.(step-\d+)\.")  # what staged_dir leaves beside step-N: .step-N.XXXX, .step-N.old.XXXX
 MAX_STEP = 10**12  # far beyond any run; a larger number in a directory name is not a step tirl wrote
 MAX_STATE_BYTES = 16 * 2**20  # state.json: a step, a version and one checksum line per file
@@ -224,15 +224,6 @@ def _read_entry(child: Path, step: int) -> Checkpoint | Skipped:
     if not (isinstance(version, int) and not isinstance(version, bool) and 0 <= version <= MAX_STEP):
         return Skipped(child, f"state.json's policy_version {str(version)[:40]} is not a whole number >= 0")
     return Checkpoint(path=child, step=step, state=state, policy_version=version)
-
-
-def step_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of every ``checkpoints/step-N`` entry of a run, by step (nothing inside is read)."""
-    root = Path(run_dir) / run_files.CHECKPOINTS
-    if not root.is_dir():
-        return []
-    found = ((_STEP_DIR.match(child.name), child) for child in root.iterdir())
-    return sorted((int(m.group(1)), child) for m, child in found if m)
 
 
 def scan_checkpoints(run_dir: str | Path) -> tuple[list[Checkpoint], list[Skipped]]:

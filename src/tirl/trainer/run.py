@@ -286,7 +286,8 @@ class TrainingRun:
                 eval_before=cfg.trainer.eval_before_after, sampled=cfg.trainer.eval_samples > 0,
             )  # fmt: skip
         start = self.resume_from
-        _write_json(self.run_dir / run_files.CONFIG, config_to_dict(cfg))
+        if not self.resume:  # a resumed run's config is written once its checkpoint is restored under it (below)
+            _write_json(self.run_dir / run_files.CONFIG, config_to_dict(cfg))
         self.tasks = TaskSets(cfg)  # a bad task-file row is an error before the model loads (minutes on a GPU)
         self.parts = parts = build_parts(
             cfg,
@@ -313,6 +314,8 @@ class TrainingRun:
         )
         if start is not None and start.point is not None:
             self.trainer.resume(start.point)
+        if self.resume:  # written before, a resume refused here (a LoRA rank on a full-model checkpoint) left
+            _write_json(self.run_dir / run_files.CONFIG, config_to_dict(cfg))  # settings no later resume could load
         if self.ranks is not None:  # after resume: the other ranks receive the restored weights and optimiser
             self.ranks.share_state(learner)
 

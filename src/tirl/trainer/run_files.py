@@ -25,6 +25,7 @@ directory itself may be a link.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from tirl.errors import InputError
@@ -91,3 +92,19 @@ def refuse_links(run_dir: Path) -> None:
         "write through the link outside the run",
         "replace each link by a copy of what it names (cp -rL), or give a copy of the run made with cp -rL",
     )
+
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def step_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every ``checkpoints/step-N`` entry of a run, by step (nothing inside is read).
+
+    Here, free of torch: the line an interrupted ``tirl train`` prints lists them, and a Ctrl-C that landed in
+    torch's import leaves a half-imported torch that a second ``import torch`` fails on.
+    """
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = ((_STEP_DIR.match(child.name), child) for child in root.iterdir())
+    return sorted((int(m.group(1)), child) for m, child in found if m)
