@@ -147,7 +147,15 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             kwargs[key] = coerce(value.value, tp, full, text=isinstance(value, _FromFile))
         else:
             kwargs[key] = coerce(value, tp, full)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:  # a value out of its range: from a file, the file is named (it read as a --set)
+        text = str(exc)
+        named = text.removeprefix("config ").partition("=")[0]
+        leaf = data.get(named.removeprefix(prefix)) if named.startswith(prefix) else None
+        if isinstance(leaf, _FromFile) and text.startswith("config "):
+            raise ConfigError(f"config file {leaf.path}: {text.removeprefix('config ')}") from None
+        raise
 
 
 def _exact_tree(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

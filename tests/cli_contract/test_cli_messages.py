@@ -125,3 +125,17 @@ def test_sft_of_one_step_says_so_in_the_singular(capsys, tmp_path):
                   "--eval-tasks", "1", "--eval-every", "1", "--batch-size", "2", "--copy-steps", "0")  # fmt: skip
     assert got.code == 0, got.err
     assert f"saved {out} after 1 step (" in got.out + got.err
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [("[algo]\nlr = -1\n", "algo.lr=-1.0 is invalid: use a positive learning rate"),
+     ("[trainer]\nsteps = 0\n", "trainer.steps=0 is invalid: use at least 1")],
+)  # fmt: skip
+def test_a_value_out_of_range_in_a_config_file_names_the_file(capsys, tmp_path, toml, said):
+    """It said "config algo.lr=-1.0 is invalid", as for a --set, with no word of the file beside the --set."""
+    path = tmp_path / "run.toml"
+    path.write_text(toml, encoding="utf-8")
+    got = run_cli(capsys, "config", "show", "--config", path, "--set", "algo.clip_high=0.3")
+    assert_refused(got, f"error: config file {path}: {said}")
+    assert_refused(run_cli(capsys, "config", "show", "--set", "algo.lr=-1"), "error: config algo.lr=-1.0 is invalid")
