@@ -136,6 +136,34 @@ def test_sft_copy_short_share_is_a_share(capsys, tmp_path, value, advice):
 @pytest.mark.parametrize(
     ("flags", "advice"),
     [
+        (["--env", "tir-math", "--copy-steps", "5"], "--copy-short-share with --env tir-math: it shapes swe-lite's"),
+        (["--env", "swe-lite", "--copy-steps", "0"], "--copy-short-share with --copy-steps 0: no copy curriculum runs"),
+    ],
+)
+def test_sft_copy_short_share_where_nothing_reads_it_is_refused(capsys, tmp_path, flags, advice):
+    """It was accepted and did nothing (no copy curriculum ran, or tir-math's has no short episodes)."""
+    out = run_cli(capsys, "sft", *flags, "--copy-short-share", "1", "--out", str(tmp_path / "out"))
+    assert_refused(out, "--copy-short-share", advice)
+    assert not (tmp_path / "out").exists()
+
+
+def test_sft_copy_short_share_reaches_the_config_where_it_acts_and_defaults_otherwise():
+    import argparse
+
+    from tirl.commands.sft import _config, add_arguments
+    from tirl.sft_config import SFTConfig
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    given = _config(parser.parse_args(["--out", "o", "--env", "swe-lite", "--copy-short-share", "0.25"]))
+    assert given.copy_short_share == 0.25
+    default = _config(parser.parse_args(["--out", "o", "--env", "swe-lite"]))
+    assert default.copy_short_share == SFTConfig.copy_short_share == 0.5
+
+
+@pytest.mark.parametrize(
+    ("flags", "advice"),
+    [
         (["--lr", "-1"], "--lr -1.0 is invalid: use a positive learning rate"),  # was torch's ValueError traceback
         (["--lr", "0"], "--lr 0.0 is invalid"),  # trained nothing, silently
         (["--copy-steps", "-1"], "--copy-steps -1 is invalid"),  # was made 0, silently

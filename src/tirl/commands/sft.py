@@ -125,9 +125,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--copy-short-share",
         type=float,
-        default=d.copy_short_share,
-        help="swe-lite: share of the copy episodes that are short (the issue, then the locate turn; 1 = a "
-        "short-context drill, the first stage of the tiny-swe chain in docs/training.md)",
+        default=None,
+        help=f"swe-lite with --copy-steps: share of the copy episodes that are short (the issue, then the locate "
+        f"turn; 1 = a short-context drill, the first stage of the tiny-swe chain in docs/training.md; default "
+        f"{d.copy_short_share})",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument(
@@ -147,6 +148,22 @@ _FRESH: dict[str, object] = {
     "layers": TinyModelSpec().layers, "hidden": TinyModelSpec().hidden_size, "heads": TinyModelSpec().heads,
     "vocab": 2048, "corpus": "builtin",
 }  # fmt: skip
+
+
+def _check_copy_short_share(args: argparse.Namespace) -> None:
+    """``--copy-short-share`` is a share, and only given where it acts: swe-lite's copy curriculum (it was ignored)."""
+    share = args.copy_short_share
+    if share is None:
+        return
+    if not 0.0 <= share <= 1.0:
+        raise ConfigError(f"--copy-short-share {share} is invalid: use a share from 0 to 1")
+    if args.env != "swe-lite":
+        raise ConfigError(f"--copy-short-share with --env {args.env}: it shapes swe-lite's copy curriculum — drop it")
+    if args.copy_steps <= 0:
+        raise ConfigError(
+            f"--copy-short-share with --copy-steps {args.copy_steps}: no copy curriculum runs — add --copy-steps N "
+            "or drop --copy-short-share"
+        )
 
 
 def _fresh_model_flags(args: argparse.Namespace) -> None:
@@ -204,8 +221,7 @@ def _config(args: argparse.Namespace) -> SFTConfig:
     check_flag("--seed", "trainer.seed", args.seed)
     check_flag("--train-tasks", "env.eval_size", args.train_tasks)  # 99999999999 generated without end
     check_flag("--eval-tasks", "env.eval_size", args.eval_tasks)
-    if not 0.0 <= args.copy_short_share <= 1.0:
-        raise ConfigError(f"--copy-short-share {args.copy_short_share} is invalid: use a share from 0 to 1")
+    _check_copy_short_share(args)
     if args.tools and args.env == "swe-lite":
         raise ConfigError("--tools with --env swe-lite is not supported: its experts write bash fences; drop --tools")
     if args.tools and args.arch == "tiny" and not args.init:
@@ -221,7 +237,7 @@ def _config(args: argparse.Namespace) -> SFTConfig:
             stop_at_accuracy=stop,
             copy_steps=max(0, args.copy_steps),
             copy_batch_size=args.batch_size,  # its copy episodes are ~700 tokens: the demonstrations' batch
-            copy_short_share=args.copy_short_share,
+            copy_short_share=SFTConfig.copy_short_share if args.copy_short_share is None else args.copy_short_share,
             tools=args.tools,
             max_turns=preset["env.max_turns"],
             max_new_tokens=preset["generation.max_new_tokens"],
