@@ -69,3 +69,25 @@ def test_parse_is_ast_parse(switchy) -> None:
     assert ast.dump(ast_lock.parse(SOURCE, "x.py")) == ast.dump(ast.parse(SOURCE, "x.py"))
     with pytest.raises(SyntaxError):
         ast_lock.parse("def (")
+
+
+def test_literal_eval_is_ast_literal_eval(switchy) -> None:
+    errors = _hammer(lambda: ast_lock.literal_eval("[1, -2, (3, 'x')]"), rounds=10)
+    assert errors == []
+    assert ast_lock.literal_eval("[1, -2, (3, 'x')]") == [1, -2, (3, "x")]
+    with pytest.raises(ValueError):
+        ast_lock.literal_eval("f(1)")
+
+
+def test_no_parse_in_tirl_bypasses_the_lock() -> None:
+    """Every ast.parse / literal_eval of tirl's host code goes through tirl.ast_lock (the judge's own excepted)."""
+    src = Path(__file__).resolve().parents[1] / "src" / "tirl"
+    judge = {"scorer_bundle.py", "scorer_runner.py"}  # the judge process: single-threaded (module docstring)
+    bare = [
+        f"{p.relative_to(src)}:{n}"
+        for p in sorted(src.rglob("*.py"))
+        if p.name != "ast_lock.py" and p.name not in judge
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if "ast.parse(" in line or "ast.literal_eval(" in line
+    ]
+    assert bare == []

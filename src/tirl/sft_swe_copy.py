@@ -49,7 +49,6 @@ guess), the turns after the fix (check, submit) — the demonstrations teach tho
 
 from __future__ import annotations
 
-import ast
 import builtins
 import functools
 import keyword
@@ -59,6 +58,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from tirl import ast_lock
 from tirl.envs.base import Task
 from tirl.envs.observation import NO_OUTPUT
 from tirl.envs.tasks.swe_curriculum import SUFFIXES, SYLLABLES, Program, bug_of, program_task, programs
@@ -180,7 +180,7 @@ def expert_turns(task: Task, way: int, *, check: bool, python: bool) -> list[tup
     turns: list[tuple[str, str]] = []
     if check:
         shown = task.prompt.split(" returns ", 1)[1].split(", but it should return ", 1)[0]
-        got = str(ast.literal_eval(shown))  # the prompt shows the repr, the AssertionError its str
+        got = str(ast_lock.literal_eval(shown))  # the prompt shows the repr, the AssertionError its str
         asserts = task.data["files"]["check.py"].split("\n")[2:]
         fi = next(i for i, text in enumerate(asserts) if text.startswith(f"assert {bug.function}("))
         turns.append((bash_turn("python3 check.py"), check_traceback(task.data["files"]["check.py"], fi, got)))

@@ -15,10 +15,11 @@ several modules, bugs that need two edits.
 
 from __future__ import annotations
 
-import ast
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+
+from tirl import ast_lock
 
 BUG_KINDS = (
     "wrong_operator",
@@ -252,7 +253,7 @@ def divisible(r: random.Random, name: str) -> Func:
     ]
     cases: list[str] = []
     for xs in _lists(r, 1, 20):
-        lst = ast.literal_eval(xs)
+        lst = ast_lock.literal_eval(xs)
         if len(cases) % 2 == 0:
             lst[-1] += (-sum(lst)) % k  # every other case is divisible
         cases.append(str(lst))
