@@ -81,7 +81,7 @@ PREIMPORTED = [bisect, cmath, collections, copy, datetime, decimal, fractions, f
 PREIMPORTED += [heapq, itertools, math, operator, re, statistics, string, textwrap, typing, json, random]
 
 if "empty_dir" not in globals():  # imported as a module; inside the sandbox the sources come first
-    from tirl.sandbox._leftovers import EMPTY_TMPFS_DIR, descendants, remove_sysv_ipc, sized_mounts
+    from tirl.sandbox._leftovers import EMPTY_TMPFS_DIR, descendants, remove_sysv_ipc, sized_mounts, unix_sockets_freed
     from tirl.sandbox._tree import TreeTooLarge, empty_dir
     from tirl.sandbox._wire import READY, CappedBuffer, decode_request, encode_answer, frame
 
@@ -94,6 +94,7 @@ DRAIN_GRACE_S = 0.1
 MB = 1024 * 1024
 CLEAN_BUDGET = 200_000  # entries; past it the server exits and the host starts a fresh one
 LOST = b"[session restarted: its state was lost]"  # the note of a turn whose session kernel was gone or died
+UNIX_FREE_S = 2.0  # how long the cleanup waits for the unix sockets a run left in flight to be freed
 # A child's report that it took a request: nonce, timeout, bytes kept, when (monotonic clock, the host's too).
 TAKEN = struct.Struct(">8sdId")
 
@@ -530,7 +531,7 @@ class Server:
                     del self.kernels[session]
 
     def clean(self):
-        """Empty WORK and TMP (not in a session: there they are the session's files) and reset their roots."""
+        """Empty WORK and TMP and reset their roots (not in a session); isolated, SysV IPC and in-flight sockets too."""
         if self.isolated:
             remove_sysv_ipc()
         try:
@@ -539,6 +540,8 @@ class Server:
         except (OSError, TreeTooLarge):
             # Cannot empty it (in budget): the host replaces this server, and its tmpfs goes with it.
             os._exit(3)
+        if self.isolated and not unix_sockets_freed(UNIX_FREE_S):
+            os._exit(3)  # still held: the host replaces this server, and its memory cgroup goes with it
 
     def clean_root(self, root):
         """Empty ``root`` and reset what a run could leave in the root itself: mode, extended attributes, times."""
