@@ -297,3 +297,47 @@ async def test_unix_sockets_left_in_flight_do_not_reach_the_next_run(host_audit:
     assert leave.stdout.startswith("left ") and (leave.stdout == "left 80\n" or not hold), leave
     assert find.error is None and not find.memory_exceeded, find
     assert find.stdout == "0 sockets 300 MB\n", find
+
+
+# Red team, session 49: the next child is forked from the server after it read a run's output, so it starts with a
+# copy of the server's memory. Prints a marker built at run time (the code never holds it whole), on both streams.
+OUTPUT_LEAVE = """
+import os, sys
+mark = 'PRIVATE' + '-' + {tag!r}
+for stream in (sys.stdout, sys.stderr):
+    stream.write(mark + ' ' * {pad} + mark + '\\\\n')
+    stream.flush()
+"""
+# Scans its own readable memory for any marker.
+OUTPUT_FIND = """
+import re
+found = set()
+with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:
+    for line in maps:
+        span, perms = line.split()[:2]
+        if 'r' not in perms or '[vvar' in line or '[vsyscall' in line:
+            continue
+        lo, hi = (int(x, 16) for x in span.split('-'))
+        try:
+            mem.seek(lo)
+            found.update(re.findall(rb'PRIVATE-[0-9a-f]{16}', mem.read(hi - lo)))
+        except OSError:
+            pass
+print(sorted(found))
+"""
+
+
+@pytest.mark.parametrize("pad", [10, 100_000])
+async def test_the_next_run_cannot_find_a_run_s_output_in_its_own_memory(host_audit: object, pad: int) -> None:
+    """Before: the next run on the server found the marker (short output: in freed ``bytes`` objects of the
+    server's reads and its answer; long output: in the head and tail it kept)."""
+    tag = os.urandom(8).hex()
+    sb = make("pool", size=1)
+    try:
+        leave = await sb.run(OUTPUT_LEAVE.format(tag=tag, pad=pad), timeout_s=20)
+        find = await sb.run(OUTPUT_FIND, timeout_s=20)
+    finally:
+        await sb.close()
+    assert f"PRIVATE-{tag}" in leave.stdout and f"PRIVATE-{tag}" in leave.stderr, leave
+    assert find.exit_code == 0, find
+    assert find.stdout == "[]\n", find
