@@ -88,3 +88,37 @@ def _answer(sizes: list[int], totals: tuple[int, int] = (0, 0), kind: bytes = b"
 def test_a_malformed_answer_is_refused(body: bytes, why: str) -> None:
     with pytest.raises(ValueError):
         decode_answer(body, 8)
+
+
+@given(
+    st.integers(1, 200),
+    st.lists(st.binary(min_size=1, max_size=700), max_size=12),
+    st.lists(st.binary(min_size=1, max_size=70), max_size=4),
+    st.binary(max_size=30),
+)
+def test_the_server_s_capture_keeps_and_answers_what_a_capped_buffer_does(
+    keep: int, out_chunks: list[bytes], err_chunks: list[bytes], note: bytes
+) -> None:
+    """:mod:`tirl.sandbox._capture` (the server's, which leaves no copies) against the plain CappedBuffer."""
+    import os
+
+    from tirl.sandbox._capture import Capture, answer_frame, wipe
+
+    captures, refs = [], []
+    for chunks in (out_chunks, err_chunks):
+        capture, ref = Capture(keep), CappedBuffer(keep)
+        for chunk in chunks:
+            r, w = os.pipe()
+            os.write(w, chunk)
+            os.close(w)
+            while capture.read(r):
+                pass
+            os.close(r)
+            ref.feed(chunk)
+        captures.append(capture)
+        refs.append(ref)
+    answer = answer_frame(b"n" * 8, -9, True, 1.5, captures[0], captures[1], note)
+    assert bytes(answer) == frame(encode_answer(b"n" * 8, -9, True, 1.5, refs[0], refs[1], note))
+    assert not any(captures[0].head) and not any(captures[1].tail) and not any(captures[0].scratch)  # wiped
+    wipe(answer)
+    assert not any(answer)

@@ -81,9 +81,10 @@ PREIMPORTED = [bisect, cmath, collections, copy, datetime, decimal, fractions, f
 PREIMPORTED += [heapq, itertools, math, operator, re, statistics, string, textwrap, typing, json, random]
 
 if "empty_dir" not in globals():  # imported as a module; inside the sandbox the sources come first
-    from tirl.sandbox._leftovers import EMPTY_TMPFS_DIR, descendants, remove_sysv_ipc, sized_mounts
+    from tirl.sandbox._capture import Capture, answer_frame, wipe
+    from tirl.sandbox._leftovers import EMPTY_TMPFS_DIR, descendants, remove_sysv_ipc, sized_mounts, unix_sockets_freed
     from tirl.sandbox._tree import TreeTooLarge, empty_dir
-    from tirl.sandbox._wire import READY, CappedBuffer, decode_request, encode_answer, frame
+    from tirl.sandbox._wire import READY, decode_request, frame
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -94,6 +95,7 @@ DRAIN_GRACE_S = 0.1
 MB = 1024 * 1024
 CLEAN_BUDGET = 200_000  # entries; past it the server exits and the host starts a fresh one
 LOST = b"[session restarted: its state was lost]"  # the note of a turn whose session kernel was gone or died
+UNIX_FREE_S = 2.0  # how long the cleanup waits for the unix sockets a run left in flight to be freed
 # A child's report that it took a request: nonce, timeout, bytes kept, when (monotonic clock, the host's too).
 TAKEN = struct.Struct(">8sdId")
 
@@ -330,7 +332,8 @@ class Server:
             if answer is None:  # end of input: the host closed the pool
                 self.shutdown()
                 return
-            write_all(self.ctrl_out, frame(answer))
+            write_all(self.ctrl_out, answer)
+            wipe(answer)  # the next child is forked from our memory: nothing of this run's output may be in it
             # Clean up after answering; the next request is read only after the ready frame.
             self.sweep()
             if self.pool:
@@ -363,14 +366,14 @@ class Server:
                 return None
             os._exit(3)  # died holding part of a request, perhaps: the host replaces this server
         nonce, timeout_s, keep, start = TAKEN.unpack(taken)  # written before the code ran
-        out, err = CappedBuffer(keep), CappedBuffer(keep)
+        out, err = Capture(keep), Capture(keep)  # see tirl.sandbox._capture
         finished, reply = self.wait(done, out_r, err_r, out, err, start + timeout_s, status_r)
         if not finished:
             kill_group(pid)
         # The child's own status report, else its exit status (it is then reaped later, by the sweep).
         status = struct.unpack(">i", reply)[0] if reply else reap(pid)
         os.close(done)
-        return encode_answer(nonce, status, not finished, time.monotonic() - start, out, err, b"")
+        return answer_frame(nonce, status, not finished, time.monotonic() - start, out, err, b"")
 
     def run_session(self, body, req):
         """Run one request (``body`` as received, ``req`` decoded) in its session's kernel; the answer body."""
@@ -394,7 +397,7 @@ class Server:
             note = LOST
         os.close(out_w)
         os.close(err_w)
-        out, err = CappedBuffer(keep), CappedBuffer(keep)
+        out, err = Capture(keep), Capture(keep)  # see tirl.sandbox._capture
         finished, reply = self.wait(done, out_r, err_r, out, err, start + timeout_s, nonce=nonce)
         if not finished:
             kill_group(pid)
@@ -406,7 +409,7 @@ class Server:
             done.close()
             status = reap(pid)
             note = LOST
-        return encode_answer(nonce, status, not finished, time.monotonic() - start, out, err, note)
+        return answer_frame(nonce, status, not finished, time.monotonic() - start, out, err, note)
 
     def wait(self, done, out_r, err_r, out, err, deadline, status_r=None, nonce=None):
         """Pump output until the program ends and its pipes close; (finished in time, kernel reply or status).
@@ -443,10 +446,7 @@ class Server:
                     reply = reply[8:] if reply else None
                     end = time.monotonic() + DRAIN_GRACE_S  # a background child may hold the pipes
                     continue
-                chunk = os.read(fd, 65536)
-                if chunk:
-                    streams[fd].feed(chunk)
-                else:
+                if not streams[fd].read(fd):
                     os.close(fd)
                     del streams[fd]
         for fd in streams:
@@ -530,7 +530,7 @@ class Server:
                     del self.kernels[session]
 
     def clean(self):
-        """Empty WORK and TMP (not in a session: there they are the session's files) and reset their roots."""
+        """Empty WORK and TMP and reset their roots (not in a session); isolated, SysV IPC and in-flight sockets too."""
         if self.isolated:
             remove_sysv_ipc()
         try:
@@ -539,6 +539,8 @@ class Server:
         except (OSError, TreeTooLarge):
             # Cannot empty it (in budget): the host replaces this server, and its tmpfs goes with it.
             os._exit(3)
+        if self.isolated and not unix_sockets_freed(UNIX_FREE_S):
+            os._exit(3)  # still held: the host replaces this server, and its memory cgroup goes with it
 
     def clean_root(self, root):
         """Empty ``root`` and reset what a run could leave in the root itself: mode, extended attributes, times."""

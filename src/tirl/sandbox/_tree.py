@@ -7,28 +7,51 @@ sandbox (its text is put in front of the server's), and the host uses it for wor
 its owner and strips set-id, sticky and group/world-write bits. Both work on a tree of any depth (a
 3000-level tree breaks ``shutil.rmtree`` and ``os.walk`` with RecursionError, and a path that long
 exceeds PATH_MAX): every step is relative to the directory descriptor of the level above, and going
-back up opens ``..``. Symbolic links are never followed. Directories without read or search
-permission are opened after a chmod (the walker owns them, or is root).
+back up opens ``..``. Symbolic links are never followed, by a chmod either: each one goes through an
+``O_PATH | O_NOFOLLOW`` descriptor of the entry and only if it is still the inode that was lstat-ed
+(:func:`_chmod_entry`), so an entry swapped for a link to a host file after its lstat leaves that file
+alone (the hand-back of a workspace runs as root). Directories without read or search permission are
+opened after a chmod (the walker owns them, or is root).
 
-Not covered: a tree that changes while it is walked. The callers first kill every process that could
-change it (the run is over).
+Not covered: a tree that changes while it is walked beyond that (an entry swapped after its lstat is
+skipped or stops the walk with an ``OSError``, not walked). The callers first kill every process that
+could change it (the run is over).
 """
 
 import os
 import stat
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_ENTRY = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class TreeTooLarge(Exception):
     """The walk met more entries than its budget allowed."""
 
 
+def _chmod_entry(fd, name, mode, st=None):
+    """Set the mode of entry ``name`` of directory ``fd``, never through a link; False when left alone.
+
+    ``os.chmod`` by name follows a link (Python 3.11 has no no-follow chmod on Linux), so the entry is
+    opened with ``O_PATH | O_NOFOLLOW`` and changed through ``/proc/self/fd`` only if it is not a link
+    and, given ``st`` (its earlier lstat), still that inode.
+    """
+    entry = os.open(name, _O_ENTRY, dir_fd=fd)
+    try:
+        now = os.fstat(entry)
+        if stat.S_ISLNK(now.st_mode) or (st is not None and (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino)):
+            return False
+        os.chmod(f"/proc/self/fd/{entry}", mode)
+        return True
+    finally:
+        os.close(entry)
+
+
 def _open_sub(fd, name):
     try:
         return os.open(name, _O_DIR, dir_fd=fd)
     except PermissionError:
-        os.chmod(name, 0o700, dir_fd=fd)  # a directory (checked by lstat), not a link: nothing is followed
+        _chmod_entry(fd, name, 0o700)  # not through a link; a link then fails the open (O_NOFOLLOW)
         return os.open(name, _O_DIR, dir_fd=fd)
 
 
@@ -83,7 +106,7 @@ def empty_dir(path, max_entries=10_000_000):
     def visit(fd, name, st):
         if stat.S_ISDIR(st.st_mode):
             if st.st_mode & 0o700 != 0o700:
-                os.chmod(name, 0o700, dir_fd=fd)
+                _chmod_entry(fd, name, 0o700, st)  # swapped for a link since: the descent's open refuses it
             return True
         os.unlink(name, dir_fd=fd)
         return False
@@ -111,7 +134,7 @@ def restore_tree(path, owner=None, strip=True, max_entries=10_000_000):
         if owner is not None and (st.st_uid, st.st_gid) != owner:
             os.chown(name, owner[0], owner[1], dir_fd=fd, follow_symlinks=False)
         if strip and not stat.S_ISLNK(st.st_mode) and st.st_mode & _STRIP:
-            os.chmod(name, stat.S_IMODE(st.st_mode) & ~_STRIP, dir_fd=fd)  # not a link: nothing is followed
+            _chmod_entry(fd, name, stat.S_IMODE(st.st_mode) & ~_STRIP, st)
         return stat.S_ISDIR(st.st_mode)
 
     top = os.lstat(path)

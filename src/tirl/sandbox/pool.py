@@ -112,9 +112,9 @@ from tirl.sandbox.bwrap import MQUEUE, SHM, TMP, WORK, BwrapSandbox, launch, san
 from tirl.sandbox.process import WARNING, ProcessSandbox
 
 _HERE = Path(__file__).parent
-# The server runs the tree walker's, the wire format's and the leftovers' sources first (only the standard
-# library is importable inside the sandbox).
-_PARTS = ("_tree.py", "_wire.py", "_leftovers.py", "_server.py")
+# The server runs the tree walker's, the wire format's, the output capture's and the leftovers' sources first
+# (only the standard library is importable inside the sandbox).
+_PARTS = ("_tree.py", "_wire.py", "_capture.py", "_leftovers.py", "_server.py")
 SERVER_SOURCE = "\n".join((_HERE / name).read_text() for name in _PARTS)
 # ``python -c`` keeps the parsed tree of its program alive for as long as the program runs (for the server:
 # forever, ~2 MB that every fork copies and every child tears down), so the program is this stub, and
