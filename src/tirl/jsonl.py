@@ -55,6 +55,7 @@ __all__ = [
     "jsonl_line",
     "nonfinite_to_null",
     "open_input",
+    "other_reader",
     "parse_json",
     "read_jsonl",
     "read_jsonl_text",
@@ -313,10 +314,23 @@ def to_trajectory(path: str | Path, number: int, obj: Any) -> Trajectory:
     except (ValueError, TypeError) as exc:
         fix = exc.fix if isinstance(exc, FieldError) else _LINE_FIX
         if isinstance(obj, dict) and "messages" not in obj:  # a run's metrics.jsonl or trace: name its reader
-            from tirl.diagnostics.adapters import other_reader
-
             fix = other_reader(set(obj), str(path)) or fix
         raise InputError(str(path), number, str(exc), fix) from None
+
+
+def other_reader(keys: set[str], path: str) -> str | None:
+    """The command that reads a file of these keys when it is another of a run's files, else None.
+
+    A new user's mix-up, told as the fix: ``metrics.jsonl`` given to ``diagnose pipeline``, ``pipeline_trace.jsonl``
+    or ``trajectories.jsonl`` to ``diagnose training`` (before: a list of up to 90 keys and the keys needed).
+    """
+    if {"init_queue", "run_queue", "eval_queue"} <= keys:
+        return f"it is a pipeline trace: read it with `tirl diagnose pipeline {path}`"
+    if "messages" in keys:
+        return f"it holds trajectories: read it with `tirl audit {path}`"
+    if "step" in keys and any(k.startswith(("train/", "filter/", "reward/")) for k in keys):
+        return f"it is a training log: read it with `tirl diagnose training {path}`"
+    return None
 
 
 _LINE_FIX = 'each line needs {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}'

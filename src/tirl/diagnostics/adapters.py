@@ -84,6 +84,7 @@ from tirl.diagnostics.log_rows import (
 )
 from tirl.diagnostics.tb_events import event_files, is_event_file, read_tensorboard
 from tirl.errors import InputError, cut
+from tirl.jsonl import other_reader
 
 LogFormat = Literal["tirl", "verl", "simpletir", "trl", "skyrl"]
 FORMATS: tuple[str, ...] = ("auto", "tirl", "verl", "simpletir", "trl", "skyrl")
@@ -337,21 +338,6 @@ def detect_format(keys: set[str]) -> str | None:
 
 def _needed_text() -> str:
     return "; ".join(f"{fmt}: {', '.join(keys)}" for fmt, keys in NEEDED.items())
-
-
-def other_reader(keys: set[str], path: str) -> str | None:
-    """The command that reads a file of these keys when it is another of a run's files, else None.
-
-    A new user's mix-up, told as the fix: ``metrics.jsonl`` given to ``diagnose pipeline``, ``pipeline_trace.jsonl``
-    or ``trajectories.jsonl`` to ``diagnose training`` (before: a list of up to 90 keys and the keys needed).
-    """
-    if {"init_queue", "run_queue", "eval_queue"} <= keys:
-        return f"it is a pipeline trace: read it with `tirl diagnose pipeline {path}`"
-    if "messages" in keys:
-        return f"it holds trajectories: read it with `tirl audit {path}`"
-    if "step" in keys and any(k.startswith(("train/", "filter/", "reward/")) for k in keys):
-        return f"it is a training log: read it with `tirl diagnose training {path}`"
-    return None
 
 
 def found_text(keys: set[str]) -> str:

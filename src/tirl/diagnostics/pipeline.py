@@ -87,11 +87,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tirl.diagnostics.adapters import found_text, other_reader, read_rows
+from tirl.diagnostics.adapters import found_text, read_rows
 from tirl.diagnostics.log_rows import jsonl_objects
 from tirl.diagnostics.thresholds import PipelineThresholds
 from tirl.errors import InputError
 from tirl.inputs import input_file
+from tirl.jsonl import other_reader
 
 QUEUES: tuple[str, str, str] = ("init_queue", "run_queue", "eval_queue")
 STAGES: tuple[str, str, str] = ("init", "run", "eval")
