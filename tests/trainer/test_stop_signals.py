@@ -74,13 +74,16 @@ def test_settle_ignores_every_later_signal() -> None:
 
 
 def test_sigint_inherited_ignored_stays_ignored_and_sigterm_still_stops() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a shell's background job
-    with StopSignals() as stop:
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        os.kill(os.getpid(), signal.SIGINT)  # discarded
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGTERM)
-        assert stop.first == signal.SIGTERM
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a shell's background job
+    try:
+        with StopSignals() as stop:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)  # discarded
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.first == signal.SIGTERM
+    finally:  # the worker's later subprocesses would inherit SIGINT ignored (the STUCK tests below failed so)
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_stop_signal_landing_in_a_del_is_not_printed_as_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
@@ -122,6 +125,7 @@ STUCK = """
 import asyncio, os, signal, sys, threading, time
 from tirl.trainer.stop_signals import StopSignals, exit_when_stuck
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's job has it, whatever pytest's worker has
 signals, update_s = int(sys.argv[1]), float(sys.argv[2])
 
 def kick():
