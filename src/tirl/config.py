@@ -39,7 +39,7 @@ from tirl.config_schema import (  # re-exported: import the sections from tirl.c
     TrainerConfig,
 )
 from tirl.config_values import coerce, quoted_kind, toml_float, toml_line, unquoted
-from tirl.errors import ConfigError, InputError, cut, show_value
+from tirl.errors import ConfigError, InputError, InvalidValue, cut, show_value
 from tirl.inputs import input_file
 
 
@@ -149,12 +149,10 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             kwargs[key] = coerce(value, tp, full)
     try:
         return cls(**kwargs)
-    except ConfigError as exc:  # a value out of its range: from a file, the file is named (it read as a --set)
-        text = str(exc)
-        named = text.removeprefix("config ").partition("=")[0]
-        leaf = data.get(named.removeprefix(prefix)) if named.startswith(prefix) else None
-        if isinstance(leaf, _FromFile) and text.startswith("config "):
-            raise ConfigError(f"config file {leaf.path}: {text.removeprefix('config ')}") from None
+    except InvalidValue as exc:  # a value out of its range: from a file, the file is named (it read as a --set)
+        leaf = data.get(exc.key.removeprefix(prefix)) if exc.key.startswith(prefix) else None
+        if isinstance(leaf, _FromFile):
+            raise ConfigError(f"config file {leaf.path}: {str(exc).removeprefix('config ')}") from None
         raise
 
 

@@ -5,7 +5,7 @@
 >>> check_range("algo.group_size", 100000)
 Traceback (most recent call last):
 ...
-tirl.errors.ConfigError: config algo.group_size=100000 is invalid: use a value in 2..1024
+tirl.errors.InvalidValue: config algo.group_size=100000 is invalid: use a value in 2..1024
 
 Why bounds: a finite but absurd value (``trainer.threads=100000`` segfaulted torch, ``sandbox.pool_size=100000``
 started sandbox servers without end, ``rollout.run_workers=1000000`` grew the process by 60 MB/s) must be
@@ -26,7 +26,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from tirl.errors import ConfigError, show_value
+from tirl.errors import ConfigError, InvalidValue
 
 
 def _cores() -> int:
@@ -146,14 +146,14 @@ def _advice(key: str, value: float) -> str | None:
 
 
 def check_range(key: str, value: float | None) -> None:
-    """Raise :class:`ConfigError` naming ``key``, ``value`` and the range when ``value`` is outside it.
+    """Raise :class:`~tirl.errors.InvalidValue` naming ``key``, ``value`` and the range when it is outside it.
 
     ``None`` (an unset optional key such as ``algo.dual_clip``) passes; a key missing from :data:`RANGES`
     is a programming error (KeyError), so a new numeric key cannot go unbounded silently.
     """
     advice = None if value is None else _advice(key, value)
     if advice is not None:
-        raise ConfigError(f"config {key}={show_value(value)} is invalid: {advice}")
+        raise InvalidValue(key, value, advice)
 
 
 def check_flag(flag: str, key: str, value: float | None) -> None:

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tirl.config_ranges import check_section
-from tirl.errors import ConfigError, show_value
+from tirl.errors import InvalidValue
 
 
 def _check(cond: bool, key: str, value: Any, fix: str) -> None:
     if not cond:
-        raise ConfigError(f"config {key}={show_value(value)} is invalid: {fix}")
+        raise InvalidValue(key, value, fix)
 
 
 @dataclass

@@ -18,6 +18,18 @@ class ConfigError(TirlError):
     """A configuration value is invalid; the message names the key and the fix."""
 
 
+class InvalidValue(ConfigError):
+    """Config ``key`` holds a value out of its range or rule: ``config KEY=VALUE is invalid: FIX``.
+
+    ``key`` stays on the error, so a caller that knows where the value came from (a TOML file) can say so
+    without reading the message.
+    """
+
+    def __init__(self, key: str, value: object, fix: str) -> None:
+        self.key = key
+        super().__init__(f"config {key}={show_value(value)} is invalid: {fix}")
+
+
 class InputError(TirlError):
     """An input file is malformed; the message names the file, the line and the fix."""
 
