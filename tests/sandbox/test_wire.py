@@ -12,10 +12,21 @@ from tirl.sandbox._wire import (
     CappedBuffer,
     decode_answer,
     decode_request,
-    encode_answer,
     encode_request,
     frame,
 )
+
+
+def encode_answer(
+    nonce: bytes, exit_code: int, timed_out: bool, wall_s: float, out: CappedBuffer, err: CappedBuffer, note: bytes
+) -> bytes:
+    """The plain reference of an answer body (what ``tirl.sandbox._capture.answer_frame`` builds in place, less its
+    frame length): header, then the kept pieces of ``out`` and ``err`` (CappedBuffers) and ``note``.
+    """
+    pieces = (out.head, bytes(out.tail), err.head, bytes(err.tail), note)
+    sizes = [len(p) for p in pieces]
+    head = ANSWER.pack(b"A", nonce, exit_code, timed_out, wall_s, out.total, err.total, *sizes)
+    return head + b"".join(pieces)
 
 
 @given(

@@ -81,7 +81,7 @@ class Capture:
 
 
 def answer_frame(nonce, exit_code, timed_out, wall_s, out, err, note):
-    """The answer to send (frame length + :func:`~tirl.sandbox._wire.encode_answer`'s body), built in place.
+    """The answer to send, built in place: frame length + an :data:`~tirl.sandbox._wire.ANSWER` body.
 
     ``out`` and ``err`` are :class:`Capture` s, wiped here; wipe the frame once it is written.
     """

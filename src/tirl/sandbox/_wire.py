@@ -115,16 +115,6 @@ def cut_text(text: str, max_chars: int) -> tuple[str, bool]:
     return text[:half] + TRUNCATION_MARKER.format(n=len(text) - 2 * half) + text[-half:], True
 
 
-def encode_answer(
-    nonce: bytes, exit_code: int, timed_out: bool, wall_s: float, out: CappedBuffer, err: CappedBuffer, note: bytes
-) -> bytes:
-    """An answer body: header, then the kept pieces of ``out`` and ``err`` (CappedBuffers) and ``note``."""
-    pieces = (out.head, bytes(out.tail), err.head, bytes(err.tail), note)
-    sizes = [len(p) for p in pieces]
-    head = ANSWER.pack(b"A", nonce, exit_code, timed_out, wall_s, out.total, err.total, *sizes)
-    return head + b"".join(pieces)
-
-
 def decode_answer(body: bytes, keep: int) -> tuple[bytes, int, bool, float, CappedBuffer, CappedBuffer, bytes]:
     """(nonce, exit, timed_out, wall_s, out, err, note) from an answer body; ValueError if malformed.
 
