@@ -37,8 +37,9 @@ import pytest
 from tests.tiny_run import TINY_TRAIN_ARGS, save_tiny_model, with_sets
 
 from tirl.cli import main
-from tirl.trainer.checkpoint import latest_checkpoint, step_dirs
+from tirl.trainer.checkpoint import latest_checkpoint
 from tirl.trainer.logging import read_metrics
+from tirl.trainer.run_files import step_dirs
 
 ARGS = with_sets(TINY_TRAIN_ARGS, "trainer.checkpoint_every=1")
 DEADLINE_S = 240.0  # a state to appear, or the run to end after the signal: far above the ~10 s either takes

@@ -72,7 +72,7 @@ def _check_dir(path: Path) -> None:
         raise InputError(str(path), None, "is not a directory", "give the directory that holds config.json")
     from tirl.trainer.run_files import CHECKPOINTS, step_dirs
 
-    if (path / "checkpoints").is_dir() and (path / "metrics.jsonl").exists():  # its config.json is tirl's own
+    if (path / CHECKPOINTS).is_dir() and (path / "metrics.jsonl").exists():  # its config.json is tirl's own
         steps = [d for _, d in step_dirs(path) if d.is_dir()]
         newest = f"{steps[-1]}/model" if steps else f"{path}/checkpoints/step-N/model"
         raise InputError(

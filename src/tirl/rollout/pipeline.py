@@ -311,8 +311,9 @@ class Stages:
                 await self.runner(ep.env.env, ep.task, ep.initial, ep.traj)
         except (Exception, asyncio.CancelledError) as exc:
             reason = TerminationReason.TIMEOUT if isinstance(exc, TimeoutError) else TerminationReason.ERROR
-            error = self._attempt_error(exc, "run", "agent runner", "raised")
-            elapsed, tools = time.perf_counter() - start, tool_seconds(ep.traj, time.perf_counter() - start)
+            error = self._attempt_error(exc, "run", "agent runner", "raised")  # counts it; re-raises our own cancel
+            elapsed = time.perf_counter() - start
+            tools = tool_seconds(ep.traj, elapsed)
             if reason is TerminationReason.TIMEOUT and 2 * tools >= elapsed:  # the episode's commands took the time
                 ep.traj.termination = TerminationReason.TOOL_TIMEOUT
                 ep.traj.info["run_timeout"] = {"limit_s": self.cfg.run_timeout_s, "tool_s": round(tools, 3)}

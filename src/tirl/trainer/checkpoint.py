@@ -67,7 +67,7 @@ from tirl.errors import InputError, OutputError
 from tirl.fileio import clean_staged, fsync_file, staged_dir
 from tirl.jsonl import JSONProblem, parse_json
 from tirl.trainer import run_files
-from tirl.trainer.run_files import step_dirs  # torch-free; kept importable from here
+from tirl.trainer.run_files import step_dirs  # torch-free, in run_files: an interrupted line lists them
 from tirl.trainer.train_state import DamagedState, RngState, TrainingState, read_training_state, write_training_state
 
 _STAGED = re.compile(r"^\.(step-\d+)\.")  # what staged_dir leaves beside step-N: .step-N.XXXX, .step-N.old.XXXX
